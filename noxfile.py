@@ -1,0 +1,30 @@
+"""Sessions: ``tests`` (the whole suite on the real control plane), ``lint``, ``typing``."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["lint", "typing", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+@nox.session(python="3.11")
+def tests(session: nox.Session) -> None:
+    session.install("-e", ".[test]")
+    # Build (or find in the cache) kube-apiserver, kube-controller-manager and etcd first, so their
+    # build time is not charged to the first test.
+    session.run("python", "-m", "kokumi.controlplane", "build")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(python="3.11")
+def lint(session: nox.Session) -> None:
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python="3.11")
+def typing(session: nox.Session) -> None:
+    session.install("-e", ".[test]", "mypy", "types-PyYAML", "nox")
+    session.run("mypy", "kokumi")
