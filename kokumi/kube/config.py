@@ -1,0 +1,360 @@
+"""The manager's own connection to its API server: a kubeconfig file, or the pod's service account.
+
+This is the operator's trusted configuration, so reading files named in it is fine (unlike a
+Cluster's kubeconfig, which :mod:`kokumi.kubeconfig` treats as hostile). Credentials are kept out of
+``repr`` so that a ``Config`` in a log line never shows them.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import ipaddress
+import logging
+import os
+import ssl
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+import trio
+import yaml
+
+from .errors import ConfigError
+
+__all__ = [
+    "SERVICE_ACCOUNT_ROOT",
+    "Config",
+    "FileToken",
+    "StaticToken",
+    "TokenProvider",
+]
+
+logger = logging.getLogger(__name__)
+
+SERVICE_ACCOUNT_ROOT = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+@runtime_checkable
+class TokenProvider(Protocol):
+    """Where the bearer token comes from, asked before every request.
+
+    A provider decides itself how long a token may be cached. ``refresh`` is called after a 401;
+    it returns the token to retry with, or ``None`` when it has nothing newer (no retry then).
+    """
+
+    async def token(self) -> str: ...
+
+    async def refresh(self) -> str | None: ...
+
+
+@attrs.frozen
+class StaticToken:
+    """A token written into a kubeconfig: it cannot change, so a 401 is final."""
+
+    value: str = attrs.field(repr=False)
+
+    async def token(self) -> str:
+        return self.value
+
+    async def refresh(self) -> str | None:
+        return None
+
+
+@attrs.define
+class FileToken:
+    """A token file that somebody else rotates (the kubelet's projected service-account token).
+
+    Bound tokens expire (an hour by default), and the kubelet rewrites the file well before that.
+    Re-reading it about once a minute, and at once after a 401, follows the rotation without a
+    restart. A failed re-read keeps the previous token: a half-written file must not stop the
+    manager.
+    """
+
+    path: Path
+    max_age: float = 60.0
+    _value: str | None = attrs.field(default=None, init=False, repr=False)
+    _read_at: float = attrs.field(default=float("-inf"), init=False, repr=False)
+
+    async def token(self) -> str:
+        if self._value is None or trio.current_time() - self._read_at >= self.max_age:
+            await self._reread()
+        assert self._value is not None
+        return self._value
+
+    async def refresh(self) -> str | None:
+        before = self._value
+        await self._reread()
+        return self._value if self._value != before else None
+
+    async def _reread(self) -> None:
+        try:
+            value = (await trio.Path(self.path).read_text(encoding="utf-8")).strip()
+        except OSError as exc:
+            if self._value is None:
+                raise ConfigError(
+                    f"cannot read the token file {self.path}: {exc.strerror}"
+                ) from None
+            logger.warning("cannot re-read the token file %s: %s", self.path, exc.strerror)
+            return
+        if not value:
+            if self._value is None:
+                raise ConfigError(f"the token file {self.path} is empty")
+            return
+        self._value = value
+        self._read_at = trio.current_time()
+
+
+@attrs.frozen
+class Config:
+    """How to reach and authenticate to one API server.
+
+    ``client_cert``/``client_key``/``ca`` are PEM bytes. ``tls_server_name`` is the name sent in
+    SNI and checked against the server's certificate when it differs from the URL's host.
+    """
+
+    server: str
+    token: TokenProvider | None = attrs.field(default=None, repr=False)
+    client_cert: bytes | None = attrs.field(default=None, repr=False)
+    client_key: bytes | None = attrs.field(default=None, repr=False)
+    ca: bytes | None = None
+    tls_server_name: str | None = None
+    insecure: bool = False
+    proxy_url: str | None = None
+    namespace: str = "default"
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """A TLS context trusting only ``ca`` (or the system store without it).
+
+        Python's ``ssl`` loads a client key only from a file, so the PEM goes to a private file
+        in a fresh directory for the one ``load_cert_chain`` call and is removed right after.
+        """
+        if self.ca is not None:
+            try:
+                context = ssl.create_default_context(cadata=self.ca.decode("ascii"))
+            except (ssl.SSLError, UnicodeDecodeError, ValueError) as exc:
+                raise ConfigError(f"the certificate authority is not valid PEM: {exc}") from None
+        else:
+            context = ssl.create_default_context()
+        if self.insecure:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if (self.client_cert is None) != (self.client_key is None):
+            raise ConfigError("a client certificate needs its key, and a key its certificate")
+        if self.client_cert is not None and self.client_key is not None:
+            with tempfile.TemporaryDirectory(prefix="kokumi-tls-") as directory:
+                path = os.path.join(directory, "client.pem")
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                try:
+                    with os.fdopen(fd, "wb") as file:
+                        file.write(self.client_cert.rstrip(b"\n") + b"\n" + self.client_key)
+                    context.load_cert_chain(path)
+                except ssl.SSLError as exc:
+                    raise ConfigError(f"the client certificate or key is unusable: {exc}") from None
+                finally:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
+        return context
+
+    @classmethod
+    def load(cls, *, root: str | os.PathLike[str] = SERVICE_ACCOUNT_ROOT) -> Config:
+        """In a pod, the service account; elsewhere, the kubeconfig (as kubectl would pick it)."""
+        if os.environ.get("KUBERNETES_SERVICE_HOST") and Path(root, "token").is_file():
+            return cls.in_cluster(root=root)
+        return cls.from_kubeconfig()
+
+    @classmethod
+    def in_cluster(
+        cls,
+        root: str | os.PathLike[str] = SERVICE_ACCOUNT_ROOT,
+        *,
+        token_max_age: float = 60.0,
+    ) -> Config:
+        """The pod's own service account, mounted at ``root``, and the ``kubernetes`` Service."""
+        host = os.environ.get("KUBERNETES_SERVICE_HOST", "")
+        port = os.environ.get("KUBERNETES_SERVICE_PORT", "")
+        if not host or not port:
+            raise ConfigError(
+                "not running in a cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT"
+                " must be set"
+            )
+        directory = Path(root)
+        token_path = directory / "token"
+        if not token_path.is_file():
+            raise ConfigError(f"no service-account token at {token_path}")
+        try:
+            ca = (directory / "ca.crt").read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"cannot read {directory / 'ca.crt'}: {exc.strerror}") from None
+        try:
+            namespace = (directory / "namespace").read_text(encoding="utf-8").strip()
+        except OSError:
+            namespace = ""
+        return cls(
+            server=f"https://{_host_for_url(host)}:{port}",
+            token=FileToken(token_path, max_age=token_max_age),
+            ca=ca,
+            namespace=namespace or "default",
+        )
+
+    @classmethod
+    def from_kubeconfig(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        context: str | None = None,
+    ) -> Config:
+        """A context of a kubeconfig: ``path``, else ``$KUBECONFIG`` (merged), else ~/.kube/config.
+
+        Supported: bearer token (inline or ``tokenFile``), client certificate and key (files or
+        ``*-data``), the CA, ``tls-server-name``, ``insecure-skip-tls-verify`` and ``proxy-url``.
+        Exec plugins and auth providers run programs or keep state; they are refused clearly.
+        """
+        if path is not None:
+            paths = [Path(path)]
+        elif os.environ.get("KUBECONFIG"):
+            paths = [Path(p) for p in os.environ["KUBECONFIG"].split(os.pathsep) if p]
+        else:
+            paths = [Path.home() / ".kube" / "config"]
+        merged = _merge([(p, _read_yaml(p)) for p in paths if path is not None or p.exists()])
+        if merged is None:
+            raise ConfigError(f"no kubeconfig found at {os.pathsep.join(map(str, paths))}")
+        return _from_merged(merged, context)
+
+
+@attrs.frozen
+class _Merged:
+    """Named entries of one or more kubeconfig files, each remembering its file's directory."""
+
+    current_context: str
+    contexts: Mapping[str, Mapping[str, Any]]
+    clusters: Mapping[str, tuple[Path, Mapping[str, Any]]]
+    users: Mapping[str, tuple[Path, Mapping[str, Any]]]
+
+
+def _read_yaml(path: Path) -> Mapping[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read the kubeconfig {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise ConfigError(f"the kubeconfig {path} is not valid YAML") from None
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"the kubeconfig {path} is not a mapping")
+    return data
+
+
+def _merge(files: list[tuple[Path, Mapping[str, Any]]]) -> _Merged | None:
+    """Merge like kubectl: the first file that names an entry (or the current context) wins."""
+    if not files:
+        return None
+    current = ""
+    contexts: dict[str, Mapping[str, Any]] = {}
+    clusters: dict[str, tuple[Path, Mapping[str, Any]]] = {}
+    users: dict[str, tuple[Path, Mapping[str, Any]]] = {}
+    for path, data in files:
+        current = current or _text(data.get("current-context"))
+        base = path.parent
+        for entry in _entries(data, "contexts"):
+            contexts.setdefault(entry[0], entry[1])
+        for name, body in _entries(data, "clusters"):
+            clusters.setdefault(name, (base, body))
+        for name, body in _entries(data, "users"):
+            users.setdefault(name, (base, body))
+    return _Merged(current, contexts, clusters, users)
+
+
+def _entries(data: Mapping[str, Any], key: str) -> list[tuple[str, Mapping[str, Any]]]:
+    inner = key[:-1]  # clusters -> cluster, users -> user, contexts -> context
+    result = []
+    for item in data.get(key) or []:
+        if isinstance(item, Mapping) and isinstance(item.get("name"), str):
+            body = item.get(inner)
+            result.append((item["name"], body if isinstance(body, Mapping) else {}))
+    return result
+
+
+def _from_merged(merged: _Merged, context_name: str | None) -> Config:
+    name = context_name or merged.current_context
+    if not name:
+        raise ConfigError("the kubeconfig has no current-context; name a context")
+    if name not in merged.contexts:
+        raise ConfigError(f"the kubeconfig has no context {name!r}")
+    context = merged.contexts[name]
+    cluster_name = _text(context.get("cluster"))
+    if cluster_name not in merged.clusters:
+        raise ConfigError(f"context {name!r} names the unknown cluster {cluster_name!r}")
+    cluster_base, cluster = merged.clusters[cluster_name]
+    server = _text(cluster.get("server"))
+    if not server.startswith(("https://", "http://")):
+        raise ConfigError(f"cluster {cluster_name!r} has no http(s) server URL")
+
+    user_name = _text(context.get("user"))
+    user_base, user = merged.users.get(user_name, (cluster_base, {}))
+    if user_name and user_name not in merged.users:
+        raise ConfigError(f"context {name!r} names the unknown user {user_name!r}")
+    for unsupported, what in (
+        ("exec", "exec credential plugins"),
+        ("auth-provider", "auth providers"),
+        ("username", "basic authentication"),
+    ):
+        if user.get(unsupported):
+            raise ConfigError(f"user {user_name!r} uses {what}, which the manager does not support")
+
+    token: TokenProvider | None = None
+    if _text(user.get("token")):
+        token = StaticToken(_text(user.get("token")))
+    elif _text(user.get("tokenFile")):
+        token = FileToken(_resolve(user_base, _text(user["tokenFile"])))
+
+    return Config(
+        server=server.rstrip("/"),
+        token=token,
+        client_cert=_blob(user, "client-certificate", user_base),
+        client_key=_blob(user, "client-key", user_base),
+        ca=_blob(cluster, "certificate-authority", cluster_base),
+        tls_server_name=_text(cluster.get("tls-server-name")) or None,
+        insecure=cluster.get("insecure-skip-tls-verify") is True,
+        proxy_url=_text(cluster.get("proxy-url")) or None,
+        namespace=_text(context.get("namespace")) or "default",
+    )
+
+
+def _blob(section: Mapping[str, Any], key: str, base: Path) -> bytes | None:
+    """``key-data`` (base64, wins as in kubectl) or the file named by ``key``."""
+    data = section.get(f"{key}-data")
+    if isinstance(data, str) and data:
+        try:
+            return base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            raise ConfigError(f"{key}-data is not valid base64") from None
+    file_name = _text(section.get(key))
+    if not file_name:
+        return None
+    path = _resolve(base, file_name)
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {key} {path}: {exc.strerror}") from None
+
+
+def _resolve(base: Path, name: str) -> Path:
+    path = Path(name).expanduser()
+    return path if path.is_absolute() else base / path
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _host_for_url(host: str) -> str:
+    try:
+        return f"[{host}]" if ipaddress.ip_address(host).version == 6 else host
+    except ValueError:
+        return host
