@@ -1,0 +1,610 @@
+"""Plain-dict CRUD over one ``httpx.AsyncClient``: the verbs a controller needs, nothing more.
+
+Objects stay dicts (the JSON the server sent): the layers above decide which fields they trust.
+Failures are the typed errors of :mod:`kokumi.kube.errors`; a 401 re-reads a rotating token and
+retries once, and a 429 or a server timeout is retried a bounded number of times after the delay
+the server asked for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self
+from urllib.parse import quote
+
+import attrs
+import httpx
+import trio
+
+from .config import Config
+from .errors import (
+    ApiError,
+    ServerError,
+    ServerTimeout,
+    TooManyRequests,
+    TransportError,
+    error_from_status,
+)
+
+__all__ = [
+    "CONFIG_MAPS",
+    "CUSTOM_RESOURCE_DEFINITIONS",
+    "EVENTS",
+    "LEASES",
+    "NAMESPACES",
+    "PODS",
+    "SECRETS",
+    "SERVICE_ACCOUNTS",
+    "Client",
+    "Resource",
+]
+
+logger = logging.getLogger(__name__)
+
+JSON = "application/json"
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+METADATA_OBJECT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
+Obj = dict[str, Any]
+
+
+@attrs.frozen
+class Resource:
+    """One resource type of the API: enough to build its paths and name its objects."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(
+        self,
+        *,
+        namespace: str | None = None,
+        name: str | None = None,
+        subresource: str | None = None,
+    ) -> str:
+        """The URL path of the collection (``name`` unset) or of one object or its subresource.
+
+        A namespaced collection without ``namespace`` spans all namespaces; one namespaced object
+        always needs its namespace, and a cluster-scoped one never has one.
+        """
+        prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced:
+            if namespace:
+                prefix += f"/namespaces/{_segment(namespace)}"
+            elif name is not None:
+                raise ValueError(f"{self.kind} {name!r} is namespaced: give its namespace")
+        elif namespace:
+            raise ValueError(f"{self.kind} is cluster-scoped: it has no namespace")
+        path = f"{prefix}/{self.plural}"
+        if name is not None:
+            path += f"/{_segment(name)}"
+        if subresource:
+            if name is None:
+                raise ValueError("a subresource belongs to one object: give its name")
+            path += f"/{_segment(subresource)}"
+        return path
+
+
+CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap")
+SECRETS = Resource("", "v1", "secrets", "Secret")
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+EVENTS = Resource("", "v1", "events", "Event")
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
+PODS = Resource("", "v1", "pods", "Pod")
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+CUSTOM_RESOURCE_DEFINITIONS = Resource(
+    "apiextensions.k8s.io",
+    "v1",
+    "customresourcedefinitions",
+    "CustomResourceDefinition",
+    namespaced=False,
+)
+
+
+class Client:
+    """An API server connection shared by every caller in the process.
+
+    Use it as ``async with Client(config) as client:``. ``field_manager`` names this program in
+    ``managedFields`` for every write (server-side apply needs one; other writes are clearer
+    with one). ``timeout`` bounds each non-streaming request.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        field_manager: str = "kokumi",
+        timeout: float = 30.0,
+        user_agent: str = "kokumi",
+        max_retries: int = 3,
+        max_retry_delay: float = 10.0,
+    ) -> None:
+        self._config = config
+        self._field_manager = field_manager
+        self._timeout = httpx.Timeout(timeout)
+        # A watch may rightly be silent for long; the watcher's own inactivity deadline
+        # decides when it is dead, so the read timeout is off for streams.
+        self._stream_timeout = httpx.Timeout(timeout, read=None)
+        self._max_retries = max_retries
+        self._max_retry_delay = max_retry_delay
+        self._extensions: dict[str, Any] = {}
+        if config.tls_server_name:
+            # SNI and certificate verification then use this name, not the URL's host.
+            self._extensions["sni_hostname"] = config.tls_server_name
+        self._http = httpx.AsyncClient(
+            base_url=config.server,
+            verify=config.ssl_context(),
+            proxy=config.proxy_url,
+            # The kubeconfig is the whole truth: no proxy, CA bundle or netrc from the environment.
+            trust_env=False,
+            headers={"User-Agent": user_agent, "Accept": JSON},
+            timeout=self._timeout,
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=20),
+        )
+
+    @property
+    def config(self) -> Config:
+        return self._config
+
+    @property
+    def namespace(self) -> str:
+        """The namespace of the connection (the pod's own, or the kubeconfig context's)."""
+        return self._config.namespace
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def get(
+        self,
+        resource: Resource,
+        name: str,
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        metadata_only: bool = False,
+    ) -> Obj:
+        path = resource.path(namespace=namespace, name=name, subresource=subresource)
+        return await self.request("GET", path, accept=METADATA_OBJECT if metadata_only else JSON)
+
+    async def list(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = 500,
+        metadata_only: bool = False,
+    ) -> Obj:
+        """Every matching object, read in pages of ``limit`` but returned as one list.
+
+        All pages come from the snapshot of the first, so ``metadata.resourceVersion`` is the
+        version to watch from. Items get ``apiVersion`` and ``kind`` (lists leave them out), so a
+        listed object looks like a watched one. When a continue token expires mid-way the list
+        starts over in one unpaged request.
+        """
+        path = resource.path(namespace=namespace)
+        params: dict[str, str] = {}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        accept = METADATA_LIST if metadata_only else JSON
+        try:
+            result = await self._list_pages(path, params, limit, accept)
+        except ApiError as exc:
+            if exc.code != 410 or limit <= 0:
+                raise
+            logger.info("list %s: continue token expired; listing again in one request", path)
+            result = await self._list_pages(path, params, 0, accept)
+        api_version, kind = (
+            ("meta.k8s.io/v1", "PartialObjectMetadata")
+            if metadata_only
+            else (resource.api_version, resource.kind)
+        )
+        for item in result["items"]:
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind)
+        return result
+
+    async def _list_pages(self, path: str, params: dict[str, str], limit: int, accept: str) -> Obj:
+        first: Obj | None = None
+        items: list[Obj] = []
+        token = ""
+        while True:
+            page_params = dict(params)
+            if limit > 0:
+                page_params["limit"] = str(limit)
+            if token:
+                page_params["continue"] = token
+            page = await self.request("GET", path, params=page_params, accept=accept)
+            items.extend(page.get("items") or [])
+            if first is None:
+                first = page
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                break
+        metadata = dict(first.get("metadata") or {})
+        metadata.pop("continue", None)
+        metadata.pop("remainingItemCount", None)
+        return {**first, "metadata": metadata, "items": items}
+
+    # -- writes -----------------------------------------------------------------------------
+
+    async def create(
+        self,
+        resource: Resource,
+        body: Mapping[str, Any],
+        *,
+        namespace: str | None = None,
+        name: str | None = None,
+        subresource: str | None = None,
+    ) -> Obj:
+        """POST a new object; with ``subresource`` (and the parent's ``name``), POST to it.
+
+        ``subresource`` covers requests such as a TokenRequest (``serviceaccounts/NAME/token``).
+        """
+        namespace = _namespace_of(resource, body, namespace)
+        path = resource.path(
+            namespace=namespace, name=name if subresource else None, subresource=subresource
+        )
+        return await self.request("POST", path, json=body, params=self._manager_params())
+
+    async def replace(
+        self,
+        resource: Resource,
+        body: Mapping[str, Any],
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> Obj:
+        """PUT the whole object; its ``metadata.resourceVersion`` makes a stale write a Conflict."""
+        namespace = _namespace_of(resource, body, namespace)
+        path = resource.path(namespace=namespace, name=_name_of(body), subresource=subresource)
+        return await self.request("PUT", path, json=body, params=self._manager_params())
+
+    async def patch_merge(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Mapping[str, Any],
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> Obj:
+        """JSON merge patch (RFC 7386): maps merge, ``None`` deletes a key, lists are replaced."""
+        path = resource.path(namespace=namespace, name=name, subresource=subresource)
+        return await self.request(
+            "PATCH",
+            path,
+            json=patch,
+            content_type="application/merge-patch+json",
+            params=self._manager_params(),
+        )
+
+    async def patch_json(
+        self,
+        resource: Resource,
+        name: str,
+        operations: Sequence[Mapping[str, Any]],
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> Obj:
+        """JSON patch (RFC 6902); a ``test`` operation makes the patch conditional."""
+        path = resource.path(namespace=namespace, name=name, subresource=subresource)
+        return await self.request(
+            "PATCH",
+            path,
+            json=list(operations),
+            content_type="application/json-patch+json",
+            params=self._manager_params(),
+        )
+
+    async def apply(
+        self,
+        resource: Resource,
+        body: Mapping[str, Any],
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        field_manager: str | None = None,
+        force: bool = True,
+    ) -> Obj:
+        """Server-side apply: the server merges the fields this manager owns, creating if needed.
+
+        ``force`` takes fields over from other managers, as a controller should for the fields
+        it is responsible for. ``managedFields`` is dropped from the body (the server refuses it).
+        """
+        namespace = _namespace_of(resource, body, namespace)
+        path = resource.path(namespace=namespace, name=_name_of(body), subresource=subresource)
+        metadata = body.get("metadata")
+        if isinstance(metadata, Mapping) and "managedFields" in metadata:
+            body = {
+                **body,
+                "metadata": {k: v for k, v in metadata.items() if k != "managedFields"},
+            }
+        params = {"fieldManager": field_manager or self._field_manager}
+        if force:
+            params["force"] = "true"
+        return await self.request(
+            "PATCH",
+            path,
+            json=body,
+            # JSON is YAML, so the apply content type takes a JSON body as it is.
+            content_type="application/apply-patch+yaml",
+            params=params,
+        )
+
+    async def delete(
+        self,
+        resource: Resource,
+        name: str,
+        *,
+        namespace: str | None = None,
+        propagation_policy: str | None = None,
+        uid: str | None = None,
+        resource_version: str | None = None,
+        grace_period_seconds: int | None = None,
+    ) -> Obj:
+        """Delete one object; ``uid``/``resource_version`` make it conditional (else Conflict).
+
+        Returns what the server returns: the object while finalizers hold it, else a Status.
+        """
+        path = resource.path(namespace=namespace, name=name)
+        return await self.request(
+            "DELETE",
+            path,
+            json=_delete_options(propagation_policy, uid, resource_version, grace_period_seconds),
+        )
+
+    async def delete_collection(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        propagation_policy: str | None = None,
+    ) -> Obj:
+        path = resource.path(namespace=namespace)
+        params: dict[str, str] = {}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        return await self.request(
+            "DELETE",
+            path,
+            params=params,
+            json=_delete_options(propagation_policy, None, None, None),
+        )
+
+    # -- raw --------------------------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        json: Any = None,
+        content_type: str = JSON,
+        accept: str = JSON,
+    ) -> Obj:
+        """Any request whose answer is a JSON object, e.g. ``request("GET", "/version")``."""
+        body = None if json is None else _dumps(json)
+        response = await self._send(
+            method,
+            path,
+            params=params,
+            content=body,
+            content_type=content_type,
+            accept=accept,
+            stream=False,
+        )
+        try:
+            data = _loads(response.content)
+        except ValueError:
+            raise TransportError(f"{method} {path}: the answer is not JSON") from None
+        if not isinstance(data, dict):
+            raise TransportError(f"{method} {path}: the answer is not a JSON object")
+        return data
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        accept: str = JSON,
+    ) -> AsyncIterator[httpx.Response]:
+        """An open response whose body the caller reads as it arrives (watches, logs).
+
+        Errors before the body (4xx/5xx) raise like :meth:`request`. No read timeout applies:
+        the caller sets its own deadline.
+        """
+        response = await self._send(
+            method,
+            path,
+            params=params,
+            content=None,
+            content_type=JSON,
+            accept=accept,
+            stream=True,
+        )
+        try:
+            yield response
+        except httpx.HTTPError as exc:
+            raise TransportError(f"{method} {path}: {_describe(exc)}") from exc
+        finally:
+            await response.aclose()
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None,
+        content: bytes | None,
+        content_type: str,
+        accept: str,
+        stream: bool,
+    ) -> httpx.Response:
+        context = f"{method} {path}"
+        retries = 0
+        token_refreshed = False
+        provider = self._config.token
+        while True:
+            headers = {"Accept": accept}
+            if content is not None:
+                headers["Content-Type"] = content_type
+            if provider is not None:
+                headers["Authorization"] = f"Bearer {await provider.token()}"
+            request = self._http.build_request(
+                method,
+                path,
+                params=params,
+                content=content,
+                headers=headers,
+                extensions=dict(self._extensions),
+                timeout=self._stream_timeout if stream else self._timeout,
+            )
+            try:
+                response = await self._http.send(request, stream=stream)
+            except httpx.HTTPError as exc:
+                raise TransportError(f"{context}: {_describe(exc)}") from exc
+            if response.status_code < 400:
+                return response
+            try:
+                raw = await response.aread()
+            except httpx.HTTPError as exc:
+                raise TransportError(f"{context}: {_describe(exc)}") from exc
+            finally:
+                await response.aclose()
+
+            if response.status_code == 401 and provider is not None and not token_refreshed:
+                token_refreshed = True
+                if await provider.refresh() is not None:
+                    continue
+            error = error_from_status(
+                response.status_code,
+                _status_of(raw),
+                context=context,
+                retry_after=_retry_after(response.headers.get("Retry-After")),
+            )
+            if retries < self._max_retries and _retryable(error):
+                retries += 1
+                delay = min(error.retry_after or 1.0, self._max_retry_delay)
+                logger.info("%s; retrying in %.1f s", error, delay)
+                await trio.sleep(delay)
+                continue
+            raise error from None
+
+    def _manager_params(self) -> dict[str, str]:
+        return {"fieldManager": self._field_manager}
+
+
+def _retryable(error: ApiError) -> bool:
+    """429 was never executed; a server timeout or 5xx with Retry-After asks for a retry."""
+    if isinstance(error, TooManyRequests | ServerTimeout):
+        return True
+    return isinstance(error, ServerError) and error.retry_after is not None
+
+
+def _retry_after(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None  # an HTTP date: the API server never sends one
+    return seconds if seconds >= 0 else None
+
+
+def _status_of(raw: bytes) -> dict[str, Any] | None:
+    try:
+        data = _loads(raw)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _delete_options(
+    propagation_policy: str | None,
+    uid: str | None,
+    resource_version: str | None,
+    grace_period_seconds: int | None,
+) -> Obj:
+    options: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
+    if propagation_policy:
+        options["propagationPolicy"] = propagation_policy
+    if grace_period_seconds is not None:
+        options["gracePeriodSeconds"] = grace_period_seconds
+    preconditions = {}
+    if uid:
+        preconditions["uid"] = uid
+    if resource_version:
+        preconditions["resourceVersion"] = resource_version
+    if preconditions:
+        options["preconditions"] = preconditions
+    return options
+
+
+def _namespace_of(resource: Resource, body: Mapping[str, Any], namespace: str | None) -> str | None:
+    if namespace or not resource.namespaced:
+        return namespace
+    metadata = body.get("metadata")
+    value = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+    return value if isinstance(value, str) and value else None
+
+
+def _name_of(body: Mapping[str, Any]) -> str:
+    metadata = body.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    if not isinstance(name, str) or not name:
+        raise ValueError("the object has no metadata.name")
+    return name
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
+
+
+def _describe(exc: httpx.HTTPError) -> str:
+    """The class and message of a transport failure; httpx never puts a body in them."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _loads(raw: bytes) -> Any:
+    return json.loads(raw)
