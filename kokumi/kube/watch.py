@@ -1,0 +1,315 @@
+"""Follow a resource without ever losing a change: list, watch, and relist when history is gone.
+
+The watcher is a task feeding a Trio memory channel, not an async generator: a generator cannot
+own the nursery and cancel scopes a watch needs (PEP 789), and a channel gives the consumer
+backpressure for free.
+
+The consumer's contract:
+
+- ``Resync(objects)`` comes after every list, the first one included. It is the complete truth at
+  that moment: whatever the consumer knew that is absent was deleted meanwhile. After the first
+  list this only happens when the server no longer has the history to resume from (410), so a
+  deletion missed while disconnected is still noticed.
+- ``WatchEvent(type, object)`` follows for each change, in the server's order.
+
+The version to resume from is taken from every event, bookmarks included, and is only ever
+dropped by a 410 followed by a relist, never silently. A stream that says nothing for
+``inactivity_timeout`` seconds (bookmarks come about once a minute) is taken for dead. Transport
+failures and 5xx answers are retried with jittered exponential backoff, forever.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
+
+import attrs
+import trio
+
+from .client import METADATA_OBJECT, Client, Resource
+from .errors import BadRequest, Gone, Invalid, KubeError, TransportError, error_from_status
+
+__all__ = ["Resync", "Store", "WatchEvent", "watch"]
+
+logger = logging.getLogger(__name__)
+
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+_CHANGES: frozenset[str] = frozenset(("ADDED", "MODIFIED", "DELETED"))
+
+
+@attrs.frozen
+class WatchEvent:
+    """One change, as the server reported it (``object`` is the new state, or the last one)."""
+
+    type: EventType
+    object: dict[str, Any]
+
+
+@attrs.frozen
+class Resync:
+    """Everything that exists right now; anything the consumer knows beyond this is gone."""
+
+    objects: tuple[dict[str, Any], ...]
+
+
+Key = tuple[str | None, str]
+
+
+class Store:
+    """The latest state of every watched object, keyed by (namespace, name).
+
+    The watcher updates it before it sends the matching event, so a reader never sees a state
+    older than the events it has received. Cluster-scoped objects have the namespace ``None``.
+    """
+
+    def __init__(self) -> None:
+        self._objects: dict[Key, dict[str, Any]] = {}
+        self._synced = trio.Event()
+
+    def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
+        return self._objects.get((namespace or None, name))
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._objects
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(list(self._objects))
+
+    def values(self) -> list[dict[str, Any]]:
+        return list(self._objects.values())
+
+    @property
+    def synced(self) -> bool:
+        """True once the first list is in."""
+        return self._synced.is_set()
+
+    async def wait_synced(self) -> None:
+        await self._synced.wait()
+
+    def _replace(self, objects: tuple[dict[str, Any], ...]) -> None:
+        self._objects = {_key(o): o for o in objects}
+        self._synced.set()
+
+    def _apply(self, event: WatchEvent) -> None:
+        if event.type == "DELETED":
+            self._objects.pop(_key(event.object), None)
+        else:
+            self._objects[_key(event.object)] = event.object
+
+
+def _key(obj: Mapping[str, Any]) -> Key:
+    metadata = obj.get("metadata") or {}
+    return (metadata.get("namespace") or None, metadata.get("name") or "")
+
+
+async def watch(
+    client: Client,
+    resource: Resource,
+    send: trio.MemorySendChannel[WatchEvent | Resync],
+    *,
+    namespace: str | None = None,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+    metadata_only: bool = False,
+    store: Store | None = None,
+    inactivity_timeout: float = 70.0,
+    timeout_seconds: int | None = None,
+    backoff_initial: float = 0.5,
+    backoff_max: float = 30.0,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Feed ``send`` with the state of ``resource`` and its changes until cancelled.
+
+    Use with ``await nursery.start(watch, ...)``: it returns once the first list is in ``store``,
+    just before that list's ``Resync`` is sent (so an unbuffered channel cannot deadlock the
+    caller). The channel belongs to the caller and is not closed here. The task returns early
+    only when the receiving end is closed; a selector the server refuses (400/422) raises.
+
+    ``metadata_only`` asks for ``PartialObjectMetadata``: the objects carry metadata alone, so
+    following Secrets never holds their data. ``timeout_seconds`` is the server-side lifetime of
+    one watch request (default: 5 to 10 minutes, jittered so that many watchers do not reconnect
+    together).
+    """
+    watcher = _Watcher(
+        client=client,
+        resource=resource,
+        send=send,
+        namespace=namespace,
+        label_selector=label_selector,
+        field_selector=field_selector,
+        metadata_only=metadata_only,
+        store=store,
+        inactivity_timeout=inactivity_timeout,
+        timeout_seconds=timeout_seconds,
+        backoff=_Backoff(backoff_initial, backoff_max),
+    )
+    try:
+        await watcher.run(task_status)
+    except trio.BrokenResourceError:
+        logger.debug("watch %s: the consumer went away", watcher.path)
+
+
+@attrs.define
+class _Backoff:
+    """Exponential delays with equal jitter, so that restarted watchers do not stampede."""
+
+    initial: float
+    maximum: float
+    _current: float = attrs.field(default=0.0, init=False)
+
+    def next(self) -> float:
+        self._current = self.initial if self._current <= 0 else min(self._current * 2, self.maximum)
+        half = self._current / 2
+        return half + random.uniform(0, half)  # noqa: S311  (jitter, not a secret)
+
+    def reset(self) -> None:
+        self._current = 0.0
+
+
+@attrs.define
+class _Watcher:
+    client: Client
+    resource: Resource
+    send: trio.MemorySendChannel[WatchEvent | Resync]
+    namespace: str | None
+    label_selector: str | None
+    field_selector: str | None
+    metadata_only: bool
+    store: Store | None
+    inactivity_timeout: float
+    timeout_seconds: int | None
+    backoff: _Backoff
+    resource_version: str | None = None
+
+    @property
+    def path(self) -> str:
+        return self.resource.path(namespace=self.namespace)
+
+    async def run(self, task_status: trio.TaskStatus[None]) -> None:
+        started = False
+        while True:
+            try:
+                if self.resource_version is None:
+                    objects = await self._list()
+                    if self.store is not None:
+                        self.store._replace(objects)
+                    if not started:
+                        task_status.started()
+                        started = True
+                    await self.send.send(Resync(objects))
+                healthy = await self._follow()
+            except Gone as exc:
+                # The history we would resume from is gone: only a fresh list can tell what was
+                # deleted meanwhile, and the Resync hands that to the consumer.
+                logger.info("watch %s: %s; listing again", self.path, exc)
+                self.resource_version = None
+                continue
+            except (BadRequest, Invalid):
+                raise
+            except KubeError as exc:
+                delay = self.backoff.next()
+                logger.warning("watch %s: %s; retrying in %.1f s", self.path, exc, delay)
+                await trio.sleep(delay)
+                continue
+            if healthy:
+                self.backoff.reset()
+            else:
+                await trio.sleep(self.backoff.next())
+
+    async def _list(self) -> tuple[dict[str, Any], ...]:
+        result = await self.client.list(
+            self.resource,
+            namespace=self.namespace,
+            label_selector=self.label_selector,
+            field_selector=self.field_selector,
+            metadata_only=self.metadata_only,
+        )
+        version = (result.get("metadata") or {}).get("resourceVersion")
+        if not isinstance(version, str) or not version:
+            raise TransportError(f"list {self.path}: the list has no resourceVersion")
+        self.resource_version = version
+        self.backoff.reset()
+        return tuple(result["items"])
+
+    async def _follow(self) -> bool:
+        """One watch request, from the current version until it ends; True if it was useful.
+
+        Raises ``Gone`` when the version is too old, ``TransportError`` when the stream dies
+        or stays silent past the inactivity deadline.
+        """
+        assert self.resource_version is not None
+        params = {
+            "watch": "true",
+            "resourceVersion": self.resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(
+                self.timeout_seconds
+                if self.timeout_seconds is not None
+                else random.randint(300, 600)  # noqa: S311  (spread reconnects, not a secret)
+            ),
+        }
+        if self.label_selector:
+            params["labelSelector"] = self.label_selector
+        if self.field_selector:
+            params["fieldSelector"] = self.field_selector
+        accept = METADATA_OBJECT if self.metadata_only else "application/json"
+        received = 0
+        opened = trio.current_time()
+        with trio.CancelScope() as deadline:
+            deadline.deadline = trio.current_time() + self.inactivity_timeout
+            async with self.client.stream("GET", self.path, params=params, accept=accept) as resp:
+                pending = b""
+                async for chunk in resp.aiter_bytes():
+                    deadline.deadline = trio.current_time() + self.inactivity_timeout
+                    lines = (pending + chunk).split(b"\n")
+                    pending = lines.pop()
+                    for line in lines:
+                        if not line.strip():
+                            continue
+                        received += 1
+                        event = self._parse(line)
+                        if event is None:
+                            continue
+                        # Time spent waiting for a slow consumer is not silence of the server.
+                        deadline.deadline = math.inf
+                        await self.send.send(event)
+                        deadline.deadline = trio.current_time() + self.inactivity_timeout
+        if deadline.cancelled_caught:
+            raise TransportError(
+                f"watch {self.path}: nothing received for {self.inactivity_timeout:g} s"
+            )
+        # A stream the server ends at once, having said nothing, must not become a busy loop.
+        return received > 0 or trio.current_time() - opened >= 1.0
+
+    def _parse(self, line: bytes) -> WatchEvent | None:
+        """Track the version of one event line; the change to forward, if it is one."""
+        try:
+            raw = json.loads(line)
+            kind = raw["type"]
+            obj = raw["object"]
+        except (ValueError, KeyError, TypeError):
+            raise TransportError(f"watch {self.path}: an event is not valid JSON") from None
+        if not isinstance(obj, dict):
+            raise TransportError(f"watch {self.path}: an event carries no object")
+        if kind == "ERROR":
+            code = obj.get("code")
+            error = error_from_status(
+                code if isinstance(code, int) else 500, obj, context=f"watch {self.path}"
+            )
+            raise error
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if isinstance(version, str) and version:
+            self.resource_version = version
+        if kind not in _CHANGES:
+            return None  # BOOKMARK, or a type this client does not know: only the version counts
+        event = WatchEvent(kind, obj)
+        if self.store is not None:
+            self.store._apply(event)
+        return event
