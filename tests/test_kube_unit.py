@@ -1,0 +1,436 @@
+"""kokumi.kube without a server: error mapping, paths, kubeconfig parsing, token files, backoff."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import importlib
+import json
+import os
+import ssl
+import tempfile
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+import kokumi.kube
+from kokumi.kube import (
+    CONFIG_MAPS,
+    CUSTOM_RESOURCE_DEFINITIONS,
+    NAMESPACES,
+    AlreadyExists,
+    ApiError,
+    BadRequest,
+    Config,
+    ConfigError,
+    Conflict,
+    FileToken,
+    Forbidden,
+    Gone,
+    Invalid,
+    KubeError,
+    NotFound,
+    Resource,
+    ServerError,
+    ServerTimeout,
+    ServiceUnavailable,
+    StaticToken,
+    TooManyRequests,
+    Unauthorized,
+)
+from kokumi.kube.errors import error_from_status
+
+# ``kokumi.kube.watch`` the attribute is the function; the module is reached by its name.
+client_module = importlib.import_module("kokumi.kube.client")
+config_module = importlib.import_module("kokumi.kube.config")
+errors_module = importlib.import_module("kokumi.kube.errors")
+watch_module = importlib.import_module("kokumi.kube.watch")
+
+# --- the public surface -------------------------------------------------------------------
+
+
+def test_all_is_explicit_complete_and_resolvable() -> None:
+    names = kokumi.kube.__all__
+    assert len(names) == len(set(names)), "duplicates in __all__"
+    for name in names:
+        assert hasattr(kokumi.kube, name), name
+        assert not name.startswith("_")
+    exported = set(names)
+    for module in (client_module, config_module, watch_module):
+        missing = set(module.__all__) - exported
+        assert not missing, f"{module.__name__} exports {missing} but kokumi.kube does not"
+    # Errors: every class of the hierarchy is reachable from the package.
+    for name in errors_module.__all__:
+        value = getattr(errors_module, name)
+        if isinstance(value, type):
+            assert name in exported, name
+    # Nothing public is defined in the package that __all__ forgets.
+    public = {
+        n
+        for n, v in vars(kokumi.kube).items()
+        if not n.startswith("_") and not isinstance(v, type(kokumi))
+    }
+    assert public == exported
+
+
+def test_watch_contract_types() -> None:
+    event = kokumi.kube.WatchEvent("ADDED", {"metadata": {"name": "a"}})
+    resync = kokumi.kube.Resync(({"metadata": {"name": "a"}},))
+    assert event.type == "ADDED"
+    assert resync.objects[0]["metadata"]["name"] == "a"
+    with pytest.raises(AttributeError):
+        event.type = "DELETED"  # type: ignore[misc]
+
+
+# --- errors -------------------------------------------------------------------------------
+
+
+def status(code: int, reason: str, message: str = "m", **details: object) -> dict[str, object]:
+    body: dict[str, object] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
+    if details:
+        body["details"] = details
+    return body
+
+
+@pytest.mark.parametrize(
+    ("code", "reason", "cls"),
+    [
+        (400, "BadRequest", BadRequest),
+        (401, "Unauthorized", Unauthorized),
+        (403, "Forbidden", Forbidden),
+        (404, "NotFound", NotFound),
+        (409, "AlreadyExists", AlreadyExists),
+        (409, "Conflict", Conflict),
+        (410, "Expired", Gone),
+        (410, "Gone", Gone),
+        (422, "Invalid", Invalid),
+        (429, "TooManyRequests", TooManyRequests),
+        (500, "InternalError", ServerError),
+        (500, "ServerTimeout", ServerTimeout),
+        (503, "ServiceUnavailable", ServiceUnavailable),
+        (504, "Timeout", ServerTimeout),
+        (418, "Teapot", ApiError),
+    ],
+)
+def test_status_maps_to_its_class(code: int, reason: str, cls: type[ApiError]) -> None:
+    error = error_from_status(code, status(code, reason), context="GET /x")
+    assert type(error) is cls
+    assert isinstance(error, KubeError)
+    assert (error.code, error.reason) == (code, reason)
+    assert str(error) == f"{code} {reason}: GET /x: m"
+
+
+def test_already_exists_is_not_a_conflict() -> None:
+    """A create that lost the name must not be mistaken for a stale write worth retrying."""
+    error = error_from_status(409, status(409, "AlreadyExists"))
+    assert not isinstance(error, Conflict)
+
+
+def test_without_a_status_the_http_code_decides() -> None:
+    assert type(error_from_status(404, None)) is NotFound
+    assert type(error_from_status(502, None)) is ServerError
+    error = error_from_status(503, {"kind": "ConfigMap", "message": "not a Status"})
+    assert type(error) is ServiceUnavailable
+    assert error.message == "the server gave no Status"
+
+
+def test_invalid_keeps_the_causes() -> None:
+    causes = [{"reason": "FieldValueInvalid", "message": "bad", "field": "metadata.name"}]
+    error = error_from_status(422, status(422, "Invalid", causes=causes, name="x", kind="Secret"))
+    assert isinstance(error, Invalid)
+    assert error.causes == causes
+    assert error.details["kind"] == "Secret"
+
+
+def test_retry_after_comes_from_header_or_details() -> None:
+    error = error_from_status(500, status(500, "ServerTimeout", retryAfterSeconds=2))
+    assert error.retry_after == 2.0
+    error = error_from_status(429, status(429, "TooManyRequests"), retry_after=5.0)
+    assert error.retry_after == 5.0
+    assert client_module._retry_after("3") == 3.0
+    assert client_module._retry_after("Wed, 21 Oct 2015 07:28:00 GMT") is None
+    assert client_module._retry_after("-1") is None
+
+
+def test_which_errors_are_retried() -> None:
+    assert client_module._retryable(error_from_status(429, None))
+    assert client_module._retryable(error_from_status(504, None))
+    assert not client_module._retryable(error_from_status(500, None))
+    assert client_module._retryable(error_from_status(500, None, retry_after=1))
+    assert not client_module._retryable(error_from_status(409, None, retry_after=1))
+
+
+def test_error_text_never_holds_a_body_it_was_not_given() -> None:
+    """Only the fields of a Status are read: an echoed object cannot leak into the text."""
+    leaked = {"kind": "Secret", "data": {"token": "c2VjcmV0LXZhbHVl"}, "message": "hi"}
+    error = error_from_status(400, leaked, context="POST /api/v1/namespaces/n/secrets")
+    for text in (str(error), repr(error), *map(str, error.args)):
+        assert "c2VjcmV0LXZhbHVl" not in text
+        assert "hi" not in text
+
+
+# --- resources ----------------------------------------------------------------------------
+
+
+def test_resource_paths() -> None:
+    assert CONFIG_MAPS.path() == "/api/v1/configmaps"
+    assert CONFIG_MAPS.path(namespace="n") == "/api/v1/namespaces/n/configmaps"
+    assert CONFIG_MAPS.path(namespace="n", name="a") == "/api/v1/namespaces/n/configmaps/a"
+    assert NAMESPACES.path(name="n") == "/api/v1/namespaces/n"
+    gizmos = Resource("example.dev", "v1", "gizmos", "Gizmo")
+    assert gizmos.api_version == "example.dev/v1"
+    assert (
+        gizmos.path(namespace="n", name="g", subresource="status")
+        == "/apis/example.dev/v1/namespaces/n/gizmos/g/status"
+    )
+    assert CUSTOM_RESOURCE_DEFINITIONS.path(name="a.b") == (
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/a.b"
+    )
+    # A name is one segment: nothing in it can climb the path.
+    assert CONFIG_MAPS.path(namespace="n", name="../x") == "/api/v1/namespaces/n/configmaps/..%2Fx"
+    with pytest.raises(ValueError, match="namespaced"):
+        CONFIG_MAPS.path(name="a")
+    with pytest.raises(ValueError, match="cluster-scoped"):
+        NAMESPACES.path(namespace="n")
+    with pytest.raises(ValueError, match="subresource"):
+        CONFIG_MAPS.path(namespace="n", subresource="status")
+
+
+# --- kubeconfig ---------------------------------------------------------------------------
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def write_kubeconfig(path: Path, document: dict[str, object]) -> Path:
+    path.write_text(json.dumps(document))
+    return path
+
+
+def test_kubeconfig_contexts_files_and_data(tmp_path: Path) -> None:
+    (tmp_path / "ca.pem").write_bytes(b"CA-FROM-FILE")
+    (tmp_path / "token").write_text("file-token\n")
+    config_path = write_kubeconfig(
+        tmp_path / "config",
+        {
+            "current-context": "one",
+            "clusters": [
+                {
+                    "name": "c1",
+                    "cluster": {
+                        "server": "https://one.example:6443/",
+                        "certificate-authority": "ca.pem",
+                        "tls-server-name": "api.one",
+                        "proxy-url": "http://proxy.example:3128",
+                    },
+                },
+                {
+                    "name": "c2",
+                    "cluster": {"server": "https://two.example", "insecure-skip-tls-verify": True},
+                },
+            ],
+            "users": [
+                {
+                    "name": "u1",
+                    "user": {"client-certificate-data": b64(b"CERT"), "client-key-data": b64(b"K")},
+                },
+                {"name": "u2", "user": {"tokenFile": "token"}},
+            ],
+            "contexts": [
+                {"name": "one", "context": {"cluster": "c1", "user": "u1", "namespace": "ns1"}},
+                {"name": "two", "context": {"cluster": "c2", "user": "u2"}},
+            ],
+        },
+    )
+    one = Config.from_kubeconfig(config_path)
+    assert one.server == "https://one.example:6443"
+    assert one.ca == b"CA-FROM-FILE"
+    assert (one.client_cert, one.client_key) == (b"CERT", b"K")
+    assert one.tls_server_name == "api.one"
+    assert one.proxy_url == "http://proxy.example:3128"
+    assert one.namespace == "ns1"
+    assert one.token is None
+    assert "CERT" not in repr(one)
+
+    two = Config.from_kubeconfig(config_path, context="two")
+    assert two.insecure
+    assert two.namespace == "default"
+    assert isinstance(two.token, FileToken)
+    assert two.token.path == tmp_path / "token"
+
+
+def test_kubeconfig_env_merges_first_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = write_kubeconfig(
+        tmp_path / "a",
+        {
+            "current-context": "ctx",
+            "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
+            "users": [{"name": "u", "user": {"token": "first"}}],
+        },
+    )
+    second = write_kubeconfig(
+        tmp_path / "b",
+        {
+            "current-context": "other",
+            "clusters": [{"name": "c", "cluster": {"server": "https://c.example"}}],
+            "users": [{"name": "u", "user": {"token": "second"}}],
+        },
+    )
+    monkeypatch.setenv(
+        "KUBECONFIG", os.pathsep.join([str(first), str(tmp_path / "none"), str(second)])
+    )
+    config = Config.from_kubeconfig()
+    assert config.server == "https://c.example"
+    assert config.token == StaticToken("first")
+    assert "first" not in repr(config.token)
+
+
+@pytest.mark.parametrize(
+    ("user", "context", "message"),
+    [
+        ({"exec": {"command": "x"}}, None, "exec credential plugins"),
+        ({"auth-provider": {"name": "oidc"}}, None, "auth providers"),
+        ({"token": "t"}, "missing", "no context 'missing'"),
+        ({"client-certificate-data": "%%%"}, None, "not valid base64"),
+    ],
+)
+def test_kubeconfig_refusals(
+    tmp_path: Path, user: dict[str, object], context: str | None, message: str
+) -> None:
+    path = write_kubeconfig(
+        tmp_path / "config",
+        {
+            "current-context": "ctx",
+            "clusters": [{"name": "c", "cluster": {"server": "https://c.example"}}],
+            "users": [{"name": "u", "user": user}],
+            "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
+        },
+    )
+    with pytest.raises(ConfigError, match=message):
+        Config.from_kubeconfig(path, context=context)
+
+
+def test_in_cluster_needs_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(ConfigError, match="KUBERNETES_SERVICE_HOST"):
+        Config.in_cluster(tmp_path)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "fd00::1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    with pytest.raises(ConfigError, match="no service-account token"):
+        Config.in_cluster(tmp_path)
+    (tmp_path / "token").write_text("t")
+    (tmp_path / "ca.crt").write_bytes(b"CA")
+    config = Config.in_cluster(tmp_path)
+    assert config.server == "https://[fd00::1]:443"
+    assert config.namespace == "default"
+    assert Config.load(root=tmp_path).server == config.server
+
+
+def test_client_key_file_lives_only_for_the_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The PEM key touches the disk only in a private directory that is gone afterwards."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "me")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    cert_pem = cert.public_bytes(serialization.Encoding.PEM)
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    seen: list[tuple[str, int, int]] = []
+    real = ssl.SSLContext.load_cert_chain
+
+    def spy(self: ssl.SSLContext, certfile: str, *args: object, **kwargs: object) -> None:
+        seen.append(
+            (
+                certfile,
+                os.stat(certfile).st_mode & 0o777,
+                os.stat(os.path.dirname(certfile)).st_mode & 0o777,
+            )
+        )
+        real(self, certfile)
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(ssl.SSLContext, "load_cert_chain", spy)
+    Config("https://x", client_cert=cert_pem, client_key=key_pem, ca=cert_pem).ssl_context()
+    assert len(seen) == 1
+    path, file_mode, dir_mode = seen[0]
+    assert (file_mode, dir_mode) == (0o600, 0o700)
+    assert not os.path.exists(path)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ConfigError, match="needs its key"):
+        Config("https://x", client_cert=cert_pem).ssl_context()
+
+
+# --- tokens and backoff -------------------------------------------------------------------
+
+
+async def test_file_token_rereads_after_max_age_and_on_refresh(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    path = tmp_path / "token"
+    path.write_text("one\n")
+    token = FileToken(path, max_age=60)
+    assert await token.token() == "one"
+    path.write_text("two")
+    await trio.sleep(30)
+    assert await token.token() == "one"  # cached: a minute has not passed
+    await trio.sleep(31)
+    assert await token.token() == "two"
+    path.write_text("three")
+    assert await token.refresh() == "three"  # a 401 re-reads at once
+    assert await token.refresh() is None  # unchanged: retrying would be pointless
+    path.unlink()
+    await trio.sleep(61)
+    assert await token.token() == "three"  # a failed re-read keeps the last good token
+    with pytest.raises(ConfigError, match="cannot read"):
+        await FileToken(path).token()
+
+
+def test_backoff_grows_with_jitter_and_resets() -> None:
+    backoff = watch_module._Backoff(0.5, 4.0)
+    delays = [backoff.next() for _ in range(6)]
+    for delay, ceiling in zip(delays, [0.5, 1, 2, 4, 4, 4], strict=True):
+        assert ceiling / 2 <= delay <= ceiling
+    backoff.reset()
+    assert backoff.next() <= 0.5
+
+
+def test_store_keys_by_namespace_and_name() -> None:
+    store = kokumi.kube.Store()
+    a = {"metadata": {"namespace": "n", "name": "a"}}
+    node = {"metadata": {"name": "node"}}
+    store._replace((a, node))
+    assert store.synced
+    assert store.get("n", "a") is a
+    assert store.get(None, "node") is node
+    store._apply(kokumi.kube.WatchEvent("DELETED", a))
+    assert store.get("n", "a") is None
+    assert list(store) == [(None, "node")]
