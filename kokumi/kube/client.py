@@ -597,8 +597,16 @@ def _segment(value: str) -> str:
 
 
 def _describe(exc: httpx.HTTPError) -> str:
-    """The class and message of a transport failure; httpx never puts a body in them."""
+    """The class and message of a transport failure; httpx never puts a body in them.
+
+    httpx often wraps the real cause (a refused connection, a certificate that does not verify)
+    in an exception with no text of its own: the cause's words are what an operator needs.
+    """
     text = str(exc)
+    cause: BaseException | None = exc.__cause__ or exc.__context__
+    while not text and cause is not None:
+        text = str(cause)
+        cause = cause.__cause__ or cause.__context__
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
