@@ -18,6 +18,8 @@ import pytest
 
 from kokumi.controlplane import APIServer, ControlPlane, tail
 
+pytest_plugins = ["tests.fixtures_deploy", "tests.fixtures_spoke"]
+
 KUBECTL = str(Path(sys.executable).with_name("kubectl"))
 
 Kubectl = Callable[..., "subprocess.CompletedProcess[str]"]
@@ -86,5 +88,5 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         plane: ControlPlane | None = item.funcargs.get("control_plane")  # type: ignore[attr-defined]
         if plane is not None:
             for name, path in plane.logs():
-                report.sections.append((f"{name} log (tail)", tail(path, 30)))
+                report.sections.append((f"{name} log (tail)", tail(path, 12)))
     return report

@@ -1,0 +1,404 @@
+"""One actor per Cluster: it owns the Cluster's last check, its probe timer and its status.
+
+Its mailbox is a handful of "latest value" slots plus a wake-up event, filled by plain method calls
+that never block. That keeps the dispatcher, the Environments actor and the registry from ever
+waiting on a Cluster actor (the registry -> Cluster direction is half of a cycle), and it bounds the
+mailbox by construction: a burst of watch events for one Cluster costs one reconcile, with the
+newest state.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import trio
+
+from kokumi import api, kubeconfig, probe
+from kokumi.actors.context import Context
+from kokumi.argocd import normalise_server
+from kokumi.kube import errors
+from kokumi.kube.client import SECRETS
+from kokumi.ownership import IN_CLUSTER_SERVER, ClusterRef
+
+__all__ = ["Check", "ClusterActor", "Outcome", "Registration"]
+
+log = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class Outcome:
+    """What a check found, in the terms of the Ready condition."""
+
+    ok: bool
+    reason: str
+    message: str
+    server: str | None = None
+    kubernetes_version: str | None = None
+
+    @classmethod
+    def of(cls, finding: probe.Finding) -> Outcome:
+        return cls(
+            finding.ok,
+            str(finding.reason),
+            finding.message,
+            finding.server,
+            finding.kubernetes_version,
+        )
+
+
+@attrs.frozen
+class Check:
+    """What one check found, when, and from which version of the kubeconfig Secret."""
+
+    finding: Outcome
+    at: float
+    secret_version: str | None
+    connection: kubeconfig.Connection | None = attrs.field(default=None, repr=False)
+
+
+@attrs.frozen
+class Registration:
+    """The registry's word on this Cluster: holding its server, waiting, or refused."""
+
+    holding: bool
+    server: str | None = None
+    conflict: str | None = None  # the ClusterConflict message, when not holding
+
+
+NOT_REGISTERED = Registration(holding=False)
+
+
+class ClusterActor:
+    def __init__(self, context: Context, cluster: api.Cluster | api.Invalid) -> None:
+        self._context = context
+        self._cluster = cluster
+        self.ref = ClusterRef(cluster.metadata.namespace, cluster.metadata.name)
+        self._wake = trio.Event()
+        self._selected = False
+        self._secret_dirty = False
+        self._registration = NOT_REGISTERED
+        self._wanted: str | None = None  # the server we asked the registry for
+        self._check: Check | None = None
+        self._next_check = -math.inf
+        self._written: dict[str, Any] | None = None
+        self._stopping = False
+        self.checked = trio.Event()  # set after the first check: "all Clusters checked once"
+
+    # --- the mailbox: every method returns at once ----------------------------------------------
+
+    def update(self, cluster: api.Cluster | api.Invalid) -> None:
+        self._cluster = cluster
+        self._wake.set()
+
+    def secret_changed(self) -> None:
+        self._secret_dirty = True
+        self._wake.set()
+
+    def set_selected(self, selected: bool) -> None:
+        if selected != self._selected:
+            self._selected = selected
+            self._wake.set()
+
+    def registration(self, registration: Registration) -> None:
+        if registration != self._registration:
+            self._registration = registration
+            self._wake.set()
+
+    def stop(self) -> None:
+        """The Cluster is gone from the API: let go of its server and end."""
+        self._stopping = True
+        self._wake.set()
+
+    @property
+    def cluster(self) -> api.Cluster | api.Invalid:
+        return self._cluster
+
+    @property
+    def last_check(self) -> Check | None:
+        return self._check
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        self._context.registry.subscribe(self.ref, self.registration)
+        try:
+            while True:
+                with trio.move_on_at(self._next_check):
+                    await self._wake.wait()
+                self._wake = trio.Event()
+                if self._stopping:
+                    break
+                try:
+                    await self._reconcile()
+                except errors.KubeError as exc:
+                    # The hub said no or went away; the next wake or timer tries again.
+                    log.warning("Cluster %s: %s; retrying", self.ref, exc)
+                    self._next_check = min(self._next_check, trio.current_time() + 5)
+                except Exception:
+                    # A bug must cost one Cluster a retry, never the manager and every other
+                    # Cluster. Our exceptions carry no credentials, so the traceback may be logged.
+                    log.exception("Cluster %s: unexpected error; retrying in 30 s", self.ref)
+                    self._next_check = min(self._next_check, trio.current_time() + 30)
+            await self._release()
+        finally:
+            self._context.registry.unsubscribe(self.ref)
+
+    async def _reconcile(self) -> None:
+        cluster = self._cluster
+        if isinstance(cluster, api.Invalid):
+            await self._release()
+            await self._write(
+                self._status(
+                    Outcome(False, "InvalidSpec", cluster.message, None, None), None
+                ),
+                cluster.metadata,
+            )
+            self.checked.set()
+            self._next_check = math.inf
+            return
+        if cluster.metadata.deletion_timestamp:
+            await self._release()
+            await self._drop_finalizer(cluster)
+            return
+        now = trio.current_time()
+        if self._needs_check(now):
+            self._check = await self._run_check(cluster)
+            self._secret_dirty = False
+            self._next_check = self._check.at + self._context.options.next_check_delay()
+            self.checked.set()
+        assert self._check is not None
+        await self._register(cluster, self._check)
+        await self._ensure_finalizer(cluster)
+        await self._write(self._status(self._check.finding, self._registration), cluster.metadata)
+
+    def _needs_check(self, now: float) -> bool:
+        """A reconcile for another reason reuses a check under half a minute old.
+
+        The timer, a changed kubeconfig Secret, or a new Secret reference check again.
+        """
+        check = self._check
+        if check is None or now >= self._next_check or self._secret_dirty:
+            return True
+        if self._secret_version() != check.secret_version:
+            return True
+        return now - check.at >= self._context.options.reuse_window
+
+    def _secret_version(self) -> str | None:
+        cluster = self._cluster
+        if not isinstance(cluster, api.Cluster) or cluster.secret_ref is None:
+            return None
+        ref = cluster.secret_ref
+        version = self._context.secret_versions.get((cluster.metadata.namespace, ref.name))
+        return f"{ref.name}/{ref.key}@{version}"
+
+    async def _run_check(self, cluster: api.Cluster) -> Check:
+        now = trio.current_time()
+        if cluster.spec.connection == "InCluster":
+            finding = await self._context.in_cluster.check(self._context.options.reuse_window)
+            return Check(Outcome.of(finding), now, None)
+        ref = cluster.secret_ref
+        assert ref is not None  # parse_cluster guarantees it for Kubeconfig
+        namespace = cluster.metadata.namespace
+        version = self._secret_version()
+        try:
+            secret = await self._context.client.get(SECRETS, ref.name, namespace=namespace)
+        except errors.NotFound:
+            return Check(_secret_not_found(ref.name, namespace), now, version)
+        except errors.Forbidden:
+            message = (
+                f"Kokumi may not read Secret {ref.name} in namespace {namespace}: "
+                "grant its ServiceAccount get on Secrets there (see deploy/rbac)"
+            )
+            return Check(Outcome(False, "SecretNotReadable", message, None, None), now, version)
+        text = _secret_value(secret, ref.key)
+        if text is None:
+            keys = ", ".join(sorted((secret.get("data") or {}).keys())) or "none"
+            message = (
+                f"Secret {ref.name} has no key {ref.key} (its keys: {keys}): store the kubeconfig "
+                f"under {ref.key}, or set spec.kubeconfig.secretRef.key"
+            )
+            return Check(Outcome(False, "SecretKeyNotFound", message, None, None), now, version)
+        parsed = kubeconfig.parse(text)
+        if isinstance(parsed, kubeconfig.Refusal):
+            message = f"Secret {ref.name} key {ref.key}: {parsed.message}"
+            return Check(Outcome(False, "InvalidKubeconfig", message), now, version)
+        server = normalise_server(parsed.server)
+        if server == IN_CLUSTER_SERVER:
+            message = (
+                f"server {IN_CLUSTER_SERVER} is Argo CD's own cluster, which it reaches in-cluster: "
+                "registering it would replace that connection for every Application; "
+                "use connection: InCluster instead"
+            )
+            outcome = Outcome(False, "ClusterConflict", message, parsed.server)
+            return Check(outcome, now, version, parsed)
+        async with self._context.probe_limiter:
+            found = await probe.check(parsed, timeout=self._context.options.probe_timeout)
+        return Check(Outcome.of(found), trio.current_time(), version, parsed)
+
+    # --- the server registry --------------------------------------------------------------------
+
+    async def _register(self, cluster: api.Cluster, check: Check) -> None:
+        """Want the server while selected and the kubeconfig is usable; else let go.
+
+        "Usable" means a valid connection: an unreachable cluster keeps its registration (an
+        outage should not hand its server to someone else), a broken kubeconfig does not.
+        """
+        connection = check.connection
+        usable = (
+            connection is not None
+            and cluster.spec.connection == "Kubeconfig"
+            and normalise_server(connection.server) != IN_CLUSTER_SERVER
+        )
+        if self._selected and usable and connection is not None:
+            self._wanted = normalise_server(connection.server)
+            self.registration(await self._context.registry.want(self.ref, connection))
+        else:
+            await self._release()
+
+    async def _release(self) -> None:
+        if self._wanted is not None:
+            self._wanted = None
+            await self._context.registry.release(self.ref)
+        self._registration = NOT_REGISTERED
+
+    async def _ensure_finalizer(self, cluster: api.Cluster) -> None:
+        """A holder carries a finalizer, so its Secret goes even if it is deleted while we are down."""
+        has = api.FINALIZER in cluster.metadata.finalizers
+        if self._registration.holding and not has:
+            await self._set_finalizers(cluster, (*cluster.metadata.finalizers, api.FINALIZER))
+        elif not self._registration.holding and has:
+            await self._drop_finalizer(cluster)
+
+    async def _drop_finalizer(self, cluster: api.Cluster) -> None:
+        if api.FINALIZER in cluster.metadata.finalizers:
+            rest = tuple(f for f in cluster.metadata.finalizers if f != api.FINALIZER)
+            await self._set_finalizers(cluster, rest)
+
+    async def _set_finalizers(self, cluster: api.Cluster, finalizers: tuple[str, ...]) -> None:
+        meta = cluster.metadata
+        patch = {"metadata": {"finalizers": list(finalizers), "resourceVersion": meta.resource_version}}
+        try:
+            updated = await self._context.client.patch_merge(
+                api.CLUSTERS, meta.name, patch, namespace=meta.namespace
+            )
+        except errors.NotFound:
+            return
+        except errors.Conflict:
+            self._wake.set()  # a newer version is on its way through the watch
+            return
+        self._cluster = api.parse_cluster(updated)
+
+    # --- status ---------------------------------------------------------------------------------
+
+    def _status(self, finding: Outcome, registration: Registration | None) -> dict[str, Any]:
+        cluster = self._cluster
+        generation = cluster.metadata.generation
+        if not finding.ok:
+            status, reason, message = "False", finding.reason, finding.message
+        elif registration is not None and registration.conflict:
+            status, reason, message = "False", "ClusterConflict", registration.conflict
+        else:
+            status, reason, message = "True", "Ready", finding.message
+        server = finding.server
+        if isinstance(cluster, api.Cluster) and cluster.spec.connection == "InCluster":
+            server = IN_CLUSTER_SERVER
+        condition = api.Condition(
+            type="Ready",
+            status=status,  # type: ignore[arg-type]
+            reason=reason,
+            message=message,
+            observed_generation=generation,
+        )
+        old = cluster.status.conditions if isinstance(cluster, api.Cluster) else ()
+        conditions = api.set_condition(old, condition)
+        return {
+            "server": server,
+            "kubernetesVersion": finding.kubernetes_version,
+            "observedGeneration": generation,
+            "conditions": [api.converter.unstructure(c) for c in conditions],
+        }
+
+    async def _write(self, status: dict[str, Any], meta: api.Meta) -> None:
+        """Write only what differs from what the object already says, or what we last wrote."""
+        observed = _observed_status(self._cluster)
+        if status in (observed, self._written):
+            return
+        try:
+            await self._context.client.patch_merge(
+                api.CLUSTERS, meta.name, {"status": status}, namespace=meta.namespace,
+                subresource="status",
+            )
+        except errors.NotFound:
+            return
+        self._written = status
+        self._context.metrics.status_writes += 1
+        await self._record_transition(observed, status, meta)
+
+    async def _record_transition(
+        self, old: Mapping[str, Any] | None, new: Mapping[str, Any], meta: api.Meta
+    ) -> None:
+        before = _ready_of(old)
+        after = _ready_of(new)
+        if before is not None and (before.get("status"), before.get("reason")) == (
+            after.get("status"),
+            after.get("reason"),
+        ):
+            return
+        await self._context.events.record(
+            api.CLUSTERS,
+            meta,
+            reason=str(after.get("reason")),
+            message=str(after.get("message")),
+            warning=after.get("status") != "True",
+        )
+
+
+def _ready_of(status: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    for condition in (status or {}).get("conditions") or ():
+        if isinstance(condition, Mapping) and condition.get("type") == "Ready":
+            return condition
+    return {}
+
+
+def _observed_status(cluster: api.Cluster | api.Invalid) -> dict[str, Any] | None:
+    if not isinstance(cluster, api.Cluster):
+        return None
+    status = cluster.status
+    return {
+        "server": status.server,
+        "kubernetesVersion": status.kubernetes_version,
+        "observedGeneration": status.observed_generation,
+        "conditions": [api.converter.unstructure(c) for c in status.conditions],
+    }
+
+
+def _secret_not_found(name: str, namespace: str) -> Outcome:
+    message = (
+        f"Secret {name} not found in namespace {namespace}: create it with the kubeconfig under "
+        f"key value (kubectl create secret generic {name} -n {namespace} --from-file=value=...)"
+    )
+    return Outcome(False, "SecretNotFound", message, None, None)
+
+
+def _secret_value(secret: Mapping[str, Any], key: str) -> bytes | None:
+    import base64
+    import binascii
+
+    data = secret.get("data") or {}
+    value = data.get(key) if isinstance(data, Mapping) else None
+    if not isinstance(value, str):
+        return None
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def jittered_interval(interval: float, jitter: float) -> float:
+    """A little later than the interval, at random, so that many Clusters' checks spread out."""
+    return interval + random.uniform(0.0, jitter)  # noqa: S311 - spreading load, not secrecy

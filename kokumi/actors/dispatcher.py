@@ -1,0 +1,230 @@
+"""The dispatcher: follows Clusters, Environments and Secrets, and owns uid -> Cluster actor.
+
+It alone decides when a Cluster actor starts and ends, so no message can go to an actor that is
+closing. Everything it tells an actor is a non-blocking mailbox call; the only awaits are for the
+watches and the registry.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import trio
+
+from kokumi import api
+from kokumi.actors.cluster import ClusterActor
+from kokumi.actors.context import Context
+from kokumi.actors.environments import EnvironmentsActor
+from kokumi.actors.registry import Registry
+from kokumi.kube.client import SECRETS
+from kokumi.kube.watch import Resync, Store, WatchEvent, watch
+from kokumi.ownership import ClusterRef
+
+__all__ = ["Dispatcher"]
+
+log = logging.getLogger(__name__)
+
+Events = trio.MemoryReceiveChannel[WatchEvent | Resync]
+
+
+@attrs.define
+class _Running:
+    actor: ClusterActor
+    cancel: trio.CancelScope
+
+
+class Dispatcher:
+    def __init__(self, context: Context, registry: Registry) -> None:
+        self._context = context
+        self._registry = registry
+        self.clusters = Store()
+        self.environments = Store()
+        self._actors: dict[str, _Running] = {}  # uid -> actor
+        self._by_ref: dict[ClusterRef, str] = {}
+        self._by_secret: defaultdict[tuple[str, str], set[str]] = defaultdict(set)
+        self._selected: set[ClusterRef] = set()
+        self._nursery: trio.Nursery | None = None
+        self.environments_actor = EnvironmentsActor(
+            context.client, self.clusters, self.environments, self._select
+        )
+        self._clusters_synced = trio.Event()
+
+    @property
+    def actors(self) -> list[ClusterActor]:
+        return [running.actor for running in self._actors.values()]
+
+    async def wait_checked(self) -> None:
+        """Return once every Cluster that exists now has been checked at least once."""
+        await self._clusters_synced.wait()
+        for actor in self.actors:
+            await actor.checked.wait()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        client = self._context.client
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            watches: list[tuple[Any, Store | None, Callable[[Events], Any], bool]] = [
+                (SECRETS, None, self._follow_secrets, True),
+                (api.ENVIRONMENTS, self.environments, self._follow_environments, False),
+                (api.CLUSTERS, self.clusters, self._follow_clusters, False),
+            ]
+            for resource, store, follow, metadata_only in watches:
+                send, receive = trio.open_memory_channel[WatchEvent | Resync](256)
+                await nursery.start(
+                    _watch_task(client, resource, send, store, metadata_only=metadata_only)
+                )
+                nursery.start_soon(follow, receive)
+            nursery.start_soon(self.environments_actor.run)
+            await self._clusters_synced.wait()
+            task_status.started()
+
+    # --- Clusters -----------------------------------------------------------------------------
+
+    async def _follow_clusters(self, receive: Events) -> None:
+        async for event in receive:
+            if isinstance(event, Resync):
+                present = {_uid(o) for o in event.objects}
+                for uid in set(self._actors) - present:
+                    self._stop(uid)
+                for obj in event.objects:
+                    self._upsert(obj)
+                if not self._clusters_synced.is_set():
+                    refs = [_ref(o) for o in event.objects]
+                    await self._registry.prune(refs)
+                    self._clusters_synced.set()
+                for namespace in {_ref(o).namespace for o in event.objects}:
+                    self.environments_actor.changed(namespace)
+                continue
+            if event.type == "DELETED":
+                self._stop(_uid(event.object))
+            else:
+                self._upsert(event.object)
+            self.environments_actor.changed(_ref(event.object).namespace)
+
+    def _upsert(self, obj: dict[str, Any]) -> None:
+        uid = _uid(obj)
+        cluster = api.parse_cluster(obj)
+        running = self._actors.get(uid)
+        if running is not None:
+            self._index_secret(uid, running.actor.cluster, cluster)
+            running.actor.update(cluster)
+            return
+        actor = ClusterActor(self._context, cluster)
+        actor.set_selected(actor.ref in self._selected)
+        scope = trio.CancelScope()
+        self._actors[uid] = _Running(actor, scope)
+        self._by_ref[actor.ref] = uid
+        self._index_secret(uid, None, cluster)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._run_actor, uid, actor, scope)
+
+    async def _run_actor(self, uid: str, actor: ClusterActor, scope: trio.CancelScope) -> None:
+        with scope:
+            await actor.run()
+        running = self._actors.get(uid)
+        if running is not None and running.actor is actor:
+            del self._actors[uid]
+
+    def _stop(self, uid: str) -> None:
+        running = self._actors.pop(uid, None)
+        if running is None:
+            return
+        actor = running.actor
+        self._by_ref.pop(actor.ref, None)
+        self._index_secret(uid, actor.cluster, None)
+        # Let the actor release its server itself; it ends right after.
+        actor.stop()
+
+    def _index_secret(
+        self,
+        uid: str,
+        old: api.Cluster | api.Invalid | None,
+        new: api.Cluster | api.Invalid | None,
+    ) -> None:
+        for cluster, add in ((old, False), (new, True)):
+            if isinstance(cluster, api.Cluster) and cluster.secret_ref is not None:
+                key = (cluster.metadata.namespace, cluster.secret_ref.name)
+                if add:
+                    self._by_secret[key].add(uid)
+                else:
+                    self._by_secret[key].discard(uid)
+
+    def _select(self, namespace: str, name: str, selected: bool) -> None:
+        ref = ClusterRef(namespace, name)
+        if selected:
+            self._selected.add(ref)
+        else:
+            self._selected.discard(ref)
+        uid = self._by_ref.get(ref)
+        if uid is not None and uid in self._actors:
+            self._actors[uid].actor.set_selected(selected)
+
+    # --- Environments and Secrets -------------------------------------------------------------
+
+    async def _follow_environments(self, receive: Events) -> None:
+        async for event in receive:
+            objects = event.objects if isinstance(event, Resync) else (event.object,)
+            namespaces = {_ref(o).namespace for o in objects}
+            if isinstance(event, Resync):
+                # A deleted Environment's namespace must be recomputed too.
+                namespaces |= {ref.namespace for ref in self._selected}
+            for namespace in namespaces:
+                self.environments_actor.changed(namespace)
+
+    async def _follow_secrets(self, receive: Events) -> None:
+        versions = self._context.secret_versions
+        async for event in receive:
+            if isinstance(event, Resync):
+                fresh = {
+                    (_ref(o).namespace, _ref(o).name): _version(o) for o in event.objects
+                }
+                changed = {k for k in set(versions) | set(fresh) if versions.get(k) != fresh.get(k)}
+                versions.clear()
+                versions.update(fresh)
+            else:
+                ref = _ref(event.object)
+                key = (ref.namespace, ref.name)
+                if event.type == "DELETED":
+                    versions.pop(key, None)
+                else:
+                    versions[key] = _version(event.object)
+                changed = {key}
+            for key in changed:
+                for uid in self._by_secret.get(key, ()):
+                    running = self._actors.get(uid)
+                    if running is not None:
+                        running.actor.secret_changed()
+
+
+def _watch_task(
+    client: Any, resource: Any, send: Any, store: Store | None, *, metadata_only: bool
+) -> Callable[..., Any]:
+    async def task(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        await watch(
+            client,
+            resource,
+            send,
+            store=store,
+            metadata_only=metadata_only,
+            task_status=task_status,
+        )
+
+    return task
+
+
+def _uid(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata", {})
+    return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+
+
+def _ref(obj: dict[str, Any]) -> ClusterRef:
+    meta = obj.get("metadata", {})
+    return ClusterRef(str(meta.get("namespace", "")), str(meta.get("name", "")))
+
+
+def _version(obj: dict[str, Any]) -> str:
+    return str(obj.get("metadata", {}).get("resourceVersion", ""))

@@ -1,0 +1,235 @@
+"""Which Environments select which Clusters, and each Environment's targets.
+
+Selection drives the registry: a Kubeconfig Cluster is registered while at least one Environment
+of its namespace that deploys through Argo CD selects it. The actor recomputes one namespace at a
+time, whenever a Cluster or an Environment of it changes, and writes an Environment's status only
+when it differs from what the object says.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import trio
+
+from kokumi import api, selectors, targets
+from kokumi.kube import errors
+from kokumi.kube.client import Client
+from kokumi.kube.watch import Store
+
+__all__ = ["EnvironmentsActor"]
+
+log = logging.getLogger(__name__)
+
+
+class EnvironmentsActor:
+    """Owns the selection per namespace; tells Cluster actors whether they are selected.
+
+    ``select`` is called with (namespace, name, selected) and must not block: it sets a flag in a
+    Cluster actor's mailbox.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        clusters: Store,
+        environments: Store,
+        select: Callable[[str, str, bool], None],
+    ) -> None:
+        self._client = client
+        self._clusters = clusters
+        self._environments = environments
+        self._select = select
+        self._dirty: set[str] = set()
+        self._wake = trio.Event()
+        self._written: dict[tuple[str, str], dict[str, Any]] = {}
+        self.status_writes = 0
+
+    def changed(self, namespace: str) -> None:
+        """Something in ``namespace`` changed: recompute it soon. Never blocks."""
+        self._dirty.add(namespace)
+        self._wake.set()
+
+    def selected(self, namespace: str) -> set[str]:
+        """Names of the Clusters of ``namespace`` that an Argo CD Environment selects now."""
+        chosen: set[str] = set()
+        clusters = self._clusters_of(namespace)
+        for environment in self._environments_of(namespace):
+            if isinstance(environment, api.Invalid):
+                continue
+            selector = selectors.parse(environment.spec.cluster_selector)
+            if isinstance(selector, selectors.Selector):
+                chosen.update(c.metadata.name for c in clusters if selector.matches(c.metadata.labels))
+        return chosen
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            dirty, self._dirty = self._dirty, set()
+            for namespace in sorted(dirty):
+                try:
+                    await self._reconcile(namespace)
+                except errors.KubeError as exc:
+                    log.warning("Environments of %s: %s; retrying", namespace, exc)
+                    self._dirty.add(namespace)
+            if self._dirty:
+                await trio.sleep(1)  # a retry after a failed write, not a busy loop
+                self._wake.set()
+
+    def _clusters_of(self, namespace: str) -> list[api.Cluster]:
+        parsed = (
+            api.parse_cluster(o)
+            for o in self._clusters.values()
+            if o.get("metadata", {}).get("namespace") == namespace
+        )
+        return sorted(
+            (c for c in parsed if isinstance(c, api.Cluster)), key=lambda c: c.metadata.name
+        )
+
+    def _environments_of(self, namespace: str) -> list[api.Environment | api.Invalid]:
+        return [
+            api.parse_environment(o)
+            for o in self._environments.values()
+            if o.get("metadata", {}).get("namespace") == namespace
+        ]
+
+    async def _reconcile(self, namespace: str) -> None:
+        clusters = self._clusters_of(namespace)
+        chosen = self.selected(namespace)
+        for cluster in clusters:
+            self._select(namespace, cluster.metadata.name, cluster.metadata.name in chosen)
+        for environment in self._environments_of(namespace):
+            await self._write(environment, self._status(environment, clusters))
+
+    def _status(
+        self, environment: api.Environment | api.Invalid, clusters: list[api.Cluster]
+    ) -> dict[str, Any]:
+        generation = environment.metadata.generation
+        old = environment.status.conditions if isinstance(environment, api.Environment) else ()
+        if isinstance(environment, api.Invalid):
+            condition = api.Condition("Ready", "False", "InvalidSpec", environment.message)
+            return _body(generation, api.set_condition(old, _gen(condition, generation)), [])
+        selector = selectors.parse(environment.spec.cluster_selector)
+        if isinstance(selector, selectors.SelectorError):
+            condition = api.Condition("Ready", "False", "InvalidSelector", selector.message)
+            return _body(generation, api.set_condition(old, _gen(condition, generation)), [])
+        selected = [c for c in clusters if selector.matches(c.metadata.labels)]
+        found = targets.targets([_selected(c) for c in selected])
+        rows = [
+            {
+                "name": t.cluster,
+                "target": t.reason,
+                "reason": _reason(t, cluster),
+                "message": t.message,
+            }
+            for t, cluster in zip(found, selected, strict=True)
+        ]
+        deploying = sum(1 for t in found if isinstance(t, targets.Deploy))
+        if not selected:
+            condition = api.Condition(
+                "Ready",
+                "False",
+                "NoClusters",
+                f"no Cluster of namespace {environment.metadata.namespace} matches the selector "
+                f"{selector}: label Clusters to match, or change spec.clusterSelector",
+            )
+        elif deploying == 0:
+            condition = api.Condition(
+                "Ready",
+                "False",
+                "NoClusterReady",
+                f"none of the {len(selected)} selected Clusters can be deployed to; "
+                "see status.clusters",
+            )
+        else:
+            condition = api.Condition(
+                "Ready", "True", "Ready", f"{deploying} of {len(selected)} selected Clusters deploy"
+            )
+        body = _body(generation, api.set_condition(old, _gen(condition, generation)), rows)
+        body["selected"] = len(selected)
+        body["deploying"] = deploying
+        return body
+
+    async def _write(self, environment: api.Environment | api.Invalid, status: dict[str, Any]) -> None:
+        meta = environment.metadata
+        key = (meta.namespace, meta.name)
+        observed = (
+            _observed(environment.status) if isinstance(environment, api.Environment) else None
+        )
+        if status in (observed, self._written.get(key)):
+            return
+        try:
+            await self._client.patch_merge(
+                api.ENVIRONMENTS,
+                meta.name,
+                {"status": status},
+                namespace=meta.namespace,
+                subresource="status",
+            )
+        except errors.NotFound:
+            return
+        self._written[key] = status
+        self.status_writes += 1
+
+
+def _gen(condition: api.Condition, generation: int) -> api.Condition:
+    return api.Condition(
+        condition.type,
+        condition.status,
+        condition.reason,
+        condition.message,
+        observed_generation=generation,
+    )
+
+
+def _body(
+    generation: int, conditions: tuple[api.Condition, ...], rows: list[dict[str, str]]
+) -> dict[str, Any]:
+    return {
+        "observedGeneration": generation,
+        "conditions": [api.converter.unstructure(c) for c in conditions],
+        "selected": 0,
+        "deploying": 0,
+        "clusters": rows,
+    }
+
+
+def _observed(status: api.EnvironmentStatus) -> dict[str, Any]:
+    return {
+        "observedGeneration": status.observed_generation,
+        "conditions": [api.converter.unstructure(c) for c in status.conditions],
+        "selected": status.selected,
+        "deploying": status.deploying,
+        "clusters": [
+            {"name": t.name, "target": t.target, "reason": t.reason, "message": t.message}
+            for t in status.clusters
+        ],
+    }
+
+
+def _selected(cluster: api.Cluster) -> targets.SelectedCluster:
+    ready = cluster.ready
+    return targets.SelectedCluster(
+        name=cluster.metadata.name,
+        connection=cluster.spec.connection,
+        ready=ready is not None and ready.status == "True",
+        reason=ready.reason if ready is not None else "Unknown",
+        server=cluster.status.server,
+        message=ready.message if ready is not None else "not checked yet",
+    )
+
+
+def _reason(target: targets.Target, cluster: api.Cluster) -> str:
+    """The Cluster's own reason where it is held (so a reader sees why), else the target's."""
+    if isinstance(target, targets.ClusterNotReady):
+        ready = cluster.ready
+        return ready.reason if ready is not None else "Unknown"
+    return target.reason
+
+
+def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    labels = obj.get("metadata", {}).get("labels")
+    return labels if isinstance(labels, Mapping) else {}

@@ -1,0 +1,368 @@
+"""Kokumi's Cluster and Environment as typed values, and the converter to and from the API's dicts.
+
+Pure: no I/O, no Trio. Reading an object never raises on what a user wrote: a Cluster or an
+Environment that does not fit the schema (the CRD validates, but objects from before a schema change
+or written with validation off can still be anything) becomes an ``Invalid`` with a one-line message,
+which the actors put into the status instead of crashing.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, Literal, TypeVar
+
+import attrs
+import cattrs
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+from kokumi.kube.client import Resource
+
+__all__ = [
+    "CLUSTERS",
+    "ENVIRONMENTS",
+    "FINALIZER",
+    "GROUP",
+    "IN_CLUSTER_LABEL",
+    "VERSION",
+    "Cluster",
+    "ClusterSpec",
+    "ClusterStatus",
+    "Condition",
+    "Environment",
+    "EnvironmentSpec",
+    "EnvironmentStatus",
+    "Invalid",
+    "Meta",
+    "SecretRef",
+    "TargetStatus",
+    "converter",
+    "parse_cluster",
+    "parse_environment",
+    "ready_condition",
+    "set_condition",
+    "status_patch",
+]
+
+GROUP: Final = "delivery.kokumi.dev"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+IN_CLUSTER_LABEL: Final = "delivery.kokumi.dev/in-cluster"
+FINALIZER: Final = "delivery.kokumi.dev/argocd-registration"
+
+Connection = Literal["Kubeconfig", "InCluster"]
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+@attrs.frozen
+class Meta:
+    name: str
+    namespace: str
+    uid: str = ""
+    generation: int = 0
+    resource_version: str = ""
+    labels: Mapping[str, str] = attrs.field(factory=dict)
+    finalizers: tuple[str, ...] = ()
+    deletion_timestamp: str | None = None
+
+
+@attrs.frozen
+class SecretRef:
+    name: str
+    key: str = "value"
+
+
+@attrs.frozen
+class KubeconfigSource:
+    secret_ref: SecretRef
+
+
+@attrs.frozen
+class ClusterSpec:
+    connection: Connection
+    kubeconfig: KubeconfigSource | None = None
+    description: str = ""
+
+
+@attrs.frozen
+class Condition:
+    type: str
+    status: ConditionStatus
+    reason: str
+    message: str
+    last_transition_time: str = ""
+    observed_generation: int = 0
+
+
+@attrs.frozen
+class ClusterStatus:
+    server: str | None = None
+    kubernetes_version: str | None = None
+    observed_generation: int | None = None
+    conditions: tuple[Condition, ...] = ()
+
+
+@attrs.frozen
+class Cluster:
+    metadata: Meta
+    spec: ClusterSpec
+    status: ClusterStatus = ClusterStatus()
+
+    @property
+    def secret_ref(self) -> SecretRef | None:
+        if self.spec.connection == "Kubeconfig" and self.spec.kubeconfig is not None:
+            return self.spec.kubeconfig.secret_ref
+        return None
+
+    @property
+    def ready(self) -> Condition | None:
+        return ready_condition(self.status.conditions)
+
+
+@attrs.frozen
+class EnvironmentSpec:
+    cluster_selector: Mapping[str, Any] | None = None
+    description: str = ""
+    delivery: Literal["ArgoCD"] = "ArgoCD"
+
+
+@attrs.frozen
+class TargetStatus:
+    name: str
+    target: Literal["Deploy", "ClusterNotReady", "ClusterConflict"]
+    reason: str
+    message: str
+
+
+@attrs.frozen
+class EnvironmentStatus:
+    observed_generation: int | None = None
+    conditions: tuple[Condition, ...] = ()
+    selected: int = 0
+    deploying: int = 0
+    clusters: tuple[TargetStatus, ...] = ()
+
+
+@attrs.frozen
+class Environment:
+    metadata: Meta
+    spec: EnvironmentSpec
+    status: EnvironmentStatus = EnvironmentStatus()
+
+
+@attrs.frozen
+class Invalid:
+    """An object that does not fit the schema: what is wrong, in one line, for its status."""
+
+    metadata: Meta
+    message: str
+
+
+# --- the converter ------------------------------------------------------------------------------
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+converter: Final = cattrs.Converter(forbid_extra_keys=False, omit_if_default=True)
+
+_CLASSES: Final = (
+    Meta,
+    SecretRef,
+    KubeconfigSource,
+    ClusterSpec,
+    Condition,
+    ClusterStatus,
+    Cluster,
+    EnvironmentSpec,
+    TargetStatus,
+    EnvironmentStatus,
+    Environment,
+)
+
+for _cls in _CLASSES:
+    _renames: dict[str, Any] = {a.name: override(rename=_camel(a.name)) for a in attrs.fields(_cls)}
+    converter.register_structure_hook(_cls, make_dict_structure_fn(_cls, converter, **_renames))
+    converter.register_unstructure_hook(
+        _cls, make_dict_unstructure_fn(_cls, converter, _cattrs_omit_if_default=True, **_renames)
+    )
+converter.register_structure_hook_func(
+    lambda t: t == Mapping[str, str], lambda v, _: _string_map(v)
+)
+converter.register_structure_hook_func(
+    lambda t: t == Mapping[str, Any], lambda v, _: dict(v) if v is not None else {}
+)
+converter.register_unstructure_hook_func(lambda t: t in (Mapping[str, str], Mapping[str, Any]), dict)
+
+
+def _string_map(value: object) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise TypeError("expected a map of strings")
+    return dict(value)
+
+
+def _meta(obj: Mapping[str, Any]) -> Meta:
+    """The metadata, read leniently: whatever else is wrong, we need a name to report it on."""
+    raw = obj.get("metadata")
+    raw = raw if isinstance(raw, Mapping) else {}
+    labels = raw.get("labels")
+    finalizers = raw.get("finalizers")
+    return Meta(
+        name=str(raw.get("name", "")),
+        namespace=str(raw.get("namespace", "")),
+        uid=str(raw.get("uid", "")),
+        generation=raw["generation"] if isinstance(raw.get("generation"), int) else 0,
+        resource_version=str(raw.get("resourceVersion", "")),
+        labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {},
+        finalizers=tuple(str(f) for f in finalizers) if isinstance(finalizers, list) else (),
+        deletion_timestamp=raw.get("deletionTimestamp") or None,
+    )
+
+
+_T = TypeVar("_T")
+
+
+def _structure(value: object, cls: type[_T], default: _T) -> _T:
+    if value is None:
+        return default
+    return converter.structure(value, cls)
+
+
+def _why(exc: BaseException) -> str:
+    """The first leaf of a cattrs error group, as a short phrase without the offending value."""
+    if isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            note = next(iter(getattr(sub, "__notes__", [])), "")
+            where = note.removeprefix("Structuring class ").removeprefix("Structuring ")
+            inner = _why(sub)
+            return f"{where}: {inner}" if where else inner
+    text = type(exc).__name__
+    if isinstance(exc, KeyError):
+        return f"missing field {exc.args[0]!s}"
+    return text
+
+
+def parse_cluster(obj: Mapping[str, Any]) -> Cluster | Invalid:
+    meta = _meta(obj)
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return Invalid(meta, "spec is missing: set spec.connection to Kubeconfig or InCluster")
+    connection = spec.get("connection")
+    if connection not in ("Kubeconfig", "InCluster"):
+        return Invalid(
+            meta,
+            f"spec.connection {connection!r} is not Kubeconfig or InCluster: set one of the two",
+        )
+    kubeconfig = spec.get("kubeconfig")
+    secret_ref = kubeconfig.get("secretRef") if isinstance(kubeconfig, Mapping) else None
+    if connection == "Kubeconfig":
+        name = secret_ref.get("name") if isinstance(secret_ref, Mapping) else None
+        key = secret_ref.get("key", "value") if isinstance(secret_ref, Mapping) else None
+        if not isinstance(name, str) or not name:
+            return Invalid(
+                meta,
+                "spec.kubeconfig.secretRef.name is missing: name the Secret of this namespace "
+                "that holds the kubeconfig",
+            )
+        if not isinstance(key, str) or not key:
+            return Invalid(
+                meta, "spec.kubeconfig.secretRef.key is empty: name the key, or leave it out for value"
+            )
+    elif kubeconfig is not None:
+        return Invalid(
+            meta,
+            "spec.kubeconfig is set on an InCluster Cluster: remove it, or use connection: Kubeconfig",
+        )
+    try:
+        cluster_spec = converter.structure(spec, ClusterSpec)
+    except Exception as exc:  # cattrs raises groups of anything a bad value provokes
+        return Invalid(meta, f"the Cluster does not fit its schema ({_why(exc)}): fix the field")
+    return Cluster(meta, cluster_spec, _lenient(obj.get("status"), ClusterStatus))
+
+
+def _lenient(value: object, cls: type[_T]) -> _T:
+    """A status we cannot read is one we will overwrite: treat it as empty rather than invalid."""
+    try:
+        return _structure(value, cls, cls())
+    except Exception:
+        return cls()
+
+
+def parse_environment(obj: Mapping[str, Any]) -> Environment | Invalid:
+    meta = _meta(obj)
+    spec = obj.get("spec")
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, Mapping):
+        return Invalid(meta, "spec is not an object: set spec.clusterSelector")
+    delivery = spec.get("delivery", "ArgoCD")
+    if delivery != "ArgoCD":
+        return Invalid(
+            meta, f"spec.delivery {delivery!r} is not supported: ArgoCD is the only way today"
+        )
+    selector = spec.get("clusterSelector")
+    if selector is not None and not isinstance(selector, Mapping):
+        return Invalid(meta, "spec.clusterSelector is not an object: use matchLabels/matchExpressions")
+    try:
+        env_spec = EnvironmentSpec(
+            cluster_selector=dict(selector) if selector is not None else None,
+            description=str(spec.get("description", "")),
+        )
+    except Exception as exc:
+        return Invalid(meta, f"the Environment does not fit its schema ({_why(exc)}): fix the field")
+    return Environment(meta, env_spec, _lenient(obj.get("status"), EnvironmentStatus))
+
+
+# --- conditions ---------------------------------------------------------------------------------
+
+
+def now_rfc3339() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ready_condition(conditions: Iterable[Condition]) -> Condition | None:
+    return next((c for c in conditions if c.type == "Ready"), None)
+
+
+def set_condition(
+    conditions: Iterable[Condition], new: Condition, now: str | None = None
+) -> tuple[Condition, ...]:
+    """Replace the condition of ``new.type``; its transition time moves only when status does.
+
+    That is the Kubernetes convention, and it is what keeps a quiet fleet's status byte-identical
+    from one check to the next, so nothing is written.
+    """
+    old = next((c for c in conditions if c.type == new.type), None)
+    if old is not None and old.status == new.status and old.last_transition_time:
+        stamp = old.last_transition_time
+    else:
+        stamp = now or now_rfc3339()
+    merged = attrs.evolve(new, last_transition_time=stamp)
+    rest = [c for c in conditions if c.type != new.type]
+    return (*rest, merged)
+
+
+def same_condition(a: Condition | None, b: Condition | None) -> bool:
+    """Equal apart from the transition time, which only the writer sets."""
+    if a is None or b is None:
+        return a is b
+    return attrs.evolve(a, last_transition_time="") == attrs.evolve(b, last_transition_time="")
+
+
+def status_patch(status: ClusterStatus | EnvironmentStatus) -> dict[str, Any]:
+    """The status as the API wants it (camelCase, empty fields left out)."""
+    body: dict[str, Any] = converter.unstructure(status)
+    return body
+
+
+
+# --- resources ----------------------------------------------------------------------------------
+
+CLUSTERS: Final = Resource(GROUP, VERSION, "clusters", "Cluster")
+ENVIRONMENTS: Final = Resource(GROUP, VERSION, "environments", "Environment")
