@@ -64,7 +64,7 @@ class StaticToken:
         return None
 
 
-@attrs.define
+@attrs.define(eq=False)
 class FileToken:
     """A token file that somebody else rotates (the kubelet's projected service-account token).
 
