@@ -1,0 +1,76 @@
+"""One way to turn PEM bytes into a TLS client context, for every connection Kokumi opens.
+
+The manager's own connection and the check of each Cluster must trust, present and verify exactly
+the same way, so the context is built here once and nowhere else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import ssl
+import tempfile
+
+from .errors import ConfigError
+
+__all__ = ["ssl_context"]
+
+
+def ssl_context(
+    ca_pem: bytes | None,
+    cert_pem: bytes | None,
+    key_pem: bytes | None,
+    insecure: bool,
+) -> ssl.SSLContext:
+    """A client context trusting only ``ca_pem`` (the system store without it).
+
+    ``insecure`` turns verification off entirely, as ``insecure-skip-tls-verify`` does in kubectl.
+    Python's ``ssl`` loads a client key only from a file, so the PEM goes to a private (0600) file
+    in a fresh directory for the one ``load_cert_chain`` call and is removed right after. The
+    texts of :class:`ConfigError` name what is unusable, never the PEM itself.
+    """
+    if ca_pem is not None:
+        if not ca_pem.strip():
+            # ``cadata=""`` would silently fall back to the system store: refuse it instead.
+            raise ConfigError("the certificate authority is empty")
+        try:
+            context = ssl.create_default_context(cadata=ca_pem.decode("ascii"))
+        except (ssl.SSLError, UnicodeDecodeError, ValueError) as exc:
+            raise ConfigError(f"the certificate authority is not valid PEM: {_why(exc)}") from None
+    else:
+        context = ssl.create_default_context()
+    if insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if (cert_pem is None) != (key_pem is None):
+        raise ConfigError("a client certificate needs its key, and a key its certificate")
+    if cert_pem is not None and key_pem is not None:
+        with tempfile.TemporaryDirectory(prefix="kokumi-tls-") as directory:
+            path = os.path.join(directory, "client.pem")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                with os.fdopen(fd, "wb") as file:
+                    file.write(cert_pem.rstrip(b"\n") + b"\n" + key_pem)
+                context.load_cert_chain(path)
+            except ssl.SSLError as exc:
+                raise ConfigError(
+                    f"the client certificate or key is unusable: {_why(exc)}"
+                ) from None
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+    return context
+
+
+def _why(exc: Exception) -> str:
+    """OpenSSL's own words (``no start line``, ``PEM lib``) without the C source location.
+
+    OpenSSL never quotes the input, so these texts are safe to show; the PEM itself never is.
+    """
+    if isinstance(exc, UnicodeDecodeError):
+        return "it is not ASCII text"
+    text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    text = re.sub(r"\s*\(_ssl\.c:\d+\)$", "", text)
+    text = re.sub(r"^\[[A-Z0-9_]+\]\s*", "", text)
+    return text or type(exc).__name__
