@@ -1,0 +1,18 @@
+"""The spoke registered once per session, as the spec's steps register it.
+
+Registering takes about a second (kubectl runs and the token controller), and the result never
+changes, so every test shares one. Tests that need a broken variant call ``.variant(...)``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kokumi.controlplane import ControlPlane
+from tests.conftest import run_kubectl
+from tests.spoke import Registration, register
+
+
+@pytest.fixture(scope="session")
+def spoke_kubeconfig(control_plane: ControlPlane) -> Registration:
+    return register(control_plane.spoke, run_kubectl)
