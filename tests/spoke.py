@@ -21,7 +21,14 @@ import yaml
 
 from kokumi.controlplane import APIServer, CertificateAuthority
 
-__all__ = ["BAD_TOKEN", "Registration", "closed_port_server", "foreign_ca_pem", "register"]
+__all__ = [
+    "BAD_TOKEN",
+    "Kubectl",
+    "Registration",
+    "closed_port_server",
+    "foreign_ca_pem",
+    "register",
+]
 
 Kubectl = Callable[..., "subprocess.CompletedProcess[str]"]
 
