@@ -1,0 +1,543 @@
+"""One check of one cluster connection: can Kokumi reach it, and does it accept the credential?
+
+The check is all I/O and no policy: it asks the API server two questions and maps what it finds
+to a :class:`Finding` whose reason and one-line message go into the Cluster's Ready condition. When
+to check, how often and what to do with the answer is the Cluster actor's business.
+
+Two requests, over one connection:
+
+1. ``GET /version`` proves the server is a Kubernetes API server and says what it runs. It is
+   often readable anonymously, so it proves nothing about the credential.
+2. ``POST /apis/authentication.k8s.io/v1/selfsubjectreviews`` proves the credential: every
+   authenticated user may create one (the built-in ``system:basic-user`` role), it changes nothing,
+   and it says who the server thinks we are. Servers older than Kubernetes 1.28 lack it, so a 404
+   falls back to a ``SelfSubjectAccessReview``, which every version since 1.6 has.
+
+A 401 from either means the credential is refused (``Unauthorized``), and so does a review that
+says we are ``system:anonymous``. A 403 on the review means the credential authenticates but its
+user may not do even what every user may: somebody removed ``system:basic-user`` or bound the user
+nothing at all. Such a credential cannot deploy anything, so it is not Ready: the reason is
+``Forbidden``, and the message says to bind the user a role.
+
+Nothing here raises for a network, TLS or HTTP problem: everything becomes a Finding. Credentials
+never enter a Finding, a log line or an exception text; messages name hosts, ports and reasons only.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import json
+import logging
+import socket
+import ssl
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import attrs
+import httpx
+import trio
+
+from .kube.client import Client
+from .kube.config import Config
+from .kube.errors import ConfigError
+from .kube.tls import ssl_context
+from .kubeconfig import Connection
+
+__all__ = ["Finding", "Reason", "check", "check_client", "check_config"]
+
+logger = logging.getLogger(__name__)
+
+_MAX_BODY = 1 << 20
+"""Answers to our two questions are a few hundred bytes; a server that sends more is cut off."""
+
+_REVIEW_PATH = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+_REVIEW = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+_ACCESS_REVIEW_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+_ACCESS_REVIEW = {
+    "apiVersion": "authorization.k8s.io/v1",
+    "kind": "SelfSubjectAccessReview",
+    "spec": {"nonResourceAttributes": {"path": "/version", "verb": "get"}},
+}
+
+
+class Reason(enum.StrEnum):
+    """The Ready condition's reason: what kind of problem, so that people know where to look."""
+
+    READY = "Ready"
+    UNREACHABLE = "Unreachable"
+    """No HTTP answer: refused, DNS, timeout, proxy, reset. The network or the URL is wrong."""
+    TLS_ERROR = "TLSError"
+    """The TLS handshake failed or could not start: CA, server name, client certificate."""
+    UNAUTHORIZED = "Unauthorized"
+    """The server refuses the credential (401), or there is none to send."""
+    FORBIDDEN = "Forbidden"
+    """The credential authenticates, but its user may not create even a SelfSubjectReview."""
+    SERVER_ERROR = "ServerError"
+    """Something answered, but not as a healthy Kubernetes API server does."""
+
+
+@attrs.frozen
+class Finding:
+    """What one check found. ``message`` is one line: what is wrong and how to fix it.
+
+    ``kubernetes_version`` is the server's ``gitVersion`` whenever ``/version`` answered, also
+    when the credential was then refused, and ``None`` when it is unknown. ``ok`` is true exactly
+    when ``reason`` is ``Ready``.
+    """
+
+    ok: bool
+    reason: Reason
+    message: str
+    server: str
+    kubernetes_version: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.ok != (self.reason is Reason.READY):
+            raise ValueError(f"a Finding with reason {self.reason} cannot have ok={self.ok}")
+
+
+async def check(connection: Connection, *, timeout: float = 10.0) -> Finding:  # noqa: ASYNC109
+    """Check ``connection`` within ``timeout`` seconds, all included: DNS, TLS, both requests.
+
+    The budget is a parameter, not the caller's cancel scope, because it is part of the answer:
+    running out of it is a Finding ("timed out after 10 s"), never a cancellation.
+
+    The TLS settings are honoured as kubectl and Argo CD honour them: the CA (else the system's
+    CAs), ``tls-server-name`` for SNI and verification, ``insecure-skip-tls-verify``, the client
+    certificate and key, and ``proxy-url``. Nothing comes from the environment (no
+    ``HTTPS_PROXY``, no ``.netrc``): the kubeconfig is the whole truth, as for the manager's own
+    connection. Behind an HTTP(S) proxy the TLS server name is not sent, because httpx's tunnel
+    always uses the URL's host; SOCKS proxies need httpx's ``socks`` extra.
+    """
+    return await _check(
+        _Findings(connection.server, timeout, own=False),
+        token=connection.token,
+        cert_pem=connection.client_certificate,
+        key_pem=connection.client_key,
+        ca_pem=connection.certificate_authority,
+        tls_server_name=connection.tls_server_name,
+        insecure=connection.insecure_skip_tls_verify,
+        proxy_url=connection.proxy_url,
+    )
+
+
+async def check_client(client: Client, *, timeout: float = 10.0) -> Finding:  # noqa: ASYNC109
+    """Check the cluster the manager runs in, through the connection ``client`` is configured with.
+
+    Shorthand for :func:`check_config` with ``client.config``.
+    """
+    return await check_config(client.config, timeout=timeout)
+
+
+async def check_config(config: Config, *, timeout: float = 10.0) -> Finding:  # noqa: ASYNC109
+    """Check the manager's own connection (the cluster Kokumi runs in) as :func:`check` does.
+
+    Same two questions and reasons, so an InCluster Cluster reads like any other; the messages
+    point at the manager's credential instead of a kubeconfig Secret. Pass ``client.config`` of
+    the shared :class:`kokumi.kube.Client`. The check opens a connection of its own rather than
+    borrowing the client's pool: it must prove that a new connection works, not that an old one
+    still does. A rotating token that the server refuses is re-read once, as the client does.
+    """
+    findings = _Findings(config.server, timeout, own=True)
+    with trio.move_on_after(timeout):
+        provider = config.token
+        try:
+            token = await provider.token() if provider is not None else None
+        except ConfigError as exc:
+            return findings.fail(Reason.UNAUTHORIZED, f"{exc}: check the manager's mounts")
+        while True:
+            finding = await _check(
+                findings,
+                token=token,
+                cert_pem=config.client_cert,
+                key_pem=config.client_key,
+                ca_pem=config.ca,
+                tls_server_name=config.tls_server_name,
+                insecure=config.insecure,
+                proxy_url=config.proxy_url,
+            )
+            if finding.reason is not Reason.UNAUTHORIZED or provider is None:
+                return finding
+            token = await provider.refresh()
+            if token is None:
+                return finding
+            provider = None  # one re-read, as the client does
+    return findings.timed_out()
+
+
+async def _check(
+    findings: _Findings,
+    *,
+    token: str | None,
+    cert_pem: bytes | None,
+    key_pem: bytes | None,
+    ca_pem: bytes | None,
+    tls_server_name: str | None,
+    insecure: bool,
+    proxy_url: str | None,
+) -> Finding:
+    findings.version = None
+    try:
+        base = httpx.URL(findings.server.rstrip("/"))
+    except httpx.InvalidURL:
+        return findings.unreachable("the server URL is not a valid URL: correct it")
+    if base.scheme not in ("https", "http") or not base.host:
+        return findings.unreachable("the server URL is not an http(s) URL: correct it")
+    try:
+        context = ssl_context(ca_pem, cert_pem, key_pem, insecure)
+    except ConfigError as exc:
+        where = "the manager's configuration" if findings.own else "the kubeconfig"
+        return findings.tls(f"{exc}: correct it in {where}")
+    headers = {"Accept": "application/json", "User-Agent": "kokumi-probe"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    extensions = {"sni_hostname": tls_server_name} if tls_server_name else {}
+    question = _Question(base, headers, extensions, has_credential=bool(token) or bool(cert_pem))
+    started = trio.current_time()
+    with trio.move_on_after(findings.timeout):
+        try:
+            client = httpx.AsyncClient(
+                verify=context,
+                proxy=proxy_url or None,
+                trust_env=False,  # no proxy, CA bundle or .netrc from the environment
+                timeout=findings.timeout,
+                follow_redirects=False,
+            )
+        except ImportError:
+            return findings.unreachable(
+                "proxy failed: SOCKS proxies need httpx's socks extra (socksio) in Kokumi;"
+                " use an HTTP(S) proxy"
+            )
+        except ValueError:
+            return findings.unreachable(
+                "proxy failed: the proxy URL's scheme is not http, https or socks5: correct it"
+            )
+        try:
+            async with client:
+                finding = await _ask(client, question, findings)
+        except (httpx.HTTPError, OSError, trio.BrokenResourceError) as exc:
+            finding = _from_failure(exc, findings, base, tls_server_name, proxy_url, ca_pem)
+        logger.debug(
+            "checked %s in %.0f ms: %s",
+            findings.server,
+            (trio.current_time() - started) * 1000,
+            finding.reason,
+        )
+        return finding
+    return findings.timed_out()
+
+
+@attrs.frozen
+class _Question:
+    base: httpx.URL
+    headers: Mapping[str, str]
+    extensions: Mapping[str, Any]
+    has_credential: bool
+
+
+@attrs.define
+class _Findings:
+    """Builds the Findings of one check; remembers the version once ``/version`` told it.
+
+    ``own`` is true for the manager's own connection, whose credential is fixed elsewhere than
+    in a kubeconfig Secret.
+    """
+
+    server: str
+    timeout: float
+    own: bool
+    version: str | None = None
+
+    def fail(self, reason: Reason, message: str) -> Finding:
+        return Finding(False, reason, message, self.server, self.version)
+
+    def ready(self, username: object) -> Finding:
+        who = f" as {username}" if isinstance(username, str) and username else ""
+        message = f"the API server answers and accepts the credential{who}"
+        return Finding(True, Reason.READY, message, self.server, self.version)
+
+    def unreachable(self, message: str) -> Finding:
+        return self.fail(Reason.UNREACHABLE, message)
+
+    def timed_out(self, where: str = "") -> Finding:
+        where = where or _host_port(httpx.URL(self.server))
+        return self.unreachable(
+            f"timed out after {self.timeout:g} s: {where} did not answer in time; check"
+            " firewalls, the network path and the server URL's port"
+        )
+
+    def tls(self, message: str) -> Finding:
+        return self.fail(Reason.TLS_ERROR, message)
+
+    def unauthorized(self, has_credential: bool) -> Finding:
+        if not has_credential:
+            return self.fail(
+                Reason.UNAUTHORIZED,
+                "Kokumi runs without a credential: give the manager a ServiceAccount token"
+                if self.own
+                else "the kubeconfig has no credential: add a token, or a client certificate and"
+                " key",
+            )
+        fix = (
+            "check the manager's ServiceAccount token, or the kubeconfig it runs with"
+            if self.own
+            else "write a current credential into the kubeconfig Secret"
+        )
+        return self.fail(
+            Reason.UNAUTHORIZED,
+            "the API server refuses the credential (401): the token is invalid or expired, or the"
+            f" client certificate is not signed by a CA it trusts; {fix}",
+        )
+
+    def anonymous(self) -> Finding:
+        return self.fail(
+            Reason.UNAUTHORIZED,
+            "the API server takes the credential for system:anonymous: use the token or client"
+            " certificate of a ServiceAccount or user",
+        )
+
+    def forbidden(self) -> Finding:
+        fix = (
+            "restore the system:basic-user binding"
+            if self.own
+            else "bind it the roles Argo CD needs there (cluster-admin, or less)"
+        )
+        return self.fail(
+            Reason.FORBIDDEN,
+            "the credential authenticates, but its user may not create a SelfSubjectReview (403),"
+            f" which every user may: {fix}",
+        )
+
+    def not_kubernetes(self, what: str) -> Finding:
+        return self.fail(
+            Reason.SERVER_ERROR,
+            f"{what}: this is not a Kubernetes API server; check the server URL and its path",
+        )
+
+    def answered(self, what: str, status: int, body: bytes) -> Finding:
+        """Any answer that is neither success nor 401/403: say what answered and how."""
+        phrase = f"{status} {_phrase(status)}".strip()
+        if status >= 500 or status == 429:
+            said = _status_message(body)
+            text = f"the API server failed {what} with {phrase}" + (f" ({said})" if said else "")
+            return self.fail(
+                Reason.SERVER_ERROR, f"{text}; look at the API server's health and load"
+            )
+        return self.not_kubernetes(f"{what} answered {phrase}")
+
+
+async def _ask(client: httpx.AsyncClient, question: _Question, findings: _Findings) -> Finding:
+    status, body = await _send(client, "GET", "/version", question)
+    if status == 401:
+        return findings.unauthorized(question.has_credential)
+    if 200 <= status < 300:
+        version = _json(body).get("gitVersion")
+        if not isinstance(version, str) or not version:
+            return findings.not_kubernetes("GET /version answered without a gitVersion")
+        findings.version = version
+    elif status != 403:  # 403: /version is not public here; the review still tells
+        return findings.answered("GET /version", status, body)
+
+    status, body = await _send(client, "POST", _REVIEW_PATH, question, _REVIEW)
+    if status == 404:  # before Kubernetes 1.28
+        status, body = await _send(client, "POST", _ACCESS_REVIEW_PATH, question, _ACCESS_REVIEW)
+    if status == 401:
+        return findings.unauthorized(question.has_credential)
+    if status == 403:
+        if not question.has_credential:
+            return findings.unauthorized(has_credential=False)
+        return findings.forbidden()
+    if not 200 <= status < 300:
+        return findings.answered("POST selfsubjectreviews", status, body)
+    review_status = _json(body).get("status")
+    user = review_status.get("userInfo") if isinstance(review_status, Mapping) else None
+    username = user.get("username") if isinstance(user, Mapping) else None
+    if username == "system:anonymous":
+        if not question.has_credential:
+            return findings.unauthorized(has_credential=False)
+        return findings.anonymous()
+    return findings.ready(username)
+
+
+async def _send(
+    client: httpx.AsyncClient,
+    method: str,
+    path: str,
+    question: _Question,
+    body: Mapping[str, Any] | None = None,
+) -> tuple[int, bytes]:
+    """Status and (at most ``_MAX_BODY`` of the) body; the server URL's own path is kept."""
+    url = question.base.copy_with(raw_path=question.base.raw_path.rstrip(b"/") + path.encode())
+    request = client.build_request(
+        method,
+        url,
+        headers=question.headers,
+        json=body,
+        extensions=dict(question.extensions),
+    )
+    response = await client.send(request, stream=True)
+    try:
+        content = b""
+        async for chunk in response.aiter_bytes():
+            content += chunk
+            if len(content) > _MAX_BODY:
+                break
+        return response.status_code, content
+    finally:
+        await response.aclose()
+
+
+def _from_failure(
+    exc: BaseException,
+    findings: _Findings,
+    base: httpx.URL,
+    tls_server_name: str | None,
+    proxy_url: str | None,
+    ca_pem: bytes | None,
+) -> Finding:
+    """Map a failed request to a Finding by the most telling exception in its chain.
+
+    httpx wraps what went wrong (trio wraps it too, and happy eyeballs groups the attempts), so
+    the cause is looked for in the whole chain, most specific kind first.
+    """
+    chain = list(_chain(exc))
+    where = _host_port(base)
+    for cause in chain:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return findings.tls(_verify_message(cause, base, tls_server_name, ca_pem))
+    for cause in chain:
+        if isinstance(cause, ssl.SSLError):
+            return findings.tls(_handshake_message(cause, where))
+    proxy = _host_port(httpx.URL(proxy_url)) if proxy_url else ""
+    for cause in chain:
+        if isinstance(cause, httpx.ProxyError):
+            return findings.unreachable(
+                f"proxy failed: the proxy {proxy} would not connect to {where} ({cause});"
+                " check proxy-url and the proxy's rules"
+            )
+    # Before any TLS, with a proxy, everything that fails is the way to the proxy.
+    prefix = f"proxy failed: the proxy {proxy} is unreachable, " if proxy else ""
+    for cause in chain:
+        if isinstance(cause, socket.gaierror):
+            host = httpx.URL(proxy_url).host if proxy_url else base.host
+            fix = "check proxy-url" if proxy else "check the host name in the server URL and DNS"
+            return findings.unreachable(f"{prefix}DNS lookup failed for {host}: {fix}")
+    for cause in chain:
+        if isinstance(cause, ConnectionRefusedError) or (
+            isinstance(cause, OSError) and cause.errno == errno.ECONNREFUSED
+        ):
+            fix = (
+                "check proxy-url"
+                if proxy
+                else "check the port in the server URL and that the API server runs"
+            )
+            return findings.unreachable(f"{prefix}connection refused by {proxy or where}: {fix}")
+    for cause in chain:
+        if isinstance(cause, httpx.TimeoutException | TimeoutError | trio.TooSlowError):
+            return findings.timed_out(proxy or where)
+    for cause in chain:
+        if isinstance(cause, httpx.RemoteProtocolError):
+            return findings.unreachable(
+                f"{where} closed the connection without an HTTP answer: check that the server URL"
+                " points at the API server"
+            )
+    for cause in chain:
+        if isinstance(cause, OSError) and cause.strerror:
+            return findings.unreachable(
+                f"{prefix}{cause.strerror.lower()} ({proxy or where}): check the network path"
+            )
+    return findings.unreachable(
+        f"{prefix}the connection to {proxy or where} failed ({type(exc).__name__}): check the"
+        " server URL and the network path"
+    )
+
+
+def _verify_message(
+    exc: ssl.SSLCertVerificationError, base: httpx.URL, name: str | None, ca_pem: bytes | None
+) -> str:
+    code = exc.verify_code
+    if code in (62, 64):  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
+        if name:
+            return (
+                f"the server's certificate is not valid for the TLS server name {name}: set"
+                " tls-server-name to a name the certificate holds"
+            )
+        return (
+            f"the server's certificate is not valid for {base.host}: use a host the certificate"
+            " holds in the server URL, or set tls-server-name to one"
+        )
+    if code in (9, 10):  # X509_V_ERR_CERT_NOT_YET_VALID, X509_V_ERR_CERT_HAS_EXPIRED
+        return (
+            f"the server's certificate {exc.verify_message}: renew the API server's certificate"
+            " or correct the clock"
+        )
+    if ca_pem is None:
+        return (
+            f"the server's certificate is not trusted ({exc.verify_message}) and no CA is"
+            " configured: add the cluster's CA as certificate-authority-data"
+        )
+    return (
+        f"the server's certificate is not signed by the configured CA ({exc.verify_message}):"
+        " put the cluster's CA into certificate-authority-data"
+    )
+
+
+def _handshake_message(exc: ssl.SSLError, where: str) -> str:
+    reason = exc.reason or ""
+    if reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG"):
+        return f"{where} does not speak TLS: check the server URL's scheme and port"
+    text = reason.replace("_", " ").lower() if reason else type(exc).__name__
+    if "CERTIFICATE" in reason:
+        return (
+            f"the TLS handshake with {where} failed ({text}): the server does not accept the"
+            " client certificate; use one its client CA signed"
+        )
+    return (
+        f"the TLS handshake with {where} failed ({text}): check that the server URL points at"
+        " the API server's HTTPS port"
+    )
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and everything it was raised from, exception groups included, breadth first."""
+    seen: set[int] = set()
+    queue = [exc]
+    while queue:
+        current = queue.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        if isinstance(current, BaseExceptionGroup):
+            queue.extend(current.exceptions)
+        if current.__cause__ is not None:
+            queue.append(current.__cause__)
+        if current.__context__ is not None:
+            queue.append(current.__context__)
+
+
+def _host_port(url: httpx.URL) -> str:
+    """``host:port`` only: a URL may carry user info, which must not reach a message."""
+    host = f"[{url.host}]" if ":" in url.host else url.host
+    port = url.port or (443 if url.scheme == "https" else 80)
+    return f"{host}:{port}"
+
+
+def _json(body: bytes) -> Mapping[str, Any]:
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return {}
+    return value if isinstance(value, Mapping) else {}
+
+
+def _status_message(body: bytes) -> str:
+    """The server's own sentence from a ``Status``, short, on one line; nothing else of the body."""
+    status = _json(body)
+    message = status.get("message") if status.get("kind") == "Status" else None
+    return " ".join(message.split())[:160] if isinstance(message, str) else ""
+
+
+def _phrase(status: int) -> str:
+    return httpx.codes.get_reason_phrase(status)
