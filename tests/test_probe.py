@@ -255,7 +255,8 @@ async def test_silent_server_times_out_within_the_budget(
 
 async def test_dns_failure_is_unreachable(spoke_kubeconfig: Registration) -> None:
     server = "https://kokumi-probe.invalid:6443"
-    finding = await check(connection_of(spoke_kubeconfig.variant(server=server)), timeout=5)
+    # The whole budget: the resolver answers at once, but a lost UDP reply costs glibc 5 s.
+    finding = await check(connection_of(spoke_kubeconfig.variant(server=server)))
     assert finding.reason is Reason.UNREACHABLE
     assert finding.message.startswith("DNS lookup failed for kokumi-probe.invalid")
 
