@@ -189,6 +189,13 @@ async def _check(
     except ConfigError as exc:
         where = "the manager's configuration" if findings.own else "the kubeconfig"
         return findings.tls(f"{exc}: correct it in {where}")
+    if token and not all("!" <= char <= "~" for char in token):
+        # httpx would raise, quoting the offending character; the parser refuses such tokens too.
+        return findings.fail(
+            Reason.UNAUTHORIZED,
+            "the token has spaces or characters that cannot go into an HTTP header: copy the"
+            " token as its Secret holds it, decoded from base64",
+        )
     headers = {"Accept": "application/json", "User-Agent": "kokumi-probe"}
     if token:
         headers["Authorization"] = f"Bearer {token}"

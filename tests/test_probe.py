@@ -163,6 +163,14 @@ async def test_bad_token_is_unauthorized(spoke_kubeconfig: Registration) -> None
     assert_no_secret(finding, spoke_kubeconfig)
 
 
+@pytest.mark.parametrize("token", ["new\nline", "s\u00e9cret", "two words"])
+async def test_token_unfit_for_a_header_is_unauthorized(spoke: APIServer, token: str) -> None:
+    finding = await check(Connection(spoke.url, token=token, certificate_authority=spoke.ca_pem))
+    assert finding.reason is Reason.UNAUTHORIZED
+    assert "cannot go into an HTTP header" in finding.message
+    assert token not in repr(finding)
+
+
 async def test_certificate_from_a_foreign_ca_is_unauthorized(spoke: APIServer) -> None:
     cert, key = CertificateAuthority.create("kokumi-foreign-client-ca").issue("intruder")
     connection = Connection(
