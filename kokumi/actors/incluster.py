@@ -77,7 +77,7 @@ def local_environment(namespace: str) -> dict[str, Any]:
         "kind": ENVIRONMENTS.kind,
         "metadata": {"name": ENVIRONMENT_NAME, "namespace": namespace},
         "spec": {
-            "description": "The cluster Kokumi runs in, deployed to by Argo CD",
+            "description": "The cluster Kokumi runs in",
             "clusterSelector": {"matchLabels": {IN_CLUSTER_LABEL: "true"}},
             "delivery": "ArgoCD",
         },
