@@ -138,9 +138,8 @@ class Selector:
         """The form ``kubectl get -l`` and the API's ``labelSelector`` parameter read.
 
         matchLabels first, sorted by key, then the requirements in their order; values sorted.
-        The empty selector gives the empty string, which selects everything there too. One key
-        cannot be written in this form: a bare ``in`` or ``notin``, which the selector grammar
-        reads as an operator; :meth:`matches` handles such keys all the same.
+        The empty selector gives the empty string, which selects everything there too. Valid keys
+        and values need no quoting in this form, the keys ``in`` and ``notin`` included.
         """
         parts = [f"{key}={value}" for key, value in self.match_labels]
         parts.extend(str(requirement) for requirement in self.match_expressions)
