@@ -124,13 +124,13 @@ async def _create_if_missing(
     return True
 
 
-async def _ensure_logged(client: Client, namespace: str) -> None:
-    """Ensure, but never fail: the keeper retries on the next deletion or the next interval."""
+async def _ensure_logged(client: Client, namespace: str) -> bool:
+    """Ensure, but never fail: whether it worked. The keeper retries a failure soon."""
     try:
         await ensure_in_cluster(client, namespace)
     except KubeError as error:
         logger.warning(
-            "cannot ensure %s %s and %s %s in namespace %s: %s; retrying later",
+            "cannot ensure %s %s and %s %s in namespace %s: %s; retrying",
             CLUSTERS.kind,
             CLUSTER_NAME,
             ENVIRONMENTS.kind,
@@ -138,6 +138,8 @@ async def _ensure_logged(client: Client, namespace: str) -> None:
             namespace,
             error,
         )
+        return False
+    return True
 
 
 async def keep_in_cluster(
@@ -153,7 +155,7 @@ async def keep_in_cluster(
     ensure has run, so both exist when the API server allowed it. A failure (the CRDs not installed
     yet, the server away) is logged and retried, never raised: the manager must not stop for it.
     """
-    await _ensure_logged(client, namespace)
+    failures = 0 if await _ensure_logged(client, namespace) else 1
     send, receive = trio.open_memory_channel[WatchEvent | Resync](16)
     async with trio.open_nursery() as nursery, send, receive:
         for resource, name in ((CLUSTERS, CLUSTER_NAME), (ENVIRONMENTS, ENVIRONMENT_NAME)):
@@ -170,7 +172,7 @@ async def keep_in_cluster(
                 )
             )
         task_status.started()
-        next_check = trio.current_time() + interval
+        next_check = trio.current_time() + _delay(interval, failures)
         while True:
             with trio.move_on_at(next_check):
                 event = await receive.receive()
@@ -179,11 +181,23 @@ async def keep_in_cluster(
                 # Additions and edits need nothing.
                 if not _gone(event):
                     continue
-            await _ensure_logged(client, namespace)
-            next_check = trio.current_time() + interval
+            failures = 0 if await _ensure_logged(client, namespace) else failures + 1
+            next_check = trio.current_time() + _delay(interval, failures)
 
 
 def _gone(event: WatchEvent | Resync) -> bool:
     if isinstance(event, Resync):
         return not event.objects
     return event.type == "DELETED"
+
+
+def _delay(interval: float, failures: int) -> float:
+    """The next check: after ``interval``, or sooner while failing (1, 2, 4 ... s up to it).
+
+    A deletion that could not be undone (the server away for a moment) should not wait the whole
+    interval, and CRDs installed after the manager should be noticed within seconds; doubling
+    keeps a lasting failure from filling the log.
+    """
+    if failures == 0:
+        return interval
+    return float(min(interval, 2 ** min(failures - 1, 16)))
