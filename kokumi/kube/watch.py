@@ -131,6 +131,8 @@ async def watch(
     just before that list's ``Resync`` is sent (so an unbuffered channel cannot deadlock the
     caller). The channel belongs to the caller and is not closed here. The task returns early
     only when the receiving end is closed; a selector the server refuses (400/422) raises.
+    Everything else (the server down, a resource type not served yet, RBAC not granted yet) is
+    logged and retried, since a controller has nothing better to do than wait for it.
 
     ``metadata_only`` asks for ``PartialObjectMetadata``: the objects carry metadata alone, so
     following Secrets never holds their data. ``timeout_seconds`` is the server-side lifetime of
@@ -209,6 +211,8 @@ class _Watcher:
                 # The history we would resume from is gone: only a fresh list can tell what was
                 # deleted meanwhile, and the Resync hands that to the consumer.
                 logger.info("watch %s: %s; listing again", self.path, exc)
+                if self.resource_version is None:  # the list itself failed so: do not spin
+                    await trio.sleep(self.backoff.next())
                 self.resource_version = None
                 continue
             except (BadRequest, Invalid):
