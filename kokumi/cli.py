@@ -76,6 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # One line per HTTP request would drown what matters; httpx speaks up at WARNING.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     result: int = args.run(args)
     return result
 

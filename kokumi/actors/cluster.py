@@ -169,7 +169,9 @@ class ClusterActor:
         if self._needs_check(now):
             self._check = await self._run_check(cluster)
             self._secret_dirty = False
-            self._next_check = self._check.at + self._context.options.next_check_delay()
+            # Counted from when the check began, so that waiting for the limiter or a silent
+            # cluster's full 10 s does not stretch "about once a minute".
+            self._next_check = now + self._context.options.next_check_delay()
             self.checked.set()
         assert self._check is not None
         await self._register(cluster, self._check)

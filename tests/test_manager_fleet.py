@@ -1,0 +1,71 @@
+"""A fleet over simulated minutes: a quiet fleet costs no writes, and eight checks at a time at most.
+
+The clock is Trio's MockClock: it jumps to the next timer once every task has been idle for a fifth of
+a real second, so ten minutes of timers pass in seconds while the checks themselves still talk to the
+real spoke over real sockets (each answers in milliseconds, well inside that).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+import trio
+import trio.testing
+
+from kokumi.controlplane import APIServer
+from tests.manager_support import manager, ready_of, wait_for, workspace
+from tests.spoke import Registration
+
+
+@pytest.fixture
+def black_hole() -> Iterator[str]:
+    """A server that accepts TCP connections (the kernel's backlog does) and never answers."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        yield f"https://127.0.0.1:{listener.getsockname()[1]}"
+
+
+async def test_quiet_fleet_writes_nothing_and_checks_eight_at_a_time(
+    hub: APIServer,
+    crds: object,
+    spoke_kubeconfig: Registration,
+    black_hole: str,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Frozen while the fleet is created: a slow request on a busy machine must not look like
+    # half a minute to the client's own timeouts.
+    autojump_clock.autojump_threshold = float("inf")
+    reg = spoke_kubeconfig
+    async with workspace(hub) as ws:
+        ns = await ws.namespace()
+        names = [f"good-{index}" for index in range(3)]
+        silent = [f"silent-{index}" for index in range(9)]  # one more than the limit
+        for name in names:
+            await ws.kubeconfig_secret(ns, name, reg.kubeconfig)
+            await ws.cluster(ns, name, secret=name)
+        for name in silent:
+            await ws.kubeconfig_secret(ns, name, reg.variant(server=black_hole))
+            await ws.cluster(ns, name, secret=name)
+        names += silent
+        autojump_clock.autojump_threshold = 0.2
+        async with manager(hub, ws.options(keep_in_cluster=False)) as running:
+            await running.wait_checked()
+            for name in names:
+                await wait_for(
+                    lambda name=name: ws.get_cluster(ns, name),
+                    lambda c: ready_of(c).get("reason") in ("Ready", "Unreachable"),
+                    f"{name} to be checked",
+                    timeout=120,
+                )
+            assert ready_of(await ws.get_cluster(ns, "silent-0"))["reason"] == "Unreachable"
+            writes = running.metrics.status_writes
+            checks = running.metrics.checks
+            await trio.sleep(600)  # ten simulated minutes
+            assert running.metrics.status_writes == writes, "a quiet fleet costs no writes"
+            # About once a minute each: ten minutes less the jitter make at least nine rounds.
+            assert running.metrics.checks - checks >= len(names) * 9
+            assert running.metrics.max_concurrent_checks == 8
+            await ws.cleanup()
