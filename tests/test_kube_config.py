@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import attrs
@@ -13,6 +14,7 @@ from kokumi.kube import (
     SERVICE_ACCOUNTS,
     Client,
     Config,
+    ConfigError,
     FileToken,
     Unauthorized,
 )
@@ -122,3 +124,61 @@ async def test_a_401_rereads_the_token_file_and_retries_once(
         assert provider.refreshes == 3
         assert await whoami(client) == f"system:serviceaccount:{namespace}:rotated"
         assert provider.refreshes == 3
+
+
+@attrs.define
+class ConnectProxy:
+    """A loopback HTTP CONNECT proxy, as a kubeconfig's proxy-url would name."""
+
+    tunnels: list[str] = attrs.Factory(list)
+    port: int = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        task_status.started()
+        await trio.serve_listeners(self._handle, listeners)
+
+    async def _handle(self, downstream: trio.SocketStream) -> None:
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = await downstream.receive_some(4096)
+            if not chunk:
+                return
+            head += chunk
+        request, rest = head.split(b"\r\n\r\n", 1)
+        method, target, _ = request.split(b"\r\n", 1)[0].decode().split(" ")
+        host, port = target.rsplit(":", 1)
+        if method != "CONNECT" or host != "127.0.0.1":  # loopback only
+            await downstream.send_all(b"HTTP/1.1 403 Forbidden\r\n\r\n")
+            return
+        self.tunnels.append(target)
+        upstream = await trio.open_tcp_stream(host, int(port))
+        await downstream.send_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        if rest:
+            await upstream.send_all(rest)
+
+        async def pump(source: trio.SocketStream, sink: trio.SocketStream) -> None:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                async for data in source:
+                    await sink.send_all(data)
+            nursery.cancel_scope.cancel()
+
+        async with downstream, upstream, trio.open_nursery() as nursery:
+            nursery.start_soon(pump, downstream, upstream)
+            nursery.start_soon(pump, upstream, downstream)
+
+
+async def test_proxy_url_tunnels_to_the_server(hub: APIServer) -> None:
+    proxy = ConnectProxy()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.run)
+        config = attrs.evolve(
+            Config.from_kubeconfig(hub.admin_kubeconfig), proxy_url=f"http://127.0.0.1:{proxy.port}"
+        )
+        async with Client(config) as client:
+            assert (await client.request("GET", "/version"))["gitVersion"] == hub.version
+        assert proxy.tunnels == [f"127.0.0.1:{hub.port}"]
+        with pytest.raises(ConfigError, match="tls-server-name"):
+            Client(attrs.evolve(config, tls_server_name="kubernetes"))
+        nursery.cancel_scope.cancel()

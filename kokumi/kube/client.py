@@ -23,6 +23,7 @@ import trio
 from .config import Config
 from .errors import (
     ApiError,
+    ConfigError,
     ServerError,
     ServerTimeout,
     TooManyRequests,
@@ -139,6 +140,10 @@ class Client:
         self._max_retries = max_retries
         self._max_retry_delay = max_retry_delay
         self._extensions: dict[str, Any] = {}
+        if config.tls_server_name and config.proxy_url:
+            # Through a CONNECT tunnel httpx sends SNI for the URL's host and checks that name:
+            # refusing beats failing later on a certificate that "does not match".
+            raise ConfigError("tls-server-name cannot be combined with proxy-url")
         if config.tls_server_name:
             # SNI and certificate verification then use this name, not the URL's host.
             self._extensions["sni_hostname"] = config.tls_server_name
