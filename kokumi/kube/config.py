@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import ipaddress
 import logging
 import os
 import ssl
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -24,6 +22,7 @@ import trio
 import yaml
 
 from .errors import ConfigError
+from .tls import ssl_context
 
 __all__ = [
     "SERVICE_ACCOUNT_ROOT",
@@ -129,35 +128,10 @@ class Config:
     def ssl_context(self) -> ssl.SSLContext:
         """A TLS context trusting only ``ca`` (or the system store without it).
 
-        Python's ``ssl`` loads a client key only from a file, so the PEM goes to a private file
-        in a fresh directory for the one ``load_cert_chain`` call and is removed right after.
+        Built by :func:`kokumi.kube.tls.ssl_context`, the one builder every connection shares,
+        so that the client key touches the disk only briefly, in a private file.
         """
-        if self.ca is not None:
-            try:
-                context = ssl.create_default_context(cadata=self.ca.decode("ascii"))
-            except (ssl.SSLError, UnicodeDecodeError, ValueError) as exc:
-                raise ConfigError(f"the certificate authority is not valid PEM: {exc}") from None
-        else:
-            context = ssl.create_default_context()
-        if self.insecure:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        if (self.client_cert is None) != (self.client_key is None):
-            raise ConfigError("a client certificate needs its key, and a key its certificate")
-        if self.client_cert is not None and self.client_key is not None:
-            with tempfile.TemporaryDirectory(prefix="kokumi-tls-") as directory:
-                path = os.path.join(directory, "client.pem")
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                try:
-                    with os.fdopen(fd, "wb") as file:
-                        file.write(self.client_cert.rstrip(b"\n") + b"\n" + self.client_key)
-                    context.load_cert_chain(path)
-                except ssl.SSLError as exc:
-                    raise ConfigError(f"the client certificate or key is unusable: {exc}") from None
-                finally:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(path)
-        return context
+        return ssl_context(self.ca, self.client_cert, self.client_key, self.insecure)
 
     @classmethod
     def load(cls, *, root: str | os.PathLike[str] = SERVICE_ACCOUNT_ROOT) -> Config:
