@@ -397,7 +397,7 @@ async def test_file_token_rereads_after_max_age_and_on_refresh(
 ) -> None:
     path = tmp_path / "token"
     path.write_text("one\n")
-    token = FileToken(path, max_age=60)
+    token = FileToken(path, max_age=60, clock=trio.current_time)
     assert await token.token() == "one"
     path.write_text("two")
     await trio.sleep(30)
@@ -412,6 +412,17 @@ async def test_file_token_rereads_after_max_age_and_on_refresh(
     assert await token.token() == "three"  # a failed re-read keeps the last good token
     with pytest.raises(ConfigError, match="cannot read"):
         await FileToken(path).token()
+
+
+def test_file_token_age_is_kept_across_trio_runs(tmp_path: Path) -> None:
+    """Each Trio run's clock has its own origin; the token's age must not depend on it."""
+    path = tmp_path / "token"
+    path.write_text("one")
+    token = FileToken(path)
+    assert trio.run(token.token) == "one"
+    path.write_text("two")
+    for _ in range(5):
+        assert trio.run(token.token) == "one"
 
 
 def test_backoff_grows_with_jitter_and_resets() -> None:

@@ -13,7 +13,8 @@ import ipaddress
 import logging
 import os
 import ssl
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -75,11 +76,14 @@ class FileToken:
 
     path: Path
     max_age: float = 60.0
+    #: Wall-independent seconds. Not ``trio.current_time``: a Config may outlive one Trio run,
+    #: and every run's clock has its own origin.
+    clock: Callable[[], float] = attrs.field(default=time.monotonic, repr=False)
     _value: str | None = attrs.field(default=None, init=False, repr=False)
     _read_at: float = attrs.field(default=float("-inf"), init=False, repr=False)
 
     async def token(self) -> str:
-        if self._value is None or trio.current_time() - self._read_at >= self.max_age:
+        if self._value is None or self.clock() - self._read_at >= self.max_age:
             await self._reread()
         assert self._value is not None
         return self._value
@@ -104,7 +108,7 @@ class FileToken:
                 raise ConfigError(f"the token file {self.path} is empty")
             return
         self._value = value
-        self._read_at = trio.current_time()
+        self._read_at = self.clock()
 
 
 @attrs.frozen
