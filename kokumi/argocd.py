@@ -1,0 +1,307 @@
+"""The declarative cluster Secret through which Argo CD learns a Cluster's connection.
+
+Argo CD reads every Secret in its namespace labelled ``argocd.argoproj.io/secret-type: cluster``:
+``server``, ``name`` and a ``config`` JSON holding the credentials. The Secret is named after the
+server so that the API server's atomic ``create`` lets only one Cluster, of any namespace, register
+a server, and its labels say which Cluster that is, so that the registry can rebuild who holds what
+after a restart.
+
+Everything here is deterministic down to the byte: the registry compares the Secret it would write
+with the one it reads back and writes nothing when they are equal, so a quiet fleet costs no API
+writes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from kokumi.kubeconfig import Connection
+from kokumi.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
+
+__all__ = [
+    "ARGOCD_NAMESPACE",
+    "IN_CLUSTER_SERVER",
+    "LABEL_CLUSTER",
+    "LABEL_CLUSTER_NAMESPACE",
+    "LABEL_MANAGED_BY",
+    "LABEL_SECRET_TYPE",
+    "MANAGED_BY",
+    "cluster_config",
+    "cluster_name",
+    "cluster_secret",
+    "config_from_secret",
+    "holder_of",
+    "is_ours",
+    "normalise_server",
+    "secret_name",
+    "server_hash",
+    "server_of",
+]
+
+ARGOCD_NAMESPACE = "argocd"
+LABEL_SECRET_TYPE = "argocd.argoproj.io/secret-type"  # noqa: S105 - a label key, no password
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_CLUSTER = "delivery.kokumi.dev/cluster"
+LABEL_CLUSTER_NAMESPACE = "delivery.kokumi.dev/cluster-namespace"
+MANAGED_BY = "kokumi"
+_SECRET_TYPE_CLUSTER = "cluster"  # noqa: S105 - a label value, no password
+
+
+def server_hash(server: str) -> str:
+    """Sixteen hex digits of the server's SHA-256: short enough for a name, yet unique.
+
+    Hashed in its normalised form, since Argo CD treats ``https://x/`` and ``https://x`` as one
+    server and they must therefore land in one Secret.
+    """
+    return hashlib.sha256(normalise_server(server).encode()).hexdigest()[:16]
+
+
+def secret_name(server: str) -> str:
+    """The name of the one Secret that may register ``server``, whichever Cluster holds it."""
+    return f"kokumi-{server_hash(server)}"
+
+
+def cluster_name(cluster: ClusterRef, server: str) -> str:
+    """The name Argo CD shows for the cluster: who registered it, and which server it is."""
+    return f"kokumi-{cluster.namespace}-{cluster.name}-{server_hash(server)}"
+
+
+def _b64(value: bytes) -> str:
+    return base64.b64encode(value).decode("ascii")
+
+
+def cluster_config(connection: Connection) -> dict[str, Any]:
+    """Argo CD's ``ClusterConfig`` for the connection, with the empty fields left out.
+
+    Only bearer token and client certificate are ever written: Kokumi refuses exec plugins, auth
+    providers and basic authentication in the kubeconfig, and Argo CD would prefer an
+    ``execProviderConfig`` or ``awsAuthConfig`` over the token if one were present. No ``project``
+    either: several Environments with different projects may select one Cluster.
+    """
+    tls: dict[str, Any] = {}
+    if connection.certificate_authority:
+        tls["caData"] = _b64(connection.certificate_authority)
+    if connection.client_certificate:
+        tls["certData"] = _b64(connection.client_certificate)
+    if connection.client_key:
+        tls["keyData"] = _b64(connection.client_key)
+    if connection.tls_server_name:
+        tls["serverName"] = connection.tls_server_name
+    if connection.insecure_skip_tls_verify:
+        tls["insecure"] = True
+    config: dict[str, Any] = {}
+    if connection.token:
+        config["bearerToken"] = connection.token
+    if tls:
+        config["tlsClientConfig"] = tls
+    if connection.proxy_url:
+        config["proxyUrl"] = connection.proxy_url
+    return config
+
+
+def cluster_secret(
+    connection: Connection, cluster: ClusterRef, namespace: str = ARGOCD_NAMESPACE
+) -> dict[str, Any]:
+    """The complete Secret registering ``cluster`` under its connection's server.
+
+    ``data`` rather than ``stringData``, because the API server only ever returns ``data``: the
+    registry can then compare what it would write with what it reads, field for field.
+
+    Refuses the in-cluster server with ``ValueError``: such a Secret would replace the connection
+    Argo CD uses for its own cluster, for every Application. The ownership table never asks for
+    one; this is the last line of defence should a caller get that wrong.
+    """
+    server = normalise_server(connection.server)
+    if server == IN_CLUSTER_SERVER:
+        raise ValueError(f"refusing a cluster Secret for {IN_CLUSTER_SERVER}: use InCluster")
+    config = json.dumps(
+        cluster_config(connection), sort_keys=True, separators=(",", ":"), ensure_ascii=True
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": secret_name(server),
+            "namespace": namespace,
+            "labels": {
+                LABEL_SECRET_TYPE: _SECRET_TYPE_CLUSTER,
+                LABEL_MANAGED_BY: MANAGED_BY,
+                LABEL_CLUSTER: cluster.name,
+                LABEL_CLUSTER_NAMESPACE: cluster.namespace,
+            },
+        },
+        "type": "Opaque",
+        "data": {
+            "config": _b64(config.encode()),
+            "name": _b64(cluster_name(cluster, server).encode()),
+            "server": _b64(server.encode()),
+        },
+    }
+
+
+def _labels(secret: Mapping[str, Any]) -> Mapping[str, Any]:
+    metadata = secret.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return {}
+    labels = metadata.get("labels")
+    return labels if isinstance(labels, Mapping) else {}
+
+
+def is_ours(secret: Mapping[str, Any]) -> bool:
+    """Whether Kokumi wrote this cluster Secret and may therefore change or delete it.
+
+    The same test the admission policy applies in Argo CD's namespace, so that Kokumi never
+    attempts a write the API server would refuse.
+    """
+    labels = _labels(secret)
+    return (
+        labels.get(LABEL_MANAGED_BY) == MANAGED_BY
+        and labels.get(LABEL_SECRET_TYPE) == _SECRET_TYPE_CLUSTER
+    )
+
+
+def holder_of(secret: Mapping[str, Any]) -> ClusterRef | None:
+    """The Cluster a Secret of Kokumi's registers, as its labels say; None for anybody else's.
+
+    A Secret of Kokumi's without both Cluster labels holds nothing: the registry may delete it.
+    """
+    if not is_ours(secret):
+        return None
+    labels = _labels(secret)
+    name = labels.get(LABEL_CLUSTER)
+    namespace = labels.get(LABEL_CLUSTER_NAMESPACE)
+    if not isinstance(name, str) or not isinstance(namespace, str) or not name or not namespace:
+        return None
+    return ClusterRef(namespace=namespace, name=name)
+
+
+def _data(secret: Mapping[str, Any], key: str) -> bytes | None:
+    data = secret.get("data")
+    if not isinstance(data, Mapping):
+        return None
+    value = data.get(key)
+    if not isinstance(value, str):
+        return None
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def server_of(secret: Mapping[str, Any]) -> str | None:
+    """The server a cluster Secret registers, as Argo CD reads it; None when it names none.
+
+    Any Secret in Argo CD's namespace may land here, hand-written ones included, so garbage is
+    expected and answered with None rather than an exception.
+    """
+    raw = _data(secret, "server")
+    if raw is None:
+        return None
+    try:
+        server = normalise_server(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None
+    return server or None
+
+
+# Reading ``config`` back as Argo CD does: Go's encoding/json into ``ClusterConfig``.
+
+_TLS_FIELDS: dict[str, type] = {
+    "insecure": bool,
+    "serverName": str,
+    "certData": bytes,
+    "keyData": bytes,
+    "caData": bytes,
+}
+_CONFIG_FIELDS: dict[str, type] = {
+    "username": str,
+    "password": str,
+    "bearerToken": str,
+    "tlsClientConfig": dict,
+    "awsAuthConfig": object,
+    "execProviderConfig": object,
+    "disableCompression": bool,
+    "proxyUrl": str,
+}
+
+
+def _go_field(key: str, fields: Mapping[str, type]) -> str | None:
+    """Go's decoder prefers an exact key and falls back to a case-insensitive one."""
+    if key in fields:
+        return key
+    for name in fields:
+        if name.lower() == key.lower():
+            return name
+    return None
+
+
+def _go_decode(value: Any, kind: type, where: str) -> Any:
+    if value is None:
+        return None
+    if kind is object:
+        return value
+    if kind is bytes:
+        if not isinstance(value, str):
+            raise ValueError(f"{where} must be a base64 string")
+        # Go's base64.StdEncoding skips line breaks and demands padding.
+        cleaned = value.replace("\r", "").replace("\n", "")
+        try:
+            return base64.b64decode(cleaned, validate=True)
+        except (binascii.Error, ValueError) as error:
+            raise ValueError(f"{where} is not standard base64") from error
+    if kind is bool and not isinstance(value, bool):
+        raise ValueError(f"{where} must be a boolean")
+    if kind is str and not isinstance(value, str):
+        raise ValueError(f"{where} must be a string")
+    if kind is dict and not isinstance(value, dict):
+        raise ValueError(f"{where} must be an object")
+    return value
+
+
+def _go_struct(obj: Mapping[str, Any], fields: Mapping[str, type], where: str) -> dict[str, Any]:
+    zero: dict[type, Any] = {bool: False, str: "", bytes: b"", dict: {}, object: None}
+    out: dict[str, Any] = {name: zero[kind] for name, kind in fields.items()}
+    for key, value in obj.items():
+        name = _go_field(key, fields)
+        if name is None:
+            continue
+        decoded = _go_decode(value, fields[name], f"{where}.{name}")
+        if decoded is not None:
+            out[name] = decoded
+    return out
+
+
+def config_from_secret(secret: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``ClusterConfig`` Argo CD decodes from the Secret, with Go's zero values filled in.
+
+    Proves that what Kokumi writes is what Argo CD reads: ``caData``, ``certData`` and ``keyData``
+    come back as the PEM bytes. Raises ``ValueError`` where Argo CD would drop the cluster.
+    """
+    raw = _data(secret, "config")
+    if raw is None:
+        data = secret.get("data")
+        present = isinstance(data, Mapping) and data.get("config") is not None
+        if present:
+            raise ValueError("data.config is not base64")
+        raw = b""
+    if not raw:
+        parsed: Any = {}
+    else:
+        try:
+            parsed = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError("data.config is not JSON") from error
+    if parsed is None:
+        parsed = {}
+    if not isinstance(parsed, dict):
+        raise ValueError("data.config must be a JSON object")
+    config = _go_struct(parsed, _CONFIG_FIELDS, "config")
+    config["tlsClientConfig"] = _go_struct(
+        config["tlsClientConfig"], _TLS_FIELDS, "config.tlsClientConfig"
+    )
+    return config

@@ -1,0 +1,397 @@
+"""Which Cluster holds which server: first come, first served, with a queue behind the holder.
+
+Argo CD keeps one credential per server, so Kokumi registers one Cluster per server. The first
+Cluster to want a server holds it; the others wait in the order they came, and the first of them
+takes the server over in the very step in which the holder lets go. Keeping this a pure function of
+``(table, event)`` lets the registry actor stay a thin loop that performs the effects, and lets a
+test replay tens of thousands of events without a cluster.
+
+A server is keyed by its normalised URL everywhere, because Argo CD trims trailing slashes itself:
+two spellings of one server must meet in one line and in one Secret.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+import urllib.parse
+from collections.abc import Mapping
+from typing import TypeAlias
+
+import attrs
+
+__all__ = [
+    "IN_CLUSTER_SERVER",
+    "ClusterRef",
+    "Conflict",
+    "DeleteSecret",
+    "Effect",
+    "Event",
+    "Foreign",
+    "ForeignGone",
+    "Holding",
+    "Release",
+    "Table",
+    "Want",
+    "WriteSecret",
+    "normalise_server",
+    "seed",
+    "step",
+]
+
+IN_CLUSTER_SERVER = "https://kubernetes.default.svc"
+"""Argo CD reaches this server with its own connection; a Secret for it would replace that."""
+
+
+def normalise_server(url: str) -> str:
+    """The key a server is known by: Argo CD trims trailing slashes, so Kokumi must too."""
+    return url.rstrip("/")
+
+
+@attrs.frozen(order=True)
+class ClusterRef:
+    """A Cluster by namespace and name: the identity that holds or waits for a server.
+
+    Ordered so that sorting is deterministic; the text form is what conflict messages show.
+    """
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+# Events
+
+
+@attrs.frozen
+class Want:
+    """The Cluster is selected, has a usable kubeconfig, and that kubeconfig points at ``server``.
+
+    Sent again whenever the kubeconfig Secret changes, so that the holder's Secret is copied anew. A
+    Want for another server than before releases the old one first.
+    """
+
+    cluster: ClusterRef
+    server: str = attrs.field(converter=normalise_server)
+
+
+@attrs.frozen
+class Release:
+    """The Cluster lets go of whatever it holds or waits for.
+
+    It is deleted, no Environment selects it, or its kubeconfig can no longer be used.
+    """
+
+    cluster: ClusterRef
+
+
+@attrs.frozen
+class Foreign:
+    """A cluster Secret Kokumi did not write has this server, or the name Kokumi would give it.
+
+    Kokumi never takes over a cluster Argo CD already knows, so the server is out of reach until
+    every such Secret is gone. Sending the same pair again changes nothing.
+    """
+
+    server: str = attrs.field(converter=normalise_server)
+    secret_name: str
+
+
+@attrs.frozen
+class ForeignGone:
+    """The foreign Secret ``secret_name`` for ``server`` is gone; with None, all of them are."""
+
+    server: str = attrs.field(converter=normalise_server)
+    secret_name: str | None = None
+
+
+Event: TypeAlias = Want | Release | Foreign | ForeignGone
+
+
+# Effects
+
+
+@attrs.frozen
+class WriteSecret:
+    """Make the server's Secret register ``holder``: create it, or update it in place.
+
+    A handover is always an update of the same Secret, never delete + create, because Argo CD and
+    ApplicationSet generators would see the cluster vanish in between and prune what deploys there.
+    """
+
+    server: str
+    holder: ClusterRef
+
+
+@attrs.frozen
+class DeleteSecret:
+    """Remove Kokumi's Secret for the server; a Secret Kokumi did not write must be left alone."""
+
+    server: str
+
+
+@attrs.frozen
+class Holding:
+    """Tell the Cluster it holds the server, so that it can report itself registered."""
+
+    cluster: ClusterRef
+    server: str
+
+
+@attrs.frozen
+class Conflict:
+    """Tell the Cluster it cannot register the server, and why, in one line without credentials."""
+
+    cluster: ClusterRef
+    server: str
+    message: str
+
+
+Effect: TypeAlias = WriteSecret | DeleteSecret | Holding | Conflict
+
+
+# The table
+
+
+@attrs.frozen(unsafe_hash=False)
+class Table:
+    """Who holds and who waits for each server.
+
+    Every server has a *line*: the Clusters that want it, in the order they came. The first of
+    the line holds the server unless a foreign Secret blocks it; then the whole line waits, and
+    its first takes the server once the last foreign Secret is gone. A line, rather than a holder
+    plus a queue, makes "the earliest waiter takes over" a matter of dropping the head.
+
+    The mappings are never changed after construction; ``step`` builds a new Table.
+    """
+
+    _lines: dict[str, tuple[ClusterRef, ...]] = attrs.field(factory=dict)
+    _foreign: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
+    _wants: dict[ClusterRef, str] = attrs.field(factory=dict)
+
+    @classmethod
+    def from_holders(cls, holders: Mapping[str, ClusterRef]) -> Table:
+        """The table as Kokumi's own Secrets describe it after a restart.
+
+        A Cluster found on several servers keeps only the first; :func:`seed` also says which
+        Secrets must go, and is what the registry should call.
+        """
+        return seed(holders)[0]
+
+    def holder(self, server: str) -> ClusterRef | None:
+        """The Cluster whose Secret registers ``server``, if any."""
+        server = normalise_server(server)
+        line = self._lines.get(server, ())
+        if not line or server in self._foreign:
+            return None
+        return line[0]
+
+    def waiting(self, server: str) -> tuple[ClusterRef, ...]:
+        """The Clusters waiting for ``server``, the next holder first."""
+        server = normalise_server(server)
+        line = self._lines.get(server, ())
+        if server in self._foreign:
+            return line
+        return line[1:]
+
+    def wanted_by(self, cluster: ClusterRef) -> str | None:
+        """The one server ``cluster`` holds, waits for, or was refused."""
+        return self._wants.get(cluster)
+
+    def held_by(self, cluster: ClusterRef) -> str | None:
+        """The server ``cluster`` holds, if it holds one."""
+        server = self._wants.get(cluster)
+        if server is not None and self.holder(server) == cluster:
+            return server
+        return None
+
+    def holders(self) -> dict[str, ClusterRef]:
+        """Every held server and its holder: exactly the Secrets Kokumi should have in Argo CD."""
+        return {
+            server: line[0]
+            for server, line in sorted(self._lines.items())
+            if line and server not in self._foreign
+        }
+
+    def foreign(self, server: str) -> tuple[str, ...]:
+        """The names of the Secrets Kokumi did not write that block ``server``."""
+        return self._foreign.get(normalise_server(server), ())
+
+    def message(self, server: str) -> str:
+        """Why a Cluster that wants ``server`` and does not hold it cannot register it."""
+        server = normalise_server(server)
+        shown = _shown(server)
+        if server == IN_CLUSTER_SERVER:
+            return (
+                f"server {shown} is the cluster Argo CD runs in, reached with its own connection; "
+                "a registration would replace that connection for every Application: "
+                "use connection: InCluster"
+            )
+        names = self._foreign.get(server)
+        if names:
+            return (
+                f"server {shown} is already registered with Argo CD by Secret {_shown(names[0])}, "
+                "which Kokumi did not write and leaves alone; "
+                "this Cluster registers it once that Secret is gone"
+            )
+        holder = self.holder(server)
+        if holder is not None:
+            return (
+                f"server {shown} is held by Cluster {_shown(str(holder))}; "
+                "this Cluster takes it over once that Cluster lets go of it"
+            )
+        return f"server {shown} is free"
+
+
+def _shown(text: str) -> str:
+    """A value fit for a one-line message: no credentials in a URL, no control characters."""
+    try:
+        parts = urllib.parse.urlsplit(text)
+    except ValueError:
+        parts = None
+    if parts is not None and parts.scheme and "@" in parts.netloc:
+        host = parts.netloc.rsplit("@", 1)[1]
+        text = urllib.parse.urlunsplit(parts._replace(netloc=host))
+    return "".join("\N{REPLACEMENT CHARACTER}" if _unprintable(char) else char for char in text)
+
+
+def _unprintable(char: str) -> bool:
+    return char != " " and unicodedata.category(char)[0] in "CZ"
+
+
+class _Draft:
+    """A mutable copy of a Table for the length of one step, collecting the effects in order."""
+
+    def __init__(self, table: Table) -> None:
+        self.lines = dict(table._lines)
+        self.foreign = dict(table._foreign)
+        self.wants = dict(table._wants)
+        self.effects: list[Effect] = []
+
+    def table(self) -> Table:
+        return Table(lines=self.lines, foreign=self.foreign, wants=self.wants)
+
+    def holder(self, server: str) -> ClusterRef | None:
+        line = self.lines.get(server, ())
+        if not line or server in self.foreign:
+            return None
+        return line[0]
+
+    def message(self, server: str) -> str:
+        return self.table().message(server)
+
+    def tell(self, cluster: ClusterRef, server: str) -> None:
+        if self.holder(server) == cluster:
+            self.effects.append(WriteSecret(server, cluster))
+            self.effects.append(Holding(cluster, server))
+        else:
+            self.effects.append(Conflict(cluster, server, self.message(server)))
+
+    def tell_waiting(self, server: str) -> None:
+        """Conflict messages name whoever blocks the server; when that changes, they must too."""
+        table = self.table()
+        message = table.message(server)
+        for cluster in table.waiting(server):
+            self.effects.append(Conflict(cluster, server, message))
+
+    def take_over(self, server: str) -> None:
+        holder = self.holder(server)
+        if holder is None:
+            return
+        self.effects.append(WriteSecret(server, holder))
+        self.effects.append(Holding(holder, server))
+        self.tell_waiting(server)
+
+    def leave(self, cluster: ClusterRef) -> None:
+        server = self.wants.pop(cluster, None)
+        if server is None or server == IN_CLUSTER_SERVER:
+            return
+        held = self.holder(server) == cluster
+        line = tuple(other for other in self.lines[server] if other != cluster)
+        if line:
+            self.lines[server] = line
+        else:
+            del self.lines[server]
+        if not held:
+            return
+        if self.holder(server) is None:
+            self.effects.append(DeleteSecret(server))
+        else:
+            self.take_over(server)
+
+    def want(self, cluster: ClusterRef, server: str) -> None:
+        if self.wants.get(cluster) != server:
+            self.leave(cluster)
+            self.wants[cluster] = server
+            if server != IN_CLUSTER_SERVER:
+                self.lines[server] = (*self.lines.get(server, ()), cluster)
+        self.tell(cluster, server)
+
+    def add_foreign(self, server: str, secret_name: str) -> None:
+        names = self.foreign.get(server, ())
+        if secret_name in names:
+            return
+        holder = self.holder(server)
+        self.foreign[server] = (*names, secret_name)
+        if holder is not None:
+            self.effects.append(DeleteSecret(server))
+            self.tell_waiting(server)
+
+    def remove_foreign(self, server: str, secret_name: str | None) -> None:
+        names = self.foreign.get(server, ())
+        remaining = () if secret_name is None else tuple(n for n in names if n != secret_name)
+        if remaining == names:
+            return
+        if remaining:
+            self.foreign[server] = remaining
+            if remaining[0] != names[0]:
+                self.tell_waiting(server)
+        else:
+            del self.foreign[server]
+            self.take_over(server)
+
+
+def step(table: Table, event: Event) -> tuple[Table, tuple[Effect, ...]]:
+    """Apply one event; return the new table and what the registry must do, in that order.
+
+    Pure and deterministic: equal tables and events give equal results, which lets the registry
+    retry a step after a failed write and lets a test compare runs.
+    """
+    draft = _Draft(table)
+    match event:
+        case Want(cluster=cluster, server=server):
+            draft.want(cluster, server)
+        case Release(cluster=cluster):
+            draft.leave(cluster)
+        case Foreign(server=server, secret_name=secret_name):
+            draft.add_foreign(server, secret_name)
+        case ForeignGone(server=server, secret_name=secret_name):
+            draft.remove_foreign(server, secret_name)
+    return draft.table(), tuple(draft.effects)
+
+
+def seed(holders: Mapping[str, ClusterRef]) -> tuple[Table, tuple[Effect, ...]]:
+    """Rebuild the table from the holders that Kokumi's Secrets name, and say which Secrets must go.
+
+    The registry keeps no memory that a crash could lose; the Secrets are the memory. A Cluster
+    found on several servers (a move interrupted half way) keeps the first server in sorted order,
+    and a Secret for the in-cluster server is never Kokumi's to keep: both are deleted. Foreign
+    Secrets are fed in afterwards as :class:`Foreign` events, which step a holder back where one
+    blocks it.
+    """
+    lines: dict[str, tuple[ClusterRef, ...]] = {}
+    wants: dict[ClusterRef, str] = {}
+    effects: list[Effect] = []
+    seen: set[str] = set()
+    for server, cluster in sorted((normalise_server(s), c) for s, c in holders.items()):
+        # Two spellings of one server name one Secret: the first decides what becomes of it.
+        if server in seen:
+            continue
+        seen.add(server)
+        if server == IN_CLUSTER_SERVER or cluster in wants:
+            effects.append(DeleteSecret(server))
+            continue
+        lines[server] = (cluster,)
+        wants[cluster] = server
+    return Table(lines=lines, wants=wants), tuple(effects)

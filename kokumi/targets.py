@@ -1,0 +1,132 @@
+"""Where an Environment deploys: one target per selected Cluster.
+
+A Serving deploys to a Cluster only when the Cluster is Ready. Two Ready Clusters of one Environment
+that connect to the same server would make Argo CD apply the same manifests twice to one cluster, so
+only the first by name deploys. Deciding by name, never by the order the Clusters were listed in,
+keeps the choice stable across restarts and relists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar, Literal, TypeAlias
+
+import attrs
+
+from kokumi.ownership import IN_CLUSTER_SERVER, normalise_server
+
+__all__ = [
+    "CLUSTER_CONFLICT",
+    "ClusterConflict",
+    "ClusterNotReady",
+    "Deploy",
+    "SelectedCluster",
+    "Target",
+    "targets",
+]
+
+CLUSTER_CONFLICT = "ClusterConflict"
+"""The Ready reason of a Cluster that cannot register its server; it must not deploy either."""
+
+ConnectionKind: TypeAlias = Literal["Kubeconfig", "InCluster"]
+
+
+@attrs.frozen
+class SelectedCluster:
+    """What an Environment needs to know of a Cluster it selects, from the Cluster's status."""
+
+    name: str
+    connection: ConnectionKind
+    ready: bool
+    reason: str
+    server: str | None = None
+    message: str = ""
+
+
+@attrs.frozen
+class Deploy:
+    """The Serving deploys to this Cluster's server."""
+
+    reason: ClassVar[str] = "Deploy"
+    cluster: str
+    server: str
+    message: str
+
+
+@attrs.frozen
+class ClusterNotReady:
+    """The Serving holds this target until the Cluster is Ready."""
+
+    reason: ClassVar[str] = "ClusterNotReady"
+    cluster: str
+    message: str
+
+
+@attrs.frozen
+class ClusterConflict:
+    """The Serving holds this target: ``winner`` deploys to the same server for this Environment."""
+
+    reason: ClassVar[str] = "ClusterConflict"
+    cluster: str
+    server: str
+    winner: str
+    message: str
+
+
+Target: TypeAlias = Deploy | ClusterNotReady | ClusterConflict
+
+
+def _server(cluster: SelectedCluster) -> str | None:
+    """The server Argo CD deploys to; every InCluster Cluster is Argo CD's own cluster."""
+    if cluster.connection == "InCluster":
+        return IN_CLUSTER_SERVER
+    if cluster.server:
+        return normalise_server(cluster.server) or None
+    return None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _not_ready(cluster: SelectedCluster) -> str:
+    reason = _one_line(cluster.reason) or "Unknown"
+    detail = _one_line(cluster.message)
+    text = f"Cluster {cluster.name} is not ready ({reason})"
+    return f"{text}: {detail}" if detail else text
+
+
+def targets(clusters: Sequence[SelectedCluster]) -> tuple[Target, ...]:
+    """One target per Cluster, in the order given.
+
+    A Cluster that reports ClusterConflict is held even if something calls it Ready: it is not
+    registered with Argo CD, so a deployment there would fail or, worse, reach the registration of
+    another Cluster. A Ready Kubeconfig Cluster without a server yet is held for the same reason.
+    """
+    first: dict[str, tuple[str, int]] = {}
+    for index, cluster in enumerate(clusters):
+        server = _server(cluster)
+        if server is None or not cluster.ready or cluster.reason == CLUSTER_CONFLICT:
+            continue
+        key = (cluster.name, index)
+        if server not in first or key < first[server]:
+            first[server] = key
+
+    result: list[Target] = []
+    for index, cluster in enumerate(clusters):
+        server = _server(cluster)
+        if not cluster.ready or cluster.reason == CLUSTER_CONFLICT:
+            result.append(ClusterNotReady(cluster.name, _not_ready(cluster)))
+        elif server is None:
+            message = f"Cluster {cluster.name} is Ready but reports no server yet"
+            result.append(ClusterNotReady(cluster.name, message))
+        elif first[server] == (cluster.name, index):
+            result.append(Deploy(cluster.name, server, f"deploys to {server}"))
+        else:
+            winner = first[server][0]
+            message = (
+                f"Cluster {cluster.name} connects to server {server} as Cluster {winner} does, "
+                f"which deploys there for this Environment; only the first by name deploys"
+            )
+            result.append(ClusterConflict(cluster.name, server, winner, message))
+    return tuple(result)
