@@ -2,8 +2,8 @@
 
 Pure: no I/O, no Trio. Reading an object never raises on what a user wrote: a Cluster or an
 Environment that does not fit the schema (the CRD validates, but objects from before a schema change
-or written with validation off can still be anything) becomes an ``Invalid`` with a one-line message,
-which the actors put into the status instead of crashing.
+or written with validation off can still be anything) becomes an ``Invalid`` with a one-line
+message, which the actors put into the status instead of crashing.
 """
 
 from __future__ import annotations
@@ -194,7 +194,9 @@ converter.register_structure_hook_func(
 converter.register_structure_hook_func(
     lambda t: t == Mapping[str, Any], lambda v, _: dict(v) if v is not None else {}
 )
-converter.register_unstructure_hook_func(lambda t: t in (Mapping[str, str], Mapping[str, Any]), dict)
+converter.register_unstructure_hook_func(
+    lambda t: t in (Mapping[str, str], Mapping[str, Any]), dict
+)
 
 
 def _string_map(value: object) -> dict[str, str]:
@@ -272,12 +274,14 @@ def parse_cluster(obj: Mapping[str, Any]) -> Cluster | Invalid:
             )
         if not isinstance(key, str) or not key:
             return Invalid(
-                meta, "spec.kubeconfig.secretRef.key is empty: name the key, or leave it out for value"
+                meta,
+                "spec.kubeconfig.secretRef.key is empty: name the key, or leave it out for value",
             )
     elif kubeconfig is not None:
         return Invalid(
             meta,
-            "spec.kubeconfig is set on an InCluster Cluster: remove it, or use connection: Kubeconfig",
+            "spec.kubeconfig is set on an InCluster Cluster: remove it, or use connection: "
+            "Kubeconfig",
         )
     try:
         cluster_spec = converter.structure(spec, ClusterSpec)
@@ -308,14 +312,18 @@ def parse_environment(obj: Mapping[str, Any]) -> Environment | Invalid:
         )
     selector = spec.get("clusterSelector")
     if selector is not None and not isinstance(selector, Mapping):
-        return Invalid(meta, "spec.clusterSelector is not an object: use matchLabels/matchExpressions")
+        return Invalid(
+            meta, "spec.clusterSelector is not an object: use matchLabels/matchExpressions"
+        )
     try:
         env_spec = EnvironmentSpec(
             cluster_selector=dict(selector) if selector is not None else None,
             description=str(spec.get("description", "")),
         )
     except Exception as exc:
-        return Invalid(meta, f"the Environment does not fit its schema ({_why(exc)}): fix the field")
+        return Invalid(
+            meta, f"the Environment does not fit its schema ({_why(exc)}): fix the field"
+        )
     return Environment(meta, env_spec, _lenient(obj.get("status"), EnvironmentStatus))
 
 
@@ -359,7 +367,6 @@ def status_patch(status: ClusterStatus | EnvironmentStatus) -> dict[str, Any]:
     """The status as the API wants it (camelCase, empty fields left out)."""
     body: dict[str, Any] = converter.unstructure(status)
     return body
-
 
 
 # --- resources ----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""``kokumi manager`` runs the controller; ``kokumi demo`` shows it working on a local hub + spoke."""
+"""``kokumi manager`` runs the controller; ``kokumi demo`` shows it on a local hub + spoke."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ __all__ = ["main"]
 
 
 def _manager(args: argparse.Namespace) -> int:
-    from kokumi.manager import run_manager
+    from kokumi.manager import run_manager  # noqa: PLC0415 - only this command needs it
 
     try:
         if args.kubeconfig or args.context:
@@ -40,7 +40,7 @@ def _manager(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from kokumi.demo import run_demo
+    from kokumi.demo import run_demo  # noqa: PLC0415 - only this command needs it
 
     return run_demo(once=args.once, timeout=args.timeout)
 

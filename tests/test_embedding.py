@@ -9,7 +9,7 @@ import trio
 
 import kokumi
 from kokumi.controlplane import APIServer
-from tests.manager_support import make_namespace, hub_client
+from tests.manager_support import hub_client, make_namespace
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "embedding.md"
 

@@ -1,4 +1,4 @@
-"""Clusters on the real hub and spoke: checks, reasons, status writes, the shared in-cluster check."""
+"""Clusters on the real hub and spoke: checks, reasons, status writes, the in-cluster check."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Environments on the real hub: selection drives registration, targets, the Environment's status."""
+"""Environments on the real hub: selection drives registration, targets, their status."""
 
 from __future__ import annotations
 
@@ -68,7 +68,14 @@ async def test_selection_drives_registration(
             }
         ]
         table = kubectl(hub, "get", "kenv", "-n", ns).stdout.splitlines()
-        assert table[0].split()[:6] == ["NAME", "DELIVERY", "CLUSTERS", "DEPLOYING", "READY", "REASON"]
+        assert table[0].split()[:6] == [
+            "NAME",
+            "DELIVERY",
+            "CLUSTERS",
+            "DEPLOYING",
+            "READY",
+            "REASON",
+        ]
         assert table[1].split()[:6] == ["edge", "ArgoCD", "1", "1", "True", "Ready"]
 
         # A second Environment selecting it by an expression; the first lets go: Secret untouched.
@@ -126,8 +133,9 @@ async def test_two_in_cluster_clusters_of_one_environment_first_by_name_deploys(
         await ws.environment(ns, "local", label)
         env = await wait_for(
             lambda: _environment(ws, ns, "local"),
-            lambda e: e.get("status", {}).get("selected") == 2
-            and e["status"].get("deploying") == 1,
+            lambda e: (
+                e.get("status", {}).get("selected") == 2 and e["status"].get("deploying") == 1
+            ),
             "local to select both and deploy to one",
         )
         targets = {row["name"]: row["target"] for row in env["status"]["clusters"]}

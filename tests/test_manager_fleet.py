@@ -1,8 +1,8 @@
-"""A fleet over simulated minutes: a quiet fleet costs no writes, and eight checks at a time at most.
+"""A fleet over simulated minutes: a quiet fleet costs no writes; eight checks at a time at most.
 
-The clock is Trio's MockClock: it jumps to the next timer once every task has been idle for a fifth of
-a real second, so ten minutes of timers pass in seconds while the checks themselves still talk to the
-real spoke over real sockets (each answers in milliseconds, well inside that).
+The clock is Trio's MockClock: it jumps to the next timer once every task has been idle for a
+fifth of a real second, so ten minutes of timers pass in seconds while the checks themselves still
+talk to the real spoke over real sockets (each answers in milliseconds, well inside that).
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ newest state.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import math
 import random
@@ -153,9 +155,7 @@ class ClusterActor:
         if isinstance(cluster, api.Invalid):
             await self._release()
             await self._write(
-                self._status(
-                    Outcome(False, "InvalidSpec", cluster.message, None, None), None
-                ),
+                self._status(Outcome(False, "InvalidSpec", cluster.message, None, None), None),
                 cluster.metadata,
             )
             self.checked.set()
@@ -232,7 +232,7 @@ class ClusterActor:
         server = normalise_server(parsed.server)
         if server == IN_CLUSTER_SERVER:
             message = (
-                f"server {IN_CLUSTER_SERVER} is Argo CD's own cluster, which it reaches in-cluster: "
+                f"server {IN_CLUSTER_SERVER} is Argo CD's own cluster, reached in-cluster: "
                 "registering it would replace that connection for every Application; "
                 "use connection: InCluster instead"
             )
@@ -269,7 +269,7 @@ class ClusterActor:
         self._registration = NOT_REGISTERED
 
     async def _ensure_finalizer(self, cluster: api.Cluster) -> None:
-        """A holder carries a finalizer, so its Secret goes even if it is deleted while we are down."""
+        """A holder carries a finalizer: its Secret goes even if it is deleted while we are down."""
         has = api.FINALIZER in cluster.metadata.finalizers
         if self._registration.holding and not has:
             await self._set_finalizers(cluster, (*cluster.metadata.finalizers, api.FINALIZER))
@@ -283,7 +283,9 @@ class ClusterActor:
 
     async def _set_finalizers(self, cluster: api.Cluster, finalizers: tuple[str, ...]) -> None:
         meta = cluster.metadata
-        patch = {"metadata": {"finalizers": list(finalizers), "resourceVersion": meta.resource_version}}
+        patch = {
+            "metadata": {"finalizers": list(finalizers), "resourceVersion": meta.resource_version}
+        }
         try:
             updated = await self._context.client.patch_merge(
                 api.CLUSTERS, meta.name, patch, namespace=meta.namespace
@@ -332,7 +334,10 @@ class ClusterActor:
             return
         try:
             await self._context.client.patch_merge(
-                api.CLUSTERS, meta.name, {"status": status}, namespace=meta.namespace,
+                api.CLUSTERS,
+                meta.name,
+                {"status": status},
+                namespace=meta.namespace,
                 subresource="status",
             )
         except errors.NotFound:
@@ -388,9 +393,6 @@ def _secret_not_found(name: str, namespace: str) -> Outcome:
 
 
 def _secret_value(secret: Mapping[str, Any], key: str) -> bytes | None:
-    import base64
-    import binascii
-
     data = secret.get("data") or {}
     value = data.get(key) if isinstance(data, Mapping) else None
     if not isinstance(value, str):

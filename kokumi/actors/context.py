@@ -92,7 +92,9 @@ class InClusterCheck:
     Single-flight: while a check runs, other askers wait for its result instead of starting theirs.
     """
 
-    def __init__(self, client: Client, limiter: CountingLimiter, options: Options, metrics: Metrics):
+    def __init__(
+        self, client: Client, limiter: CountingLimiter, options: Options, metrics: Metrics
+    ):
         self._client = client
         self._limiter = limiter
         self._options = options

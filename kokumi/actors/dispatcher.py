@@ -179,9 +179,7 @@ class Dispatcher:
         versions = self._context.secret_versions
         async for event in receive:
             if isinstance(event, Resync):
-                fresh = {
-                    (_ref(o).namespace, _ref(o).name): _version(o) for o in event.objects
-                }
+                fresh = {(_ref(o).namespace, _ref(o).name): _version(o) for o in event.objects}
                 changed = {k for k in set(versions) | set(fresh) if versions.get(k) != fresh.get(k)}
                 versions.clear()
                 versions.update(fresh)

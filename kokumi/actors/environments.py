@@ -61,7 +61,9 @@ class EnvironmentsActor:
                 continue
             selector = selectors.parse(environment.spec.cluster_selector)
             if isinstance(selector, selectors.Selector):
-                chosen.update(c.metadata.name for c in clusters if selector.matches(c.metadata.labels))
+                chosen.update(
+                    c.metadata.name for c in clusters if selector.matches(c.metadata.labels)
+                )
         return chosen
 
     async def run(self) -> None:
@@ -153,7 +155,9 @@ class EnvironmentsActor:
         body["deploying"] = deploying
         return body
 
-    async def _write(self, environment: api.Environment | api.Invalid, status: dict[str, Any]) -> None:
+    async def _write(
+        self, environment: api.Environment | api.Invalid, status: dict[str, Any]
+    ) -> None:
         meta = environment.metadata
         key = (meta.namespace, meta.name)
         observed = (

@@ -262,7 +262,7 @@ class Registry:
             await self._step(ownership.Foreign(server, name))
 
     async def _follow(self, receive: trio.MemoryReceiveChannel[WatchEvent | Resync]) -> None:
-        """Foreign Secrets come and go; ours are noted so in-place updates use the newest version."""
+        """Foreign Secrets come and go; ours are noted, so updates start from the newest."""
         known: dict[str, str] = {}  # foreign Secret name -> server
         async for event in receive:
             async with self._lock:
