@@ -1,0 +1,270 @@
+"""Session fixtures that install pieces of deploy/ on the hub, and helpers for their tests.
+
+The hub is shared by the whole session, and the objects installed here are cluster-scoped (CRDs,
+ClusterRoles, admission policies) or live in shared namespaces (kokumi, argocd). So every step is
+idempotent: server-side apply with ``--force-conflicts``, namespaces created only when missing. A
+test may apply the same files again, or all of install.yaml, and nothing breaks.
+
+Fixtures:
+
+- ``crds``: the Cluster and Environment CRDs, Established and served (kubectl get works).
+- ``admission_policies``: both admission policies, bound and enforced, with the namespace argocd and
+  the manager's ServiceAccount and registrar binding they are about.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from kokumi.controlplane import APIServer, ControlPlane
+
+__all__ = [
+    "CRD_NAMES",
+    "DEPLOY",
+    "KUBECTL",
+    "ensure_namespace",
+    "kubectl_as",
+    "run",
+    "service_account_kubeconfig",
+    "wait_until",
+]
+
+REPO = Path(__file__).resolve().parent.parent
+DEPLOY = REPO / "deploy"
+KUBECTL = str(Path(sys.executable).with_name("kubectl"))
+FIELD_MANAGER = "kokumi-tests"
+CRD_NAMES = ("clusters.delivery.kokumi.dev", "environments.delivery.kokumi.dev")
+
+# The probe objects that show a policy is enforced live in this namespace of the hub.
+PROBE_NAMESPACE = "kokumi-policy-probe"
+
+T = TypeVar("T")
+
+
+def run(
+    kubeconfig: Path, *args: str, input: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """kubectl with the given kubeconfig; with ``check`` a failure raises with kubectl's stderr."""
+    result = subprocess.run(
+        [KUBECTL, "--kubeconfig", str(kubeconfig), *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "KUBECACHEDIR": str(kubeconfig.parent / ".kube-cache")},
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"kubectl {' '.join(args)} failed ({result.returncode}):\n{result.stderr}"
+        )
+    return result
+
+
+def kubectl_as(
+    kubeconfig: Path,
+) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """kubectl as one identity: ``kubectl_as(path)("get", "kcl", check=False)``."""
+
+    def call(
+        *args: str, input: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        return run(kubeconfig, *args, input=input, check=check)
+
+    return call
+
+
+def wait_until(
+    attempt: Callable[[], T | None], what: str, timeout: float = 60.0, interval: float = 0.2
+) -> T:
+    """Call ``attempt`` until it returns something other than None; fail with ``what`` if never.
+
+    RBAC and admission policies reach the API server's authorizer and admission chain through
+    informers, a moment after the write that created them: tests poll for the effect instead of
+    sleeping a guessed time.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        outcome = attempt()
+        if outcome is not None:
+            return outcome
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up after {timeout} s waiting until {what}")
+        time.sleep(interval)
+
+
+def ensure_namespace(hub: APIServer, name: str) -> None:
+    """Create ``name`` unless it exists; wait out a deletion another test may have started."""
+
+    def ready() -> bool | None:
+        phase = run(
+            hub.admin_kubeconfig,
+            "get",
+            "namespace",
+            name,
+            "-o",
+            "jsonpath={.status.phase}",
+            check=False,
+        )
+        if phase.returncode == 0 and phase.stdout == "Active":
+            return True
+        if phase.returncode != 0 and "NotFound" in phase.stderr:
+            run(hub.admin_kubeconfig, "create", "namespace", name, check=False)
+        return None
+
+    wait_until(ready, f"namespace {name} is Active", timeout=120)
+
+
+def apply(hub: APIServer, *files: Path) -> None:
+    """Server-side apply, taking over fields other managers hold: idempotent across the session."""
+    args = [arg for path in files for arg in ("-f", str(path))]
+    run(
+        hub.admin_kubeconfig,
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        f"--field-manager={FIELD_MANAGER}",
+        *args,
+    )
+
+
+@pytest.fixture(scope="session")
+def crds(control_plane: ControlPlane) -> tuple[str, ...]:
+    """The Cluster and Environment CRDs on the hub, Established and served; their names."""
+    hub = control_plane.hub
+    apply(hub, *sorted((DEPLOY / "crds").glob("*.yaml")))
+    run(
+        hub.admin_kubeconfig,
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        *(f"crd/{name}" for name in CRD_NAMES),
+    )
+
+    # Established comes a moment before discovery and the handlers serve the new resources.
+    def served() -> bool | None:
+        listed = run(
+            hub.admin_kubeconfig, "get", "kcl,kenv", "--all-namespaces", "-o", "name", check=False
+        )
+        return True if listed.returncode == 0 else None
+
+    wait_until(served, "kubectl get kcl,kenv works")
+    return CRD_NAMES
+
+
+@pytest.fixture(scope="session")
+def admission_policies(control_plane: ControlPlane, crds: tuple[str, ...]) -> tuple[str, ...]:
+    """Both admission policies bound and enforced on the hub; their names.
+
+    Also the namespaces kokumi and argocd, the manager's ServiceAccount kokumi:kokumi and the
+    registrar role bound to it in argocd: what the policies are about.
+    """
+    hub = control_plane.hub
+    ensure_namespace(hub, "kokumi")
+    ensure_namespace(hub, "argocd")
+    ensure_namespace(hub, PROBE_NAMESPACE)
+    rbac = DEPLOY / "rbac"
+    apply(
+        hub,
+        rbac / "service-account.yaml",
+        rbac / "argocd-cluster-registrar.yaml",
+        rbac / "argocd-cluster-registrar-binding.yaml",
+        *sorted((DEPLOY / "policies").glob("*.yaml")),
+    )
+    _wait_secret_access_enforced(hub)
+    _wait_secret_integrity_enforced(hub)
+    return ("kokumi-cluster-secret-access", "kokumi-argocd-secret-integrity")
+
+
+def _wait_secret_access_enforced(hub: APIServer) -> None:
+    """Until a dry-run Cluster naming a Secret its author may not read is refused by the policy."""
+    user = f"policy-probe-{uuid.uuid4().hex[:6]}"
+    admin = hub.admin_kubeconfig
+    run(
+        admin,
+        "-n",
+        PROBE_NAMESPACE,
+        "create",
+        "role",
+        user,
+        "--verb=create",
+        "--resource=clusters.delivery.kokumi.dev",
+    )
+    run(
+        admin,
+        "-n",
+        PROBE_NAMESPACE,
+        "create",
+        "rolebinding",
+        user,
+        f"--role={user}",
+        f"--user={user}",
+    )
+    probe = hub.kubeconfig_for(user)
+    cluster = (
+        "apiVersion: delivery.kokumi.dev/v1alpha1\nkind: Cluster\nmetadata: {name: probe}\n"
+        "spec: {connection: Kubeconfig, kubeconfig: {secretRef: {name: probe}}}\n"
+    )
+
+    def refused() -> bool | None:
+        created = run(
+            probe,
+            "-n",
+            PROBE_NAMESPACE,
+            "create",
+            "--dry-run=server",
+            "-f",
+            "-",
+            input=cluster,
+            check=False,
+        )
+        return True if "kokumi-cluster-secret-access" in created.stderr else None
+
+    wait_until(refused, "kokumi-cluster-secret-access refuses Clusters", timeout=90)
+
+
+def _wait_secret_integrity_enforced(hub: APIServer) -> None:
+    """Until the manager's dry-run create of an unlabeled Secret in argocd is refused."""
+    token = run(
+        hub.admin_kubeconfig, "-n", "kokumi", "create", "token", "kokumi", "--duration=10m"
+    ).stdout.strip()
+    manager = service_account_kubeconfig(hub, token, hub.workdir / "policy-probe-sa.kubeconfig")
+
+    def refused() -> bool | None:
+        created = run(
+            manager,
+            "-n",
+            "argocd",
+            "create",
+            "secret",
+            "generic",
+            "policy-probe",
+            "--dry-run=server",
+            check=False,
+        )
+        return True if "kokumi-argocd-secret-integrity" in created.stderr else None
+
+    wait_until(refused, "kokumi-argocd-secret-integrity refuses unlabeled Secrets", timeout=90)
+
+
+def service_account_kubeconfig(hub: APIServer, token: str, path: Path) -> Path:
+    """A kubeconfig that authenticates to the hub with a bearer token."""
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters: [{{name: hub, cluster: {{server: '{hub.url}', "
+        f"certificate-authority: '{hub.ca_file}'}}}}]\n"
+        f"users: [{{name: sa, user: {{token: '{token}'}}}}]\n"
+        "contexts: [{name: hub, context: {cluster: hub, user: sa}}]\n"
+        "current-context: hub\n"
+    )
+    path.chmod(0o600)
+    return path
