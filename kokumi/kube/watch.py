@@ -14,8 +14,11 @@ The consumer's contract:
 
 The version to resume from is taken from every event, bookmarks included, and is only ever
 dropped by a 410 followed by a relist, never silently. A stream that says nothing for
-``inactivity_timeout`` seconds (bookmarks come about once a minute) is taken for dead. Transport
-failures and 5xx answers are retried with jittered exponential backoff, forever.
+``inactivity_timeout`` seconds may be dead (a half-open TCP connection never says so): it is
+dropped and the watch resumed from the same version. Bookmarks keep a busy stream talking, but a
+quiet resource may get none for minutes, so the expiry is routine, not an error: it costs one
+request on an idle watch. Transport failures and 5xx answers are retried with jittered exponential
+backoff, forever.
 """
 
 from __future__ import annotations
@@ -245,8 +248,9 @@ class _Watcher:
     async def _follow(self) -> bool:
         """One watch request, from the current version until it ends; True if it was useful.
 
-        Raises ``Gone`` when the version is too old, ``TransportError`` when the stream dies
-        or stays silent past the inactivity deadline.
+        Raises ``Gone`` when the version is too old, ``TransportError`` when the stream dies.
+        Silence past the inactivity deadline ends the request quietly: resuming at once is right
+        for an idle stream and for a dead one alike.
         """
         assert self.resource_version is not None
         params = {
@@ -286,9 +290,13 @@ class _Watcher:
                         await self.send.send(event)
                         deadline.deadline = trio.current_time() + self.inactivity_timeout
         if deadline.cancelled_caught:
-            raise TransportError(
-                f"watch {self.path}: nothing received for {self.inactivity_timeout:g} s"
+            logger.debug(
+                "watch %s: nothing received for %g s; resuming from %s",
+                self.path,
+                self.inactivity_timeout,
+                self.resource_version,
             )
+            return True
         # A stream the server ends at once, having said nothing, must not become a busy loop.
         return received > 0 or trio.current_time() - opened >= 1.0
 
