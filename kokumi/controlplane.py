@@ -26,6 +26,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -252,13 +253,17 @@ class _Process:
     popen: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        # The kernel's parent-death signal follows the *thread* that forked, not the process: a
+        # server started from a worker thread (a test restarting the hub via trio.to_thread) would
+        # be killed when that thread idles out. Only the main thread's children get it.
+        on_main = threading.current_thread() is threading.main_thread()
         with self.log_path.open("ab") as log:
             self.popen = subprocess.Popen(
                 self.argv,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads run before start
+                preexec_fn=_die_with_parent if on_main else None,  # noqa: PLW1509
             )
 
     def stop(self, timeout: float = 10.0) -> None:

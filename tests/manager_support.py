@@ -126,7 +126,19 @@ async def wait_for(
             if accept(last):
                 return last
             await trio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}; last seen: {last!r}")
+    raise AssertionError(f"timed out waiting for {what}; last seen: {_redacted(last)!r}")
+
+
+def _redacted(value: Any) -> Any:
+    """What a failure may print: Secrets' data never reaches a test report."""
+    if isinstance(value, Mapping):
+        return {
+            k: "<redacted>" if k in ("data", "stringData") else _redacted(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_redacted(v) for v in value]
+    return value
 
 
 async def wait_reason(

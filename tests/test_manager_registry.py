@@ -191,3 +191,52 @@ async def test_copied_config_reaches_the_spoke_by_argo_cds_rules(
         assert user == "system:serviceaccount:kube-system:kokumi"
         assert json.loads(base64.b64decode(secret["data"]["config"]))  # valid JSON for Argo CD
         await ws.cleanup()
+
+
+async def test_holder_deleted_while_the_manager_is_down_is_released_on_start(
+    hub: APIServer, crds: object, spoke_kubeconfig: Registration
+) -> None:
+    async with workspace(hub) as ws:
+        options = ws.options(keep_in_cluster=False)
+        async with manager(hub, options):
+            ns = await _selected_cluster(ws, spoke_kubeconfig)
+            await _registered(ws, ns, "spoke")
+            await wait_for(
+                lambda: ws.get_cluster(ns, "spoke"),
+                lambda c: api.FINALIZER in (c["metadata"].get("finalizers") or []),
+                "the finalizer",
+            )
+        # The manager is down: the finalizer holds the Cluster until the Secret is gone.
+        await ws.client.delete(api.CLUSTERS, "spoke", namespace=ns)
+        held = await ws.get_cluster(ns, "spoke")
+        assert held["metadata"]["deletionTimestamp"]
+        assert len(await ws.argocd_secrets()) == 1
+        async with manager(hub, options):
+            await wait_for(ws.argocd_secrets, lambda items: items == [], "the Secret to go")
+            await wait_for(
+                lambda: ws.client.list(api.CLUSTERS, namespace=ns),
+                lambda listing: listing["items"] == [],
+                "the Cluster to be gone",
+            )
+
+
+async def test_a_cluster_deleted_and_created_again_keeps_its_registration(
+    hub: APIServer, crds: object, spoke_kubeconfig: Registration
+) -> None:
+    async with workspace(hub) as ws, manager(hub, ws.options(keep_in_cluster=False)):
+        ns = await _selected_cluster(ws, spoke_kubeconfig)
+        await _registered(ws, ns, "spoke")
+        await ws.client.delete(api.CLUSTERS, "spoke", namespace=ns)
+        await wait_for(
+            lambda: ws.client.list(api.CLUSTERS, namespace=ns),
+            lambda listing: listing["items"] == [],
+            "the old Cluster to be gone",
+        )
+        await ws.cluster(ns, "spoke", secret="spoke-kubeconfig", labels={"fleet": "edge"})
+        await wait_reason(ws, ns, "spoke", "Ready")
+        secret = await _registered(ws, ns, "spoke")
+        await trio.sleep(1)  # a late release of the old actor would remove it now
+        assert [s["metadata"]["uid"] for s in await ws.argocd_secrets()] == [
+            secret["metadata"]["uid"]
+        ]
+        await ws.cleanup()

@@ -84,7 +84,9 @@ class ClusterActor:
         self._selected = False
         self._secret_dirty = False
         self._registration = NOT_REGISTERED
-        self._wanted: str | None = None  # the server we asked the registry for
+        # Whether the registry may count this Cluster as holding or waiting. True at start: after
+        # a restart the registry's table, rebuilt from Argo CD's Secrets, may name it.
+        self._may_hold = True
         self._check: Check | None = None
         self._next_check = -math.inf
         self._written: dict[str, Any] | None = None
@@ -148,7 +150,7 @@ class ClusterActor:
                     self._next_check = min(self._next_check, trio.current_time() + 30)
             await self._release()
         finally:
-            self._context.registry.unsubscribe(self.ref)
+            self._context.registry.unsubscribe(self.ref, self.registration)
 
     async def _reconcile(self) -> None:
         cluster = self._cluster
@@ -257,15 +259,15 @@ class ClusterActor:
             and normalise_server(connection.server) != IN_CLUSTER_SERVER
         )
         if self._selected and usable and connection is not None:
-            self._wanted = normalise_server(connection.server)
-            self.registration(await self._context.registry.want(self.ref, connection))
+            self._may_hold = True
+            self.registration(await self._context.registry.want(self.ref, connection, self))
         else:
             await self._release()
 
     async def _release(self) -> None:
-        if self._wanted is not None:
-            self._wanted = None
-            await self._context.registry.release(self.ref)
+        if self._may_hold:
+            self._may_hold = False
+            await self._context.registry.release(self.ref, self)
         self._registration = NOT_REGISTERED
 
     async def _ensure_finalizer(self, cluster: api.Cluster) -> None:

@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import trio
 
+from kokumi.api import CLUSTERS, ENVIRONMENTS, IN_CLUSTER_LABEL
 from kokumi.kube import (
     AlreadyExists,
     Client,
@@ -46,10 +47,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 # Kokumi's resources, here until they move to kokumi.api with the rest of the API.
-CLUSTERS: Final = Resource("delivery.kokumi.dev", "v1alpha1", "clusters", "Cluster")
-ENVIRONMENTS: Final = Resource("delivery.kokumi.dev", "v1alpha1", "environments", "Environment")
 
-IN_CLUSTER_LABEL: Final = "delivery.kokumi.dev/in-cluster"
 """The label ``local`` selects ``in-cluster`` by; set by Kokumi only on the Cluster it creates."""
 
 CLUSTER_NAME: Final = "in-cluster"

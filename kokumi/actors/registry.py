@@ -41,12 +41,14 @@ class _Want:
     cluster: ClusterRef
     connection: Connection = attrs.field(repr=False)
     reply: trio.MemorySendChannel[Registration]
+    claimant: object = None
 
 
 @attrs.frozen
 class _Release:
     cluster: ClusterRef
     reply: trio.MemorySendChannel[Registration]
+    claimant: object = None
 
 
 @attrs.frozen
@@ -68,6 +70,7 @@ class Registry:
         self._secrets: dict[str, dict[str, Any]] = {}  # name -> Secret, as last seen or written
         self._results: dict[ClusterRef, Registration] = {}
         self._subscribers: dict[ClusterRef, Callable[[Registration], None]] = {}
+        self._claimants: dict[ClusterRef, object] = {}
         self._lock = trio.Lock()
         self._inbox_send, self._inbox = trio.open_memory_channel[_Request](64)
 
@@ -76,14 +79,25 @@ class Registry:
     def subscribe(self, cluster: ClusterRef, notify: Callable[[Registration], None]) -> None:
         self._subscribers[cluster] = notify
 
-    def unsubscribe(self, cluster: ClusterRef) -> None:
-        self._subscribers.pop(cluster, None)
+    def unsubscribe(
+        self, cluster: ClusterRef, notify: Callable[[Registration], None] | None = None
+    ) -> None:
+        """Forget ``notify`` (or whoever listens for ``cluster``); a newer listener stays."""
+        if notify is None or self._subscribers.get(cluster) == notify:
+            self._subscribers.pop(cluster, None)
 
-    async def want(self, cluster: ClusterRef, connection: Connection) -> Registration:
-        return await self._ask(lambda reply: _Want(cluster, connection, reply))
+    async def want(
+        self, cluster: ClusterRef, connection: Connection, claimant: object = None
+    ) -> Registration:
+        """Claim the connection's server for ``cluster``; the answer says whether it holds it.
 
-    async def release(self, cluster: ClusterRef) -> None:
-        await self._ask(lambda reply: _Release(cluster, reply))
+        ``claimant`` tells apart two actors of one name (a Cluster deleted and created again):
+        a late release of the old one must not let go of the new one's claim.
+        """
+        return await self._ask(lambda reply: _Want(cluster, connection, reply, claimant))
+
+    async def release(self, cluster: ClusterRef, claimant: object = None) -> None:
+        await self._ask(lambda reply: _Release(cluster, reply, claimant))
 
     async def prune(self, existing: Iterable[ClusterRef]) -> None:
         """Let go of holders whose Cluster no longer exists (deleted while we were down)."""
@@ -132,15 +146,19 @@ class Registry:
 
     async def _serve(self, request: _Request) -> Registration:
         match request:
-            case _Want(cluster=cluster, connection=connection):
+            case _Want(cluster=cluster, connection=connection, claimant=claimant):
                 self._connections[cluster] = connection
+                self._claimants[cluster] = claimant
                 server = ownership.normalise_server(connection.server)
                 await self._step(ownership.Want(cluster, server))
                 if self._table.holder(server) == cluster:
                     # Same holder, maybe new credentials: the Secret follows the kubeconfig.
                     await self._ensure(server, cluster)
                 return self._results.get(cluster, NOT_REGISTERED)
-            case _Release(cluster=cluster):
+            case _Release(cluster=cluster, claimant=claimant):
+                if self._claimants.get(cluster, claimant) is not claimant:
+                    return NOT_REGISTERED  # the claim is a newer actor's, not the caller's
+                self._claimants.pop(cluster, None)
                 if self._table.wanted_by(cluster) is not None:
                     await self._step(ownership.Release(cluster))
                 self._connections.pop(cluster, None)
@@ -227,13 +245,22 @@ class Registry:
         self._metrics.registry_writes += 1
 
     async def _delete(self, server: str) -> None:
-        name = argocd.secret_name(server)
+        await self._delete_named(argocd.secret_name(server))
+
+    async def _delete_named(self, name: str) -> None:
         existing = self._secrets.get(name)
         if existing is None or not argocd.is_ours(existing):
             return
-        uid = existing.get("metadata", {}).get("uid")
+        meta = existing.get("metadata", {})
         try:
-            await self._client.delete(SECRETS, name, namespace=self._namespace, uid=uid)
+            # Only the version we know is ours: a Secret changed meanwhile is left alone.
+            await self._client.delete(
+                SECRETS,
+                name,
+                namespace=self._namespace,
+                uid=meta.get("uid"),
+                resource_version=meta.get("resourceVersion"),
+            )
         except errors.NotFound:
             pass
         except errors.Conflict:
@@ -253,6 +280,11 @@ class Registry:
             if holder is not None and server is not None and argocd.secret_name(server) == name:
                 holders[server] = holder
                 self._secrets[name] = dict(secret)
+            elif argocd.is_ours(secret):
+                # Ours, but naming no holder or not named after its server: nothing can hold it,
+                # so it would block its server for ever. It goes.
+                self._secrets[name] = dict(secret)
+                await self._delete_named(name)
             elif server is not None:
                 foreign.append((server, name))
         self._table, effects = ownership.seed(holders)
@@ -281,9 +313,12 @@ class Registry:
                     server = argocd.server_of(secret)
                     if argocd.is_ours(secret):
                         self._secrets[name] = dict(secret)
-                    elif server is not None:
-                        known[name] = server
-                        await self._step(ownership.Foreign(server, name))
+                    else:
+                        # Relabelled away from us, or never ours: not ours to delete either.
+                        self._secrets.pop(name, None)
+                        if server is not None:
+                            known[name] = server
+                            await self._step(ownership.Foreign(server, name))
 
 
 def _same(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
