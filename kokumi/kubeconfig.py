@@ -1,12 +1,88 @@
 """A Cluster's kubeconfig becomes a Connection, or a precise Refusal.
 
-Work in progress: the parser lands with the kubeconfig rules; the value classes are fixed here first
-because the probe, the registry and Argo CD's Secret all read them.
+The kubeconfig comes from a Secret that anybody with write access to it controls, and the Connection
+goes to the probe and into Argo CD's cluster Secret. So parsing is total: whatever the text holds,
+``parse`` returns a value and never raises, and a refusal says in one line which entry and field is
+wrong and how to fix it, without ever quoting a credential. Only the cluster and the user of the
+current context are read, as kubectl would use them; other entries are ignored, whatever they hold.
+
+Everything Kokumi cannot carry over to Argo CD is refused rather than dropped: an exec plugin, an
+auth provider, a file path or an extension that Kokumi silently ignored would give a connection that
+works differently from the one the kubeconfig describes.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import datetime
+import enum
+import json
+import re
+from typing import Final, NoReturn
+from urllib.parse import urlsplit
+
 import attrs
+import yaml
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
+
+__all__ = [
+    "Code",
+    "Connection",
+    "KubeconfigRefused",
+    "MAX_SIZE",
+    "REASON",
+    "Refusal",
+    "minimise",
+    "parse",
+]
+
+REASON: Final = "InvalidKubeconfig"
+"""The Reason of a Cluster's Ready condition for every refusal; the message tells them apart."""
+
+MAX_SIZE: Final = 1024 * 1024
+"""A Secret holds at most 1 MiB; nothing larger is a kubeconfig, and YAML time grows with size."""
+
+
+class Code(enum.StrEnum):
+    """Fine-grained reasons for a refusal, listed with their messages in docs/reasons.md.
+
+    A status shows :data:`REASON` and the message; the code is for logs, metrics and tests, which
+    need to tell refusals apart without matching message text.
+    """
+
+    TOO_LARGE = "TooLarge"
+    NOT_YAML = "NotYAML"
+    EMPTY = "Empty"
+    NOT_KUBECONFIG = "NotKubeconfig"
+    WRONG_TYPE = "WrongType"
+    EXTENSION = "Extension"
+    NO_CURRENT_CONTEXT = "NoCurrentContext"
+    UNKNOWN_CONTEXT = "UnknownContext"
+    UNKNOWN_CLUSTER = "UnknownCluster"
+    UNKNOWN_USER = "UnknownUser"
+    DUPLICATE_NAME = "DuplicateName"
+    EXEC_PLUGIN = "ExecPlugin"
+    AUTH_PROVIDER = "AuthProvider"
+    BASIC_AUTH = "BasicAuth"
+    FILE_PATH = "FilePath"
+    IMPERSONATION = "Impersonation"
+    NO_SERVER = "NoServer"
+    INVALID_SERVER = "InvalidServer"
+    INVALID_PROXY_URL = "InvalidProxyURL"
+    INVALID_TLS_SERVER_NAME = "InvalidTLSServerName"
+    INSECURE_WITH_CA = "InsecureWithCA"
+    INVALID_CERTIFICATE_AUTHORITY = "InvalidCertificateAuthority"
+    NO_CREDENTIAL = "NoCredential"
+    INVALID_TOKEN = "InvalidToken"  # noqa: S105 (a reason, not a password)
+    INCOMPLETE_CLIENT_CERTIFICATE = "IncompleteClientCertificate"
+    INVALID_CLIENT_CERTIFICATE = "InvalidClientCertificate"
+    INVALID_CLIENT_KEY = "InvalidClientKey"
+    CLIENT_KEY_MISMATCH = "ClientKeyMismatch"
+    INTERNAL_ERROR = "InternalError"
 
 
 @attrs.frozen
@@ -29,7 +105,781 @@ class Connection:
 
 @attrs.frozen
 class Refusal:
-    """Why a kubeconfig cannot be used: ``code`` is fine-grained, ``message`` one line with the fix."""
+    """Why a kubeconfig is refused: a fine-grained ``code``, a one-line ``message`` with the fix."""
 
     code: str
     message: str
+
+    @property
+    def reason(self) -> str:
+        """Users look for one Reason in ``kubectl get``; the message carries the detail."""
+        return REASON
+
+
+class KubeconfigRefused(ValueError):
+    """Raised by :func:`minimise`, whose callers (the CLI) want an error, not a value to check."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
+
+
+def parse(text: str | bytes, *, context: str | None = None) -> Connection | Refusal:
+    """Read the connection of the current context (or of ``context``) from a kubeconfig.
+
+    Total on purpose: the caller is an actor that must never die of a malformed Secret, so even a
+    bug here becomes a Refusal with code ``InternalError`` rather than an exception.
+    """
+    try:
+        return _read(_load(text), context)[1]
+    except _Refused as refused:
+        return refused.refusal
+    except Exception as error:
+        # Only the exception's type: its text could quote the kubeconfig.
+        return Refusal(
+            Code.INTERNAL_ERROR.value,
+            f"Kokumi failed to read the kubeconfig ({type(error).__name__}), which is a bug in "
+            "Kokumi, not in the kubeconfig: report it with Kokumi's version",
+        )
+
+
+def minimise(text: str | bytes, context: str | None = None) -> str:
+    """A self-contained kubeconfig of one context, its cluster and its user, and nothing else.
+
+    It is written from the parsed Connection, so it holds exactly what Kokumi would use and
+    ``parse`` accepts it; the context's namespace and any field Kokumi ignores are left out.
+    Raises :class:`KubeconfigRefused` when the context cannot be used.
+    """
+    try:
+        (context_name, cluster_name, user_name), connection = _read(_load(text), context)
+    except _Refused as refused:
+        raise KubeconfigRefused(refused.refusal) from None
+    cluster: dict[str, object] = {"server": connection.server}
+    if connection.certificate_authority is not None:
+        cluster["certificate-authority-data"] = _b64(connection.certificate_authority)
+    if connection.tls_server_name is not None:
+        cluster["tls-server-name"] = connection.tls_server_name
+    if connection.insecure_skip_tls_verify:
+        cluster["insecure-skip-tls-verify"] = True
+    if connection.proxy_url is not None:
+        cluster["proxy-url"] = connection.proxy_url
+    user: dict[str, object] = {}
+    if connection.token is not None:
+        user["token"] = connection.token
+    if connection.client_certificate is not None:
+        user["client-certificate-data"] = _b64(connection.client_certificate)
+    if connection.client_key is not None:
+        user["client-key-data"] = _b64(connection.client_key)
+    document = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": cluster_name, "cluster": cluster}],
+        "contexts": [
+            {"name": context_name, "context": {"cluster": cluster_name, "user": user_name}}
+        ],
+        "current-context": context_name,
+        "users": [{"name": user_name, "user": user}],
+    }
+    return yaml.dump(
+        document,
+        Dumper=yaml.SafeDumper,  # libyaml fails on a name with a lone surrogate
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=False,  # else a name with U+2028 comes back folded
+        width=1 << 30,  # never fold a long token or base64 value
+    )
+
+
+# --- loading ------------------------------------------------------------------------------------
+
+_Loader: Final = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# libyaml is ten times faster and caps nesting depth itself; the pure loader's deep recursion ends
+# in a RecursionError, which _load turns into a refusal as well.
+
+_QUOTED: Final = re.compile(r"'(?!<)[^']*'|\"[^\"]*\"")
+
+
+class _Refused(Exception):
+    """Carries a Refusal out of deep checks; never leaves this module."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.code)
+        self.refusal = refusal
+
+
+def _refuse(code: Code, message: str) -> NoReturn:
+    raise _Refused(Refusal(code.value, message))
+
+
+def _load(text: str | bytes) -> object:
+    size = len(text) if isinstance(text, bytes) or text.isascii() else _utf8_size(text)
+    if size > MAX_SIZE:
+        _refuse(
+            Code.TOO_LARGE,
+            "the kubeconfig is larger than 1 MiB: keep only the context Kokumi uses, with its "
+            "cluster and user, e.g. with kubectl config view --minify --flatten",
+        )
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            _refuse(Code.NOT_YAML, "the kubeconfig is not UTF-8 text: save it as UTF-8")
+    document: object
+    if text.lstrip().startswith("{"):
+        # client-go reads JSON as JSON; PyYAML's YAML 1.1 rejects some valid JSON (tabs, "\/").
+        try:
+            document = json.loads(text)
+            # A \ud800 escape alone is no character; libyaml refuses it, and so does minimise.
+            json.dumps(document, ensure_ascii=False).encode()
+            return _nonempty(document)
+        except (ValueError, RecursionError):
+            pass  # a YAML flow mapping, or broken: YAML says which
+    try:
+        document = yaml.load(text, Loader=_Loader)  # noqa: S506 (a safe loader)
+    except yaml.MarkedYAMLError as error:
+        _refuse(
+            Code.NOT_YAML,
+            f"the kubeconfig is not valid YAML or JSON{_where(error)}: fix its syntax",
+        )
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError):
+        # ValueError: an impossible date such as 2001-02-30; RecursionError: deep nesting.
+        _refuse(
+            Code.NOT_YAML,
+            "the kubeconfig is not valid YAML or JSON (a value cannot be read): fix its syntax",
+        )
+    return _nonempty(document)
+
+
+def _utf8_size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _nonempty(document: object) -> object:
+    if document is None:
+        _refuse(Code.EMPTY, "the kubeconfig is empty: store the kubeconfig itself in the Secret")
+    return document
+
+
+def _where(error: yaml.MarkedYAMLError) -> str:
+    """Line, column and the parser's words, minus anything quoted: a quote could hold a token."""
+    parts = []
+    if error.problem_mark is not None:
+        parts.append(f"line {error.problem_mark.line + 1}, column {error.problem_mark.column + 1}")
+    problem = error.problem or ""
+    if problem.startswith("but ") and error.context:
+        problem = f"{error.context} {problem}"  # "expected a single document … but found another"
+    problem = _QUOTED.sub("…", problem)[:120].strip()
+    if problem and problem.isprintable():
+        parts.append(problem)
+    return f" ({': '.join(parts)})" if parts else " (a value cannot be read)"
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+_Body = dict[object, object]
+
+
+@attrs.frozen
+class _Entry:
+    """One named entry of a list, as messages name it: ``user "kokumi"`` and ``users[].user``."""
+
+    kind: str  # context, cluster, user
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {_quote(self.name)}"
+
+    def path(self, field: str | None = None) -> str:
+        base = f"{self.kind}s[].{self.kind}"
+        return f"{base}.{field}" if field else base
+
+
+class _Top:
+    """The document itself, as messages name it."""
+
+    def __str__(self) -> str:
+        return "the kubeconfig"
+
+    def path(self, field: str | None = None) -> str:
+        return field or ""
+
+
+_TOP: Final = _Top()
+_Owner = _Entry | _Top
+
+_KUBECONFIG_FIELDS: Final = ("clusters", "contexts", "users", "current-context")
+_IMPERSONATION: Final = ("as", "as-uid", "as-groups", "as-user-extra")
+_INLINE: Final = "use a ServiceAccount token or a client certificate inline"
+_FLATTEN: Final = "e.g. with kubectl config view --minify --flatten"
+
+
+def _read(document: object, context: str | None) -> tuple[tuple[str, str, str], Connection]:
+    """The names of the context, cluster and user used, and their Connection."""
+    if not isinstance(document, dict):
+        _refuse(
+            Code.NOT_KUBECONFIG,
+            f"the kubeconfig is a {_type_name(document)}, not a mapping: store a kubeconfig, "
+            "with clusters, contexts, users and current-context",
+        )
+    kind = document.get("kind")
+    if kind is not None and kind != "Config":
+        _refuse(
+            Code.NOT_KUBECONFIG,
+            "the document's kind is not Config (kind): store a kubeconfig, not another object",
+        )
+    api_version = document.get("apiVersion")
+    if api_version is not None and api_version != "v1":
+        _refuse(
+            Code.NOT_KUBECONFIG, "the kubeconfig's apiVersion is not v1 (apiVersion): set it to v1"
+        )
+    if not any(field in document for field in _KUBECONFIG_FIELDS):
+        _refuse(
+            Code.NOT_KUBECONFIG,
+            "the document has none of a kubeconfig's fields (clusters, contexts, users, "
+            "current-context): store a kubeconfig",
+        )
+    _no_extensions(document, _TOP, "extensions")
+    preferences = document.get("preferences")
+    if isinstance(preferences, dict):
+        _no_extensions(preferences, _TOP, "preferences.extensions")
+
+    if context is None:
+        current = _string(document, "current-context", _TOP)
+        if current is None:
+            _refuse(
+                Code.NO_CURRENT_CONTEXT,
+                "the kubeconfig has no current context (current-context): set it to the context "
+                "Kokumi should use, e.g. with kubectl config use-context",
+            )
+        context = current
+        missing = (
+            f"current context {_quote(context)} is not in contexts (current-context): name one "
+            "that is there, or add the context"
+        )
+    else:
+        missing = (
+            f"context {_quote(context)} is not in contexts (contexts[].name): name one that is "
+            "there"
+        )
+    ctx = _Entry("context", context)
+    context_body = _body(_find(document, ctx, Code.UNKNOWN_CONTEXT, missing), ctx)
+    _no_extensions(context_body, ctx, ctx.path("extensions"))
+
+    cluster_name = _string(context_body, "cluster", ctx)
+    if cluster_name is None:
+        _refuse(
+            Code.UNKNOWN_CLUSTER,
+            f"{ctx} names no cluster ({ctx.path('cluster')}): set it to the name of an entry "
+            "of clusters",
+        )
+    user_name = _string(context_body, "user", ctx)
+    if user_name is None:
+        _refuse(
+            Code.UNKNOWN_USER,
+            f"{ctx} names no user ({ctx.path('user')}): set it to the name of an entry of users",
+        )
+    cluster_owner = _Entry("cluster", cluster_name)
+    missing = (
+        f"{ctx} names {cluster_owner}, which is not in clusters ({ctx.path('cluster')}): add the "
+        "cluster or name one that is there"
+    )
+    cluster = _body(_find(document, cluster_owner, Code.UNKNOWN_CLUSTER, missing), cluster_owner)
+    user_owner = _Entry("user", user_name)
+    missing = (
+        f"{ctx} names {user_owner}, which is not in users ({ctx.path('user')}): add the user or "
+        "name one that is there"
+    )
+    user = _body(_find(document, user_owner, Code.UNKNOWN_USER, missing), user_owner)
+
+    _refuse_user_mechanisms(user, user_owner)
+    _refuse_cluster_mechanisms(cluster, cluster_owner)
+    connection = _connection(cluster, cluster_owner, user, user_owner)
+    return (context, cluster_name, user_name), connection
+
+
+def _find(document: _Body, owner: _Entry, code: Code, missing: str) -> _Body:
+    """The one entry of that name; the others may hold anything, since kubectl ignores them too."""
+    plural = f"{owner.kind}s"
+    entries = document.get(plural)
+    if entries is None:
+        entries = []
+    if not isinstance(entries, list):
+        _wrong_type(_TOP, plural, plural, entries, "list")
+    found = [e for e in entries if isinstance(e, dict) and e.get("name") == owner.name]
+    if not found:
+        _refuse(code, missing)
+    if len(found) > 1:
+        # client-go refuses the whole kubeconfig then; which entry was meant is anybody's guess.
+        _refuse(
+            Code.DUPLICATE_NAME,
+            f"{owner} appears {len(found)} times in {plural} ({plural}[].name): keep one",
+        )
+    return found[0]
+
+
+def _body(entry: _Body, owner: _Entry) -> _Body:
+    body = entry.get(owner.kind)
+    if body is None:
+        return {}  # as in client-go: an entry without a body is an empty one
+    if not isinstance(body, dict):
+        _wrong_type(owner, owner.kind, owner.path(), body, "mapping")
+    return body
+
+
+def _refuse_user_mechanisms(user: _Body, owner: _Entry) -> None:
+    if _present(user.get("exec")):
+        _refuse(
+            Code.EXEC_PLUGIN,
+            f"{owner} uses an exec plugin ({owner.path('exec')}), which Kokumi does not run: "
+            f"{_INLINE}",
+        )
+    if _present(user.get("auth-provider")):
+        _refuse(
+            Code.AUTH_PROVIDER,
+            f"{owner} uses an auth provider ({owner.path('auth-provider')}), which Kokumi does not "
+            f"run: {_INLINE}",
+        )
+    basic = [field for field in ("username", "password") if _present(user.get(field))]
+    if basic:
+        _refuse(
+            Code.BASIC_AUTH,
+            f"{owner} uses basic authentication ({owner.path(', '.join(basic))}), which "
+            f"Kubernetes does not offer: {_INLINE}",
+        )
+    if _present(user.get("client-certificate")):
+        _refuse(
+            Code.FILE_PATH,
+            f"{owner} reads its client certificate from a file "
+            f"({owner.path('client-certificate')}), which Kokumi cannot read: embed it as "
+            f"client-certificate-data, {_FLATTEN}",
+        )
+    if _present(user.get("client-key")):
+        _refuse(
+            Code.FILE_PATH,
+            f"{owner} reads its client key from a file ({owner.path('client-key')}), which "
+            f"Kokumi cannot read: embed it as client-key-data, {_FLATTEN}",
+        )
+    if _present(user.get("tokenFile")):
+        _refuse(
+            Code.FILE_PATH,
+            f"{owner} reads its token from a file ({owner.path('tokenFile')}), which Kokumi cannot "
+            "read: put the token itself into token",
+        )
+    impersonation = [field for field in _IMPERSONATION if _present(user.get(field))]
+    if impersonation:
+        # Argo CD would connect as the user itself, with rights the kubeconfig did not mean to use.
+        _refuse(
+            Code.IMPERSONATION,
+            f"{owner} impersonates another identity ({owner.path(impersonation[0])}), which "
+            "Kokumi does not do: use a credential of the identity Kokumi should act as",
+        )
+    _no_extensions(user, owner, owner.path("extensions"))
+
+
+def _refuse_cluster_mechanisms(cluster: _Body, owner: _Entry) -> None:
+    if _present(cluster.get("certificate-authority")):
+        _refuse(
+            Code.FILE_PATH,
+            f"{owner} reads its CA from a file ({owner.path('certificate-authority')}), which "
+            f"Kokumi cannot read: embed it as certificate-authority-data, {_FLATTEN}",
+        )
+    _no_extensions(cluster, owner, owner.path("extensions"))
+
+
+def _no_extensions(body: _Body, owner: _Owner, path: str) -> None:
+    if _present(body.get("extensions")):
+        # What an extension configures (a proxy, a plugin's settings) would silently be lost.
+        _refuse(
+            Code.EXTENSION,
+            f"{owner} has extensions ({path}), which Kokumi does not apply: remove them",
+        )
+
+
+# --- the connection -----------------------------------------------------------------------------
+
+
+def _connection(
+    cluster: _Body, cluster_owner: _Entry, user: _Body, user_owner: _Entry
+) -> Connection:
+    server = _string(cluster, "server", cluster_owner)
+    if server is None:
+        _refuse(
+            Code.NO_SERVER,
+            f"{cluster_owner} has no server ({cluster_owner.path('server')}): set it to the API "
+            "server's URL as Kokumi's cluster reaches it, e.g. https://spoke.example:6443",
+        )
+    _check_server(server, cluster_owner)
+
+    proxy_url = _string(cluster, "proxy-url", cluster_owner)
+    if proxy_url is not None and _url_problem(proxy_url, _PROXY_SCHEMES) not in (None, "userinfo"):
+        _refuse(
+            Code.INVALID_PROXY_URL,
+            f"{cluster_owner} has a proxy-url that is not an http, https or socks5 URL "
+            f"({cluster_owner.path('proxy-url')}): write it as http://proxy.example:3128",
+        )
+    tls_server_name = _string(cluster, "tls-server-name", cluster_owner)
+    if tls_server_name is not None and not _SERVER_NAME.fullmatch(tls_server_name):
+        _refuse(
+            Code.INVALID_TLS_SERVER_NAME,
+            f"{cluster_owner} has a tls-server-name that is not a host name "
+            f"({cluster_owner.path('tls-server-name')}): set it to a name in the API server's "
+            "certificate",
+        )
+    insecure = cluster.get("insecure-skip-tls-verify")
+    if insecure is None:
+        insecure = False
+    if not isinstance(insecure, bool):
+        _wrong_type(
+            cluster_owner,
+            "insecure-skip-tls-verify",
+            cluster_owner.path("insecure-skip-tls-verify"),
+            insecure,
+            "boolean",
+        )
+    ca_data = _string(cluster, "certificate-authority-data", cluster_owner)
+    if insecure and ca_data is not None:
+        _refuse(
+            Code.INSECURE_WITH_CA,
+            f"{cluster_owner} has both certificate-authority-data and insecure-skip-tls-verify "
+            f"({cluster_owner.path('insecure-skip-tls-verify')}), which kubectl refuses too: keep "
+            "the CA and remove insecure-skip-tls-verify",
+        )
+    authority = None if ca_data is None else _certificate_authority(ca_data, cluster_owner)
+
+    token = _string(user, "token", user_owner)
+    certificate_data = _string(user, "client-certificate-data", user_owner)
+    key_data = _string(user, "client-key-data", user_owner)
+    if token is None and certificate_data is None and key_data is None:
+        _refuse(
+            Code.NO_CREDENTIAL,
+            f"{user_owner} has no credential ({user_owner.path()}): add a token, or "
+            "client-certificate-data and client-key-data",
+        )
+    if token is not None:
+        _check_token(token, user_owner)
+    certificate, key = _client_certificate(certificate_data, key_data, user_owner)
+    return Connection(
+        server=server,
+        token=token,
+        client_certificate=certificate,
+        client_key=key,
+        certificate_authority=authority,
+        tls_server_name=tls_server_name,
+        insecure_skip_tls_verify=insecure,
+        proxy_url=proxy_url,
+    )
+
+
+_SERVER_SCHEMES: Final = frozenset({"http", "https"})
+_PROXY_SCHEMES: Final = frozenset({"http", "https", "socks5"})  # what Argo CD accepts
+_VISIBLE_ASCII: Final = re.compile(r"[\x21-\x7e]+")
+_SERVER_NAME: Final = re.compile(r"[A-Za-z0-9*_:.\-]{1,253}")
+
+
+def _url_problem(url: str, schemes: frozenset[str]) -> str | None:
+    """None for a usable absolute URL, else what is wrong with it (never the URL itself)."""
+    if not _VISIBLE_ASCII.fullmatch(url):
+        return "url"  # urlsplit would silently drop tabs and newlines
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises for a port that is no number or out of range
+        hostname = parts.hostname
+    except ValueError:
+        return "url"
+    if parts.scheme not in schemes or not hostname:
+        return "url"
+    if parts.username is not None or parts.password is not None:
+        return "userinfo"
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        return "query"
+    return None
+
+
+def _check_server(server: str, owner: _Entry) -> None:
+    path = owner.path("server")
+    problem = _url_problem(server, _SERVER_SCHEMES)
+    if problem == "url":
+        _refuse(
+            Code.INVALID_SERVER,
+            f"{owner} has a server that is not an absolute http or https URL ({path}): write it "
+            "as https://host:port",
+        )
+    if problem == "userinfo":
+        _refuse(
+            Code.INVALID_SERVER,
+            f"{owner} has a user name or password in its server URL ({path}): remove them and "
+            "put the credential into the user",
+        )
+    if problem == "query":
+        _refuse(
+            Code.INVALID_SERVER,
+            f"{owner} has a query or fragment in its server URL ({path}): write it as "
+            "https://host:port, with a path only if the API server is served under one",
+        )
+
+
+def _check_token(token: str, owner: _Entry) -> None:
+    if _VISIBLE_ASCII.fullmatch(token):
+        return
+    path = owner.path("token")
+    if any(character.isspace() for character in token):
+        _refuse(
+            Code.INVALID_TOKEN,
+            f"{owner} has whitespace in its token ({path}): copy the token without spaces or "
+            "line breaks",
+        )
+    _refuse(
+        Code.INVALID_TOKEN,
+        f"{owner} has characters in its token that cannot go into an HTTP header ({path}): copy "
+        "the token as its Secret holds it, decoded from base64",
+    )
+
+
+# --- certificates and keys ----------------------------------------------------------------------
+
+_PRIVATE_KEY_PEM: Final = re.compile(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
+_CERTIFICATE_PEM: Final = b"-----BEGIN CERTIFICATE-----"
+_CURVES: Final = frozenset({"secp256r1", "secp384r1", "secp521r1"})  # those Go's TLS signs with
+
+
+def _decode(value: str, owner: _Entry, field: str, code: Code) -> bytes:
+    """Base64 as client-go reads it: the standard alphabet, padded, line breaks ignored."""
+    path = owner.path(field)
+    try:
+        data = base64.b64decode(value.replace("\r", "").replace("\n", ""), validate=True)
+    except (binascii.Error, ValueError):
+        _refuse(
+            code,
+            f"{owner} has {field} that is not base64 ({path}): put the base64 of the PEM file "
+            "there, e.g. from base64 -w0",
+        )
+    if b"-----BEGIN " not in data:
+        try:
+            twice = base64.b64decode(data.replace(b"\r", b"").replace(b"\n", b""), validate=True)
+        except (binascii.Error, ValueError):
+            twice = b""
+        if b"-----BEGIN " in twice:
+            _refuse(code, f"{owner} has {field} encoded in base64 twice ({path}): decode it once")
+    return data
+
+
+def _certificate_authority(value: str, owner: _Entry) -> bytes:
+    field = "certificate-authority-data"
+    path = owner.path(field)
+    code = Code.INVALID_CERTIFICATE_AUTHORITY
+    data = _decode(value, owner, field, code)
+    if _PRIVATE_KEY_PEM.search(data):
+        _refuse(
+            code,
+            f"{owner} has a private key in {field} ({path}): keep only the CA's certificates "
+            "there, and replace the key, since it has been shared",
+        )
+    if _CERTIFICATE_PEM not in data:
+        _refuse(
+            code,
+            f"{owner} has {field} that holds no PEM certificate ({path}): put the base64 of the "
+            "CA's PEM certificates there",
+        )
+    try:
+        x509.load_pem_x509_certificates(data)
+    except ValueError:
+        _refuse(
+            code,
+            f"{owner} has {field} with a certificate that does not parse ({path}): put the "
+            "base64 of the CA's PEM certificates there",
+        )
+    return data
+
+
+def _client_certificate(
+    certificate_data: str | None, key_data: str | None, owner: _Entry
+) -> tuple[bytes | None, bytes | None]:
+    if certificate_data is None and key_data is None:
+        return None, None
+    if key_data is None:
+        _refuse(
+            Code.INCOMPLETE_CLIENT_CERTIFICATE,
+            f"{owner} has client-certificate-data but no client-key-data "
+            f"({owner.path('client-key-data')}): add the key the certificate was issued for",
+        )
+    if certificate_data is None:
+        _refuse(
+            Code.INCOMPLETE_CLIENT_CERTIFICATE,
+            f"{owner} has client-key-data but no client-certificate-data "
+            f"({owner.path('client-certificate-data')}): add the certificate issued for the key",
+        )
+
+    field = "client-certificate-data"
+    code = Code.INVALID_CLIENT_CERTIFICATE
+    certificate_pem = _decode(certificate_data, owner, field, code)
+    if _CERTIFICATE_PEM not in certificate_pem:
+        _refuse(
+            code,
+            f"{owner} has {field} that holds no PEM certificate ({owner.path(field)}): put the "
+            "base64 of the client's PEM certificate there",
+        )
+    try:
+        # Like Go's tls.X509KeyPair: the first certificate is the client's, the rest its chain.
+        leaf = x509.load_pem_x509_certificates(certificate_pem)[0]
+        public_key = leaf.public_key()
+    except (ValueError, UnsupportedAlgorithm):
+        _refuse(
+            code,
+            f"{owner} has {field} with a certificate that does not parse ({owner.path(field)}): "
+            "put the base64 of the client's PEM certificate there",
+        )
+
+    field = "client-key-data"
+    code = Code.INVALID_CLIENT_KEY
+    path = owner.path(field)
+    key_pem = _decode(key_data, owner, field, code)
+    if not _PRIVATE_KEY_PEM.search(key_pem):
+        _refuse(
+            code,
+            f"{owner} has {field} that holds no PEM private key ({path}): put the base64 of the "
+            "client's PEM private key there",
+        )
+    try:
+        # Consistency of an RSA key's private parts costs 40 ms to check; the signature below
+        # proves in 1 ms what matters, that the key signs for the certificate's public key.
+        key = serialization.load_pem_private_key(
+            key_pem, password=None, unsafe_skip_rsa_key_validation=True
+        )
+    except TypeError:
+        _refuse(
+            code,
+            f"{owner} has {field} that is encrypted ({path}): store the key unencrypted, e.g. "
+            "from openssl pkey -in key.pem",
+        )
+    except (ValueError, UnsupportedAlgorithm):
+        _refuse(
+            code,
+            f"{owner} has {field} with a private key that does not parse ({path}): put the "
+            "base64 of the client's PEM private key there",
+        )
+    _check_key_type(key, owner)
+    if not _signs_for(key, public_key):
+        _refuse(
+            Code.CLIENT_KEY_MISMATCH,
+            f"{owner} has a client key that does not belong to its client certificate ({path}): "
+            "use the key the certificate was issued for",
+        )
+    return certificate_pem, key_pem
+
+
+def _check_key_type(key: object, owner: _Entry) -> None:
+    path = owner.path("client-key-data")
+    if isinstance(key, rsa.RSAPrivateKey):
+        if not 1024 <= key.key_size <= 8192:
+            _refuse(
+                Code.INVALID_CLIENT_KEY,
+                f"{owner} has an RSA client key of {key.key_size} bits ({path}): use one of "
+                "1024 to 8192 bits, as Kubernetes clients accept",
+            )
+        return
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        if key.curve.name not in _CURVES:
+            _refuse(
+                Code.INVALID_CLIENT_KEY,
+                f"{owner} has an EC client key on a curve TLS clients do not sign with ({path}): "
+                "use P-256, P-384 or P-521",
+            )
+        return
+    if isinstance(key, ed25519.Ed25519PrivateKey):
+        return
+    _refuse(
+        Code.INVALID_CLIENT_KEY,
+        f"{owner} has a client key of a type TLS clients do not sign with ({path}): use an RSA, "
+        "ECDSA or Ed25519 key",
+    )
+
+
+def _signs_for(key: object, public_key: object) -> bool:
+    message = b"kokumi: does this key belong to this certificate?"
+    try:
+        if isinstance(key, rsa.RSAPrivateKey) and isinstance(public_key, rsa.RSAPublicKey):
+            signature = key.sign(message, padding.PKCS1v15(), hashes.SHA256())
+            public_key.verify(signature, message, padding.PKCS1v15(), hashes.SHA256())
+            return True
+        if isinstance(key, ec.EllipticCurvePrivateKey) and isinstance(
+            public_key, ec.EllipticCurvePublicKey
+        ):
+            signature = key.sign(message, ec.ECDSA(hashes.SHA256()))
+            public_key.verify(signature, message, ec.ECDSA(hashes.SHA256()))
+            return True
+        if isinstance(key, ed25519.Ed25519PrivateKey) and isinstance(
+            public_key, ed25519.Ed25519PublicKey
+        ):
+            public_key.verify(key.sign(message), message)
+            return True
+    except (InvalidSignature, ValueError, TypeError):
+        return False
+    return False
+
+
+# --- small helpers ------------------------------------------------------------------------------
+
+
+def _present(value: object) -> bool:
+    """Set to something: kubectl treats null, "" and empty lists or mappings as absent."""
+    if value is None:
+        return False
+    return not (isinstance(value, str | list | dict) and len(value) == 0)
+
+
+def _string(body: _Body, key: str, owner: _Owner) -> str | None:
+    value = body.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        _wrong_type(owner, key, owner.path(key), value, "string")
+    return value
+
+
+_FIXES: Final = {
+    "string": "quote the value",
+    "boolean": "write true or false, without quotes",
+    "list": "write it as a list",
+    "mapping": "write it as a mapping",
+}
+
+
+def _wrong_type(owner: _Owner, key: str, path: str, value: object, expected: str) -> NoReturn:
+    _refuse(
+        Code.WRONG_TYPE,
+        f"{owner} has {key} as a {_type_name(value)}, not a {expected} ({path}): "
+        f"{_FIXES[expected]}",
+    )
+
+
+def _type_name(value: object) -> str:
+    if isinstance(value, bool):  # before int: a bool is an int
+        return "boolean"
+    for kind, name in _TYPE_NAMES:
+        if isinstance(value, kind):
+            return name
+    return "null" if value is None else "value"
+
+
+_TYPE_NAMES: Final[tuple[tuple[type, str], ...]] = (
+    (int, "number"),
+    (float, "number"),
+    (str, "string"),
+    (list, "list"),
+    (dict, "mapping"),
+    (bytes, "binary value"),
+    (set, "set"),
+    (datetime.date, "timestamp"),  # datetime too
+)
+
+
+def _quote(name: str) -> str:
+    """A name as messages show it: quoted, short, and on one line whatever it holds."""
+    if len(name) > 100:
+        name = name[:100] + "…"
+    quoted = json.dumps(name, ensure_ascii=False)
+    return "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in quoted)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
