@@ -568,3 +568,67 @@ def mutated_kubeconfigs(draw: st.DrawFn) -> tuple[str | bytes, list[str]]:
     if isinstance(mutated, str) and draw(st.booleans()):
         mutated = mutated.encode("utf-8")
     return mutated, secrets_of(connection)
+
+
+# --- Argo CD Secrets, the ownership table, an Environment's targets ----------------------------
+# Imported where used: these lines were appended to the module and its head belongs to others.
+
+
+@functools.cache
+def cluster_refs() -> st.SearchStrategy[ClusterRef]:
+    """Clusters by namespace and name, as label values allow them: at most 63 characters."""
+    from kokumi.ownership import ClusterRef
+
+    label = st.from_regex(r"\A[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
+    return st.builds(ClusterRef, namespace=label, name=label)
+
+
+@functools.cache
+def connections() -> st.SearchStrategy[Connection]:
+    """Any Connection the kubeconfig parser could give, empty fields and odd bytes included.
+
+    Never the in-cluster server: no Kubeconfig Cluster may register it.
+    """
+    pems = st.sampled_from([ca_pem(), ca_bundle_pem(), *client_pair()]) | st.binary(max_size=64)
+    server = (servers() | st.sampled_from(["https://spoke.example:6443//"])).filter(
+        lambda url: url.rstrip("/") != "https://kubernetes.default.svc"
+    )
+    return st.builds(
+        Connection,
+        server=server,
+        token=st.none() | tokens() | st.text(max_size=20),
+        client_certificate=st.none() | pems,
+        client_key=st.none() | pems,
+        certificate_authority=st.none() | pems,
+        tls_server_name=st.none() | st.sampled_from(["spoke.example", "kubernetes.default", ""]),
+        insecure_skip_tls_verify=st.booleans(),
+        proxy_url=st.none() | proxy_urls(),
+    )
+
+
+@functools.cache
+def selected_clusters() -> st.SearchStrategy[SelectedCluster]:
+    """Clusters an Environment selects, with few names and servers so that they collide."""
+    from kokumi.ownership import IN_CLUSTER_SERVER
+    from kokumi.targets import SelectedCluster
+
+    return st.builds(
+        SelectedCluster,
+        name=st.from_regex(r"\A[a-e][a-z0-9]{0,3}\Z"),
+        connection=st.sampled_from(["Kubeconfig", "InCluster"]),
+        ready=st.booleans(),
+        reason=st.sampled_from(["Ready", "Unreachable", "ClusterConflict", "InvalidKubeconfig"]),
+        server=st.none()
+        | st.sampled_from(
+            ["https://a.example:6443", "https://a.example:6443/", "https://b.example"]
+        )
+        | st.just(IN_CLUSTER_SERVER),
+        message=st.sampled_from(["", "dial tcp: i/o timeout", "two\nlines"]),
+    )
+
+
+from typing import TYPE_CHECKING  # noqa: E402 - appended section, see above
+
+if TYPE_CHECKING:
+    from kokumi.ownership import ClusterRef
+    from kokumi.targets import SelectedCluster
