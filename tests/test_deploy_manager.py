@@ -1,0 +1,212 @@
+"""The manager does its whole job with exactly the RBAC and policies of install.yaml.
+
+The manager runs here as the real ServiceAccount kokumi:kokumi, with a token from the TokenRequest
+API, against the hub with install.yaml applied and the registrar bound in argocd. It watches,
+writes status, keeps its finalizer, records events, creates in-cluster and local, and registers a
+Cluster with Argo CD, copies a changed kubeconfig over and deletes the registration: any missing
+verb, or a write the integrity policy refuses, shows up as a status, Secret or event that never
+comes.
+
+The Cluster's server is a name of its own that resolves nowhere: an unreachable cluster is still
+registered (the spec keeps registrations of clusters that cannot be reached), and no other test's
+Cluster can hold that server.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+import yaml
+
+from kokumi import api, argocd
+from kokumi.actors.context import Options
+from kokumi.controlplane import APIServer
+from kokumi.kube import errors
+from kokumi.kube.client import EVENTS, NAMESPACES, SECRETS, Client
+from kokumi.kube.config import Config
+from kokumi.manager import run_manager
+from tests.fixtures_deploy import DEPLOY, ensure_namespace, run, service_account_kubeconfig
+
+MANAGER = "system:serviceaccount:kokumi:kokumi"
+
+
+def unreachable_kubeconfig(server: str, token: str, ca: bytes) -> str:
+    """A self-contained kubeconfig, as the spec asks, for a server that resolves nowhere."""
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "c",
+                    "cluster": {
+                        "server": server,
+                        "certificate-authority-data": base64.b64encode(ca).decode(),
+                    },
+                }
+            ],
+            "users": [{"name": "u", "user": {"token": token}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+            "current-context": "c",
+        }
+    )
+
+
+async def wait_for(
+    read: Callable[[], Awaitable[Any]], accept: Callable[[Any], bool], what: str
+) -> Any:
+    last: Any = None
+    with trio.move_on_after(45):
+        while True:
+            last = await read()
+            if accept(last):
+                return last
+            await trio.sleep(0.1)
+    raise AssertionError(f"timed out waiting until {what}")
+
+
+@asynccontextmanager
+async def admin_client(hub: APIServer) -> AsyncIterator[Client]:
+    async with Client(Config.from_kubeconfig(hub.admin_kubeconfig)) as client:
+        yield client
+
+
+def secret_data(kubeconfig: str) -> dict[str, str]:
+    return {"value": base64.b64encode(kubeconfig.encode()).decode()}
+
+
+async def test_manager_works_with_the_installed_rbac_and_policies(
+    hub: APIServer, admission_policies: object
+) -> None:
+    ensure_namespace(hub, "argocd")
+    run(hub.admin_kubeconfig, "apply", "--server-side", "-f", str(DEPLOY / "install.yaml"))
+    token = run(
+        hub.admin_kubeconfig, "-n", "kokumi", "create", "token", "kokumi", "--duration=10m"
+    ).stdout.strip()
+    suffix = uuid.uuid4().hex[:8]
+    kubeconfig = service_account_kubeconfig(
+        hub, token, hub.workdir / f"manager-{suffix}.kubeconfig"
+    )
+    server = f"https://kokumi-deploy-{suffix}.invalid:6443"
+    registration = argocd.secret_name(server)
+
+    async with admin_client(hub) as admin:
+        own, workspace = f"kokumi-own-{suffix}", f"deploy-{suffix}"
+        for name in (own, workspace):
+            await admin.create(NAMESPACES, {"metadata": {"name": name}})
+        secret = {"metadata": {"name": "edge-kubeconfig"}, "data": {}}
+        secret["data"] = secret_data(unreachable_kubeconfig(server, "first-token", hub.ca_pem))
+        await admin.create(SECRETS, secret, namespace=workspace)
+        cluster = {
+            "apiVersion": api.API_VERSION,
+            "kind": "Cluster",
+            "metadata": {"name": "edge", "labels": {"deploy-test": suffix}},
+            "spec": {
+                "connection": "Kubeconfig",
+                "kubeconfig": {"secretRef": {"name": "edge-kubeconfig"}},
+            },
+        }
+        await admin.create(api.CLUSTERS, cluster, namespace=workspace)
+        environment = {
+            "apiVersion": api.API_VERSION,
+            "kind": "Environment",
+            "metadata": {"name": "edge"},
+            "spec": {"clusterSelector": {"matchLabels": {"deploy-test": suffix}}},
+        }
+        await admin.create(api.ENVIRONMENTS, environment, namespace=workspace)
+
+        async def argocd_secret() -> dict[str, Any] | None:
+            try:
+                found: dict[str, Any] = await admin.get(SECRETS, registration, namespace="argocd")
+            except errors.NotFound:
+                return None
+            return found
+
+        async def edge() -> dict[str, Any]:
+            found: dict[str, Any] = await admin.get(api.CLUSTERS, "edge", namespace=workspace)
+            return found
+
+        options = Options(namespace=own, argocd_namespace="argocd")
+        try:
+            async with trio.open_nursery() as nursery:
+                manager = await nursery.start(
+                    run_manager, Config.from_kubeconfig(kubeconfig), options
+                )
+                assert manager is not None
+
+                # Registered in argocd through the registrar role, past the integrity policy.
+                registered = await wait_for(argocd_secret, lambda s: s is not None, "registered")
+                labels = registered["metadata"]["labels"]
+                assert labels[argocd.LABEL_CLUSTER] == "edge"
+                assert labels[argocd.LABEL_CLUSTER_NAMESPACE] == workspace
+                # Status and finalizer written on the Cluster.
+                status = await wait_for(
+                    edge,
+                    lambda c: any(
+                        x["type"] == "Ready" for x in c.get("status", {}).get("conditions", [])
+                    ),
+                    "the Cluster reports Ready",
+                )
+                assert "delivery.kokumi.dev/argocd-registration" in status["metadata"]["finalizers"]
+                # in-cluster and local created in the manager's own namespace.
+                await wait_for(
+                    lambda: admin.list(api.CLUSTERS, namespace=own),
+                    lambda items: [i["metadata"]["name"] for i in items["items"]] == ["in-cluster"],
+                    "the Cluster in-cluster exists",
+                )
+                await wait_for(
+                    lambda: admin.list(api.ENVIRONMENTS, namespace=own),
+                    lambda items: [i["metadata"]["name"] for i in items["items"]] == ["local"],
+                    "the Environment local exists",
+                )
+                # An event on the Cluster.
+                events = await wait_for(
+                    lambda: admin.list(EVENTS, namespace=workspace),
+                    lambda items: any(
+                        e["involvedObject"]["name"] == "edge" for e in items["items"]
+                    ),
+                    "an event on the Cluster",
+                )
+                assert events["items"][0]["source"]["component"] == "kokumi"
+
+                # A changed kubeconfig is copied over: an update of the registration in place.
+                secret["data"] = secret_data(
+                    unreachable_kubeconfig(server, "second-token", hub.ca_pem)
+                )
+                await admin.replace(SECRETS, secret, namespace=workspace)
+                updated = await wait_for(
+                    argocd_secret,
+                    lambda s: (
+                        s is not None
+                        and s["metadata"]["resourceVersion"]
+                        != registered["metadata"]["resourceVersion"]
+                    ),
+                    "the registration is updated",
+                )
+                assert updated["metadata"]["uid"] == registered["metadata"]["uid"]
+                assert b"second-token" in base64.b64decode(updated["data"]["config"])
+
+                # Deleting the Cluster deletes the registration, then the finalizer goes.
+                await admin.delete(api.CLUSTERS, "edge", namespace=workspace)
+                await wait_for(argocd_secret, lambda s: s is None, "the registration is deleted")
+
+                async def edge_gone() -> bool:
+                    try:
+                        await edge()
+                    except errors.NotFound:
+                        return True
+                    return False
+
+                await wait_for(edge_gone, bool, "the Cluster is deleted")
+                nursery.cancel_scope.cancel()
+        finally:
+            for name in (own, workspace):
+                try:
+                    await admin.delete(NAMESPACES, name)
+                except errors.KubeError:
+                    pass
