@@ -543,7 +543,9 @@ def _prepare_apiserver(name: str, workdir: Path, binaries: Binaries, etcd_url: s
     (workdir / "admin.kubeconfig").write_text(
         _kubeconfig(name, url, ca.pem, "kokumi-admin", admin_cert, admin_key)
     )
-    kcm_cert, kcm_key = ca.issue("system:kube-controller-manager")
+    # In system:masters: with one shared identity (no per-controller ServiceAccounts), the
+    # namespace controller needs rights the bootstrap role of this user lacks (deletecollection).
+    kcm_cert, kcm_key = ca.issue("system:kube-controller-manager", ["system:masters"])
     (workdir / "controller-manager.kubeconfig").write_text(
         _kubeconfig(name, url, ca.pem, "system:kube-controller-manager", kcm_cert, kcm_key)
     )
@@ -555,7 +557,8 @@ def _prepare_apiserver(name: str, workdir: Path, binaries: Binaries, etcd_url: s
             f"--authentication-kubeconfig={workdir / 'controller-manager.kubeconfig'}",
             f"--authorization-kubeconfig={workdir / 'controller-manager.kubeconfig'}",
             "--controllers=garbage-collector-controller,namespace-controller,"
-            "serviceaccount-token-controller,serviceaccount-controller",
+            "serviceaccount-token-controller,serviceaccount-controller,"
+            "clusterrole-aggregation-controller",
             f"--service-account-private-key-file={workdir / 'sa.key'}",
             f"--root-ca-file={workdir / 'ca.crt'}",
             "--use-service-account-credentials=false",

@@ -311,7 +311,9 @@ def valid_kubeconfigs(draw: st.DrawFn) -> tuple[dict[str, Any], Connection]:
     if draw(st.booleans()):
         document["contexts"][0]["context"]["namespace"] = draw(names())
     for plural, decoy in draw(st.lists(st.sampled_from(_DECOYS), max_size=3)):
-        document[plural].append({"name": draw(names()).upper(), plural[:-1]: decoy})
+        # Upper case and a prefix: never the name of the entry in use (names are lower case, and
+        # a digits-only name is its own upper case).
+        document[plural].append({"name": "DECOY-" + draw(names()).upper(), plural[:-1]: decoy})
     for field in draw(
         st.lists(st.sampled_from(["apiVersion", "kind", "preferences"]), unique=True)
     ):

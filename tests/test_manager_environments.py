@@ -131,15 +131,18 @@ async def test_two_in_cluster_clusters_of_one_environment_first_by_name_deploys(
         await ws.cluster(ns, "b-cluster", labels=label)
         await ws.cluster(ns, "a-cluster", labels=label)
         await ws.environment(ns, "local", label)
+        expected = {"a-cluster": "Deploy", "b-cluster": "ClusterConflict"}
         env = await wait_for(
             lambda: _environment(ws, ns, "local"),
             lambda e: (
-                e.get("status", {}).get("selected") == 2 and e["status"].get("deploying") == 1
+                {r["name"]: r["target"] for r in e.get("status", {}).get("clusters", [])}
+                == expected
             ),
-            "local to select both and deploy to one",
+            "local to deploy to a-cluster and hold b-cluster (both Ready by then)",
         )
-        targets = {row["name"]: row["target"] for row in env["status"]["clusters"]}
-        assert targets == {"a-cluster": "Deploy", "b-cluster": "ClusterConflict"}
+        assert (env["status"]["selected"], env["status"]["deploying"]) == (2, 1)
+        conflict = next(r for r in env["status"]["clusters"] if r["name"] == "b-cluster")
+        assert "a-cluster" in conflict["message"]
         assert not await ws.argocd_secrets(), "InCluster Clusters register nothing"
         await ws.cleanup()
 

@@ -145,6 +145,11 @@ async def test_foreign_secrets_are_left_alone_and_in_cluster_server_is_refused(
                 )
                 assert now["metadata"]["resourceVersion"] == original["metadata"]["resourceVersion"]
             assert await ws.argocd_secrets() == []
+            # Once the hand-made Secrets are gone, the waiting Cluster registers the server.
+            for original in (by_name, by_server):
+                await ws.client.delete(SECRETS, original["metadata"]["name"], namespace=ws.argocd)
+            await _registered(ws, ns, "spoke")
+            await wait_reason(ws, ns, "spoke", "Ready")
             await ws.cleanup()
 
 

@@ -69,10 +69,13 @@ class Registration:
 
     holding: bool
     server: str | None = None
-    conflict: str | None = None  # the ClusterConflict message, when not holding
+    conflict: str | None = None  # why not, when not holding: the Ready condition's message
+    reason: str = "ClusterConflict"
 
 
 NOT_REGISTERED = Registration(holding=False)
+
+INLINE_PARSE_LIMIT = 64 * 1024  # a typical kubeconfig is 2-10 KiB and parses in ~0.1-1 ms
 
 
 class ClusterActor:
@@ -227,7 +230,12 @@ class ClusterActor:
                 f"under {ref.key}, or set spec.kubeconfig.secretRef.key"
             )
             return Check(Outcome(False, "SecretKeyNotFound", message, None, None), now, version)
-        parsed = kubeconfig.parse(text)
+        if len(text) > INLINE_PARSE_LIMIT:
+            # A huge kubeconfig takes YAML seconds to read: off the event loop, so that one
+            # Cluster's odd Secret never stalls every other actor.
+            parsed = await trio.to_thread.run_sync(kubeconfig.parse, text)
+        else:
+            parsed = kubeconfig.parse(text)
         if isinstance(parsed, kubeconfig.Refusal):
             message = f"Secret {ref.name} key {ref.key}: {parsed.message}"
             return Check(Outcome(False, "InvalidKubeconfig", message), now, version)
@@ -307,7 +315,7 @@ class ClusterActor:
         if not finding.ok:
             status, reason, message = "False", finding.reason, finding.message
         elif registration is not None and registration.conflict:
-            status, reason, message = "False", "ClusterConflict", registration.conflict
+            status, reason, message = "False", registration.reason, registration.conflict
         else:
             status, reason, message = "True", "Ready", finding.message
         server = finding.server

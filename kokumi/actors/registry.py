@@ -71,6 +71,11 @@ class Registry:
         self._results: dict[ClusterRef, Registration] = {}
         self._subscribers: dict[ClusterRef, Callable[[Registration], None]] = {}
         self._claimants: dict[ClusterRef, object] = {}
+        # Foreign Secrets that hold the name Kokumi would give a server, whatever server they
+        # declare: their deletion frees that server.
+        self._blocking_names: dict[str, str] = {}
+        # Foreign cluster Secrets as the watch shows them: name -> the server each declares.
+        self._foreign_names: dict[str, str] = {}
         self._lock = trio.Lock()
         self._inbox_send, self._inbox = trio.open_memory_channel[_Request](64)
 
@@ -141,8 +146,32 @@ class Registry:
             task_status.started()
             async for request in self._inbox:
                 async with self._lock:
-                    result = await self._serve(request)
+                    try:
+                        result = await self._serve(request)
+                    except errors.KubeError as exc:
+                        # The table stands; the asker's next want retries the write.
+                        result = self._failed(request, exc)
                 request.reply.send_nowait(result)
+
+    def _failed(self, request: _Request, exc: errors.KubeError) -> Registration:
+        log.warning("registry: %s", exc)
+        if isinstance(exc, errors.Forbidden):
+            message = (
+                f"Kokumi may not write cluster Secrets in namespace {self._namespace}: bind the "
+                f"ClusterRole kokumi-argocd-cluster-registrar there (the last document of "
+                f"install.yaml, applied after Argo CD)"
+            )
+        else:
+            message = (
+                f"registering with Argo CD failed ({type(exc).__name__}); "
+                "Kokumi retries at the next check"
+            )
+        server = None
+        if isinstance(request, _Want):
+            server = ownership.normalise_server(request.connection.server)
+        return Registration(
+            holding=False, server=server, conflict=message, reason="RegistrationFailed"
+        )
 
     async def _serve(self, request: _Request) -> Registration:
         match request:
@@ -216,6 +245,7 @@ class Registry:
         if not argocd.is_ours(existing):
             # Not Kokumi's: never touched; the server is out of reach while it stands.
             self._secrets.pop(name, None)
+            self._blocking_names[name] = server
             await self._step(ownership.Foreign(server, name))
             return
         if _same(existing, desired):
@@ -291,34 +321,51 @@ class Registry:
         for effect in effects:
             await self._perform(effect)
         for server, name in foreign:
+            self._foreign_names[name] = server
             await self._step(ownership.Foreign(server, name))
 
     async def _follow(self, receive: trio.MemoryReceiveChannel[WatchEvent | Resync]) -> None:
         """Foreign Secrets come and go; ours are noted, so updates start from the newest."""
-        known: dict[str, str] = {}  # foreign Secret name -> server
         async for event in receive:
             async with self._lock:
-                objects = event.objects if isinstance(event, Resync) else (event.object,)
-                gone = set(known) - {o.get("metadata", {}).get("name", "") for o in objects}
-                if isinstance(event, WatchEvent) and event.type == "DELETED":
-                    gone = {event.object.get("metadata", {}).get("name", "")}
-                    objects = ()
-                for name in gone:
-                    self._secrets.pop(name, None)
-                    server = known.pop(name, None)
-                    if server is not None:
-                        await self._step(ownership.ForeignGone(server, name))
-                for secret in objects:
-                    name = secret.get("metadata", {}).get("name", "")
-                    server = argocd.server_of(secret)
-                    if argocd.is_ours(secret):
-                        self._secrets[name] = dict(secret)
-                    else:
-                        # Relabelled away from us, or never ours: not ours to delete either.
-                        self._secrets.pop(name, None)
-                        if server is not None:
-                            known[name] = server
-                            await self._step(ownership.Foreign(server, name))
+                try:
+                    await self._note(event)
+                except errors.KubeError as exc:
+                    log.warning("registry: following Argo CD's Secrets: %s", exc)
+
+    async def _note(self, event: WatchEvent | Resync) -> None:
+        known = self._foreign_names
+        if isinstance(event, Resync):
+            objects = event.objects
+            gone = (set(known) | set(self._blocking_names)) - {_name(o) for o in objects}
+        elif event.type == "DELETED":
+            objects, gone = (), {_name(event.object)}
+        else:
+            objects, gone = (event.object,), set()
+        for name in gone:
+            self._secrets.pop(name, None)
+            for server in (known.pop(name, None), self._blocking_names.pop(name, None)):
+                if server is not None:
+                    await self._step(ownership.ForeignGone(server, name))
+        for secret in objects:
+            name = _name(secret)
+            server = argocd.server_of(secret)
+            if argocd.is_ours(secret):
+                self._secrets[name] = dict(secret)
+                continue
+            # Relabelled away from us, or never ours: not ours to delete either.
+            self._secrets.pop(name, None)
+            previous = known.get(name)
+            if previous is not None and previous != server:
+                known.pop(name)
+                await self._step(ownership.ForeignGone(previous, name))
+            if server is not None:
+                known[name] = server
+                await self._step(ownership.Foreign(server, name))
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str(obj.get("metadata", {}).get("name", ""))
 
 
 def _same(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
