@@ -8,12 +8,14 @@ talk to the real spoke over real sockets (each answers in milliseconds, well ins
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
+from kokumi import api
 from kokumi.controlplane import APIServer
 from tests.manager_support import manager, ready_of, wait_for, workspace
 from tests.spoke import Registration
@@ -69,3 +71,49 @@ async def test_quiet_fleet_writes_nothing_and_checks_eight_at_a_time(
             assert running.metrics.checks - checks >= len(names) * 9
             assert running.metrics.max_concurrent_checks == 8
             await ws.cleanup()
+
+
+async def test_a_label_change_reuses_a_check_younger_than_half_a_minute(
+    hub: APIServer,
+    crds: object,
+    spoke_kubeconfig: Registration,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Real-time pace, plus the jumps the test makes: the ages of checks are the test's to set.
+    autojump_clock.autojump_threshold = float("inf")
+    autojump_clock.rate = 1.0
+    async with workspace(hub) as ws, manager(hub, ws.options(keep_in_cluster=False)) as running:
+        ns = await ws.namespace()
+        await ws.kubeconfig_secret(ns, "kc", spoke_kubeconfig.kubeconfig)
+        await ws.cluster(ns, "spoke", secret="kc")
+        await wait_for(
+            lambda: ws.get_cluster(ns, "spoke"),
+            lambda c: ready_of(c).get("reason") == "Ready",
+            "spoke to be Ready",
+        )
+        actor = running.dispatcher.actors[0]
+        checks = running.metrics.checks
+
+        async def relabel(value: str) -> None:
+            await ws.client.patch_merge(
+                api.CLUSTERS, "spoke", {"metadata": {"labels": {"tier": value}}}, namespace=ns
+            )
+            await wait_for(
+                lambda: _labels(actor),
+                lambda labels: labels.get("tier") == value,
+                "the actor to see the label",
+            )
+            await trio.testing.wait_all_tasks_blocked(cushion=0.2)
+
+        autojump_clock.jump(20)
+        await relabel("a")
+        assert running.metrics.checks == checks, "a check 20 s old is reused"
+        autojump_clock.jump(11)
+        await relabel("b")
+        assert running.metrics.checks == checks + 1, "a check 31 s old is not"
+        await ws.cleanup()
+
+
+async def _labels(actor: Any) -> Mapping[str, str]:
+    labels: Mapping[str, str] = actor.cluster.metadata.labels
+    return labels
