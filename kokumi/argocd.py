@@ -20,6 +20,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from kokumi.kube.objects import secret_data
 from kokumi.kubeconfig import Connection
 from kokumi.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
 
@@ -180,26 +181,13 @@ def holder_of(secret: Mapping[str, Any]) -> ClusterRef | None:
     return ClusterRef(namespace=namespace, name=name)
 
 
-def _data(secret: Mapping[str, Any], key: str) -> bytes | None:
-    data = secret.get("data")
-    if not isinstance(data, Mapping):
-        return None
-    value = data.get(key)
-    if not isinstance(value, str):
-        return None
-    try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        return None
-
-
 def server_of(secret: Mapping[str, Any]) -> str | None:
     """The server a cluster Secret registers, as Argo CD reads it; None when it names none.
 
     Any Secret in Argo CD's namespace may land here, hand-written ones included, so garbage is
     expected and answered with None rather than an exception.
     """
-    raw = _data(secret, "server")
+    raw = secret_data(secret, "server")
     if raw is None:
         return None
     try:
@@ -282,7 +270,7 @@ def config_from_secret(secret: Mapping[str, Any]) -> dict[str, Any]:
     Proves that what Kokumi writes is what Argo CD reads: ``caData``, ``certData`` and ``keyData``
     come back as the PEM bytes. Raises ``ValueError`` where Argo CD would drop the cluster.
     """
-    raw = _data(secret, "config")
+    raw = secret_data(secret, "config")
     if raw is None:
         data = secret.get("data")
         present = isinstance(data, Mapping) and data.get("config") is not None

@@ -14,7 +14,6 @@ Fixtures:
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from typing import TypeVar
 import pytest
 
 from kokumi.controlplane import APIServer, ControlPlane
+from tests.conftest import run_kubectl
 
 __all__ = [
     "CRD_NAMES",
@@ -54,20 +54,7 @@ def run(
     kubeconfig: Path, *args: str, input: str | None = None, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
     """kubectl with the given kubeconfig; with ``check`` a failure raises with kubectl's stderr."""
-    result = subprocess.run(
-        [KUBECTL, "--kubeconfig", str(kubeconfig), *args],
-        input=input,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "KUBECACHEDIR": str(kubeconfig.parent / ".kube-cache")},
-    )
-    if check and result.returncode != 0:
-        raise AssertionError(
-            f"kubectl {' '.join(args)} failed ({result.returncode}):\n{result.stderr}"
-        )
-    return result
+    return run_kubectl(kubeconfig, *args, input=input, check=check)
 
 
 def kubectl_as(

@@ -9,8 +9,6 @@ newest state.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
 import math
 import random
@@ -21,10 +19,11 @@ import attrs
 import trio
 
 from kokumi import api, kubeconfig, probe
-from kokumi.actors.context import Context
+from kokumi.actors.context import Context, write_status
 from kokumi.argocd import normalise_server
 from kokumi.kube import errors
 from kokumi.kube.client import SECRETS
+from kokumi.kube.objects import secret_data
 from kokumi.ownership import IN_CLUSTER_SERVER, ClusterRef
 
 __all__ = ["Check", "ClusterActor", "Outcome", "Registration"]
@@ -95,6 +94,7 @@ class ClusterActor:
         self._written: dict[str, Any] | None = None
         self._stopping = False
         self.checked = trio.Event()  # set after the first check: "all Clusters checked once"
+        self.checks = 0  # how many checks this Cluster has had; read by tests and benchmarks
 
     # --- the mailbox: every method returns at once ----------------------------------------------
 
@@ -173,6 +173,7 @@ class ClusterActor:
         now = trio.current_time()
         if self._needs_check(now):
             self._check = await self._run_check(cluster)
+            self.checks += 1
             self._secret_dirty = False
             # Counted from when the check began, so that waiting for the limiter or a silent
             # cluster's full 10 s does not stretch "about once a minute".
@@ -222,7 +223,7 @@ class ClusterActor:
                 "grant its ServiceAccount get on Secrets there (see deploy/rbac)"
             )
             return Check(Outcome(False, "SecretNotReadable", message, None, None), now, version)
-        text = _secret_value(secret, ref.key)
+        text = secret_data(secret, ref.key)
         if text is None:
             keys = ", ".join(sorted((secret.get("data") or {}).keys())) or "none"
             message = (
@@ -340,17 +341,10 @@ class ClusterActor:
     async def _write(self, status: dict[str, Any], meta: api.Meta) -> None:
         """Write only what differs from what the object already says, or what we last wrote."""
         observed = _observed_status(self._cluster)
-        if status in (observed, self._written):
-            return
-        try:
-            await self._context.client.patch_merge(
-                api.CLUSTERS,
-                meta.name,
-                {"status": status},
-                namespace=meta.namespace,
-                subresource="status",
-            )
-        except errors.NotFound:
+        written = await write_status(
+            self._context.client, api.CLUSTERS, meta, status, unchanged=(observed, self._written)
+        )
+        if not written:
             return
         self._written = status
         self._context.metrics.status_writes += 1
@@ -400,17 +394,6 @@ def _secret_not_found(name: str, namespace: str) -> Outcome:
         f"key value (kubectl create secret generic {name} -n {namespace} --from-file=value=...)"
     )
     return Outcome(False, "SecretNotFound", message, None, None)
-
-
-def _secret_value(secret: Mapping[str, Any], key: str) -> bytes | None:
-    data = secret.get("data") or {}
-    value = data.get(key) if isinstance(data, Mapping) else None
-    if not isinstance(value, str):
-        return None
-    try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        return None
 
 
 def jittered_interval(interval: float, jitter: float) -> float:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, MutableMapping
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Iterable, MutableMapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import trio
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from kokumi.kubeconfig import Connection
     from kokumi.ownership import ClusterRef
 
-__all__ = ["Context", "EventRecorder", "InClusterCheck", "Metrics", "Options"]
+__all__ = ["Context", "EventRecorder", "InClusterCheck", "Metrics", "Options", "write_status"]
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +127,30 @@ class InClusterCheck:
             self._running = None
             done.set()
         return finding
+
+
+async def write_status(
+    client: Client,
+    resource: Resource,
+    meta: api.Meta,
+    status: dict[str, Any],
+    *,
+    unchanged: Iterable[dict[str, Any] | None],
+) -> bool:
+    """Write ``status`` unless it equals one of ``unchanged``; whether it was written.
+
+    ``unchanged`` holds what the object says and what was last written (the watch may not have
+    brought our own write back yet): a status equal to either costs no API call.
+    """
+    if any(status == seen for seen in unchanged):
+        return False
+    try:
+        await client.patch_merge(
+            resource, meta.name, {"status": status}, namespace=meta.namespace, subresource="status"
+        )
+    except errors.NotFound:
+        return False  # deleted meanwhile: nothing to report on
+    return True
 
 
 class EventRecorder:

@@ -15,6 +15,7 @@ from typing import Any
 import trio
 
 from kokumi import api, selectors, targets
+from kokumi.actors.context import write_status
 from kokumi.kube import errors
 from kokumi.kube.client import Client
 from kokumi.kube.watch import Store
@@ -163,17 +164,10 @@ class EnvironmentsActor:
         observed = (
             _observed(environment.status) if isinstance(environment, api.Environment) else None
         )
-        if status in (observed, self._written.get(key)):
-            return
-        try:
-            await self._client.patch_merge(
-                api.ENVIRONMENTS,
-                meta.name,
-                {"status": status},
-                namespace=meta.namespace,
-                subresource="status",
-            )
-        except errors.NotFound:
+        unchanged = (observed, self._written.get(key))
+        if not await write_status(
+            self._client, api.ENVIRONMENTS, meta, status, unchanged=unchanged
+        ):
             return
         self._written[key] = status
         self.status_writes += 1
