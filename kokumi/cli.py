@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
@@ -32,11 +33,33 @@ def _manager(args: argparse.Namespace) -> int:
         argocd_namespace=args.argocd_namespace,
         keep_in_cluster=not args.no_in_cluster,
     )
-    try:
-        trio.run(run_manager, config, options)
-    except KeyboardInterrupt:
-        return 130
+    trio.run(until_signalled, run_manager, config, options)
     return 0
+
+
+async def until_signalled(async_fn: Callable[..., Awaitable[object]], *args: object) -> object:
+    """Run ``async_fn`` until it returns, or until SIGINT or SIGTERM stops it cleanly.
+
+    Kubernetes stops a pod with SIGTERM: cancelling lets every actor, watch and check end inside
+    its own nursery, instead of a KeyboardInterrupt tearing through them.
+    """
+    result: object = None
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def run() -> None:
+                nonlocal result
+                result = await async_fn(*args)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(run)
+            async for signum in signals:
+                logging.getLogger("kokumi").info(
+                    "%s received: stopping", signal.Signals(signum).name
+                )
+                nursery.cancel_scope.cancel()
+                break
+    return result
 
 
 def _demo(args: argparse.Namespace) -> int:

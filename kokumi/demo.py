@@ -22,6 +22,7 @@ import trio
 
 from kokumi import argocd
 from kokumi.actors.context import Options
+from kokumi.cli import until_signalled
 from kokumi.controlplane import REPO_ROOT, APIServer, ControlPlane
 from kokumi.kube.config import Config
 from kokumi.manager import Manager, run_manager
@@ -262,9 +263,8 @@ def run_demo(*, once: bool = False, timeout: float = 180.0) -> int:
         print(f"# hub {plane.hub.url}, spoke {plane.spoke.url}, Kubernetes {plane.hub.version}")
         print(f"# kubectl --kubeconfig {plane.hub.admin_kubeconfig} reaches the hub")
         _setup(kubectl, plane, workdir)
-        return trio.run(_run, plane, kubectl, once, timeout)
-    except KeyboardInterrupt:
-        return 130
+        result = trio.run(until_signalled, _run, plane, kubectl, once, timeout)
+        return result if isinstance(result, int) else 0  # None: stopped by Ctrl-C
     finally:
         plane.stop()
         shutil.rmtree(workdir, ignore_errors=True)

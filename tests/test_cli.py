@@ -1,0 +1,64 @@
+"""`kokumi manager`, the container's command, run as a process against the real hub."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from kokumi.controlplane import APIServer
+from tests.conftest import Kubectl
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_manager_command_runs_until_stopped(
+    hub: APIServer, crds: object, namespace: str, kubectl: Kubectl, stop: signal.Signals
+) -> None:
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kokumi",
+            "manager",
+            "--kubeconfig",
+            str(hub.admin_kubeconfig),
+            "--namespace",
+            namespace,
+            "--argocd-namespace",
+            f"{namespace}-argocd",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        kept = ""
+        while time.monotonic() < deadline and "in-cluster" not in kept:
+            assert process.poll() is None, process.communicate()[0]
+            kept = kubectl(hub, "get", "kcl", "-n", namespace, "-o", "name", check=False).stdout
+            time.sleep(0.3)
+        assert "cluster.delivery.kokumi.dev/in-cluster" in kept
+    finally:
+        process.send_signal(stop)
+        output, _ = process.communicate(timeout=30)
+    assert process.returncode == 0, output  # a clean stop, as on a pod's SIGTERM
+    assert "manager started" in output
+    assert f"{stop.name} received: stopping" in output
+    assert "Traceback" not in output
+
+
+def test_manager_command_says_what_is_wrong_with_its_kubeconfig(tmp_path: object) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "kokumi", "manager", "--kubeconfig", "/nonexistent/kubeconfig"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("kokumi: ")
+    assert len(result.stderr.strip().splitlines()) == 1
