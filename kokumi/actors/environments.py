@@ -72,14 +72,18 @@ class EnvironmentsActor:
             await self._wake.wait()
             self._wake = trio.Event()
             dirty, self._dirty = self._dirty, set()
+            failed: set[str] = set()
             for namespace in sorted(dirty):
                 try:
                     await self._reconcile(namespace)
                 except errors.KubeError as exc:
                     log.warning("Environments of %s: %s; retrying", namespace, exc)
-                    self._dirty.add(namespace)
-            if self._dirty:
-                await trio.sleep(1)  # a retry after a failed write, not a busy loop
+                    failed.add(namespace)
+            if failed:
+                # Only a failed write waits before its retry; changes that came in during the
+                # pass have set the wake-up already and are handled at once.
+                await trio.sleep(1)
+                self._dirty |= failed
                 self._wake.set()
 
     def _clusters_of(self, namespace: str) -> list[api.Cluster]:

@@ -241,6 +241,7 @@ class Registry:
             else:
                 self._secrets[name] = created
                 self._metrics.registry_writes += 1
+                log.info("registered %s with Argo CD as Secret %s", holder, name)
                 return
         if not argocd.is_ours(existing):
             # Not Kokumi's: never touched; the server is out of reach while it stands.
@@ -273,6 +274,7 @@ class Registry:
             return
         self._secrets[name] = replaced
         self._metrics.registry_writes += 1
+        log.info("Secret %s now registers %s", name, holder)
 
     async def _delete(self, server: str) -> None:
         await self._delete_named(argocd.secret_name(server))
@@ -297,6 +299,7 @@ class Registry:
             log.warning("Secret %s changed hands while being deleted; left alone", name)
         self._secrets.pop(name, None)
         self._metrics.registry_writes += 1
+        log.info("deleted Secret %s: nobody holds its server any more", name)
 
     # --- what the API server says ------------------------------------------------------------
 
