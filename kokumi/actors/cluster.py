@@ -93,6 +93,7 @@ class ClusterActor:
         self._next_check = -math.inf
         self._written: dict[str, Any] | None = None
         self._stopping = False
+        self._superseded = False
         self.checked = trio.Event()  # set after the first check: "all Clusters checked once"
         self.checks = 0  # how many checks this Cluster has had; read by tests and benchmarks
 
@@ -118,6 +119,16 @@ class ClusterActor:
 
     def stop(self) -> None:
         """The Cluster is gone from the API: let go of its server and end."""
+        self._stopping = True
+        self._wake.set()
+
+    def supersede(self) -> None:
+        """A Cluster of the same name was created again before this actor ended.
+
+        Its claims are now the new actor's: this one must neither want nor release anything,
+        or a late message of the old Cluster would undo the new one's registration.
+        """
+        self._superseded = True
         self._stopping = True
         self._wake.set()
 
@@ -267,6 +278,8 @@ class ClusterActor:
             and cluster.spec.connection == "Kubeconfig"
             and normalise_server(connection.server) != IN_CLUSTER_SERVER
         )
+        if self._superseded:
+            return
         if self._selected and usable and connection is not None:
             self._may_hold = True
             self.registration(await self._context.registry.want(self.ref, connection, self))
@@ -274,7 +287,7 @@ class ClusterActor:
             await self._release()
 
     async def _release(self) -> None:
-        if self._may_hold:
+        if self._may_hold and not self._superseded:
             self._may_hold = False
             await self._context.registry.release(self.ref, self)
         self._registration = NOT_REGISTERED

@@ -45,6 +45,7 @@ class Dispatcher:
         self.environments = Store()
         self._actors: dict[str, _Running] = {}  # uid -> actor
         self._by_ref: dict[ClusterRef, str] = {}
+        self._ending: dict[ClusterRef, ClusterActor] = {}  # stopped, still releasing
         self._by_secret: defaultdict[tuple[str, str], set[str]] = defaultdict(set)
         self._selected: set[ClusterRef] = set()
         self._nursery: trio.Nursery | None = None
@@ -114,6 +115,9 @@ class Dispatcher:
             running.actor.update(cluster)
             return
         actor = ClusterActor(self._context, cluster)
+        ending = self._ending.pop(actor.ref, None)
+        if ending is not None:
+            ending.supersede()  # deleted and created again: the claims are the new actor's
         actor.set_selected(actor.ref in self._selected)
         scope = trio.CancelScope()
         self._actors[uid] = _Running(actor, scope)
@@ -125,6 +129,8 @@ class Dispatcher:
     async def _run_actor(self, uid: str, actor: ClusterActor, scope: trio.CancelScope) -> None:
         with scope:
             await actor.run()
+        if self._ending.get(actor.ref) is actor:
+            del self._ending[actor.ref]
         running = self._actors.get(uid)
         if running is not None and running.actor is actor:
             del self._actors[uid]
@@ -138,6 +144,7 @@ class Dispatcher:
         self._index_secret(uid, actor.cluster, None)
         # Let the actor release its server itself; it ends right after.
         actor.stop()
+        self._ending[actor.ref] = actor
 
     def _index_secret(
         self,
