@@ -13,6 +13,7 @@ because a Cluster actor may at that very moment be waiting for the registry.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -151,7 +152,10 @@ class Registry:
                     except errors.KubeError as exc:
                         # The table stands; the asker's next want retries the write.
                         result = self._failed(request, exc)
-                request.reply.send_nowait(result)
+                # The asker may have been cancelled meanwhile (the manager stopping): its
+                # answer then has nobody to go to, and the registry goes on.
+                with contextlib.suppress(trio.BrokenResourceError):
+                    request.reply.send_nowait(result)
 
     def _failed(self, request: _Request, exc: errors.KubeError) -> Registration:
         log.warning("registry: %s", exc)
