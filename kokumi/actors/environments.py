@@ -79,6 +79,10 @@ class EnvironmentsActor:
                 except errors.KubeError as exc:
                     log.warning("Environments of %s: %s; retrying", namespace, exc)
                     failed.add(namespace)
+                except Exception:
+                    # A bug costs one namespace a retry, never the manager.
+                    log.exception("Environments of %s: unexpected error; retrying", namespace)
+                    failed.add(namespace)
             if failed:
                 # Only a failed write waits before its retry; changes that came in during the
                 # pass have set the wake-up already and are handled at once.

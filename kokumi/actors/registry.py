@@ -152,13 +152,19 @@ class Registry:
                     except errors.KubeError as exc:
                         # The table stands; the asker's next want retries the write.
                         result = self._failed(request, exc)
+                    except Exception as exc:
+                        # A bug costs one request, never the manager.
+                        log.exception("registry: unexpected error")
+                        result = self._failed(request, exc)
                 # The asker may have been cancelled meanwhile (the manager stopping): its
                 # answer then has nobody to go to, and the registry goes on.
                 with contextlib.suppress(trio.BrokenResourceError):
                     request.reply.send_nowait(result)
 
-    def _failed(self, request: _Request, exc: errors.KubeError) -> Registration:
-        log.warning("registry: %s", exc)
+    def _failed(self, request: _Request, exc: Exception) -> Registration:
+        """The answer to a request whose writes failed: the Cluster says so, with the fix."""
+        if isinstance(exc, errors.KubeError):
+            log.warning("registry: %s", exc)
         if isinstance(exc, errors.Forbidden):
             message = (
                 f"Kokumi may not write cluster Secrets in namespace {self._namespace}: bind the "
