@@ -30,8 +30,8 @@ from tests import strategies as s
 
 SPOKE = ClusterRef("platform", "spoke")
 CA = b"-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ==\n-----END CERTIFICATE-----\n"
-CERT = b"-----BEGIN CERTIFICATE-----\nMIIBdTCCARugAwIBAgIQ==\n-----END CERTIFICATE-----\n"
-KEY = b"-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIA==\n-----END EC PRIVATE KEY-----\n"
+# A client certificate and key made at run time: the repository holds no key material.
+CERT, KEY = s.client_pair()
 
 ALLOWED_CONFIG_KEYS = {"bearerToken", "tlsClientConfig", "proxyUrl"}
 ALLOWED_TLS_KEYS = {"caData", "certData", "keyData", "serverName", "insecure"}

@@ -75,6 +75,11 @@ def _dashed(fields: dict[str, object]) -> dict[str, object]:
     return {key.replace("_", "-"): value for key, value in fields.items()}
 
 
+def _pem_block(label: str, body: bytes) -> bytes:
+    """A PEM block around ``body``: malformed on purpose where a test needs a broken one."""
+    return b"-----BEGIN %s-----\n%s\n-----END %s-----\n" % (label.encode(), body, label.encode())
+
+
 def certificate_user(certificate: bytes, key: bytes) -> Callable[[], str]:
     return only_user(client_certificate_data=s.b64(certificate), client_key_data=s.b64(key))
 
@@ -682,9 +687,7 @@ REFUSALS = [
         id="key-encrypted",
     ),
     pytest.param(
-        certificate_user(
-            client_certificate(), b"-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n"
-        ),
+        certificate_user(client_certificate(), _pem_block("PRIVATE KEY", b"MIIB")),
         Code.INVALID_CLIENT_KEY,
         f"{U} has client-key-data with a private key that does not parse ({KEY_PATH}): put the "
         "base64 of the client's PEM private key there",
