@@ -50,7 +50,7 @@ API_VERSION: Final = f"{GROUP}/{VERSION}"
 IN_CLUSTER_LABEL: Final = "delivery.kokumi.dev/in-cluster"
 FINALIZER: Final = "delivery.kokumi.dev/argocd-registration"
 
-Connection = Literal["Kubeconfig", "InCluster"]
+ConnectionKind = Literal["Kubeconfig", "InCluster"]
 ConditionStatus = Literal["True", "False", "Unknown"]
 
 
@@ -79,7 +79,7 @@ class KubeconfigSource:
 
 @attrs.frozen
 class ClusterSpec:
-    connection: Connection
+    connection: ConnectionKind
     kubeconfig: KubeconfigSource | None = None
     description: str = ""
 

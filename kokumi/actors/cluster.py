@@ -326,6 +326,7 @@ class ClusterActor:
     def _status(self, finding: Outcome, registration: Registration | None) -> dict[str, Any]:
         cluster = self._cluster
         generation = cluster.metadata.generation
+        status: api.ConditionStatus
         if not finding.ok:
             status, reason, message = "False", finding.reason, finding.message
         elif registration is not None and registration.conflict:
@@ -337,7 +338,7 @@ class ClusterActor:
             server = IN_CLUSTER_SERVER
         condition = api.Condition(
             type="Ready",
-            status=status,  # type: ignore[arg-type]
+            status=status,
             reason=reason,
             message=message,
             observed_generation=generation,
