@@ -89,7 +89,9 @@ def _go_build(
     started = time.monotonic()
     for package, name in binaries:
         print(f"kokumi: building {package} (once; cached in {out})", file=sys.stderr)
-        cmd = [go, "build", "-trimpath", "-ldflags", ldflags, "-o", str(tmp / name), package]
+        # No VCS stamping: the wrapper module sits inside the project's own git checkout.
+        cmd = [go, "build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags]
+        cmd += ["-o", str(tmp / name), package]
         result = subprocess.run(
             cmd, cwd=module_dir, env=env, capture_output=True, text=True, check=False
         )
