@@ -41,7 +41,6 @@ __all__ = [
     "parse_environment",
     "ready_condition",
     "set_condition",
-    "status_patch",
 ]
 
 GROUP: Final = "delivery.kokumi.dev"
@@ -354,19 +353,6 @@ def set_condition(
     merged = attrs.evolve(new, last_transition_time=stamp)
     rest = [c for c in conditions if c.type != new.type]
     return (*rest, merged)
-
-
-def same_condition(a: Condition | None, b: Condition | None) -> bool:
-    """Equal apart from the transition time, which only the writer sets."""
-    if a is None or b is None:
-        return a is b
-    return attrs.evolve(a, last_transition_time="") == attrs.evolve(b, last_transition_time="")
-
-
-def status_patch(status: ClusterStatus | EnvironmentStatus) -> dict[str, Any]:
-    """The status as the API wants it (camelCase, empty fields left out)."""
-    body: dict[str, Any] = converter.unstructure(status)
-    return body
 
 
 # --- resources ----------------------------------------------------------------------------------

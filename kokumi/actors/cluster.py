@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 from collections.abc import Mapping
 from typing import Any
 
@@ -408,8 +407,3 @@ def _secret_not_found(name: str, namespace: str) -> Outcome:
         f"key value (kubectl create secret generic {name} -n {namespace} --from-file=value=...)"
     )
     return Outcome(False, "SecretNotFound", message, None, None)
-
-
-def jittered_interval(interval: float, jitter: float) -> float:
-    """A little later than the interval, at random, so that many Clusters' checks spread out."""
-    return interval + random.uniform(0.0, jitter)  # noqa: S311 - spreading load, not secrecy

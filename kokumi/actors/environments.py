@@ -9,7 +9,7 @@ when it differs from what the object says.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -234,8 +234,3 @@ def _reason(target: targets.Target, cluster: api.Cluster) -> str:
         ready = cluster.ready
         return ready.reason if ready is not None else "Unknown"
     return target.reason
-
-
-def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    labels = obj.get("metadata", {}).get("labels")
-    return labels if isinstance(labels, Mapping) else {}

@@ -117,12 +117,6 @@ class Registry:
         async with reply_receive:
             return await reply_receive.receive()
 
-    def holders(self) -> dict[str, ClusterRef]:
-        return self._table.holders()
-
-    def table(self) -> ownership.Table:
-        return self._table
-
     # --- the actor ----------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -189,10 +183,9 @@ class Registry:
                 self._connections[cluster] = connection
                 self._claimants[cluster] = claimant
                 server = ownership.normalise_server(connection.server)
+                # A holder's want is answered with WriteSecret again: that is how the Secret
+                # follows a changed kubeconfig (and costs nothing when nothing changed).
                 await self._step(ownership.Want(cluster, server))
-                if self._table.holder(server) == cluster:
-                    # Same holder, maybe new credentials: the Secret follows the kubeconfig.
-                    await self._ensure(server, cluster)
                 return self._results.get(cluster, NOT_REGISTERED)
             case _Release(cluster=cluster, claimant=claimant):
                 if self._claimants.get(cluster, claimant) is not claimant:
