@@ -89,10 +89,9 @@ metadata:
 type: kubernetes.io/service-account-token
 """
     kubectl(spoke, "apply", "-f", "-", input=manifest)
-    deadline = time.monotonic() + 60
-    token_b64 = ""
-    while not token_b64:
-        token_b64 = kubectl(
+
+    def field(jsonpath: str) -> str:
+        return kubectl(
             spoke,
             "get",
             "secret",
@@ -100,24 +99,16 @@ type: kubernetes.io/service-account-token
             "-n",
             "kube-system",
             "-o",
-            "jsonpath={.data.token}",
+            f"jsonpath={{{jsonpath}}}",
             show=False,
         )
-        if not token_b64:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the spoke's token controller did not fill in kokumi-token")
-            time.sleep(0.2)
-    ca_b64 = kubectl(
-        spoke,
-        "get",
-        "secret",
-        "kokumi-token",
-        "-n",
-        "kube-system",
-        "-o",
-        "jsonpath={.data.ca\\.crt}",
-        show=False,
-    )
+
+    deadline = time.monotonic() + 60
+    while not (token_b64 := field(".data.token")):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the spoke's token controller did not fill in kokumi-token")
+        time.sleep(0.2)
+    ca_b64 = field(".data.ca\\.crt")
     ca = workdir / "ca.crt"
     ca.write_bytes(base64.b64decode(ca_b64))
     token = base64.b64decode(token_b64).decode()

@@ -238,16 +238,7 @@ def _match_labels(obj: object, path: str) -> tuple[tuple[str, str], ...]:
         problem = _key_problem(key)
         if problem is not None:
             raise _Invalid(f"{path} key {_quote(key)} is not a valid label key: {problem}")
-        where = f"{path}[{_quote(key)}]"
-        if not isinstance(value, str):
-            raise _Invalid(
-                f"{where} must be a string, not {_type_name(value)}: quote the value, "
-                f'such as "{_plain(value)}"'
-            )
-        problem = _value_problem(value)
-        if problem is not None:
-            raise _Invalid(f"{where} {_quote(value)} is not a valid label value: {problem}")
-        pairs.append((key, value))
+        pairs.append((key, _label_value(value, f"{path}[{_quote(key)}]")))
     return tuple(pairs)
 
 
@@ -325,16 +316,7 @@ def _values(obj: object, path: str) -> tuple[str, ...]:
         )
     values = []
     for index, value in enumerate(obj):
-        where = f"{path}[{index}]"
-        if not isinstance(value, str):
-            raise _Invalid(
-                f"{where} must be a string, not {_type_name(value)}: quote the value, "
-                f'such as "{_plain(value)}"'
-            )
-        problem = _value_problem(value)
-        if problem is not None:
-            raise _Invalid(f"{where} {_quote(value)} is not a valid label value: {problem}")
-        values.append(value)
+        values.append(_label_value(value, f"{path}[{index}]"))
     return tuple(values)
 
 
@@ -392,6 +374,19 @@ def _key_problem(key: str) -> str | None:
     if not _NAME.fullmatch(name):
         return f"the name must consist of {_NAME_RULE}"
     return None
+
+
+def _label_value(value: object, where: str) -> str:
+    """``value`` as a label value, or the reason it is none, said at ``where``."""
+    if not isinstance(value, str):
+        raise _Invalid(
+            f"{where} must be a string, not {_type_name(value)}: quote the value, "
+            f'such as "{_plain(value)}"'
+        )
+    problem = _value_problem(value)
+    if problem is not None:
+        raise _Invalid(f"{where} {_quote(value)} is not a valid label value: {problem}")
+    return value
 
 
 def _value_problem(value: str) -> str | None:
