@@ -118,7 +118,8 @@ class Client:
 
     Use it as ``async with Client(config) as client:``. ``field_manager`` names this program in
     ``managedFields`` for every write (server-side apply needs one; other writes are clearer
-    with one). ``timeout`` bounds each non-streaming request.
+    with one). ``timeout`` bounds each non-streaming request. ``transport`` replaces the network
+    (httpx's own injection point), so tests can run the client against an in-process server.
     """
 
     def __init__(
@@ -130,6 +131,7 @@ class Client:
         user_agent: str = "kokumi",
         max_retries: int = 3,
         max_retry_delay: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._config = config
         self._field_manager = field_manager
@@ -156,6 +158,7 @@ class Client:
             headers={"User-Agent": user_agent, "Accept": JSON},
             timeout=self._timeout,
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=20),
+            transport=transport,
         )
 
     @property
