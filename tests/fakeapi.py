@@ -640,6 +640,7 @@ class FakeApi(httpx.AsyncBaseTransport):
         self._down = False
         self.requests = 0
         self.writes: list[Write] = []
+        self._created: str | None = None
         for name in namespaces:
             self.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
         # Like a freshly started watch cache: it holds nothing older than its first list.
@@ -808,6 +809,7 @@ class FakeApi(httpx.AsyncBaseTransport):
             )
         content = await request.aread()
         call, kind = self._parse(request)
+        self._created = None
         failing: Rule | None = None
         delay = 0.0
         for rule in self._rules:
@@ -829,22 +831,22 @@ class FakeApi(httpx.AsyncBaseTransport):
                     "connection reset by peer (the fake API server went down)", request=request
                 )
         if failing is not None and failing.reset == "before":
-            self._log(call, 0)
+            self._log(call, 0, content)
             raise httpx.ConnectError("connection reset by peer (injected)", request=request)
         if failing is not None and failing.status is not None:
             status = _injected(call, kind, failing.status, self.user, failing.retry_after)
             headers = {}
             if failing.retry_after is not None:
                 headers["Retry-After"] = str(failing.retry_after)
-            self._log(call, failing.status)
+            self._log(call, failing.status, content)
             return _respond(request, failing.status, status, headers)
         try:
             response = self._dispatch(request, call, kind, content)
         except _Failure as failure:
             code = int(failure.status["code"])
-            self._log(call, code)
+            self._log(call, code, content)
             return _respond(request, code, failure.status, failure.headers)
-        self._log(call, response.status_code)
+        self._log(call, response.status_code, content)
         if failing is not None and failing.reset == "after":
             await response.aclose()
             raise httpx.ReadError(
@@ -852,11 +854,23 @@ class FakeApi(httpx.AsyncBaseTransport):
             )
         return response
 
-    def _log(self, call: Call, code: int) -> None:
-        if call.verb in _WRITE_VERBS and call.resource is not None:
-            self.writes.append(
-                Write(call.verb, call.resource, call.namespace, call.name, call.subresource, code)
-            )
+    def _log(self, call: Call, code: int, content: bytes) -> None:
+        if call.verb not in _WRITE_VERBS or call.resource is None:
+            return
+        name = call.name
+        if call.verb == "create":
+            # A create names its object in the body; a generated name only the answer knows.
+            if 0 < code < 400 and self._created is not None:
+                name = self._created
+            else:
+                try:
+                    meta = json.loads(content).get("metadata") or {}
+                    name = meta.get("name") or meta.get("generateName")
+                except (ValueError, AttributeError):
+                    name = None
+        self.writes.append(
+            Write(call.verb, call.resource, call.namespace, name, call.subresource, code)
+        )
 
     def _parse(self, request: httpx.Request) -> tuple[Call, Kind | None]:
         method = request.method
@@ -1272,6 +1286,7 @@ class FakeApi(httpx.AsyncBaseTransport):
                     _details(kind, meta["name"]),
                 )
             )
+        self._created = meta["name"]
         return self._commit(kind, "ADDED", obj, None)
 
     def _prepare_update(self, kind: Kind, old: Obj, body: Obj, subresource: str | None) -> Obj:
