@@ -778,7 +778,10 @@ class FakeApi(httpx.AsyncBaseTransport):
         return None if obj is None else _copy(obj)
 
     def put(self, obj: Mapping[str, Any]) -> Obj:
-        """Create or replace an object directly (seeding a scenario), with events as usual."""
+        """Create or replace an object directly (seeding a scenario), with events as usual.
+
+        Unlike a request, this keeps the given status and needs no fault to be cleared first.
+        """
         body = _drop_nulls(_copy(dict(obj)))
         api_version = str(body.get("apiVersion", "v1"))
         group = api_version.rpartition("/")[0]
@@ -794,6 +797,8 @@ class FakeApi(httpx.AsyncBaseTransport):
         if old is None:
             return self._create_object(kind, key[0], body, keep_status=True)
         new = self._prepare_update(kind, old, body, None)
+        if kind.status_subresource and "status" in body:
+            new["status"] = body["status"]  # a seed sets the status too
         return self._commit_update(kind, old, new)
 
     # -- the transport ----------------------------------------------------------------------------
