@@ -6,6 +6,7 @@ import base64
 import datetime
 import importlib
 import json
+import logging
 import os
 import ssl
 import tempfile
@@ -40,6 +41,7 @@ from kokumi.kube import (
     TooManyRequests,
     Unauthorized,
 )
+from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.errors import error_from_status
 
 # ``kokumi.kube.watch`` the attribute is the function; the module is reached by its name.
@@ -426,12 +428,33 @@ def test_file_token_age_is_kept_across_trio_runs(tmp_path: Path) -> None:
 
 
 def test_backoff_grows_with_jitter_and_resets() -> None:
-    backoff = watch_module._Backoff(0.5, 4.0)
+    backoff = Backoff(0.5, 4.0)
+    assert not backoff.failing
     delays = [backoff.next() for _ in range(6)]
     for delay, ceiling in zip(delays, [0.5, 1, 2, 4, 4, 4], strict=True):
         assert ceiling / 2 <= delay <= ceiling
+    assert backoff.failing
     backoff.reset()
+    assert not backoff.failing
     assert backoff.next() <= 0.5
+
+
+def test_failure_log_says_each_change_once(caplog: pytest.LogCaptureFixture) -> None:
+    failures = FailureLog(logging.getLogger("kokumi.test"), "Cluster a/b")
+    with caplog.at_level(logging.INFO, logger="kokumi.test"):
+        for _ in range(50):
+            failures.failed("hub down")
+        failures.failed("forbidden")
+        failures.failed("forbidden")
+        failures.recovered()
+        failures.recovered()
+        failures.failed("hub down")
+    assert [r.getMessage() for r in caplog.records] == [
+        "Cluster a/b: hub down; retrying",
+        "Cluster a/b: forbidden; retrying",
+        "Cluster a/b: recovered",
+        "Cluster a/b: hub down; retrying",
+    ]
 
 
 def test_store_keys_by_namespace_and_name() -> None:

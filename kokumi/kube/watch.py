@@ -33,6 +33,7 @@ from typing import Any, Literal
 import attrs
 import trio
 
+from .backoff import Backoff, FailureLog
 from .client import METADATA_OBJECT, Client, Resource
 from .errors import BadRequest, Gone, Invalid, KubeError, TransportError, error_from_status
 
@@ -153,29 +154,12 @@ async def watch(
         store=store,
         inactivity_timeout=inactivity_timeout,
         timeout_seconds=timeout_seconds,
-        backoff=_Backoff(backoff_initial, backoff_max),
+        backoff=Backoff(backoff_initial, backoff_max),
     )
     try:
         await watcher.run(task_status)
     except trio.BrokenResourceError:
         logger.debug("watch %s: the consumer went away", watcher.path)
-
-
-@attrs.define
-class _Backoff:
-    """Exponential delays with equal jitter, so that restarted watchers do not stampede."""
-
-    initial: float
-    maximum: float
-    _current: float = attrs.field(default=0.0, init=False)
-
-    def next(self) -> float:
-        self._current = self.initial if self._current <= 0 else min(self._current * 2, self.maximum)
-        half = self._current / 2
-        return half + random.uniform(0, half)  # noqa: S311  (jitter, not a secret)
-
-    def reset(self) -> None:
-        self._current = 0.0
 
 
 @attrs.define
@@ -190,8 +174,12 @@ class _Watcher:
     store: Store | None
     inactivity_timeout: float
     timeout_seconds: int | None
-    backoff: _Backoff
+    backoff: Backoff
     resource_version: str | None = None
+    failures: FailureLog = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.failures = FailureLog(logger, f"watch {self.path}")
 
     @property
     def path(self) -> str:
@@ -221,12 +209,15 @@ class _Watcher:
             except (BadRequest, Invalid):
                 raise
             except KubeError as exc:
+                # Logged once per change of error, not per attempt: a hub down for an hour
+                # costs a line, not a thousand.
                 delay = self.backoff.next()
-                logger.warning("watch %s: %s; retrying in %.1f s", self.path, exc, delay)
+                self.failures.failed(exc, retry_in=delay)
                 await trio.sleep(delay)
                 continue
             if healthy:
                 self.backoff.reset()
+                self.failures.recovered()
             else:
                 await trio.sleep(self.backoff.next())
 
