@@ -25,16 +25,18 @@ never enter a Finding, a log line or an exception text; messages name hosts, por
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import errno
 import json
 import logging
 import socket
 import ssl
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
+import httpcore
 import httpx
 import trio
 
@@ -220,11 +222,14 @@ async def _check(
             return findings.unreachable(
                 "proxy failed: the proxy URL's scheme is not http, https or socks5: correct it"
             )
+        sockets = _track_sockets(client)
         try:
             async with client:
                 finding = await _ask(client, question, findings)
         except (httpx.HTTPError, OSError, trio.BrokenResourceError) as exc:
             finding = _from_failure(exc, findings, base, tls_server_name, proxy_url, ca_pem)
+        finally:
+            await sockets.close_all()
         logger.debug(
             "checked %s in %.0f ms: %s",
             findings.server,
@@ -233,6 +238,77 @@ async def _check(
         )
         return finding
     return findings.timed_out()
+
+
+class _TrackingBackend(httpcore.AsyncNetworkBackend):
+    """Trio's network backend, remembering every socket it opens for one check.
+
+    The check's deadline is a Trio cancel scope, and it may fire in the middle of a TLS handshake
+    or a read. httpcore closes a half-made connection only when an ``Exception`` interrupts it,
+    not on cancellation, so without this a check that times out leaves its TCP connection open
+    until garbage collection, and eight checks at a time no longer limit the open sockets.
+    """
+
+    def __init__(self) -> None:
+        self._inner = httpcore.TrioBackend()
+        self._streams: list[httpcore.AsyncNetworkStream] = []
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109  (httpcore's interface)
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        stream = await self._inner.connect_tcp(
+            host, port, timeout=timeout, local_address=local_address, socket_options=socket_options
+        )
+        self._streams.append(stream)
+        return stream
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        stream = await self._inner.connect_unix_socket(
+            path, timeout=timeout, socket_options=socket_options
+        )
+        self._streams.append(stream)
+        return stream
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+    async def close_all(self) -> None:
+        """Close every socket of the check, even while the check is being cancelled."""
+        streams, self._streams = self._streams, []
+        with trio.CancelScope(shield=True):
+            for stream in streams:
+                with contextlib.suppress(Exception):
+                    await stream.aclose()
+
+    @property
+    def opened(self) -> int:
+        return len(self._streams)
+
+
+def _track_sockets(client: httpx.AsyncClient) -> _TrackingBackend:
+    """Put a :class:`_TrackingBackend` under ``client``'s connection pool.
+
+    httpx builds its pool (direct, HTTP proxy or SOCKS proxy) itself and offers no parameter for
+    the network backend, so it is set on the pool it built; every httpcore pool keeps it in
+    ``_network_backend`` (checked by a test, so an httpcore that renames it fails CI loudly).
+    """
+    backend = _TrackingBackend()
+    transport = client._transport
+    pool = getattr(transport, "_pool", None)
+    if pool is None or not hasattr(pool, "_network_backend"):
+        raise RuntimeError("httpx/httpcore changed: the probe cannot track its sockets")
+    pool._network_backend = backend
+    return backend
 
 
 @attrs.frozen
