@@ -20,7 +20,7 @@ import enum
 import json
 import re
 from typing import Final, NoReturn
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 import yaml
@@ -85,6 +85,18 @@ class Code(enum.StrEnum):
     INTERNAL_ERROR = "InternalError"
 
 
+def _without_userinfo(url: str | None) -> str:
+    if url is None:
+        return "None"
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "'<unparsable URL>'"
+    if "@" in parts.netloc:
+        parts = parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1])
+    return repr(urlunsplit(parts))
+
+
 @attrs.frozen
 class Connection:
     """Everything needed to reach one cluster, copied from the current context of a kubeconfig.
@@ -100,7 +112,8 @@ class Connection:
     certificate_authority: bytes | None = None  # PEM bundle
     tls_server_name: str | None = None
     insecure_skip_tls_verify: bool = False
-    proxy_url: str | None = None
+    # A proxy URL may carry a user and password; repr shows the host only.
+    proxy_url: str | None = attrs.field(default=None, repr=_without_userinfo)
 
 
 @attrs.frozen
@@ -235,6 +248,7 @@ def _load(text: str | bytes) -> object:
         except (ValueError, RecursionError):
             pass  # a YAML flow mapping, or broken: YAML says which
     try:
+        _check_depth(text)
         document = yaml.load(text, Loader=_Loader)  # noqa: S506 (a safe loader)
     except yaml.MarkedYAMLError as error:
         _refuse(
@@ -248,6 +262,28 @@ def _load(text: str | bytes) -> object:
             "the kubeconfig is not valid YAML or JSON (a value cannot be read): fix its syntax",
         )
     return _nonempty(document)
+
+
+MAX_DEPTH: Final = 64
+"""A kubeconfig nests five or six levels; libyaml's composer recurses in C without a limit, so a
+document nested many thousands deep must be refused before it is composed, or it overflows the C
+stack and takes the whole manager down."""
+
+
+def _check_depth(text: str) -> None:
+    """Refuse a document nested deeper than :data:`MAX_DEPTH`, reading its events iteratively."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                _refuse(
+                    Code.NOT_YAML,
+                    f"the kubeconfig nests deeper than {MAX_DEPTH} levels: a kubeconfig is a "
+                    "few levels deep; write it as kubectl config view --minify --flatten does",
+                )
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
 
 
 def _utf8_size(text: str) -> int:

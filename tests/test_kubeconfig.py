@@ -125,6 +125,13 @@ REFUSALS = [
         id="too-large",
     ),
     pytest.param(
+        text("[" * 100_000),
+        Code.NOT_YAML,
+        "the kubeconfig nests deeper than 64 levels: a kubeconfig is a few levels deep; write it "
+        "as kubectl config view --minify --flatten does",
+        id="nested-too-deep",
+    ),
+    pytest.param(
         lambda: b"\xff" + s.dump(s.kubeconfig()).encode(),
         Code.NOT_YAML,
         "the kubeconfig is not UTF-8 text: save it as UTF-8",
@@ -1126,6 +1133,17 @@ def test_mutated_kubeconfigs_give_a_connection_or_a_refusal_that_quotes_no_secre
 ) -> None:
     text, secrets = case
     assert_well_formed(parse(text), secrets)
+
+
+def test_a_proxy_password_never_shows_in_a_connections_repr() -> None:
+    connection = Connection(
+        server=s.SERVER, token="tok3n", proxy_url="http://alice:s3cret@proxy.example:3128"
+    )
+    shown = repr(connection)
+    assert "s3cret" not in shown
+    assert "alice" not in shown
+    assert "tok3n" not in shown
+    assert "proxy.example:3128" in shown
 
 
 def test_deep_and_self_referencing_yaml_is_refused_not_raised() -> None:
