@@ -31,6 +31,7 @@ def no_gc() -> Iterator[None]:
 async def test_a_check_that_times_out_closes_its_connection(no_gc: None) -> None:
     accepted = 0
     closed = 0
+    all_closed = trio.Event()
 
     async def hold(stream: trio.SocketStream) -> None:
         """Accept, read the ClientHello, never answer; count the client's close."""
@@ -42,6 +43,8 @@ async def test_a_check_that_times_out_closes_its_connection(no_gc: None) -> None
         except trio.BrokenResourceError:
             pass
         closed += 1
+        if closed == accepted:
+            all_closed.set()
 
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(partial(trio.serve_tcp, hold, 0, host="127.0.0.1"))
@@ -60,8 +63,7 @@ async def test_a_check_that_times_out_closes_its_connection(no_gc: None) -> None
         assert [f.reason for f in findings] == [Reason.UNREACHABLE] * 9
         assert all(f.message.startswith("timed out after 2 s") for f in findings)
         with trio.move_on_after(5):
-            while closed < accepted:
-                await trio.sleep(0.01)
+            await all_closed.wait()
         assert accepted >= 1
         assert closed == accepted, f"{accepted - closed} of {accepted} connections left open"
         nursery.cancel_scope.cancel()
