@@ -155,6 +155,9 @@ class Invalid:
 
     metadata: Meta
     message: str
+    #: The status as the object has it, read leniently: an invalid object still keeps its
+    #: condition's transition time, so re-reporting the same problem writes nothing.
+    status: ClusterStatus | EnvironmentStatus | None = None
 
 
 # --- the converter ------------------------------------------------------------------------------
@@ -250,6 +253,13 @@ def _why(exc: BaseException) -> str:
 
 
 def parse_cluster(obj: Mapping[str, Any]) -> Cluster | Invalid:
+    parsed = _parse_cluster(obj)
+    if isinstance(parsed, Invalid):
+        return attrs.evolve(parsed, status=_lenient(obj.get("status"), ClusterStatus))
+    return parsed
+
+
+def _parse_cluster(obj: Mapping[str, Any]) -> Cluster | Invalid:
     meta = _meta(obj)
     spec = obj.get("spec")
     if not isinstance(spec, Mapping):
@@ -298,6 +308,13 @@ def _lenient(value: object, cls: type[_T]) -> _T:
 
 
 def parse_environment(obj: Mapping[str, Any]) -> Environment | Invalid:
+    parsed = _parse_environment(obj)
+    if isinstance(parsed, Invalid):
+        return attrs.evolve(parsed, status=_lenient(obj.get("status"), EnvironmentStatus))
+    return parsed
+
+
+def _parse_environment(obj: Mapping[str, Any]) -> Environment | Invalid:
     meta = _meta(obj)
     spec = obj.get("spec")
     if spec is None:

@@ -17,7 +17,7 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kokumi.kube.objects import secret_data
@@ -25,6 +25,7 @@ from kokumi.kubeconfig import Connection
 from kokumi.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
 
 __all__ = [
+    "ANNOTATION_WAITING",
     "ARGOCD_NAMESPACE",
     "IN_CLUSTER_SERVER",
     "LABEL_CLUSTER",
@@ -42,6 +43,7 @@ __all__ = [
     "secret_name",
     "server_hash",
     "server_of",
+    "waiting_of",
 ]
 
 ARGOCD_NAMESPACE = "argocd"
@@ -50,6 +52,13 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_CLUSTER = "delivery.kokumi.dev/cluster"
 LABEL_CLUSTER_NAMESPACE = "delivery.kokumi.dev/cluster-namespace"
 MANAGED_BY = "kokumi"
+ANNOTATION_WAITING = "delivery.kokumi.dev/waiting"
+"""The Clusters waiting for the server, in order, as ``namespace/name,namespace/name``.
+
+The waiting order lives on the server's Secret so that it survives a restart of the manager: a
+holder that lets go right after a restart hands the server to the Cluster that waited first, not
+to whichever Cluster's check happens to finish first.
+"""
 _SECRET_TYPE_CLUSTER = "cluster"  # noqa: S105 - a label value, no password
 
 
@@ -106,7 +115,10 @@ def cluster_config(connection: Connection) -> dict[str, Any]:
 
 
 def cluster_secret(
-    connection: Connection, cluster: ClusterRef, namespace: str = ARGOCD_NAMESPACE
+    connection: Connection,
+    cluster: ClusterRef,
+    namespace: str = ARGOCD_NAMESPACE,
+    waiting: Sequence[ClusterRef] = (),
 ) -> dict[str, Any]:
     """The complete Secret registering ``cluster`` under its connection's server.
 
@@ -123,19 +135,22 @@ def cluster_secret(
     config = json.dumps(
         cluster_config(connection), sort_keys=True, separators=(",", ":"), ensure_ascii=True
     )
+    metadata: dict[str, Any] = {
+        "name": secret_name(server),
+        "namespace": namespace,
+        "labels": {
+            LABEL_SECRET_TYPE: _SECRET_TYPE_CLUSTER,
+            LABEL_MANAGED_BY: MANAGED_BY,
+            LABEL_CLUSTER: cluster.name,
+            LABEL_CLUSTER_NAMESPACE: cluster.namespace,
+        },
+    }
+    if waiting:
+        metadata["annotations"] = {ANNOTATION_WAITING: ",".join(str(c) for c in waiting)}
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {
-            "name": secret_name(server),
-            "namespace": namespace,
-            "labels": {
-                LABEL_SECRET_TYPE: _SECRET_TYPE_CLUSTER,
-                LABEL_MANAGED_BY: MANAGED_BY,
-                LABEL_CLUSTER: cluster.name,
-                LABEL_CLUSTER_NAMESPACE: cluster.namespace,
-            },
-        },
+        "metadata": metadata,
         "type": "Opaque",
         "data": {
             "config": _b64(config.encode()),
@@ -143,6 +158,25 @@ def cluster_secret(
             "server": _b64(server.encode()),
         },
     }
+
+
+def waiting_of(secret: Mapping[str, Any]) -> tuple[ClusterRef, ...]:
+    """The waiting order a Secret of Kokumi's records; malformed entries are skipped."""
+    if not is_ours(secret):
+        return ()
+    metadata = secret.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    value = annotations.get(ANNOTATION_WAITING) if isinstance(annotations, Mapping) else None
+    if not isinstance(value, str):
+        return ()
+    found: list[ClusterRef] = []
+    for entry in value.split(","):
+        namespace, _, name = entry.strip().partition("/")
+        if namespace and name and "/" not in name:
+            ref = ClusterRef(namespace=namespace, name=name)
+            if ref not in found:
+                found.append(ref)
+    return tuple(found)
 
 
 def _labels(secret: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -11,9 +11,11 @@ nursery and stops it by cancelling that nursery (or a scope around it)::
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 import trio
 
+from kokumi import probe
 from kokumi.actors.context import (
     Context,
     CountingLimiter,
@@ -21,6 +23,7 @@ from kokumi.actors.context import (
     InClusterCheck,
     Metrics,
     Options,
+    Probe,
 )
 from kokumi.actors.dispatcher import Dispatcher
 from kokumi.actors.incluster import keep_in_cluster
@@ -36,20 +39,36 @@ log = logging.getLogger(__name__)
 class Manager:
     """A running manager, as handed back by :func:`run_manager` through ``nursery.start``."""
 
-    def __init__(self, client: Client, options: Options) -> None:
+    def __init__(
+        self,
+        client: Client,
+        options: Options,
+        *,
+        check: Probe = probe.check,
+        check_own: Callable[..., Awaitable[probe.Finding]] = probe.check_client,
+    ) -> None:
+        """``check`` and ``check_own`` are the two checks (a Kubeconfig Cluster's, and the
+        manager's own cluster's); a model test puts stand-ins there, nothing else does."""
         self.options = options
         self.metrics = Metrics()
         self.client = client
         limiter = CountingLimiter(options.max_concurrent_checks, self.metrics)
-        self.registry = Registry(client, options.argocd_namespace, self.metrics)
+        self.registry = Registry(
+            client,
+            options.argocd_namespace,
+            self.metrics,
+            backoff_initial=options.retry_initial,
+            backoff_max=options.retry_max,
+        )
         self.context = Context(
             client=client,
             options=options,
             registry=self.registry,
-            in_cluster=InClusterCheck(client, limiter, options, self.metrics),
+            in_cluster=InClusterCheck(client, limiter, options, self.metrics, check_own),
             probe_limiter=limiter,
             events=EventRecorder(client),
             metrics=self.metrics,
+            check=check,
         )
         self.dispatcher = Dispatcher(self.context, self.registry)
 

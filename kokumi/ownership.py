@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import unicodedata
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TypeAlias
 
 import attrs
@@ -206,6 +206,10 @@ class Table:
             return server
         return None
 
+    def wanting(self) -> tuple[ClusterRef, ...]:
+        """Every Cluster that holds, waits for, or was refused a server."""
+        return tuple(self._wants)
+
     def holders(self) -> dict[str, ClusterRef]:
         """Every held server and its holder: exactly the Secrets Kokumi should have in Argo CD."""
         return {
@@ -371,7 +375,10 @@ def step(table: Table, event: Event) -> tuple[Table, tuple[Effect, ...]]:
     return draft.table(), tuple(draft.effects)
 
 
-def seed(holders: Mapping[str, ClusterRef]) -> tuple[Table, tuple[Effect, ...]]:
+def seed(
+    holders: Mapping[str, ClusterRef],
+    waiting: Mapping[str, Sequence[ClusterRef]] | None = None,
+) -> tuple[Table, tuple[Effect, ...]]:
     """Rebuild the table from the holders that Kokumi's Secrets name, and say which Secrets must go.
 
     The registry keeps no memory that a crash could lose; the Secrets are the memory. A Cluster
@@ -379,6 +386,11 @@ def seed(holders: Mapping[str, ClusterRef]) -> tuple[Table, tuple[Effect, ...]]:
     and a Secret for the in-cluster server is never Kokumi's to keep: both are deleted. Foreign
     Secrets are fed in afterwards as :class:`Foreign` events, which step a holder back where one
     blocks it.
+
+    ``waiting`` is each server's waiting order as its Secret recorded it: the line is rebuilt
+    behind the holder, so that a holder that lets go right after a restart hands over to the
+    Cluster that waited first. A Cluster that holds a server, or already waits for another, is
+    not queued again (it wants one server only).
     """
     lines: dict[str, tuple[ClusterRef, ...]] = {}
     wants: dict[ClusterRef, str] = {}
@@ -394,4 +406,11 @@ def seed(holders: Mapping[str, ClusterRef]) -> tuple[Table, tuple[Effect, ...]]:
             continue
         lines[server] = (cluster,)
         wants[cluster] = server
+    for server, queue in sorted((normalise_server(s), q) for s, q in (waiting or {}).items()):
+        if server not in lines:
+            continue
+        for cluster in queue:
+            if cluster not in wants:
+                lines[server] = (*lines[server], cluster)
+                wants[cluster] = server
     return Table(lines=lines, wants=wants), tuple(effects)

@@ -19,13 +19,15 @@ import trio
 
 from kokumi import api, kubeconfig, probe
 from kokumi.actors.context import Context, write_status
+from kokumi.actors.registry import NOT_REGISTERED, Registration
 from kokumi.argocd import normalise_server
 from kokumi.kube import errors
+from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.client import SECRETS
 from kokumi.kube.objects import secret_data
 from kokumi.ownership import IN_CLUSTER_SERVER, ClusterRef
 
-__all__ = ["Check", "ClusterActor", "Outcome", "Registration"]
+__all__ = ["NOT_REGISTERED", "Check", "ClusterActor", "Outcome", "Registration"]
 
 log = logging.getLogger(__name__)
 
@@ -61,18 +63,6 @@ class Check:
     connection: kubeconfig.Connection | None = attrs.field(default=None, repr=False)
 
 
-@attrs.frozen
-class Registration:
-    """The registry's word on this Cluster: holding its server, waiting, or refused."""
-
-    holding: bool
-    server: str | None = None
-    conflict: str | None = None  # why not, when not holding: the Ready condition's message
-    reason: str = "ClusterConflict"
-
-
-NOT_REGISTERED = Registration(holding=False)
-
 INLINE_PARSE_LIMIT = 64 * 1024  # a typical kubeconfig is 2-10 KiB and parses in ~0.1-1 ms
 
 
@@ -81,8 +71,12 @@ class ClusterActor:
         self._context = context
         self._cluster = cluster
         self.ref = ClusterRef(cluster.metadata.namespace, cluster.metadata.name)
+        #: The Cluster object this actor acts for: the registry ignores it once it is gone.
+        self.uid = cluster.metadata.uid
         self._wake = trio.Event()
-        self._selected = False
+        # Unknown until the Environments actor has said: after a restart, acting on a guess
+        # would release (and so delete) a registration that is still wanted.
+        self._selected: bool | None = None
         self._secret_dirty = False
         self._registration = NOT_REGISTERED
         # Whether the registry may count this Cluster as holding or waiting. True at start: after
@@ -90,6 +84,10 @@ class ClusterActor:
         self._may_hold = True
         self._check: Check | None = None
         self._next_check = -math.inf
+        self._retry_at = math.inf
+        self._backoffs: dict[str, Backoff] = {}
+        self._failures = FailureLog(log, f"Cluster {self.ref}")
+        self._doing = "reconciling"
         self._written: dict[str, Any] | None = None
         self._stopping = False
         self._superseded = False
@@ -139,49 +137,81 @@ class ClusterActor:
     def last_check(self) -> Check | None:
         return self._check
 
+    @property
+    def selection_known(self) -> bool:
+        return self._selected is not None
+
     # --- the loop -------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        self._context.registry.subscribe(self.ref, self.registration)
+        self._context.registry.subscribe(self.ref, self.uid, self.registration)
         try:
             while True:
-                with trio.move_on_at(self._next_check):
+                with trio.move_on_at(min(self._next_check, self._retry_at)):
                     await self._wake.wait()
                 self._wake = trio.Event()
                 if self._stopping:
                     break
+                self._retry_at = math.inf
                 try:
                     await self._reconcile()
                 except errors.KubeError as exc:
-                    # The hub said no or went away; the next wake or timer tries again.
-                    log.warning("Cluster %s: %s; retrying", self.ref, exc)
-                    self._next_check = min(self._next_check, trio.current_time() + 5)
+                    # The hub said no or went away. Retried after a growing, jittered delay per
+                    # kind of request, and logged once per change of error, so a long outage
+                    # costs neither a request storm nor a log flood.
+                    delay = self._retry_later(self._doing)
+                    self._failures.failed(f"{self._doing}: {exc}", retry_in=delay)
                 except Exception:
                     # A bug must cost one Cluster a retry, never the manager and every other
                     # Cluster. Our exceptions carry no credentials, so the traceback may be logged.
-                    log.exception("Cluster %s: unexpected error; retrying in 30 s", self.ref)
-                    self._next_check = min(self._next_check, trio.current_time() + 30)
+                    log.exception("Cluster %s: unexpected error; retrying", self.ref)
+                    self._retry_later("reconciling")
+                else:
+                    if self._retry_at == math.inf:
+                        self._backoffs.clear()
+                        self._failures.recovered()
             await self._release()
         finally:
-            self._context.registry.unsubscribe(self.ref, self.registration)
+            self._context.registry.unsubscribe(self.ref, self.uid)
+
+    def _retry_later(self, kind: str) -> float:
+        """Wake again after the next backoff delay of ``kind``; the delay."""
+        backoff = self._backoffs.setdefault(kind, self._context.options.backoff())
+        delay = backoff.next()
+        self._retry_at = min(self._retry_at, trio.current_time() + delay)
+        return delay
 
     async def _reconcile(self) -> None:
         cluster = self._cluster
+        if cluster.metadata.deletion_timestamp:
+            # Deleted (with our finalizer, or it would be gone): let go first, and let the
+            # object go only once the registry says no Secret names it any more.
+            self._doing = "releasing its Argo CD registration"
+            if await self._release():
+                self._doing = "removing its finalizer"
+                await self._drop_finalizer(cluster)
+            else:
+                self._retry_later(self._doing)
+            return
         if isinstance(cluster, api.Invalid):
-            await self._release()
+            self._doing = "releasing its Argo CD registration"
+            released = await self._release()
+            self._doing = "writing its status"
             await self._write(
                 self._status(Outcome(False, "InvalidSpec", cluster.message, None, None), None),
                 cluster.metadata,
             )
             self.checked.set()
             self._next_check = math.inf
-            return
-        if cluster.metadata.deletion_timestamp:
-            await self._release()
-            await self._drop_finalizer(cluster)
+            if released:
+                self._doing = "removing its finalizer"
+                await self._drop_finalizer(cluster)
+            else:
+                self._retry_later("releasing its Argo CD registration")
             return
         now = trio.current_time()
         if self._needs_check(now):
+            self._doing = "reading its kubeconfig Secret"
             self._check = await self._run_check(cluster)
             self.checks += 1
             self._secret_dirty = False
@@ -190,9 +220,18 @@ class ClusterActor:
             self._next_check = now + self._context.options.next_check_delay()
             self.checked.set()
         assert self._check is not None
-        await self._register(cluster, self._check)
+        if self._selected is None:
+            # Until the Environments actor has spoken, neither claim nor release anything, and
+            # write no status that the registration would change a moment later.
+            return
+        self._doing = "registering with Argo CD"
+        settled = await self._register(cluster, self._check)
+        self._doing = "updating its finalizer"
         await self._ensure_finalizer(cluster)
+        self._doing = "writing its status"
         await self._write(self._status(self._check.finding, self._registration), cluster.metadata)
+        if not settled:
+            self._retry_later("releasing its Argo CD registration")
 
     def _needs_check(self, now: float) -> bool:
         """A reconcile for another reason reuses a check under half a minute old.
@@ -260,16 +299,17 @@ class ClusterActor:
             outcome = Outcome(False, "ClusterConflict", message, parsed.server)
             return Check(outcome, now, version, parsed)
         async with self._context.probe_limiter:
-            found = await probe.check(parsed, timeout=self._context.options.probe_timeout)
+            found = await self._context.check(parsed, timeout=self._context.options.probe_timeout)
         return Check(Outcome.of(found), trio.current_time(), version, parsed)
 
     # --- the server registry --------------------------------------------------------------------
 
-    async def _register(self, cluster: api.Cluster, check: Check) -> None:
+    async def _register(self, cluster: api.Cluster, check: Check) -> bool:
         """Want the server while selected and the kubeconfig is usable; else let go.
 
         "Usable" means a valid connection: an unreachable cluster keeps its registration (an
         outage should not hand its server to someone else), a broken kubeconfig does not.
+        Whether the registry is settled for this Cluster (a release it has not done yet is not).
         """
         connection = check.connection
         usable = (
@@ -278,18 +318,26 @@ class ClusterActor:
             and normalise_server(connection.server) != IN_CLUSTER_SERVER
         )
         if self._superseded:
-            return
+            return True
         if self._selected and usable and connection is not None:
             self._may_hold = True
-            self.registration(await self._context.registry.want(self.ref, connection, self))
-        else:
-            await self._release()
+            self.registration(await self._context.registry.want(self.ref, self.uid, connection))
+            return True
+        return await self._release()
 
-    async def _release(self) -> None:
-        if self._may_hold and not self._superseded:
+    async def _release(self) -> bool:
+        """Let go of any claim; whether the API server has it (no Secret names us any more)."""
+        if self._superseded:
+            return True
+        if self._may_hold:
+            done = await self._context.registry.release(self.ref, self.uid)
+            if not done:
+                # A Secret still names this Cluster: keep saying so, so the finalizer stays.
+                self._registration = Registration(holding=True)
+                return False
             self._may_hold = False
-            await self._context.registry.release(self.ref, self)
         self._registration = NOT_REGISTERED
+        return True
 
     async def _ensure_finalizer(self, cluster: api.Cluster) -> None:
         """A holder carries a finalizer: its Secret goes even if it is deleted while we are down."""
@@ -299,26 +347,56 @@ class ClusterActor:
         elif not self._registration.holding and has:
             await self._drop_finalizer(cluster)
 
-    async def _drop_finalizer(self, cluster: api.Cluster) -> None:
+    async def _drop_finalizer(self, cluster: api.Cluster | api.Invalid) -> None:
         if api.FINALIZER in cluster.metadata.finalizers:
             rest = tuple(f for f in cluster.metadata.finalizers if f != api.FINALIZER)
             await self._set_finalizers(cluster, rest)
 
-    async def _set_finalizers(self, cluster: api.Cluster, finalizers: tuple[str, ...]) -> None:
+    async def _set_finalizers(
+        self, cluster: api.Cluster | api.Invalid, finalizers: tuple[str, ...]
+    ) -> None:
+        """Set the finalizers of the version we know; on a 409, once more from a fresh read.
+
+        The resourceVersion makes the patch safe against a concurrent edit of the list. A
+        conflict is not retried at once with the same stale version (that is a request loop until
+        the watch catches up): the object is read again, and a second conflict waits its backoff.
+        """
         meta = cluster.metadata
-        patch = {
-            "metadata": {"finalizers": list(finalizers), "resourceVersion": meta.resource_version}
-        }
-        try:
-            updated = await self._context.client.patch_merge(
-                api.CLUSTERS, meta.name, patch, namespace=meta.namespace
-            )
-        except errors.NotFound:
+        for attempt in range(2):
+            patch = {
+                "metadata": {
+                    "finalizers": list(finalizers),
+                    "resourceVersion": meta.resource_version,
+                }
+            }
+            try:
+                updated = await self._context.client.patch_merge(
+                    api.CLUSTERS, meta.name, patch, namespace=meta.namespace
+                )
+            except errors.NotFound:
+                return
+            except errors.Conflict:
+                if attempt:
+                    raise
+                try:
+                    fresh = await self._context.client.get(
+                        api.CLUSTERS, meta.name, namespace=meta.namespace
+                    )
+                except errors.NotFound:
+                    return
+                fresh_cluster = api.parse_cluster(fresh)
+                if fresh_cluster.metadata.uid != self.uid:
+                    return  # another Cluster of the same name: not ours to change
+                self._cluster = fresh_cluster
+                meta = fresh_cluster.metadata
+                wanted = api.FINALIZER in finalizers
+                if (api.FINALIZER in meta.finalizers) == wanted:
+                    return  # already as it should be
+                others = tuple(f for f in meta.finalizers if f != api.FINALIZER)
+                finalizers = (*others, api.FINALIZER) if wanted else others
+                continue
+            self._cluster = api.parse_cluster(updated)
             return
-        except errors.Conflict:
-            self._wake.set()  # a newer version is on its way through the watch
-            return
-        self._cluster = api.parse_cluster(updated)
 
     # --- status ---------------------------------------------------------------------------------
 
@@ -342,8 +420,7 @@ class ClusterActor:
             message=message,
             observed_generation=generation,
         )
-        old = cluster.status.conditions if isinstance(cluster, api.Cluster) else ()
-        conditions = api.set_condition(old, condition)
+        conditions = api.set_condition(_status_of(cluster).conditions, condition)
         return {
             "server": server,
             "kubernetesVersion": finding.kubernetes_version,
@@ -389,10 +466,16 @@ def _ready_of(status: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return {}
 
 
+def _status_of(cluster: api.Cluster | api.Invalid) -> api.ClusterStatus:
+    if isinstance(cluster, api.Cluster):
+        return cluster.status
+    return cluster.status if isinstance(cluster.status, api.ClusterStatus) else api.ClusterStatus()
+
+
 def _observed_status(cluster: api.Cluster | api.Invalid) -> dict[str, Any] | None:
-    if not isinstance(cluster, api.Cluster):
+    status = _status_of(cluster)
+    if status == api.ClusterStatus():
         return None
-    status = cluster.status
     return {
         "server": status.server,
         "kubernetesVersion": status.kubernetes_version,

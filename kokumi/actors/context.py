@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -12,10 +12,11 @@ import trio
 
 from kokumi import api, probe
 from kokumi.kube import errors
+from kokumi.kube.backoff import Backoff
 from kokumi.kube.client import EVENTS, Client, Resource
 
 if TYPE_CHECKING:
-    from kokumi.actors.cluster import Registration
+    from kokumi.actors.registry import Registration
     from kokumi.kubeconfig import Connection
     from kokumi.ownership import ClusterRef
 
@@ -43,9 +44,16 @@ class Options:
     reuse_window: float = 30.0
     keep_in_cluster: bool = True
     field_manager: str = "kokumi"
+    #: Retries of refused or failed API requests wait from ``retry_initial`` up to
+    #: ``retry_max`` seconds, doubling, with jitter; per Cluster and per kind of request.
+    retry_initial: float = 1.0
+    retry_max: float = 120.0
 
     def next_check_delay(self) -> float:
         return self.check_interval + random.uniform(0.0, self.check_jitter)  # noqa: S311
+
+    def backoff(self) -> Backoff:
+        return Backoff(self.retry_initial, self.retry_max)
 
 
 @attrs.define
@@ -61,14 +69,18 @@ class Metrics:
 
 
 class RegistryHandle(Protocol):
-    def subscribe(self, cluster: ClusterRef, notify: Callable[[Registration], None]) -> None: ...
-    def unsubscribe(
-        self, cluster: ClusterRef, notify: Callable[[Registration], None] | None = None
+    def subscribe(
+        self, cluster: ClusterRef, uid: str, notify: Callable[[Registration], None]
     ) -> None: ...
-    async def want(
-        self, cluster: ClusterRef, connection: Connection, claimant: object = None
-    ) -> Registration: ...
-    async def release(self, cluster: ClusterRef, claimant: object = None) -> None: ...
+    def unsubscribe(self, cluster: ClusterRef, uid: str) -> None: ...
+    async def want(self, cluster: ClusterRef, uid: str, connection: Connection) -> Registration: ...
+    async def release(self, cluster: ClusterRef, uid: str) -> bool: ...
+
+
+class Probe(Protocol):
+    """One check of one connection: :func:`kokumi.probe.check`, or a stand-in in a model test."""
+
+    async def __call__(self, connection: Connection, *, timeout: float) -> probe.Finding: ...  # noqa: ASYNC109
 
 
 class CountingLimiter:
@@ -97,9 +109,15 @@ class InClusterCheck:
     """
 
     def __init__(
-        self, client: Client, limiter: CountingLimiter, options: Options, metrics: Metrics
+        self,
+        client: Client,
+        limiter: CountingLimiter,
+        options: Options,
+        metrics: Metrics,
+        check_own: Callable[..., Awaitable[probe.Finding]] = probe.check_client,
     ):
         self._client = client
+        self._check_own = check_own
         self._limiter = limiter
         self._options = options
         self._metrics = metrics
@@ -119,9 +137,7 @@ class InClusterCheck:
         try:
             async with self._limiter:
                 self._metrics.in_cluster_checks += 1
-                finding = await probe.check_client(
-                    self._client, timeout=self._options.probe_timeout
-                )
+                finding = await self._check_own(self._client, timeout=self._options.probe_timeout)
             self._last = (trio.current_time(), finding)
         finally:
             self._running = None
@@ -201,3 +217,4 @@ class Context:
     events: EventRecorder
     metrics: Metrics
     secret_versions: MutableMapping[tuple[str, str], str] = attrs.field(factory=dict)
+    check: Probe = probe.check

@@ -53,6 +53,15 @@ class Dispatcher:
             context.client, self.clusters, self.environments, self._select
         )
         self._clusters_synced = trio.Event()
+        registry.follow_liveness(self.is_current)
+
+    def is_current(self, ref: ClusterRef, uid: str) -> bool:
+        """Whether ``uid`` is the Cluster object that exists now under ``ref``'s name.
+
+        The registry asks before it acts on a message: a late message from a Cluster that was
+        deleted (and perhaps created again) must not act for its successor.
+        """
+        return self._by_ref.get(ref) == uid
 
     @property
     def actors(self) -> list[ClusterActor]:
@@ -118,7 +127,9 @@ class Dispatcher:
         ending = self._ending.pop(actor.ref, None)
         if ending is not None:
             ending.supersede()  # deleted and created again: the claims are the new actor's
-        actor.set_selected(actor.ref in self._selected)
+        # Selection is left unknown: the Environments pass that this change triggers says it, so
+        # a Cluster created again under an old name never starts out "selected" by its
+        # predecessor's Environments.
         scope = trio.CancelScope()
         self._actors[uid] = _Running(actor, scope)
         self._by_ref[actor.ref] = uid
@@ -140,7 +151,9 @@ class Dispatcher:
         if running is None:
             return
         actor = running.actor
-        self._by_ref.pop(actor.ref, None)
+        if self._by_ref.get(actor.ref) == uid:
+            del self._by_ref[actor.ref]
+        self._selected.discard(actor.ref)
         self._index_secret(uid, actor.cluster, None)
         # Let the actor release its server itself; it ends right after.
         actor.stop()

@@ -119,7 +119,7 @@ class EnvironmentsActor:
         self, environment: api.Environment | api.Invalid, clusters: list[api.Cluster]
     ) -> dict[str, Any]:
         generation = environment.metadata.generation
-        old = environment.status.conditions if isinstance(environment, api.Environment) else ()
+        old = _status_of(environment).conditions
         if isinstance(environment, api.Invalid):
             condition = api.Condition("Ready", "False", "InvalidSpec", environment.message)
             return _body(generation, api.set_condition(old, _gen(condition, generation)), [])
@@ -169,9 +169,8 @@ class EnvironmentsActor:
     ) -> None:
         meta = environment.metadata
         key = (meta.namespace, meta.name)
-        observed = (
-            _observed(environment.status) if isinstance(environment, api.Environment) else None
-        )
+        status_now = _status_of(environment)
+        observed = None if status_now == api.EnvironmentStatus() else _observed(status_now)
         unchanged = (observed, self._written.get(key))
         if not await write_status(
             self._client, api.ENVIRONMENTS, meta, status, unchanged=unchanged
@@ -201,6 +200,14 @@ def _body(
         "deploying": 0,
         "clusters": rows,
     }
+
+
+def _status_of(environment: api.Environment | api.Invalid) -> api.EnvironmentStatus:
+    """The status the object has; an invalid one's too, so its transition time is kept."""
+    if isinstance(environment, api.Environment):
+        return environment.status
+    status = environment.status
+    return status if isinstance(status, api.EnvironmentStatus) else api.EnvironmentStatus()
 
 
 def _observed(status: api.EnvironmentStatus) -> dict[str, Any]:

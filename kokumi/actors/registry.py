@@ -1,20 +1,35 @@
 """The server registry: the only writer of Secrets in Argo CD's namespace.
 
-It serialises every claim on a server through the pure first-come table (``kokumi.ownership``)
-and performs the table's effects against the API server, which is the second guard: the Secret is
-named after the server and ``create`` is atomic, so ``AlreadyExists`` means somebody holds it, and
-its labels say who. It keeps no memory a crash could lose: on start the table is rebuilt from the
-Secrets found, so a restart with nothing changed writes nothing.
+It serialises every claim on a server through the pure first-come table (``kokumi.ownership``) and
+then makes Argo CD's Secrets agree with that table. The table is the intent; the Secrets, as the
+API server last showed or accepted them, are the facts; and what a Cluster is told is computed from
+both, never from the intent alone:
 
-Requests come through a bounded channel with a one-shot reply channel each; news for Clusters other
-than the asker (a waiter that just took a server over) goes out through callbacks that never block,
-because a Cluster actor may at that very moment be waiting for the registry.
+- a Cluster *holds* a server only while a Secret of Kokumi's names it (so "holding" means "a
+  credential of mine is in Argo CD", which is what its finalizer guards);
+- a release is *done* only when no Secret names the Cluster any more;
+- a write the API server refuses or never answers leaves the server out of step, and the registry
+  retries it with capped, jittered backoff until it is in step, logging each change of error once.
+
+The API server is the second guard: the Secret is named after the server and ``create`` is atomic,
+so ``AlreadyExists`` means somebody holds it, and its labels say who. The registry keeps no memory a
+crash could lose: on start the table is rebuilt from the Secrets found, their waiting order from the
+annotation :data:`kokumi.argocd.ANNOTATION_WAITING`, so a restart with nothing changed writes
+nothing and hands over in the same order as before.
+
+Requests, and the news of the registry's own Secret watch, come through one bounded inbox with a
+one-shot reply channel each. News for Clusters other than the asker (a waiter that just took a
+server over) goes out through callbacks that never block, because a Cluster actor may at that very
+moment be waiting for the registry. Every request carries the uid of the Cluster object it acts
+for: a late message from a Cluster that was deleted (and perhaps created again under its name)
+never acts for its successor.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -22,15 +37,15 @@ import attrs
 import trio
 
 from kokumi import argocd, ownership
-from kokumi.actors.cluster import NOT_REGISTERED, Registration
 from kokumi.actors.context import Metrics
 from kokumi.kube import errors
+from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.watch import Resync, WatchEvent, watch
 from kokumi.kubeconfig import Connection
-from kokumi.ownership import ClusterRef
+from kokumi.ownership import IN_CLUSTER_SERVER, ClusterRef
 
-__all__ = ["Registry"]
+__all__ = ["NOT_REGISTERED", "Registration", "Registry"]
 
 log = logging.getLogger(__name__)
 
@@ -38,81 +53,133 @@ CLUSTER_SECRETS = f"{argocd.LABEL_SECRET_TYPE}=cluster"
 
 
 @attrs.frozen
+class Registration:
+    """The registry's word on one Cluster.
+
+    ``holding``: a Secret of Kokumi's names this Cluster now (its finalizer must stay).
+    ``conflict``: why the Cluster is not registered as it should be, for its Ready condition;
+    ``None`` when it is (or when it wants nothing). ``reason`` goes with ``conflict``.
+    """
+
+    holding: bool
+    server: str | None = None
+    conflict: str | None = None
+    reason: str = "ClusterConflict"
+
+
+NOT_REGISTERED = Registration(holding=False)
+
+Liveness = Callable[[ClusterRef, str], bool]
+"""Whether ``uid`` is the Cluster object that exists now under that namespace and name."""
+
+
+@attrs.frozen
 class _Want:
     cluster: ClusterRef
+    uid: str
     connection: Connection = attrs.field(repr=False)
-    reply: trio.MemorySendChannel[Registration]
-    claimant: object = None
+    reply: trio.MemorySendChannel[Any]
 
 
 @attrs.frozen
 class _Release:
     cluster: ClusterRef
-    reply: trio.MemorySendChannel[Registration]
-    claimant: object = None
+    uid: str
+    reply: trio.MemorySendChannel[Any]
 
 
 @attrs.frozen
 class _Prune:
     existing: frozenset[ClusterRef]
-    reply: trio.MemorySendChannel[Registration]
+    reply: trio.MemorySendChannel[Any]
 
 
-_Request = _Want | _Release | _Prune
+@attrs.frozen
+class _Note:
+    event: WatchEvent | Resync
+    reply: trio.MemorySendChannel[Any] | None = None
+
+
+_Request = _Want | _Release | _Prune | _Note
+
+
+@attrs.define
+class _Retry:
+    """A server whose Secret is out of step with the table: when to try again, and how it fails."""
+
+    backoff: Backoff
+    failures: FailureLog
+    at: float = math.inf
+    error: str | None = None  # the last failure, as the Clusters' status shows it
 
 
 class Registry:
-    def __init__(self, client: Client, namespace: str, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        namespace: str,
+        metrics: Metrics | None = None,
+        *,
+        backoff_initial: float = 1.0,
+        backoff_max: float = 120.0,
+    ) -> None:
         self._client = client
         self._namespace = namespace
         self._metrics = metrics or Metrics()
+        self._backoff = (backoff_initial, backoff_max)
         self._table = ownership.Table()
         self._connections: dict[ClusterRef, Connection] = {}
+        self._claims: dict[ClusterRef, str] = {}  # the uid each claim was made for
         self._secrets: dict[str, dict[str, Any]] = {}  # name -> Secret, as last seen or written
-        self._results: dict[ClusterRef, Registration] = {}
-        self._subscribers: dict[ClusterRef, Callable[[Registration], None]] = {}
-        self._claimants: dict[ClusterRef, object] = {}
+        self._named: dict[ClusterRef, set[str]] = {}  # holder -> names of Secrets naming it
+        self._told: dict[ClusterRef, Registration] = {}
+        self._subscribers: dict[ClusterRef, tuple[str, Callable[[Registration], None]]] = {}
         # Foreign Secrets that hold the name Kokumi would give a server, whatever server they
         # declare: their deletion frees that server.
         self._blocking_names: dict[str, str] = {}
         # Foreign cluster Secrets as the watch shows them: name -> the server each declares.
         self._foreign_names: dict[str, str] = {}
-        self._lock = trio.Lock()
+        self._retries: dict[str, _Retry] = {}
+        self._is_current: Liveness = lambda _ref, _uid: True
         self._inbox_send, self._inbox = trio.open_memory_channel[_Request](64)
+
+    def follow_liveness(self, is_current: Liveness) -> None:
+        """Let the registry ask which Cluster object is the live one (the dispatcher knows)."""
+        self._is_current = is_current
 
     # --- what Cluster actors call -------------------------------------------------------------
 
-    def subscribe(self, cluster: ClusterRef, notify: Callable[[Registration], None]) -> None:
-        self._subscribers[cluster] = notify
-
-    def unsubscribe(
-        self, cluster: ClusterRef, notify: Callable[[Registration], None] | None = None
+    def subscribe(
+        self, cluster: ClusterRef, uid: str, notify: Callable[[Registration], None]
     ) -> None:
-        """Forget ``notify`` (or whoever listens for ``cluster``); a newer listener stays."""
-        if notify is None or self._subscribers.get(cluster) == notify:
-            self._subscribers.pop(cluster, None)
+        self._subscribers[cluster] = (uid, notify)
 
-    async def want(
-        self, cluster: ClusterRef, connection: Connection, claimant: object = None
-    ) -> Registration:
-        """Claim the connection's server for ``cluster``; the answer says whether it holds it.
+    def unsubscribe(self, cluster: ClusterRef, uid: str) -> None:
+        """Forget the listener of ``uid``; a newer Cluster's listener of the same name stays."""
+        current = self._subscribers.get(cluster)
+        if current is not None and current[0] == uid:
+            del self._subscribers[cluster]
 
-        ``claimant`` tells apart two actors of one name (a Cluster deleted and created again):
-        a late release of the old one must not let go of the new one's claim.
+    async def want(self, cluster: ClusterRef, uid: str, connection: Connection) -> Registration:
+        """Claim the connection's server for ``cluster``; the answer says whether it holds it."""
+        answer: Registration = await self._ask(lambda r: _Want(cluster, uid, connection, r))
+        return answer
+
+    async def release(self, cluster: ClusterRef, uid: str) -> bool:
+        """Let go of whatever ``cluster`` holds or waits for; whether that is done.
+
+        Done means the API server has it: no Secret of Kokumi's names the Cluster any more. Until
+        then the Cluster keeps its finalizer and asks again; the registry retries meanwhile.
         """
-        return await self._ask(lambda reply: _Want(cluster, connection, reply, claimant))
-
-    async def release(self, cluster: ClusterRef, claimant: object = None) -> None:
-        await self._ask(lambda reply: _Release(cluster, reply, claimant))
+        done: bool = await self._ask(lambda r: _Release(cluster, uid, r))
+        return done
 
     async def prune(self, existing: Iterable[ClusterRef]) -> None:
-        """Let go of holders whose Cluster no longer exists (deleted while we were down)."""
-        await self._ask(lambda reply: _Prune(frozenset(existing), reply))
+        """Let go of claims whose Cluster no longer exists (deleted while we were down)."""
+        await self._ask(lambda r: _Prune(frozenset(existing), r))
 
-    async def _ask(
-        self, make: Callable[[trio.MemorySendChannel[Registration]], _Request]
-    ) -> Registration:
-        reply_send, reply_receive = trio.open_memory_channel[Registration](1)
+    async def _ask(self, make: Callable[[trio.MemorySendChannel[Any]], _Request]) -> Any:
+        reply_send, reply_receive = trio.open_memory_channel[Any](1)
         await self._inbox_send.send(make(reply_send))
         async with reply_receive:
             return await reply_receive.receive()
@@ -120,7 +187,7 @@ class Registry:
     # --- the actor ----------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Rebuild from Argo CD's Secrets, then serve requests and follow foreign Secrets."""
+        """Rebuild from Argo CD's Secrets, then serve requests, watch news and retries in turn."""
         send, receive = trio.open_memory_channel[WatchEvent | Resync](64)
         async with trio.open_nursery() as nursery:
             await nursery.start(
@@ -135,160 +202,318 @@ class Registry:
             )
             first = await receive.receive()
             assert isinstance(first, Resync)
-            async with self._lock:
-                await self._rebuild(first.objects)
-            nursery.start_soon(self._follow, receive)
+            await self._guarded(self._rebuild(first.objects))
+            nursery.start_soon(self._forward, receive)
             task_status.started()
-            async for request in self._inbox:
-                async with self._lock:
-                    try:
-                        result = await self._serve(request)
-                    except errors.KubeError as exc:
-                        # The table stands; the asker's next want retries the write.
-                        result = self._failed(request, exc)
-                    except Exception as exc:
-                        # A bug costs one request, never the manager.
-                        log.exception("registry: unexpected error")
-                        result = self._failed(request, exc)
-                # The asker may have been cancelled meanwhile (the manager stopping): its
-                # answer then has nobody to go to, and the registry goes on.
-                with contextlib.suppress(trio.BrokenResourceError):
-                    request.reply.send_nowait(result)
+            while True:
+                request: _Request | None = None
+                with trio.move_on_at(self._next_retry()):
+                    request = await self._inbox.receive()
+                if request is None:
+                    await self._guarded(self._retry_due())
+                    continue
+                result = await self._guarded(self._serve(request))
+                if request.reply is not None:
+                    # The asker may have been cancelled meanwhile (the manager stopping): its
+                    # answer then has nobody to go to, and the registry goes on.
+                    with contextlib.suppress(trio.BrokenResourceError):
+                        request.reply.send_nowait(result)
 
-    def _failed(self, request: _Request, exc: Exception) -> Registration:
-        """The answer to a request whose writes failed: the Cluster says so, with the fix."""
-        if isinstance(exc, errors.KubeError):
-            log.warning("registry: %s", exc)
-        if isinstance(exc, errors.Forbidden):
-            message = (
-                f"Kokumi may not write cluster Secrets in namespace {self._namespace}: bind the "
-                f"ClusterRole kokumi-argocd-cluster-registrar there (the last document of "
-                f"install.yaml, applied after Argo CD)"
-            )
-        else:
-            message = (
-                f"registering with Argo CD failed ({type(exc).__name__}); "
-                "Kokumi retries at the next check"
-            )
-        server = None
-        if isinstance(request, _Want):
-            server = ownership.normalise_server(request.connection.server)
-        return Registration(
-            holding=False, server=server, conflict=message, reason="RegistrationFailed"
-        )
+    async def _forward(self, receive: trio.MemoryReceiveChannel[WatchEvent | Resync]) -> None:
+        """The Secret watch feeds the same inbox as the Clusters: one order for everything."""
+        async for event in receive:
+            await self._inbox_send.send(_Note(event))
 
-    async def _serve(self, request: _Request) -> Registration:
+    async def _guarded(self, work: Any) -> Any:
+        try:
+            return await work
+        except Exception:
+            # A bug costs one request, never the manager; the table and the facts still stand,
+            # and every server left out of step is retried.
+            log.exception("registry: unexpected error")
+            return None
+
+    def _next_retry(self) -> float:
+        return min((r.at for r in self._retries.values()), default=math.inf)
+
+    async def _retry_due(self) -> None:
+        now = trio.current_time()
+        due = [server for server, r in self._retries.items() if r.at <= now]
+        await self._settle(due)
+
+    async def _serve(self, request: _Request) -> Any:
         match request:
-            case _Want(cluster=cluster, connection=connection, claimant=claimant):
+            case _Want(cluster=cluster, uid=uid, connection=connection):
+                if not self._is_current(cluster, uid):
+                    return NOT_REGISTERED  # a Cluster that no longer exists wants nothing
+                self._claims[cluster] = uid
                 self._connections[cluster] = connection
-                self._claimants[cluster] = claimant
+                before = self._table.wanted_by(cluster)
                 server = ownership.normalise_server(connection.server)
-                # A holder's want is answered with WriteSecret again: that is how the Secret
-                # follows a changed kubeconfig (and costs nothing when nothing changed).
-                await self._step(ownership.Want(cluster, server))
-                return self._results.get(cluster, NOT_REGISTERED)
-            case _Release(cluster=cluster, claimant=claimant):
-                if self._claimants.get(cluster, claimant) is not claimant:
-                    return NOT_REGISTERED  # the claim is a newer actor's, not the caller's
-                self._claimants.pop(cluster, None)
-                if self._table.wanted_by(cluster) is not None:
-                    await self._step(ownership.Release(cluster))
+                await self._settle(self._step(ownership.Want(cluster, server)) | {before})
+                return self._registration(cluster)
+            case _Release(cluster=cluster, uid=uid):
+                claim = self._claims.get(cluster)
+                if claim is not None and claim != uid and self._is_current(cluster, claim):
+                    # The claim is a newer Cluster's of the same name: not the caller's to drop.
+                    return True
+                self._claims.pop(cluster, None)
                 self._connections.pop(cluster, None)
-                self._results.pop(cluster, None)
-                return NOT_REGISTERED
+                before = self._table.wanted_by(cluster)
+                await self._settle(self._step(ownership.Release(cluster)) | {before})
+                return self._released(cluster)
             case _Prune(existing=existing):
-                for cluster in {c for c in self._table.holders().values() if c not in existing}:
-                    await self._step(ownership.Release(cluster))
-                return NOT_REGISTERED
+                gone = {c for c in self._table.wanting() if c not in existing}
+                touched: set[str | None] = set()
+                for cluster in sorted(gone):
+                    self._claims.pop(cluster, None)
+                    self._connections.pop(cluster, None)
+                    touched |= self._step(ownership.Release(cluster))
+                await self._settle(touched)
+                return None
+            case _Note(event=event):
+                await self._settle(await self._note(event))
+                return None
         raise AssertionError(request)  # pragma: no cover
 
-    # --- effects ------------------------------------------------------------------------------
+    # --- the table and the facts --------------------------------------------------------------
 
-    async def _step(self, event: ownership.Event) -> None:
-        self._table, effects = ownership.step(self._table, event)
+    def _step(self, event: ownership.Event) -> set[str | None]:
+        """Apply one event to the table; the servers whose Secret or line it may change."""
+        before = self._table
+        self._table, effects = ownership.step(before, event)
+        touched: set[str | None] = set()
         for effect in effects:
-            await self._perform(effect)
+            touched.add(effect.server)
+        match event:
+            case ownership.Want(server=server) | ownership.Foreign(server=server):
+                touched.add(server)
+            case ownership.ForeignGone(server=server):
+                touched.add(server)
+            case ownership.Release(cluster=cluster):
+                touched.add(before.wanted_by(cluster))
+        return touched
 
-    async def _perform(self, effect: ownership.Effect) -> None:
-        match effect:
-            case ownership.WriteSecret(server=server, holder=holder):
-                await self._ensure(server, holder)
-            case ownership.DeleteSecret(server=server):
-                await self._delete(server)
-            case ownership.Holding(cluster=cluster, server=server):
-                self._tell(cluster, Registration(holding=True, server=server))
-            case ownership.Conflict(cluster=cluster, server=server, message=message):
-                self._tell(cluster, Registration(holding=False, server=server, conflict=message))
+    def _registration(self, cluster: ClusterRef) -> Registration:
+        """What ``cluster`` is told, from the table and the Secrets as the API server has them."""
+        server = self._table.wanted_by(cluster)
+        named = bool(self._named.get(cluster))
+        if server is None:
+            return Registration(holding=named)
+        if server == IN_CLUSTER_SERVER or self._table.holder(server) != cluster:
+            return Registration(named, server, self._table.message(server), "ClusterConflict")
+        secret = self._secrets.get(argocd.secret_name(server))
+        registers = secret is not None and argocd.holder_of(secret) == cluster
+        connection = self._connections.get(cluster)
+        if (
+            registers
+            and secret is not None
+            and (connection is None or _same_data(secret, connection, cluster))
+        ):
+            # What Argo CD has is this Cluster's current connection; a pending change of the
+            # waiting order alone is no concern of its status.
+            return Registration(holding=True, server=server)
+        retry = self._retries.get(server)
+        if retry is not None and retry.error is not None:
+            return Registration(named, server, retry.error, "RegistrationFailed")
+        if registers:
+            return Registration(holding=True, server=server)
+        # Handed over to a Cluster whose kubeconfig the registry has not seen since a restart:
+        # its next check brings it, and the Secret is written then.
+        message = (
+            f"server {server} is handed to this Cluster; Kokumi copies its kubeconfig to Argo CD "
+            "at its next check"
+        )
+        return Registration(named, server, message, "RegistrationPending")
 
-    def _tell(self, cluster: ClusterRef, registration: Registration) -> None:
-        self._results[cluster] = registration
-        notify = self._subscribers.get(cluster)
-        if notify is not None:
-            notify(registration)
+    def _released(self, cluster: ClusterRef) -> bool:
+        return self._table.wanted_by(cluster) is None and not self._named.get(cluster)
 
-    async def _ensure(self, server: str, holder: ClusterRef) -> None:
-        """Make the server's Secret register ``holder``: create it, or update it in place."""
-        if self._table.holder(server) != holder:
-            return  # a later effect of the same step moved the server on
-        connection = self._connections.get(holder)
-        if connection is None:
-            return  # seeded from a Secret; the holder's actor will bring its connection
-        desired = argocd.cluster_secret(connection, holder, self._namespace)
-        name = desired["metadata"]["name"]
+    def _remember(self, name: str, secret: Mapping[str, Any] | None) -> None:
+        old = self._secrets.pop(name, None)
+        if old is not None:
+            holder = argocd.holder_of(old)
+            if holder is not None:
+                self._named.get(holder, set()).discard(name)
+                if not self._named.get(holder):
+                    self._named.pop(holder, None)
+        if secret is not None and argocd.is_ours(secret):
+            self._secrets[name] = dict(secret)
+            holder = argocd.holder_of(secret)
+            if holder is not None:
+                self._named.setdefault(holder, set()).add(name)
+
+    async def _settle(self, servers: Iterable[str | None]) -> None:
+        """Bring each server's Secret in step with the table, then tell whoever it concerns."""
+        pending = {s for s in servers if s is not None}
+        concerned: set[ClusterRef] = set()
+        rounds = 0
+        while pending:
+            server = pending.pop()
+            concerned |= self._line(server)
+            concerned |= {h for h in self._holders_named(server)}
+            more = await self._sync(server)
+            pending |= more
+            rounds += 1
+            if rounds > 1000:  # pragma: no cover - a bug in the table, not a reason to spin
+                log.error("registry: settling did not converge; retrying later")
+                break
+        for cluster in concerned:
+            self._tell(cluster)
+
+    def _line(self, server: str) -> set[ClusterRef]:
+        holder = self._table.holder(server)
+        line = set(self._table.waiting(server))
+        if holder is not None:
+            line.add(holder)
+        return line
+
+    def _holders_named(self, server: str) -> set[ClusterRef]:
+        secret = self._secrets.get(argocd.secret_name(server))
+        holder = argocd.holder_of(secret) if secret is not None else None
+        return {holder} if holder is not None else set()
+
+    def _tell(self, cluster: ClusterRef) -> None:
+        registration = self._registration(cluster)
+        if self._told.get(cluster) == registration:
+            return
+        self._told[cluster] = registration
+        if registration == NOT_REGISTERED:
+            del self._told[cluster]
+        subscriber = self._subscribers.get(cluster)
+        if subscriber is not None:
+            subscriber[1](registration)
+
+    async def _sync(self, server: str) -> set[str]:
+        """One attempt to put the server's Secret in step; the servers a foreign find touched.
+
+        A refused or failed write leaves the server in ``_retries`` with its next attempt; a
+        success removes it.
+        """
+        try:
+            try:
+                touched = await self._write(server)
+            except errors.Conflict:
+                # Changed by somebody meanwhile and read again: one more try from that version.
+                touched = await self._write(server)
+        except errors.KubeError as exc:
+            self._failed(server, exc)
+            return set()
+        retry = self._retries.pop(server, None)
+        if retry is not None:
+            retry.failures.recovered()
+        return touched
+
+    def _failed(self, server: str, exc: errors.KubeError) -> None:
+        retry = self._retries.get(server)
+        if retry is None:
+            retry = self._retries[server] = _Retry(
+                Backoff(*self._backoff), FailureLog(log, f"registry: Secret for {server}")
+            )
+        delay = retry.backoff.next()
+        retry.at = trio.current_time() + delay
+        retry.failures.failed(exc, retry_in=delay)
+        if isinstance(exc, errors.Forbidden):
+            retry.error = (
+                f"Kokumi may not write cluster Secrets in namespace {self._namespace}: bind the "
+                f"ClusterRole kokumi-argocd-cluster-registrar there (the last document of "
+                f"install.yaml, applied after Argo CD); Kokumi retries"
+            )
+        else:
+            retry.error = (
+                f"registering with Argo CD failed ({type(exc).__name__}, HTTP "
+                f"{getattr(exc, 'code', None) or 'none'}); Kokumi retries"
+            )
+
+    async def _write(self, server: str) -> set[str]:
+        name = argocd.secret_name(server)
+        holder = self._table.holder(server)
         existing = self._secrets.get(name)
+        if holder is None:
+            if existing is not None:
+                await self._delete(name, existing)
+            return set()
+        connection = self._connections.get(holder)
+        waiting = self._table.waiting(server)
+        if connection is None:
+            # Seeded from a Secret after a restart, or handed to a waiter the registry has not
+            # heard from since: only the waiting order can be kept up to date meanwhile.
+            if existing is not None and argocd.holder_of(existing) == holder:
+                await self._keep_waiting(name, existing, waiting)
+            return set()
+        desired = argocd.cluster_secret(connection, holder, self._namespace, waiting)
         if existing is None:
             try:
                 created = await self._client.create(SECRETS, desired, namespace=self._namespace)
             except errors.AlreadyExists:
-                existing = await self._client.get(SECRETS, name, namespace=self._namespace)
+                found = await self._client.get(SECRETS, name, namespace=self._namespace)
+                if not argocd.is_ours(found):
+                    return self._found_foreign(server, name)
+                self._remember(name, found)
+                existing = self._secrets[name]
             else:
-                self._secrets[name] = created
+                self._remember(name, created)
                 self._metrics.registry_writes += 1
                 log.info("registered %s with Argo CD as Secret %s", holder, name)
-                return
-        if not argocd.is_ours(existing):
-            # Not Kokumi's: never touched; the server is out of reach while it stands.
-            self._secrets.pop(name, None)
-            self._blocking_names[name] = server
-            await self._step(ownership.Foreign(server, name))
-            return
+                return set()
         if _same(existing, desired):
+            return set()
+        await self._replace(name, existing, desired)
+        log.info("Secret %s now registers %s", name, holder)
+        return set()
+
+    def _found_foreign(self, server: str, name: str) -> set[str]:
+        """A Secret Kokumi did not write holds the server's name: never touched, and it blocks."""
+        self._remember(name, None)
+        self._blocking_names[name] = server
+        return {s for s in self._step(ownership.Foreign(server, name)) if s is not None}
+
+    async def _keep_waiting(
+        self, name: str, existing: Mapping[str, Any], waiting: tuple[ClusterRef, ...]
+    ) -> None:
+        if argocd.waiting_of(existing) == waiting:
             return
-        body = {
-            **desired,
-            "metadata": {
-                **existing.get("metadata", {}),
-                "labels": {
-                    **(existing.get("metadata", {}).get("labels") or {}),
-                    **desired["metadata"]["labels"],
-                },
-            },
+        metadata = dict(existing.get("metadata") or {})
+        annotations = dict(metadata.get("annotations") or {})
+        if waiting:
+            annotations[argocd.ANNOTATION_WAITING] = ",".join(str(c) for c in waiting)
+        else:
+            annotations.pop(argocd.ANNOTATION_WAITING, None)
+        await self._replace(
+            name, existing, {**existing, "metadata": {**metadata, "annotations": annotations}}
+        )
+
+    async def _replace(
+        self, name: str, existing: Mapping[str, Any], desired: Mapping[str, Any]
+    ) -> None:
+        """Update the Secret in place (a handover never deletes): Argo CD never sees it vanish."""
+        old_meta = existing.get("metadata") or {}
+        new_meta = desired.get("metadata") or {}
+        metadata = {
+            **old_meta,
+            "labels": {**(old_meta.get("labels") or {}), **(new_meta.get("labels") or {})},
+            "annotations": dict(new_meta.get("annotations") or {}),
         }
-        body["metadata"].pop("managedFields", None)
+        if not metadata["annotations"]:
+            metadata.pop("annotations")
+        metadata.pop("managedFields", None)
+        body = {**desired, "metadata": metadata}
         try:
             replaced = await self._client.replace(SECRETS, body, namespace=self._namespace)
         except errors.Conflict:
-            # Somebody changed it meanwhile: read it again and let the next want retry.
-            self._secrets[name] = await self._client.get(SECRETS, name, namespace=self._namespace)
+            # Somebody changed it meanwhile: read it again, and the retry starts from that.
+            self._remember(name, await self._client.get(SECRETS, name, namespace=self._namespace))
             raise
         except errors.NotFound:
-            self._secrets.pop(name, None)
-            await self._ensure(server, holder)
-            return
-        self._secrets[name] = replaced
+            self._remember(name, None)
+            raise
+        self._remember(name, replaced)
         self._metrics.registry_writes += 1
-        log.info("Secret %s now registers %s", name, holder)
 
-    async def _delete(self, server: str) -> None:
-        await self._delete_named(argocd.secret_name(server))
-
-    async def _delete_named(self, name: str) -> None:
-        existing = self._secrets.get(name)
-        if existing is None or not argocd.is_ours(existing):
-            return
-        meta = existing.get("metadata", {})
+    async def _delete(self, name: str, existing: Mapping[str, Any]) -> None:
+        meta = existing.get("metadata") or {}
         try:
-            # Only the version we know is ours: a Secret changed meanwhile is left alone.
+            # Only the version we know is ours: a Secret changed meanwhile is read again first.
             await self._client.delete(
                 SECRETS,
                 name,
@@ -297,10 +522,17 @@ class Registry:
                 resource_version=meta.get("resourceVersion"),
             )
         except errors.NotFound:
-            pass
+            self._remember(name, None)
+            return
         except errors.Conflict:
-            log.warning("Secret %s changed hands while being deleted; left alone", name)
-        self._secrets.pop(name, None)
+            try:
+                found = await self._client.get(SECRETS, name, namespace=self._namespace)
+            except errors.NotFound:
+                self._remember(name, None)
+                return
+            self._remember(name, found if argocd.is_ours(found) else None)
+            raise
+        self._remember(name, None)
         self._metrics.registry_writes += 1
         log.info("deleted Secret %s: nobody holds its server any more", name)
 
@@ -308,70 +540,127 @@ class Registry:
 
     async def _rebuild(self, secrets: Iterable[Mapping[str, Any]]) -> None:
         holders: dict[str, ClusterRef] = {}
+        waiting: dict[str, tuple[ClusterRef, ...]] = {}
         foreign: list[tuple[str, str]] = []
+        strays: list[str] = []
         for secret in secrets:
-            name = secret.get("metadata", {}).get("name", "")
+            name = _name(secret)
             server = argocd.server_of(secret)
             holder = argocd.holder_of(secret)
             if holder is not None and server is not None and argocd.secret_name(server) == name:
                 holders[server] = holder
-                self._secrets[name] = dict(secret)
+                waiting[server] = argocd.waiting_of(secret)
+                self._remember(name, secret)
             elif argocd.is_ours(secret):
                 # Ours, but naming no holder or not named after its server: nothing can hold it,
-                # so it would block its server for ever. It goes.
-                self._secrets[name] = dict(secret)
-                await self._delete_named(name)
+                # so it would block its server for ever. It goes (retried like any write).
+                self._remember(name, secret)
+                strays.append(name)
             elif server is not None:
                 foreign.append((server, name))
-        self._table, effects = ownership.seed(holders)
-        for effect in effects:
-            await self._perform(effect)
+        self._table, effects = ownership.seed(holders, waiting)
+        touched: set[str | None] = {e.server for e in effects}
         for server, name in foreign:
             self._foreign_names[name] = server
-            await self._step(ownership.Foreign(server, name))
+            touched |= self._step(ownership.Foreign(server, name))
+        for name in strays:
+            with contextlib.suppress(errors.KubeError):
+                # A failure is found again at the next restart; it blocks nothing meanwhile,
+                # since no server is named after it.
+                await self._delete(name, self._secrets[name])
+        # Seeded holders have no connection yet: nothing is written for them until they want.
+        await self._settle(touched)
 
-    async def _follow(self, receive: trio.MemoryReceiveChannel[WatchEvent | Resync]) -> None:
-        """Foreign Secrets come and go; ours are noted, so updates start from the newest."""
-        async for event in receive:
-            async with self._lock:
-                try:
-                    await self._note(event)
-                except errors.KubeError as exc:
-                    log.warning("registry: following Argo CD's Secrets: %s", exc)
-
-    async def _note(self, event: WatchEvent | Resync) -> None:
+    async def _note(self, event: WatchEvent | Resync) -> set[str | None]:
         known = self._foreign_names
+        touched: set[str | None] = set()
         if isinstance(event, Resync):
             objects = event.objects
-            gone = (set(known) | set(self._blocking_names)) - {_name(o) for o in objects}
+            present = {_name(o) for o in objects}
+            gone = set(known) - present
+            for name in set(self._blocking_names) - present:
+                # A Secret without the cluster label is invisible to this watch: only a read
+                # says whether it is gone.
+                try:
+                    found = await self._client.get(SECRETS, name, namespace=self._namespace)
+                except errors.NotFound:
+                    gone.add(name)
+                    continue
+                except errors.KubeError as exc:
+                    log.info("registry: cannot check Secret %s: %s", name, exc)
+                    continue
+                if argocd.is_ours(found):
+                    gone.add(name)
+            for name in set(self._secrets) - present:
+                touched.add(self._server_named(name))
+                self._remember(name, None)
         elif event.type == "DELETED":
             objects, gone = (), {_name(event.object)}
         else:
             objects, gone = (event.object,), set()
         for name in gone:
-            self._secrets.pop(name, None)
+            if name in self._secrets:
+                touched.add(self._server_named(name))
+                self._remember(name, None)
             for server in (known.pop(name, None), self._blocking_names.pop(name, None)):
                 if server is not None:
-                    await self._step(ownership.ForeignGone(server, name))
+                    touched |= self._step(ownership.ForeignGone(server, name))
         for secret in objects:
             name = _name(secret)
             server = argocd.server_of(secret)
             if argocd.is_ours(secret):
-                self._secrets[name] = dict(secret)
+                if self._newer(secret):
+                    touched.add(self._server_named(name))
+                    self._remember(name, secret)
+                    touched.add(self._server_named(name))
                 continue
             # Relabelled away from us, or never ours: not ours to delete either.
-            self._secrets.pop(name, None)
+            if name in self._secrets:
+                touched.add(self._server_named(name))
+                self._remember(name, None)
             previous = known.get(name)
             if previous is not None and previous != server:
                 known.pop(name)
-                await self._step(ownership.ForeignGone(previous, name))
+                touched |= self._step(ownership.ForeignGone(previous, name))
             if server is not None:
                 known[name] = server
-                await self._step(ownership.Foreign(server, name))
+                touched |= self._step(ownership.Foreign(server, name))
+        return touched
+
+    def _server_named(self, name: str) -> str | None:
+        """The server the Secret ``name`` declares, as last seen; read before forgetting it."""
+        secret = self._secrets.get(name)
+        return argocd.server_of(secret) if secret is not None else None
+
+    def _newer(self, secret: Mapping[str, Any]) -> bool:
+        """Whether a watched Secret is newer than what the registry wrote or saw last.
+
+        The watch may bring an event older than the registry's own write (the create's ADDED
+        after the replace that followed it): comparing against it would cost a 409 and a retry.
+        """
+        known = self._secrets.get(_name(secret))
+        if known is None:
+            return True
+        return _version(secret) > _version(known)
 
 
 def _name(obj: Mapping[str, Any]) -> str:
     return str(obj.get("metadata", {}).get("name", ""))
+
+
+def _version(obj: Mapping[str, Any]) -> int:
+    """etcd's resourceVersions are increasing integers; anything else sorts first."""
+    value = obj.get("metadata", {}).get("resourceVersion")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return -1
+
+
+def _same_data(secret: Mapping[str, Any], connection: Connection, holder: ClusterRef) -> bool:
+    desired = argocd.cluster_secret(connection, holder)
+    same: bool = (secret.get("data") or {}) == desired["data"]
+    return same
 
 
 def _same(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
@@ -379,6 +668,7 @@ def _same(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
     wanted = desired["metadata"]["labels"]
     return (
         all(labels.get(k) == v for k, v in wanted.items())
+        and argocd.waiting_of(existing) == argocd.waiting_of(desired)
         and (existing.get("data") or {}) == desired["data"]
         and existing.get("type", "Opaque") == desired["type"]
     )
