@@ -562,8 +562,8 @@ def _metadata_only(obj: Obj) -> Obj:
 class _WatchStream(httpx.AsyncByteStream):
     """The body of one watch response: event lines as they come, bookmarks, then the end.
 
-    The waiting happens in ``_next``, never around a ``yield``: an async generator must not
-    yield inside a cancel scope, and this one runs in the client's task.
+    An iterator object, not an async generator: a generator must not yield inside a cancel
+    scope, and one that the client stops reading is left for the garbage collector.
     """
 
     def __init__(self, api: FakeApi, watcher: _Watcher, deadline: float, bookmarks: bool) -> None:
@@ -573,20 +573,22 @@ class _WatchStream(httpx.AsyncByteStream):
         self._bookmarks = bookmarks
         self._next_bookmark = math.inf
         self._closing = False
+        self._started = False
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        watcher = self._watcher
-        self._schedule_bookmark()
-        try:
-            while True:
-                line = await self._next()
-                if line is None:
-                    break
-                yield line
-        finally:
-            self._api._watchers.discard(watcher)
-        if watcher.broken:
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if not self._started:
+            self._started = True
+            self._schedule_bookmark()
+        line = await self._next()
+        if line is not None:
+            return line
+        self._api._watchers.discard(self._watcher)
+        if self._watcher.broken:
             raise httpx.ReadError("connection reset by peer (the fake API server went down)")
+        raise StopAsyncIteration
 
     async def _next(self) -> bytes | None:
         watcher = self._watcher

@@ -7,6 +7,7 @@ can drop, stall, expire or cut, all in Trio time (most run under an autojump ``M
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -328,8 +329,11 @@ async def test_history_is_bounded_per_resource(autojump_clock: trio.testing.Mock
 
 async def first_event(client: Client, version: str) -> str:
     params = {"watch": "true", "resourceVersion": version, "timeoutSeconds": "1"}
-    async with client.stream("GET", CONFIG_MAPS.path(namespace=NS), params=params) as response:
-        async for line in response.aiter_lines():
+    async with (
+        client.stream("GET", CONFIG_MAPS.path(namespace=NS), params=params) as response,
+        contextlib.aclosing(response.aiter_lines()) as lines,
+    ):
+        async for line in lines:
             return str(json.loads(line)["type"])
     return "END"
 
