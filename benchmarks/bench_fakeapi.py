@@ -19,8 +19,8 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kokumi.kube import CONFIG_MAPS, Client, Config  # noqa: E402
-from tests.fakeapi import FakeApi  # noqa: E402
+from kokumi.kube import CONFIG_MAPS, Client, Config
+from tests.fakeapi import FakeApi
 
 LOOPS = 1000
 ROUNDS = 5

@@ -185,6 +185,19 @@ def _conflict(kind: Kind, name: str, why: str) -> _Failure:
     )
 
 
+def _precondition(kind: Kind, name: str, what: str, given: str, actual: str, hint: str) -> _Failure:
+    return _Failure(
+        _status(
+            409,
+            "Conflict",
+            f'Operation cannot be fulfilled on {kind.kind} "{name}": the {what} in the'
+            f" precondition ({given}) does not match the {what} in record ({actual})."
+            f" The object might have been {hint}",
+            _kind_details(kind, name),
+        )
+    )
+
+
 _MODIFIED = (
     "the object has been modified; please apply your changes to the latest version and try again"
 )
@@ -194,12 +207,21 @@ def _bad_request(message: str) -> _Failure:
     return _Failure(_status(400, "BadRequest", message))
 
 
-def _invalid(kind: Kind, name: str, field: str, message: str) -> _Failure:
-    details = _details(kind, name)
+def _kind_details(kind: Kind, name: str | None) -> Obj:
+    """Details naming the Kind, as Invalid and precondition Conflicts do (others: the plural)."""
+    details = _details(kind, name or None)
     details["kind"] = kind.kind
-    details["causes"] = [{"reason": "FieldValueInvalid", "message": message, "field": field}]
+    return details
+
+
+def _invalid(
+    kind: Kind, name: str, field: str, message: str, reason: str = "FieldValueInvalid"
+) -> _Failure:
+    details = _kind_details(kind, name)
+    details["causes"] = [{"reason": reason, "message": message, "field": field}]
+    qualified = f"{kind.kind}.{kind.group}" if kind.group else kind.kind
     return _Failure(
-        _status(422, "Invalid", f'{kind.kind} "{name}" is invalid: {field}: {message}', details)
+        _status(422, "Invalid", f'{qualified} "{name}" is invalid: {field}: {message}', details)
     )
 
 
@@ -394,9 +416,8 @@ def parse_label_selector(text: str) -> tuple[Requirement, ...]:
             key, op, values = part[1:].strip(), "!", ()
         elif match := _SET_REQ.match(part):
             key, op = match.group(1), match.group(2)
+            # "in ()" is "in ('')", as the real parser reads it.
             values = tuple(v.strip() for v in match.group(3).split(","))
-            if values == ("",):
-                raise ValueError(f"for '{op}', 'notin' operators, values set can't be empty")
         elif match := _CMP_REQ.match(part):
             key, op, values = match.group(1), match.group(2), (match.group(3).strip(),)
             if op == "==":
@@ -459,7 +480,8 @@ def parse_field_selector(text: str, kind: Kind) -> tuple[FieldRequirement, ...]:
         field, op, value = match.groups()
         known = _FIELDS + (("type",) if kind.plural == "secrets" else ())
         if field not in known:
-            raise ValueError(f"field label not supported: {field}")
+            only = ", ".join(f'"{k}"' for k in known)
+            raise ValueError(f'"{field}" is not a known field selector: only {only}')
         result.append((field, op != "!=", value))
     return tuple(result)
 
@@ -540,8 +562,8 @@ def _metadata_only(obj: Obj) -> Obj:
 class _WatchStream(httpx.AsyncByteStream):
     """The body of one watch response: event lines as they come, bookmarks, then the end.
 
-    The waiting happens in ``_next``, never around a ``yield``: an async generator must not
-    yield inside a cancel scope, and this one runs in the client's task.
+    An iterator object, not an async generator: a generator must not yield inside a cancel
+    scope, and one that the client stops reading is left for the garbage collector.
     """
 
     def __init__(self, api: FakeApi, watcher: _Watcher, deadline: float, bookmarks: bool) -> None:
@@ -551,20 +573,22 @@ class _WatchStream(httpx.AsyncByteStream):
         self._bookmarks = bookmarks
         self._next_bookmark = math.inf
         self._closing = False
+        self._started = False
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        watcher = self._watcher
-        self._next_bookmark = trio.current_time() + self._api.bookmark_interval
-        try:
-            while True:
-                line = await self._next()
-                if line is None:
-                    break
-                yield line
-        finally:
-            self._api._watchers.discard(watcher)
-        if watcher.broken:
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if not self._started:
+            self._started = True
+            self._schedule_bookmark()
+        line = await self._next()
+        if line is not None:
+            return line
+        self._api._watchers.discard(self._watcher)
+        if self._watcher.broken:
             raise httpx.ReadError("connection reset by peer (the fake API server went down)")
+        raise StopAsyncIteration
 
     async def _next(self) -> bytes | None:
         watcher = self._watcher
@@ -583,14 +607,17 @@ class _WatchStream(httpx.AsyncByteStream):
                 if watcher.stalled:
                     continue  # stalled while this event was on its way: it never arrives
                 return line
-            now = trio.current_time()
-            if now >= self._deadline:
-                # The server's timeout: a last bookmark, then the end of the stream.
-                self._closing = True
-                return self._api._bookmark_line(watcher) if self._bookmarks else None
-            if now >= self._next_bookmark:
-                self._next_bookmark = now + self._api.bookmark_interval
-                return self._api._bookmark_line(watcher)
+            if trio.current_time() >= self._deadline:
+                self._closing = True  # the server's timeout ends the stream
+                return None
+            self._schedule_bookmark()
+            return self._api._bookmark_line(watcher)
+
+    def _schedule_bookmark(self) -> None:
+        """Bookmarks come every interval, and one 2 s before the timeout, as the cacher sends."""
+        now = trio.current_time()
+        when = min(now + self._api.bookmark_interval, self._deadline - 2)
+        self._next_bookmark = when if when > now else math.inf
 
     async def aclose(self) -> None:
         self._api._watchers.discard(self._watcher)
@@ -992,11 +1019,15 @@ class FakeApi(httpx.AsyncBaseTransport):
                 {
                     "major": major,
                     "minor": minor,
+                    "emulationMajor": major,
+                    "emulationMinor": minor,
+                    "minCompatibilityMajor": major,
+                    "minCompatibilityMinor": str(int(minor) - 1),
                     "gitVersion": GIT_VERSION,
-                    "gitCommit": "0" * 40,
-                    "gitTreeState": "clean",
-                    "buildDate": "2026-01-01T00:00:00Z",
-                    "goVersion": "go1.25.0",
+                    "gitCommit": "$Format:%H$",
+                    "gitTreeState": "",
+                    "buildDate": "1970-01-01T00:00:00Z",
+                    "goVersion": "go1.26.8",
                     "compiler": "gc",
                     "platform": "linux/amd64",
                 },
@@ -1011,7 +1042,7 @@ class FakeApi(httpx.AsyncBaseTransport):
                 {
                     "kind": "SelfSubjectReview",
                     "apiVersion": "authentication.k8s.io/v1",
-                    "metadata": {"creationTimestamp": None},
+                    "metadata": {"creationTimestamp": self._now()},
                     "status": {"userInfo": {"username": self.user, "groups": list(self.groups)}},
                 },
             )
@@ -1054,10 +1085,13 @@ class FakeApi(httpx.AsyncBaseTransport):
             }
         if not kind.custom:  # typed lists leave kind and apiVersion out of their items
             items = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in items]
+        metadata: Obj = {"resourceVersion": str(self._rv)}
+        if kind.custom:
+            metadata["continue"] = ""
         return {
             "kind": f"{kind.kind}List",
             "apiVersion": kind.api_version,
-            "metadata": {"resourceVersion": str(self._rv)},
+            "metadata": metadata,
             "items": items,
         }
 
@@ -1220,7 +1254,10 @@ class FakeApi(httpx.AsyncBaseTransport):
         if not isinstance(body, dict):
             raise _bad_request("the body is not a JSON object")
         if kind.custom and not body.get("kind"):
-            raise _bad_request("Object 'Kind' is missing in the request body")
+            raise _bad_request(
+                f"the object provided is unrecognized (must be of type {kind.kind}):"
+                " Object 'Kind' is missing in the request body"
+            )
         api_version = body.get("apiVersion")
         if api_version and api_version != kind.api_version:
             raise _bad_request(
@@ -1236,6 +1273,10 @@ class FakeApi(httpx.AsyncBaseTransport):
     def _create(self, kind: Kind, namespace: str | None, body: Obj) -> Obj:
         self._check_kind(kind, body)
         meta = body.get("metadata") or {}
+        if meta.get("resourceVersion"):
+            raise _Failure(
+                _status(500, "", "resourceVersion should not be set on objects to be created")
+            )
         if kind.namespaced:
             body_ns = meta.get("namespace")
             if body_ns and namespace and body_ns != namespace:
@@ -1254,7 +1295,11 @@ class FakeApi(httpx.AsyncBaseTransport):
             prefix = meta.get("generateName")
             if not prefix:
                 raise _invalid(
-                    kind, "", "metadata.name", "Required value: name or generateName is required"
+                    kind,
+                    "",
+                    "metadata.name",
+                    "Required value: name or generateName is required",
+                    reason="FieldValueRequired",
                 )
             alphabet = "bcdfghjklmnpqrstvwxz2456789"
             meta["name"] = prefix + "".join(self._random.choice(alphabet) for _ in range(5))
@@ -1338,7 +1383,8 @@ class FakeApi(httpx.AsyncBaseTransport):
                     meta["name"],
                     "metadata.finalizers",
                     "Forbidden: no new finalizers can be added if the object is being deleted,"
-                    f" found new finalizers {json.dumps(added)}",
+                    f" found new finalizers []string{{{', '.join(json.dumps(f) for f in added)}}}",
+                    reason="FieldValueForbidden",
                 )
         if kind.generation and _spec(new, kind) != _spec(old, kind):
             meta["generation"] = int(old_meta.get("generation") or 0) + 1
@@ -1352,9 +1398,13 @@ class FakeApi(httpx.AsyncBaseTransport):
         }:
             return old  # nothing changed: no new version, no event
         if new_meta.get("deletionTimestamp") and not new_meta.get("finalizers"):
-            # The last finalizer went: the object is deleted as it was last stored.
-            gone = dict(old)
-            return self._commit(kind, "DELETED", gone, old)
+            # The last finalizer went: the object is deleted as it was last stored (what the
+            # DELETED event shows); the answer is the update as it would have been, with the
+            # version it was made on.
+            self._commit(kind, "DELETED", dict(old), old)
+            version = old["metadata"]["resourceVersion"]
+            new["metadata"] = {**new["metadata"], "resourceVersion": version}
+            return new
         return self._commit(kind, "MODIFIED", new, old)
 
     def _update(
@@ -1376,6 +1426,8 @@ class FakeApi(httpx.AsyncBaseTransport):
         version = meta.get("resourceVersion")
         if version and version != old["metadata"]["resourceVersion"]:
             raise _conflict(kind, name, _MODIFIED)
+        if not version:
+            _require_version(kind, name)
         return self._commit_update(kind, old, self._prepare_update(kind, old, body, subresource))
 
     def _patch(
@@ -1411,8 +1463,15 @@ class FakeApi(httpx.AsyncBaseTransport):
         elif content_type == "application/json-patch+json":
             try:
                 patched = json_patch(old, patch)
-            except _PatchError as exc:
-                raise _Failure(_status(422, "Invalid", str(exc))) from None
+            except _PatchError:
+                # The real server says no more than this, whichever operation failed.
+                raise _Failure(
+                    _status(
+                        422,
+                        "Invalid",
+                        "the server rejected our request due to an error in our request",
+                    )
+                ) from None
         else:
             raise _Failure(
                 _status(
@@ -1431,12 +1490,11 @@ class FakeApi(httpx.AsyncBaseTransport):
         version = meta.get("resourceVersion")
         if version and version != old["metadata"]["resourceVersion"]:
             raise _conflict(kind, name, _MODIFIED)
+        if not version:  # the patch removed it
+            _require_version(kind, name)
         if meta.get("uid") and meta["uid"] != old["metadata"].get("uid"):
-            raise _conflict(
-                kind,
-                name,
-                f"Precondition failed: UID in precondition: {meta['uid']}, UID in object meta:"
-                f" {old['metadata'].get('uid')}",
+            raise _precondition(
+                kind, name, "UID", meta["uid"], old["metadata"]["uid"], "deleted and then recreated"
             )
         return 200, self._commit_update(
             kind, old, self._prepare_update(kind, old, patched, subresource)
@@ -1448,19 +1506,13 @@ class FakeApi(httpx.AsyncBaseTransport):
         preconditions = options.get("preconditions") or {}
         uid = preconditions.get("uid")
         if uid and uid != meta.get("uid"):
-            raise _conflict(
-                kind,
-                name,
-                f"Precondition failed: UID in precondition: {uid}, UID in object meta:"
-                f" {meta.get('uid')}",
+            raise _precondition(
+                kind, name, "UID", uid, meta.get("uid", ""), "deleted and then recreated"
             )
         version = preconditions.get("resourceVersion")
         if version and version != meta.get("resourceVersion"):
-            raise _conflict(
-                kind,
-                name,
-                "Precondition failed: ResourceVersion in precondition: "
-                f"{version}, ResourceVersion in object meta: {meta.get('resourceVersion')}",
+            raise _precondition(
+                kind, name, "ResourceVersion", version, meta["resourceVersion"], "modified"
             )
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp"):
@@ -1503,6 +1555,28 @@ class FakeApi(httpx.AsyncBaseTransport):
 
 
 # --- small helpers --------------------------------------------------------------------------
+
+
+def _require_version(kind: Kind, name: str) -> None:
+    """Custom resources refuse unconditional updates; built-in types here all allow them."""
+    if kind.custom:
+        details = _details(kind, name)
+        details["causes"] = [
+            {
+                "reason": "FieldValueInvalid",
+                "message": "Invalid value: 0: must be specified for an update",
+                "field": "metadata.resourceVersion",
+            }
+        ]
+        raise _Failure(
+            _status(
+                422,
+                "Invalid",
+                f'{kind.group_resource} "{name}" is invalid: metadata.resourceVersion: Invalid'
+                " value: 0: must be specified for an update",
+                details,
+            )
+        )
 
 
 def _spec(obj: Obj, kind: Kind) -> Obj:

@@ -34,6 +34,7 @@ from kokumi.kube import (
     NotFound,
     Resource,
     Resync,
+    ServerError,
     Store,
     WatchEvent,
     watch,
@@ -182,10 +183,25 @@ async def test_generate_name_and_missing_namespace(server: Server) -> None:
     with pytest.raises(NotFound) as caught:
         await client.create(CONFIG_MAPS, configmap("x"), namespace=f"{ns}-missing")
     assert caught.value.details["kind"] == "namespaces"
-    with pytest.raises(Invalid):
+    with pytest.raises(Invalid) as bad_name:
         await client.create(CONFIG_MAPS, configmap("Not_A_Name"), namespace=ns)
-    with pytest.raises(Invalid):
+    assert 'ConfigMap "Not_A_Name" is invalid: metadata.name: Invalid value' in str(bad_name.value)
+    assert bad_name.value.causes[0]["field"] == "metadata.name"
+    with pytest.raises(Invalid) as bad_label:
         await client.create(CONFIG_MAPS, configmap("bad-label", {"a b": "c"}), namespace=ns)
+    assert bad_label.value.causes[0]["field"] == "metadata.labels"
+    with pytest.raises(Invalid) as no_name:
+        await client.create(CONFIG_MAPS, {"metadata": {}}, namespace=ns)
+    assert no_name.value.causes[0]["reason"] == "FieldValueRequired"
+    with pytest.raises(BadRequest) as no_kind:
+        await client.create(api.CLUSTERS, {"metadata": {"name": "k"}, "spec": {}}, namespace=ns)
+    assert "Object 'Kind' is missing" in str(no_kind.value)
+    with pytest.raises(ServerError) as with_version:
+        body = configmap("versioned")
+        body["metadata"]["resourceVersion"] = "5"
+        await client.create(CONFIG_MAPS, body, namespace=ns)
+    assert with_version.value.code == 500
+    assert "resourceVersion should not be set on objects to be created" in str(with_version.value)
 
 
 async def test_secret_string_data_is_merged_into_data(server: Server) -> None:
@@ -253,6 +269,9 @@ async def test_json_patch_test_operation_is_a_precondition(server: Server) -> No
             namespace=ns,
         )
     assert caught.value.code == 422
+    assert caught.value.message.endswith(
+        "the server rejected our request due to an error in our request"
+    )
     patched = await client.patch_json(
         CONFIG_MAPS,
         "jp",
@@ -331,6 +350,22 @@ async def test_generation_and_the_status_subresource(server: Server) -> None:
     with pytest.raises(Conflict):  # and checks the version like any PUT
         await client.replace(api.CLUSTERS, body, namespace=ns, subresource="status")
 
+    # Unlike a ConfigMap, a custom resource takes no update without a resourceVersion.
+    del body["metadata"]["resourceVersion"]
+    with pytest.raises(Invalid) as unconditional:
+        await client.replace(api.CLUSTERS, body, namespace=ns)
+    assert unconditional.value.message.endswith(
+        'clusters.delivery.kokumi.dev "gen" is invalid: metadata.resourceVersion: Invalid value:'
+        " 0: must be specified for an update"
+    )
+    with pytest.raises(Invalid):
+        await client.patch_merge(
+            api.CLUSTERS,
+            "gen",
+            {"metadata": {"resourceVersion": None, "labels": {"x": "y"}}},
+            namespace=ns,
+        )
+
 
 # --- deleting ---------------------------------------------------------------------------------
 
@@ -341,9 +376,13 @@ async def test_delete_preconditions(server: Server) -> None:
     newer = await client.patch_merge(CONFIG_MAPS, "del", {"data": {"v": "2"}}, namespace=ns)
     with pytest.raises(Conflict) as caught:
         await client.delete(CONFIG_MAPS, "del", namespace=ns, uid=str(uuid.uuid4()))
-    assert "Precondition failed: UID in precondition" in caught.value.message
-    with pytest.raises(Conflict):
+    assert "does not match the UID in record" in caught.value.message
+    assert caught.value.details == {"name": "del", "kind": "ConfigMap"}
+    with pytest.raises(Conflict) as stale:
         await client.delete(CONFIG_MAPS, "del", namespace=ns, resource_version=rv(created))
+    assert f"the ResourceVersion in the precondition ({rv(created)}) does not match" in str(
+        stale.value
+    )
     answer = await client.delete(
         CONFIG_MAPS,
         "del",
@@ -379,18 +418,26 @@ async def test_finalizers_hold_a_deleted_object_until_the_last_goes(server: Serv
                 {"metadata": {"finalizers": [FINALIZER, "another.kokumi.dev/x"]}},
                 namespace=ns,
             )
-        assert "no new finalizers can be added if the object is being deleted" in str(caught.value)
+        assert caught.value.message.endswith(
+            'Cluster.delivery.kokumi.dev "fin" is invalid: metadata.finalizers: Forbidden: no new'
+            " finalizers can be added if the object is being deleted, found new finalizers"
+            ' []string{"another.kokumi.dev/x"}'
+        )
+        assert caught.value.causes[0]["field"] == "metadata.finalizers"
         # Other changes still go through while it is terminating.
-        await client.patch_merge(
+        labelled = await client.patch_merge(
             api.CLUSTERS, "fin", {"metadata": {"labels": {"still": "here"}}}, namespace=ns
         )
         released = await client.patch_merge(
             api.CLUSTERS,
             "fin",
-            {"metadata": {"finalizers": None, "resourceVersion": None}},
+            {"metadata": {"finalizers": None}},
             namespace=ns,
         )
+        # The answer is the update as made, on the version it was made on; no finalizers.
         assert released["metadata"]["name"] == "fin"
+        assert "finalizers" not in released["metadata"]
+        assert rv(released) == rv(labelled)
         with pytest.raises(NotFound):
             await client.get(api.CLUSTERS, "fin", namespace=ns)
 
@@ -403,9 +450,12 @@ async def test_finalizers_hold_a_deleted_object_until_the_last_goes(server: Serv
         assert kind == "MODIFIED"
         assert obj["metadata"]["labels"] == {"still": "here"}
         kind, obj = await events.next()
+        # The DELETED event shows the object as last stored, finalizer and all, new version.
         assert kind == "DELETED"
         assert obj["metadata"]["deletionTimestamp"]
-        assert int(rv(obj)) > int(rv(held))
+        assert obj["metadata"]["finalizers"] == [FINALIZER]
+        assert obj["metadata"]["labels"] == {"still": "here"}
+        assert int(rv(obj)) > int(rv(labelled))
 
 
 # --- listing ----------------------------------------------------------------------------------
@@ -421,6 +471,8 @@ SELECTIONS = {
     "env,tier=web": {"a"},
     "!tier,env": {"b"},
     "env in (prod),tier notin (db)": {"a"},
+    "empty in ()": {"c"},
+    "env in ()": set(),
     "": {"a", "b", "c"},
 }
 
@@ -429,7 +481,7 @@ async def test_label_selectors(server: Server) -> None:
     client, ns = server.client, server.namespace
     await client.create(CONFIG_MAPS, configmap("a", {"env": "prod", "tier": "web"}), namespace=ns)
     await client.create(CONFIG_MAPS, configmap("b", {"env": "dev"}), namespace=ns)
-    await client.create(CONFIG_MAPS, configmap("c", {"other": "x"}), namespace=ns)
+    await client.create(CONFIG_MAPS, configmap("c", {"other": "x", "empty": ""}), namespace=ns)
     for selector, expected in SELECTIONS.items():
         listed = await client.list(CONFIG_MAPS, namespace=ns, label_selector=selector)
         names = {o["metadata"]["name"] for o in listed["items"]}
@@ -441,6 +493,11 @@ async def test_label_selectors(server: Server) -> None:
     for bad in ("env in (", "a b", "env=prod,,"):
         with pytest.raises(BadRequest):
             await client.list(CONFIG_MAPS, namespace=ns, label_selector=bad)
+    with pytest.raises(BadRequest) as bad_field:
+        await client.list(CONFIG_MAPS, namespace=ns, field_selector="spec.x=1")
+    assert str(bad_field.value).endswith(
+        '"spec.x" is not a known field selector: only "metadata.name", "metadata.namespace"'
+    )
 
 
 async def test_lists_and_metadata_only_answers(server: Server) -> None:
@@ -589,6 +646,7 @@ async def test_version_and_self_subject_review(server: Server) -> None:
         json={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
     )
     assert review["kind"] == "SelfSubjectReview"
+    assert review["metadata"]["creationTimestamp"]
     assert review["status"]["userInfo"]["username"] == "kokumi-admin"
     assert "system:authenticated" in review["status"]["userInfo"]["groups"]
     namespace = await client.get(NAMESPACES, server.namespace)
