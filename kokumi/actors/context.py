@@ -11,6 +11,8 @@ import attrs
 import trio
 
 from kokumi import api, probe
+from kokumi.actors.secretwatch import SecretScope
+from kokumi.egress import EgressPolicy
 from kokumi.kube import errors
 from kokumi.kube.client import EVENTS, Client, Resource
 
@@ -43,6 +45,11 @@ class Options:
     reuse_window: float = 30.0
     keep_in_cluster: bool = True
     field_manager: str = "kokumi"
+    # Where Secrets are followed: "namespace" (per namespace holding Kubeconfig Clusters, with a
+    # RoleBinding of kokumi-manager-secrets in each) or "cluster" (an explicit, wider opt-in).
+    secrets_scope: SecretScope = SecretScope.NAMESPACE
+    # Addresses the probe of a Kubeconfig Cluster may connect to (kokumi/egress.py).
+    probe_egress: EgressPolicy = attrs.field(factory=EgressPolicy)
 
     def next_check_delay(self) -> float:
         return self.check_interval + random.uniform(0.0, self.check_jitter)  # noqa: S311
@@ -201,3 +208,4 @@ class Context:
     events: EventRecorder
     metrics: Metrics
     secret_versions: MutableMapping[tuple[str, str], str] = attrs.field(factory=dict)
+    username: str | None = None  # the manager's own identity on the hub, named in RBAC fixes
