@@ -233,7 +233,9 @@ class ClusterActor:
         except errors.NotFound:
             return Check(_secret_not_found(ref.name, namespace), now, version)
         except errors.Forbidden:
-            message = not_readable_message(ref.name, namespace, self._context.username)
+            message = not_readable_message(
+                ref.name, namespace, self._context.username, self._context.options.namespace
+            )
             return Check(Outcome(False, "SecretNotReadable", message, None, None), now, version)
         # The version read, not the one the watch last saw: the watch may not have listed yet.
         version = f"{ref.name}/{ref.key}@{secret.get('metadata', {}).get('resourceVersion')}"

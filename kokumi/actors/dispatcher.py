@@ -60,6 +60,7 @@ class Dispatcher:
             context.secret_versions,
             self._secret_changed,
             scope=context.options.secrets_scope,
+            own_namespace=context.options.namespace,
         )
 
     @property

@@ -79,8 +79,24 @@ def binding_command(namespace: str, username: str | None) -> str:
     )
 
 
-def not_readable_message(secret: str, namespace: str, username: str | None) -> str:
-    """The Ready message of a Cluster whose kubeconfig Secret the manager may not read."""
+PROTECTED_NAMESPACES = frozenset({"kokumi-signing"})
+"""Where no Secret role is ever bound (kokumi-secret-role-bindings), besides Kokumi's own."""
+
+
+def not_readable_message(
+    secret: str, namespace: str, username: str | None, own_namespace: str = "kokumi"
+) -> str:
+    """The Ready message of a Cluster whose kubeconfig Secret the manager may not read.
+
+    In Kokumi's own namespace and kokumi-signing the binding is refused on purpose (the signing
+    key and login Secrets live there), so the fix there is to move the Cluster, not to bind.
+    """
+    if namespace == own_namespace or namespace in PROTECTED_NAMESPACES:
+        return (
+            f"Kokumi may not read Secret {secret} in namespace {namespace}, and never will: the"
+            " session signing key and login Secrets live there; keep Kubeconfig Clusters and"
+            " their Secrets in a workspace of their own"
+        )
     return (
         f"Kokumi may not read Secret {secret} in namespace {namespace}: bind it the ClusterRole"
         f" {MANAGER_SECRETS_ROLE} there: {binding_command(namespace, username)}"
@@ -128,12 +144,14 @@ class SecretWatches:
         changed: Callable[[Key, bool], None],
         *,
         scope: SecretScope = SecretScope.NAMESPACE,
+        own_namespace: str = "kokumi",
         forbidden_backoff_max: float = 300.0,
     ) -> None:
         self._client = client
         self._versions = versions
         self._changed = changed
         self.scope = scope
+        self._own_namespace = own_namespace
         self._forbidden_backoff_max = forbidden_backoff_max
         self._watches: dict[str | None, _Watch] = {}
         self._held: dict[str, str] = {}  # holder -> the namespace it needs followed
@@ -233,12 +251,15 @@ class SecretWatches:
             except errors.Forbidden:
                 text = "forbidden"
                 if said != text:
-                    fix = (
-                        binding_command(namespace, self.username)
-                        if namespace
-                        else f"bind {MANAGER_SECRETS_ROLE} cluster-wide, or use"
-                        " --secrets-scope=namespace"
-                    )
+                    if not namespace:
+                        fix = (
+                            f"bind {MANAGER_SECRETS_ROLE} cluster-wide, or use"
+                            " --secrets-scope=namespace"
+                        )
+                    elif namespace == self._own_namespace or namespace in PROTECTED_NAMESPACES:
+                        fix = "they move to a workspace of their own (never bind a role here)"
+                    else:
+                        fix = binding_command(namespace, self.username)
                     log.warning(
                         "may not list Secrets in %s; its Kubeconfig Clusters report"
                         " SecretNotReadable until: %s",
