@@ -222,6 +222,9 @@ class SecretWatches:
                         send,
                         namespace=namespace,
                         metadata_only=True,
+                        # A binding removed later shows as refused relists: retried (and
+                        # logged) at most every two minutes. The Clusters' own reads report it.
+                        backoff_max=120.0,
                         task_status=task_status,
                     )
                 )
