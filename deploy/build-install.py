@@ -5,8 +5,9 @@
 
 The pieces are the source; install.yaml is generated so that one ``kubectl apply -f`` installs
 everything. Order: the Namespace, the CRDs, RBAC, the admission policies, the manager Deployment,
-and last the RoleBinding of kokumi-argocd-cluster-registrar in argocd: it is the one document that
-needs Argo CD installed first, so a missing argocd namespace fails only that document.
+and last the RoleBindings in argocd (kokumi-manager-secrets to read, kokumi-argocd-cluster-registrar
+to write): they are the documents that need Argo CD installed first, so a missing argocd namespace
+fails only them.
 """
 
 from __future__ import annotations
@@ -36,17 +37,22 @@ KIND_ORDER = (
     "ClusterRoleBinding",
     "Role",
     "RoleBinding",
+    "ConfigMap",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
     "Deployment",
 )
 
-# The last document: the registrar's binding in Argo CD's namespace.
-LAST = ("RoleBinding", "argocd", "kokumi-argocd-cluster-registrar")
+# The last documents: the manager's bindings in Argo CD's namespace, the registrar's closing.
+LAST = (
+    ("RoleBinding", "argocd", "kokumi-manager-secrets"),
+    ("RoleBinding", "argocd", "kokumi-argocd-cluster-registrar"),
+)
 
 HEADER = """\
 # Kokumi Clusters: everything in one file, in apply order. Install Argo CD first:
-# the last document binds kokumi-argocd-cluster-registrar in the namespace argocd.
+# the last documents bind kokumi-manager-secrets and kokumi-argocd-cluster-registrar
+# in the namespace argocd.
 #
 #   kubectl apply --server-side -f install.yaml
 #
@@ -88,8 +94,9 @@ def _rank(piece: Piece) -> tuple[int, int, str]:
     kind = piece.document["kind"]
     if kind not in KIND_ORDER:
         raise SystemExit(f"{piece.path}: no place in the apply order for kind {kind}")
-    last = _identity(piece.document) == LAST
-    return (int(last), KIND_ORDER.index(kind), piece.path.relative_to(DEPLOY).as_posix())
+    identity = _identity(piece.document)
+    last = LAST.index(identity) + 1 if identity in LAST else 0
+    return (last, KIND_ORDER.index(kind), piece.path.relative_to(DEPLOY).as_posix())
 
 
 def build() -> str:
@@ -101,8 +108,8 @@ def build() -> str:
         if identity in seen:
             raise SystemExit(f"{piece.path}: {identity} is defined twice")
         seen.add(identity)
-    if not pieces or _identity(pieces[-1].document) != LAST:
-        raise SystemExit(f"no document {LAST}: it must close install.yaml")
+    if tuple(_identity(piece.document) for piece in pieces[-len(LAST) :]) != LAST:
+        raise SystemExit(f"the documents {LAST} must close install.yaml")
     parts = [
         f"# Source: deploy/{piece.path.relative_to(DEPLOY).as_posix()}\n{piece.text}"
         for piece in pieces

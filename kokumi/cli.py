@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable, Sequence
 import trio
 
 from kokumi.actors.context import Options
+from kokumi.actors.secretwatch import SecretScope
+from kokumi.egress import DEFAULT_DENY, EgressPolicy
 from kokumi.kube.config import Config
 from kokumi.kube.errors import ConfigError
 
@@ -28,10 +30,17 @@ def _manager(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"kokumi: {exc}", file=sys.stderr)
         return 2
+    try:
+        egress = EgressPolicy.from_cidrs(deny=args.probe_deny_cidr, allow=args.probe_allow_cidr)
+    except ValueError as exc:
+        print(f"kokumi: --probe-deny-cidr/--probe-allow-cidr: {exc}", file=sys.stderr)
+        return 2
     options = Options(
         namespace=args.namespace or config.namespace or "kokumi",
         argocd_namespace=args.argocd_namespace,
         keep_in_cluster=not args.no_in_cluster,
+        secrets_scope=SecretScope(args.secrets_scope),
+        probe_egress=egress,
     )
     trio.run(until_signalled, run_manager, config, options)
     return 0
@@ -62,6 +71,14 @@ async def until_signalled(async_fn: Callable[..., Awaitable[object]], *args: obj
     return result
 
 
+def _uninstall(args: argparse.Namespace) -> int:
+    from kokumi.uninstall import run_uninstall  # noqa: PLC0415 - only this command needs it
+
+    return run_uninstall(
+        args.kubeconfig, args.context, args.argocd_namespace, args.release_finalizers
+    )
+
+
 def _demo(args: argparse.Namespace) -> int:
     from kokumi.demo import run_demo  # noqa: PLC0415 - only this command needs it
 
@@ -85,7 +102,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="do not keep the Cluster in-cluster and Environment local in Kokumi's namespace",
     )
+    manager.add_argument(
+        "--secrets-scope",
+        choices=[scope.value for scope in SecretScope],
+        default=SecretScope.NAMESPACE.value,
+        help="where to follow Secrets: in each namespace holding Kubeconfig Clusters, with a"
+        " RoleBinding of kokumi-manager-secrets there (default), or cluster-wide, which needs the"
+        " ClusterRoleBinding in deploy/optional and lets the manager read every Secret",
+    )
+    manager.add_argument(
+        "--probe-deny-cidr",
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="never probe a Kubeconfig Cluster's server at these addresses, beyond the default"
+        f" {', '.join(DEFAULT_DENY)} (repeat the flag; the most specific CIDR decides)",
+    )
+    manager.add_argument(
+        "--probe-allow-cidr",
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="probe these addresses even inside a denied CIDR (repeat the flag; on a tie, allow"
+        " wins)",
+    )
     manager.set_defaults(run=_manager)
+
+    remove = commands.add_parser(
+        "uninstall", help="after the manager is gone: let Clusters go (see deploy/README.md)"
+    )
+    remove.add_argument("--kubeconfig", help="the hub's kubeconfig (default: as kubectl finds it)")
+    remove.add_argument("--context", help="the kubeconfig context to use")
+    remove.add_argument("--argocd-namespace", default="argocd", help="Argo CD's namespace")
+    remove.add_argument(
+        "--release-finalizers",
+        action="store_true",
+        help="remove Kokumi's finalizer from every Cluster, so that deleting them (and the CRD)"
+        " does not wait for a manager that no longer runs",
+    )
+    remove.set_defaults(run=_uninstall)
 
     demo = commands.add_parser(
         "demo", help="start a local hub + spoke, register the spoke, run the manager, show it"

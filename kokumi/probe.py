@@ -40,6 +40,7 @@ import httpcore
 import httpx
 import trio
 
+from .egress import EgressPolicy, Network, parse_address
 from .kube.client import Client
 from .kube.config import Config
 from .kube.errors import ConfigError
@@ -77,6 +78,8 @@ class Reason(enum.StrEnum):
     """The credential authenticates, but its user may not create even a SelfSubjectReview."""
     SERVER_ERROR = "ServerError"
     """Something answered, but not as a healthy Kubernetes API server does."""
+    EGRESS_DENIED = "EgressDenied"
+    """The server (or its proxy) is, or resolves to, an address the manager does not connect to."""
 
 
 @attrs.frozen
@@ -99,7 +102,12 @@ class Finding:
             raise ValueError(f"a Finding with reason {self.reason} cannot have ok={self.ok}")
 
 
-async def check(connection: Connection, *, timeout: float = 10.0) -> Finding:  # noqa: ASYNC109
+async def check(
+    connection: Connection,
+    *,
+    timeout: float = 10.0,  # noqa: ASYNC109
+    egress: EgressPolicy | None = None,
+) -> Finding:
     """Check ``connection`` within ``timeout`` seconds, all included: DNS, TLS, both requests.
 
     The budget is a parameter, not the caller's cancel scope, because it is part of the answer:
@@ -111,9 +119,16 @@ async def check(connection: Connection, *, timeout: float = 10.0) -> Finding:  #
     ``HTTPS_PROXY``, no ``.netrc``): the kubeconfig is the whole truth, as for the manager's own
     connection. Behind an HTTP(S) proxy the TLS server name is not sent, because httpx's tunnel
     always uses the URL's host; SOCKS proxies need httpx's ``socks`` extra.
+
+    ``egress`` (default: :class:`EgressPolicy`'s, which refuses link-local and metadata addresses)
+    is applied where the probe connects: to the server's literal address before anything else,
+    and to every address a host name resolves to, before a socket is opened to it. A proxy's own
+    address is judged the same way; a host name behind a proxy is resolved by the proxy, out of
+    the probe's sight, which is what the example NetworkPolicy in deploy/optional is for.
     """
     return await _check(
         _Findings(connection.server, timeout, own=False),
+        egress=egress or EgressPolicy(),
         token=connection.token,
         cert_pem=connection.client_certificate,
         key_pem=connection.client_key,
@@ -178,6 +193,7 @@ async def _check(
     tls_server_name: str | None,
     insecure: bool,
     proxy_url: str | None,
+    egress: EgressPolicy | None = None,
 ) -> Finding:
     findings.version = None
     try:
@@ -186,6 +202,12 @@ async def _check(
         return findings.unreachable("the server URL is not a valid URL: correct it")
     if base.scheme not in ("https", "http") or not base.host:
         return findings.unreachable("the server URL is not an http(s) URL: correct it")
+    if egress is not None:
+        # A literal address is judged before anything else: no proxy, DNS or socket sees it.
+        literal = parse_address(base.host)
+        refused = egress.refusal(literal) if literal is not None else None
+        if refused is not None:
+            return findings.egress_denied(_Refused(base.host, str(literal), refused))
     try:
         context = ssl_context(ca_pem, cert_pem, key_pem, insecure)
     except ConfigError as exc:
@@ -206,9 +228,13 @@ async def _check(
     started = trio.current_time()
     with trio.move_on_after(findings.timeout):
         try:
+            transport = httpx.AsyncHTTPTransport(
+                verify=context, proxy=proxy_url or None, trust_env=False
+            )
+            if egress is not None:
+                _guard(transport, egress)
             client = httpx.AsyncClient(
-                verify=context,
-                proxy=proxy_url or None,
+                transport=transport,
                 trust_env=False,  # no proxy, CA bundle or .netrc from the environment
                 timeout=findings.timeout,
                 follow_redirects=False,
@@ -222,10 +248,12 @@ async def _check(
             return findings.unreachable(
                 "proxy failed: the proxy URL's scheme is not http, https or socks5: correct it"
             )
-        sockets = _track_sockets(client)
+        sockets = _track_sockets(transport)
         try:
             async with client:
                 finding = await _ask(client, question, findings)
+        except _Refused as refused:
+            finding = findings.egress_denied(refused)
         except (httpx.HTTPError, OSError, trio.BrokenResourceError) as exc:
             finding = _from_failure(exc, findings, base, tls_server_name, proxy_url, ca_pem)
         finally:
@@ -249,8 +277,8 @@ class _TrackingBackend(httpcore.AsyncNetworkBackend):
     until garbage collection, and eight checks at a time no longer limit the open sockets.
     """
 
-    def __init__(self) -> None:
-        self._inner = httpcore.TrioBackend()
+    def __init__(self, inner: httpcore.AsyncNetworkBackend) -> None:
+        self._inner = inner
         self._streams: list[httpcore.AsyncNetworkStream] = []
 
     async def connect_tcp(
@@ -295,18 +323,18 @@ class _TrackingBackend(httpcore.AsyncNetworkBackend):
         return len(self._streams)
 
 
-def _track_sockets(client: httpx.AsyncClient) -> _TrackingBackend:
-    """Put a :class:`_TrackingBackend` under ``client``'s connection pool.
+def _track_sockets(transport: httpx.AsyncHTTPTransport) -> _TrackingBackend:
+    """Put a :class:`_TrackingBackend` under ``transport``'s connection pool (direct or proxy),
+    over whatever backend the pool has (the egress guard's, when there is one).
 
-    httpx builds its pool (direct, HTTP proxy or SOCKS proxy) itself and offers no parameter for
-    the network backend, so it is set on the pool it built; every httpcore pool keeps it in
-    ``_network_backend`` (checked by a test, so an httpcore that renames it fails CI loudly).
+    httpx offers no parameter for the network backend, so it is set on the pool httpx built;
+    every httpcore pool keeps it in the private ``_network_backend`` (a test proves the tracking
+    runs, so an httpcore that renames it fails CI loudly, not silently).
     """
-    backend = _TrackingBackend()
-    transport = client._transport
-    pool = getattr(transport, "_pool", None)
-    if pool is None or not hasattr(pool, "_network_backend"):
+    pool = transport._pool
+    if not hasattr(pool, "_network_backend"):
         raise RuntimeError("httpx/httpcore changed: the probe cannot track its sockets")
+    backend = _TrackingBackend(pool._network_backend)
     pool._network_backend = backend
     return backend
 
@@ -352,6 +380,18 @@ class _Findings:
 
     def tls(self, message: str) -> Finding:
         return self.fail(Reason.TLS_ERROR, message)
+
+    def egress_denied(self, refused: _Refused) -> Finding:
+        where = (
+            f"{refused.address} is in {refused.network}"
+            if refused.host == refused.address
+            else f"{refused.host} resolves to {refused.address}, in {refused.network}"
+        )
+        return self.fail(
+            Reason.EGRESS_DENIED,
+            f"{where}, where the manager does not connect ({_why(refused.network)}): use the API"
+            " server's routable address, or allow it with kokumi manager --probe-allow-cidr",
+        )
 
     def unauthorized(self, has_credential: bool) -> Finding:
         if not has_credential:
@@ -624,3 +664,89 @@ def _status_message(body: bytes) -> str:
 
 def _phrase(status: int) -> str:
     return httpx.codes.get_reason_phrase(status)
+
+
+# --- the egress guard, where the probe resolves and connects -------------------------------------
+
+
+class _Refused(Exception):
+    """A connection the egress policy refuses; carries no credential, only where."""
+
+    def __init__(self, host: str, address: str, network: Network) -> None:
+        super().__init__(f"{host} -> {address} in {network}")
+        self.host = host
+        self.address = address
+        self.network = network
+
+
+def _why(network: Network) -> str:
+    if network.is_link_local or str(network) == "fd00:ec2::254/128":
+        return "link-local, where clouds serve instance metadata and credentials"
+    return "denied by --probe-deny-cidr"
+
+
+class _GuardedBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's own backend, behind the egress policy.
+
+    The host is resolved here, every address judged, and the connection opened to the address
+    that was judged: a name that resolves differently a moment later (DNS rebinding) cannot slip
+    past. Addresses are tried in the resolver's order; the TLS server name is still the URL's
+    host, since httpcore takes it from the request, not from this socket.
+    """
+
+    def __init__(self, inner: httpcore.AsyncNetworkBackend, policy: EgressPolicy) -> None:
+        self._inner = inner
+        self._policy = policy
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore.AsyncNetworkStream:
+        literal = parse_address(host)
+        if literal is not None:
+            addresses = [str(literal)]
+        else:
+            infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        for address in addresses:
+            refused = self._policy.refusal(address)
+            if refused is not None:
+                raise _Refused(host, address, refused)
+        failure: OSError | httpcore.ConnectError | None = None
+        for address in addresses:
+            try:
+                return await self._inner.connect_tcp(
+                    address, port, timeout, local_address, socket_options
+                )
+            except (OSError, httpcore.ConnectError) as exc:
+                failure = exc
+        assert failure is not None  # getaddrinfo answers at least one address, or raises
+        raise failure
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+        socket_options: Any = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise _Refused(path, "unix socket", EgressPolicy().deny[0])  # never asked for by a URL
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+def _guard(transport: httpx.AsyncHTTPTransport, policy: EgressPolicy) -> None:
+    """Put the guard between ``transport``'s pool (direct or proxy) and the network.
+
+    httpx takes no network backend, but its pool (httpcore's) does, and every connection the pool
+    opens, to the server or to a proxy, asks it. The attribute is private to httpcore; a test
+    proves the guard runs, so an httpcore that renames it fails there, not silently.
+    """
+    pool = transport._pool
+    if not hasattr(pool, "_network_backend"):
+        raise RuntimeError("httpcore's pool has no _network_backend: the egress guard cannot run")
+    pool._network_backend = _GuardedBackend(pool._network_backend, policy)

@@ -8,8 +8,8 @@ test may apply the same files again, or all of install.yaml, and nothing breaks.
 Fixtures:
 
 - ``crds``: the Cluster and Environment CRDs, Established and served (kubectl get works).
-- ``admission_policies``: both admission policies, bound and enforced, with the namespace argocd and
-  the manager's ServiceAccount and registrar binding they are about.
+- ``admission_policies``: the admission policies, bound and enforced, with their parameter, the
+  namespace argocd and the manager's ServiceAccount and registrar binding they are about.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def crds(control_plane: ControlPlane) -> tuple[str, ...]:
 
 @pytest.fixture(scope="session")
 def admission_policies(control_plane: ControlPlane, crds: tuple[str, ...]) -> tuple[str, ...]:
-    """Both admission policies bound and enforced on the hub; their names.
+    """The admission policies bound and enforced on the hub; their names.
 
     Also the namespaces kokumi and argocd, the manager's ServiceAccount kokumi:kokumi and the
     registrar role bound to it in argocd: what the policies are about.
@@ -169,7 +169,31 @@ def admission_policies(control_plane: ControlPlane, crds: tuple[str, ...]) -> tu
     )
     _wait_secret_access_enforced(hub)
     _wait_secret_integrity_enforced(hub)
-    return ("kokumi-cluster-secret-access", "kokumi-argocd-secret-integrity")
+    _wait_role_bindings_enforced(hub)
+    return (
+        "kokumi-cluster-secret-access",
+        "kokumi-argocd-secret-integrity",
+        "kokumi-secret-role-bindings",
+    )
+
+
+def _wait_role_bindings_enforced(hub: APIServer) -> None:
+    """Until a dry-run ClusterRoleBinding of kokumi-cluster-credentials is refused."""
+
+    def refused() -> bool | None:
+        created = run(
+            hub.admin_kubeconfig,
+            "create",
+            "clusterrolebinding",
+            "policy-probe",
+            "--clusterrole=kokumi-cluster-credentials",
+            "--user=policy-probe",
+            "--dry-run=server",
+            check=False,
+        )
+        return True if "kokumi-secret-role-bindings" in created.stderr else None
+
+    wait_until(refused, "kokumi-secret-role-bindings refuses cluster-wide bindings", timeout=90)
 
 
 def _wait_secret_access_enforced(hub: APIServer) -> None:

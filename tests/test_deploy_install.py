@@ -37,7 +37,7 @@ def test_committed_install_yaml_is_the_generated_one() -> None:
     assert check.returncode == 0, check.stderr
 
 
-def test_install_yaml_is_in_apply_order_and_ends_with_the_argocd_binding() -> None:
+def test_install_yaml_is_in_apply_order_and_ends_with_the_argocd_bindings() -> None:
     kinds = [doc["kind"] for doc in documents()]
     order = [
         "Namespace",
@@ -45,22 +45,28 @@ def test_install_yaml_is_in_apply_order_and_ends_with_the_argocd_binding() -> No
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "ConfigMap",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
         "Deployment",
         "RoleBinding",
     ]
     assert [kind for i, kind in enumerate(kinds) if i == 0 or kinds[i - 1] != kind] == order
-    last = documents()[-1]
-    assert last["metadata"] == {
-        "name": "kokumi-argocd-cluster-registrar",
-        "namespace": "argocd",
-        "labels": {"app.kubernetes.io/name": "kokumi", "app.kubernetes.io/part-of": "kokumi"},
-    }
-    assert last["roleRef"]["name"] == "kokumi-argocd-cluster-registrar"
-    assert last["subjects"] == [{"kind": "ServiceAccount", "name": "kokumi", "namespace": "kokumi"}]
+    last = documents()[-2:]
+    labels = {"app.kubernetes.io/name": "kokumi", "app.kubernetes.io/part-of": "kokumi"}
+    assert [doc["metadata"] for doc in last] == [
+        {"name": "kokumi-manager-secrets", "namespace": "argocd", "labels": labels},
+        {"name": "kokumi-argocd-cluster-registrar", "namespace": "argocd", "labels": labels},
+    ]
+    for doc in last:
+        assert doc["roleRef"]["name"] == doc["metadata"]["name"]
+        assert doc["subjects"] == [
+            {"kind": "ServiceAccount", "name": "kokumi", "namespace": "kokumi"}
+        ]
     # Nothing else needs Argo CD: no other document is in argocd.
-    assert [doc for doc in documents() if doc["metadata"].get("namespace") == "argocd"] == [last]
+    assert [doc for doc in documents() if doc["metadata"].get("namespace") == "argocd"] == last
 
 
 def test_install_yaml_names() -> None:
@@ -72,17 +78,40 @@ def test_install_yaml_names() -> None:
         ("ServiceAccount", "kokumi"),
         ("ClusterRole", "kokumi-manager"),
         ("ClusterRoleBinding", "kokumi-manager"),
+        ("Role", "kokumi-manager"),
+        ("RoleBinding", "kokumi-manager"),
+        ("ClusterRole", "kokumi-manager-secrets"),
+        ("RoleBinding", "kokumi-manager-secrets"),
         ("ClusterRole", "kokumi-argocd-cluster-registrar"),
         ("ClusterRole", "kokumi-cluster-credentials"),
         ("ClusterRole", "kokumi-delivery-view"),
         ("ClusterRole", "kokumi-delivery-edit"),
+        ("ConfigMap", "kokumi-admission"),
         ("ValidatingAdmissionPolicy", "kokumi-cluster-secret-access"),
         ("ValidatingAdmissionPolicyBinding", "kokumi-cluster-secret-access"),
         ("ValidatingAdmissionPolicy", "kokumi-argocd-secret-integrity"),
         ("ValidatingAdmissionPolicyBinding", "kokumi-argocd-secret-integrity"),
+        ("ValidatingAdmissionPolicy", "kokumi-secret-role-bindings"),
+        ("ValidatingAdmissionPolicyBinding", "kokumi-secret-role-bindings"),
         ("Deployment", "kokumi-clusters"),
         ("RoleBinding", "kokumi-argocd-cluster-registrar"),
     }
+
+
+def test_the_manager_holds_no_secret_verb_cluster_wide() -> None:
+    """Secrets only through RoleBindings; only the optional file binds them cluster-wide."""
+    cluster_wide = {
+        doc["roleRef"]["name"] for doc in documents() if doc["kind"] == "ClusterRoleBinding"
+    }
+    for doc in documents():
+        if doc["kind"] == "ClusterRole" and doc["metadata"]["name"] in cluster_wide:
+            for rule in doc["rules"]:
+                assert "secrets" not in rule["resources"], doc["metadata"]["name"]
+    (optional,) = yaml.safe_load_all(
+        (DEPLOY / "optional" / "manager-secrets-cluster-wide.yaml").read_text()
+    )
+    assert optional["kind"] == "ClusterRoleBinding"
+    assert optional["roleRef"]["name"] == "kokumi-manager-secrets"
 
 
 def test_manager_deployment_runs_kokumi_manager_locked_down() -> None:
@@ -198,3 +227,17 @@ def test_built_in_roles_may_work_with_clusters_and_environments(hub: APIServer) 
     assert view in selected["view"] and edit not in selected["view"]
     assert {view, edit} <= selected["edit"]
     assert {view, edit} <= selected["admin"]
+
+
+def test_optional_files_are_valid_objects_for_the_api_server(hub: APIServer) -> None:
+    """A server-side dry run: the schema and admission accept them; nothing is changed."""
+    for name in ("network-policy.yaml", "manager-secrets-cluster-wide.yaml"):
+        applied = run(
+            hub.admin_kubeconfig,
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            "-f",
+            str(DEPLOY / "optional" / name),
+        )
+        assert "serverside-applied (server dry run)" in applied.stdout, applied.stdout

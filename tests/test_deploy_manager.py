@@ -15,11 +15,15 @@ Cluster can hold that server.
 from __future__ import annotations
 
 import base64
+import logging
+import shlex
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 import yaml
 
@@ -31,6 +35,7 @@ from kokumi.kube.client import EVENTS, NAMESPACES, SECRETS, Client
 from kokumi.kube.config import Config
 from kokumi.manager import run_manager
 from tests.fixtures_deploy import DEPLOY, ensure_namespace, run, service_account_kubeconfig
+from tests.spoke import Registration
 
 MANAGER = "system:serviceaccount:kokumi:kokumi"
 
@@ -80,6 +85,155 @@ def secret_data(kubeconfig: str) -> dict[str, str]:
     return {"value": base64.b64encode(kubeconfig.encode()).decode()}
 
 
+def bind_manager_secrets(hub: APIServer, namespace: str) -> None:
+    """The RoleBinding deploy/README.md tells the platform team to create per workspace."""
+    run(
+        hub.admin_kubeconfig,
+        "-n",
+        namespace,
+        "create",
+        "rolebinding",
+        "kokumi-manager-secrets",
+        "--clusterrole=kokumi-manager-secrets",
+        "--serviceaccount=kokumi:kokumi",
+    )
+
+
+def manager_kubeconfig(hub: APIServer) -> Path:
+    """install.yaml applied; a kubeconfig with a fresh token of the real kokumi:kokumi."""
+    ensure_namespace(hub, "argocd")
+    run(hub.admin_kubeconfig, "apply", "--server-side", "-f", str(DEPLOY / "install.yaml"))
+    token = run(
+        hub.admin_kubeconfig, "-n", "kokumi", "create", "token", "kokumi", "--duration=10m"
+    ).stdout.strip()
+    path = hub.workdir / f"manager-{uuid.uuid4().hex[:8]}.kubeconfig"
+    return service_account_kubeconfig(hub, token, path)
+
+
+def ready(cluster: dict[str, Any]) -> dict[str, Any]:
+    for condition in cluster.get("status", {}).get("conditions", []):
+        if condition["type"] == "Ready":
+            return dict(condition)
+    return {}
+
+
+async def test_manager_reads_secrets_only_where_bound_and_says_how(
+    hub: APIServer,
+    admission_policies: object,
+    spoke_kubeconfig: Registration,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Without the workspace's RoleBinding: SecretNotReadable naming the command; with it, Ready.
+
+    The command is taken from the Cluster's own message and run as it stands. The Secret watch
+    of that namespace is refused meanwhile: it must neither crash the manager nor fill the log.
+    A Cluster whose server is the metadata address ends in EgressDenied, as the real identity.
+    """
+    kubeconfig = manager_kubeconfig(hub)
+    suffix = uuid.uuid4().hex[:8]
+    own, workspace = f"kokumi-own-{suffix}", f"secrets-{suffix}"
+    caplog.set_level(logging.INFO, logger="kokumi")
+    async with admin_client(hub) as admin:
+        for name in (own, workspace):
+            await admin.create(NAMESPACES, {"metadata": {"name": name}})
+        secrets = {
+            "spoke-kubeconfig": spoke_kubeconfig.kubeconfig,
+            "metadata-kubeconfig": unreachable_kubeconfig(
+                "https://169.254.169.254", "a-token", hub.ca_pem
+            ),
+        }
+        for secret_name, text in secrets.items():
+            body = {"metadata": {"name": secret_name}, "data": secret_data(text)}
+            await admin.create(SECRETS, body, namespace=workspace)
+        for cluster_name in ("spoke", "metadata"):
+            body = {
+                "apiVersion": api.API_VERSION,
+                "kind": "Cluster",
+                "metadata": {"name": cluster_name},
+                "spec": {
+                    "connection": "Kubeconfig",
+                    "kubeconfig": {"secretRef": {"name": f"{cluster_name}-kubeconfig"}},
+                },
+            }
+            await admin.create(api.CLUSTERS, body, namespace=workspace)
+
+        async def cluster(name: str) -> dict[str, Any]:
+            found: dict[str, Any] = await admin.get(api.CLUSTERS, name, namespace=workspace)
+            return found
+
+        options = Options(namespace=own, argocd_namespace="argocd", keep_in_cluster=False)
+        try:
+            async with trio.open_nursery() as nursery:
+                manager = await nursery.start(
+                    run_manager, Config.from_kubeconfig(kubeconfig), options
+                )
+                assert manager.dispatcher.secret_watches.namespaces == {workspace}
+                refused = await wait_for(
+                    lambda: cluster("spoke"),
+                    lambda c: ready(c).get("reason") == "SecretNotReadable",
+                    "the Cluster reports SecretNotReadable",
+                )
+                command = (
+                    f"kubectl -n {workspace} create rolebinding kokumi-manager-secrets"
+                    " --clusterrole=kokumi-manager-secrets --serviceaccount=kokumi:kokumi"
+                )
+                assert ready(refused)["message"] == (
+                    f"Kokumi may not read Secret spoke-kubeconfig in namespace {workspace}: bind"
+                    f" it the ClusterRole kokumi-manager-secrets there: {command}"
+                )
+                # The refused watch backs off: a few seconds bring one warning, not one a try.
+                await trio.sleep(4)
+                warned = [
+                    r
+                    for r in caplog.records
+                    if "may not list Secrets" in r.getMessage() and workspace in r.getMessage()
+                ]
+                assert len(warned) == 1, [r.getMessage() for r in warned]
+                assert command in warned[0].getMessage()
+
+                # The fix, exactly as the message gives it.
+                args = shlex.split(command)
+                assert args[0] == "kubectl"
+                run(hub.admin_kubeconfig, *args[1:])
+                spoke = await wait_for(
+                    lambda: cluster("spoke"),
+                    lambda c: ready(c).get("reason") == "Ready",
+                    "the Cluster is Ready once the manager may read its Secret",
+                )
+                assert spoke["status"]["server"] == spoke_kubeconfig.server
+                metadata = await wait_for(
+                    lambda: cluster("metadata"),
+                    lambda c: ready(c).get("reason") == "EgressDenied",
+                    "the metadata address is refused",
+                )
+                assert ready(metadata)["message"].startswith(
+                    "169.254.169.254 is in 169.254.0.0/16, where the manager does not connect"
+                )
+                assert any(
+                    "may list Secrets in namespace" in r.getMessage() for r in caplog.records
+                )
+
+                # The watch stops with the namespace's last Kubeconfig Cluster.
+                for cluster_name in ("spoke", "metadata"):
+                    await admin.delete(api.CLUSTERS, cluster_name, namespace=workspace)
+                await wait_for(
+                    lambda: _async(manager.dispatcher.secret_watches.namespaces),
+                    lambda namespaces: namespaces == frozenset(),
+                    "the workspace's Secret watch stops",
+                )
+                nursery.cancel_scope.cancel()
+        finally:
+            for name in (own, workspace):
+                try:
+                    await admin.delete(NAMESPACES, name)
+                except errors.KubeError:
+                    pass
+
+
+async def _async(value: Any) -> Any:
+    return value
+
+
 async def test_manager_works_with_the_installed_rbac_and_policies(
     hub: APIServer, admission_policies: object
 ) -> None:
@@ -96,9 +250,17 @@ async def test_manager_works_with_the_installed_rbac_and_policies(
     registration = argocd.secret_name(server)
 
     async with admin_client(hub) as admin:
-        own, workspace = f"kokumi-own-{suffix}", f"deploy-{suffix}"
-        for name in (own, workspace):
-            await admin.create(NAMESPACES, {"metadata": {"name": name}})
+        # The manager's own namespace is kokumi: its Role there is its only create of Clusters
+        # and Environments. in-cluster and local are deleted first, so the manager must create
+        # them again.
+        own, workspace = "kokumi", f"deploy-{suffix}"
+        await admin.create(NAMESPACES, {"metadata": {"name": workspace}})
+        for resource, name in ((api.CLUSTERS, "in-cluster"), (api.ENVIRONMENTS, "local")):
+            try:
+                await admin.delete(resource, name, namespace=own)
+            except errors.NotFound:
+                pass
+        bind_manager_secrets(hub, workspace)
         secret = {"metadata": {"name": "edge-kubeconfig"}, "data": {}}
         secret["data"] = secret_data(unreachable_kubeconfig(server, "first-token", hub.ca_pem))
         await admin.create(SECRETS, secret, namespace=workspace)
@@ -156,12 +318,12 @@ async def test_manager_works_with_the_installed_rbac_and_policies(
                 # in-cluster and local created in the manager's own namespace.
                 await wait_for(
                     lambda: admin.list(api.CLUSTERS, namespace=own),
-                    lambda items: [i["metadata"]["name"] for i in items["items"]] == ["in-cluster"],
+                    lambda items: "in-cluster" in [i["metadata"]["name"] for i in items["items"]],
                     "the Cluster in-cluster exists",
                 )
                 await wait_for(
                     lambda: admin.list(api.ENVIRONMENTS, namespace=own),
-                    lambda items: [i["metadata"]["name"] for i in items["items"]] == ["local"],
+                    lambda items: "local" in [i["metadata"]["name"] for i in items["items"]],
                     "the Environment local exists",
                 )
                 # An event on the Cluster.
@@ -205,8 +367,7 @@ async def test_manager_works_with_the_installed_rbac_and_policies(
                 await wait_for(edge_gone, bool, "the Cluster is deleted")
                 nursery.cancel_scope.cancel()
         finally:
-            for name in (own, workspace):
-                try:
-                    await admin.delete(NAMESPACES, name)
-                except errors.KubeError:
-                    pass
+            try:
+                await admin.delete(NAMESPACES, workspace)
+            except errors.KubeError:
+                pass

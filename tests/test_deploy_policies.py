@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from kokumi.controlplane import APIServer
-from tests.fixtures_deploy import kubectl_as, run, wait_until
+from tests.fixtures_deploy import ensure_namespace, kubectl_as, run, wait_until
 
 pytestmark = pytest.mark.usefixtures("admission_policies")
 
@@ -438,3 +438,236 @@ def test_registrar_role_alone_reads_no_secret(hub: APIServer, tmp_path: Path) ->
         assert "Forbidden" in got.stderr and "cannot list resource" in got.stderr
     finally:
         run(hub.admin_kubeconfig, "-n", "argocd", "delete", "rolebinding", user, check=False)
+
+
+# What the manager writes into its Secrets, pinned by kokumi-argocd-secret-integrity
+
+
+def kokumi_secret(name: str, **changes: Any) -> dict[str, Any]:
+    """A Secret shaped as Kokumi writes one; ``changes`` override stringData keys or the type."""
+    body = secret(name, LABELS)
+    config = changes.pop("config", '{"bearerToken":"t","tlsClientConfig":{"insecure":false}}')
+    body["stringData"]["config"] = config
+    if "type" in changes:
+        body["type"] = changes.pop("type")
+    body["stringData"].update(changes)
+    return body
+
+
+def refused_saying(response: httpx.Response, *phrases: str) -> None:
+    assert response.status_code == 403, response.text
+    message = response.json()["message"]
+    assert "ValidatingAdmissionPolicy 'kokumi-argocd-secret-integrity'" in message
+    for phrase in phrases:
+        assert phrase in message, message
+
+
+def test_a_kokumi_shaped_secret_is_accepted(manager: httpx.Client) -> None:
+    name = unique("kokumi")
+    created = manager.post(SECRETS, json=kokumi_secret(name))
+    assert created.status_code == 201, created.text
+    assert manager.delete(f"{SECRETS}/{name}").status_code == 200
+
+
+def test_manager_may_only_write_opaque_secrets(manager: httpx.Client) -> None:
+    name = unique("kokumi")
+    body = kokumi_secret(name, type="kubernetes.io/basic-auth")
+    body["stringData"].update({"username": "u", "password": "p"})
+    refused_saying(
+        manager.post(SECRETS, json=body),
+        "Kokumi writes cluster Secrets of type Opaque only",
+        "would be of type kubernetes.io/basic-auth",
+    )
+
+
+def test_manager_may_only_write_secrets_named_kokumi_something(manager: httpx.Client) -> None:
+    name = unique("argocd-cluster")
+    refused_saying(
+        manager.post(SECRETS, json=kokumi_secret(name)),
+        f"Secret {name} in argocd does not start with kokumi-",
+    )
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        '{"execProviderConfig":{"command":"argocd-k8s-auth","apiVersion":"v1beta1"}}',
+        '{"awsAuthConfig":{"clusterName":"prod","roleARN":"arn:aws:iam::1:role/x"}}',
+        '{"ExecProviderConfig":{"command":"sh"}}',  # Go's decoder folds the case
+        '{"\\u0065xecProviderConfig":{"command":"sh"}}',  # and decodes escapes in keys
+        '{"aw\u017fAuthConfig":{"clusterName":"prod"}}',  # long s folds to s in Go
+    ],
+)
+def test_manager_may_not_lend_argocd_its_own_powers(manager: httpx.Client, config: str) -> None:
+    refused_saying(
+        manager.post(SECRETS, json=kokumi_secret(unique("kokumi"), config=config)),
+        "has a config with execProviderConfig or awsAuthConfig",
+    )
+
+
+@pytest.mark.parametrize(
+    "server",
+    [
+        "https://kubernetes.default.svc",
+        "https://kubernetes.default.svc/",
+        "https://Kubernetes.Default.svc:443",
+        "https://kubernetes.default.svc.cluster.local",
+        "https://kubernetes.default",
+        "HTTP://KUBERNETES.DEFAULT.SVC",
+    ],
+)
+def test_manager_may_not_register_argocd_own_cluster(manager: httpx.Client, server: str) -> None:
+    name = unique("kokumi")
+    refused_saying(
+        manager.post(SECRETS, json=kokumi_secret(name, server=server)),
+        f"Kokumi never registers a server on kubernetes.default (Secret {name}): it is Argo CD's"
+        " own cluster",
+    )
+
+
+def test_another_server_on_kubernetes_is_not_argocd_own(manager: httpx.Client) -> None:
+    name = unique("kokumi")
+    body = kokumi_secret(name, server="https://kubernetes.example:6443")
+    created = manager.post(SECRETS, json=body)
+    assert created.status_code == 201, created.text
+    assert manager.delete(f"{SECRETS}/{name}").status_code == 200
+
+
+def test_a_non_default_installation_is_protected_through_the_parameter(
+    hub: APIServer, admin: httpx.Client, namespace: str
+) -> None:
+    """Another ServiceAccount as the manager: the parameter names it, and the policy follows."""
+    sa = "kokumi-alt"
+    admin_kc = hub.admin_kubeconfig
+    run(admin_kc, "-n", namespace, "create", "serviceaccount", sa)
+    binding = unique("alt-registrar")
+    run(
+        admin_kc,
+        "-n",
+        "argocd",
+        "create",
+        "rolebinding",
+        binding,
+        "--clusterrole=kokumi-argocd-cluster-registrar",
+        f"--serviceaccount={namespace}:{sa}",
+    )
+    token = run(admin_kc, "-n", namespace, "create", "token", sa, "--duration=10m").stdout.strip()
+    headers = {"Authorization": f"Bearer {token}"}
+    original = run(
+        admin_kc,
+        "-n",
+        "kokumi",
+        "get",
+        "configmap",
+        "kokumi-admission",
+        "-o",
+        "jsonpath={.data.manager}",
+    ).stdout
+    assert original == MANAGER
+    try:
+        with httpx.Client(base_url=hub.url, verify=tls(hub), headers=headers, timeout=30) as alt:
+            before = alt.post(SECRETS, json=secret(unique("unlabeled"), {}))
+            assert before.status_code == 201, "not the manager yet: RBAC alone decides"
+            alt.delete(f"{SECRETS}/{before.json()['metadata']['name']}")
+            manager_name = f"system:serviceaccount:{namespace}:{sa}"
+            patch = json.dumps({"data": {"manager": manager_name}})
+            run(admin_kc, "-n", "kokumi", "patch", "configmap", "kokumi-admission", "-p", patch)
+
+            def refused() -> bool | None:
+                name = unique("unlabeled")
+                answer = alt.post(SECRETS, json=secret(name, {}))
+                if answer.status_code == 201:
+                    alt.delete(f"{SECRETS}/{name}")
+                    return None
+                refused_by_integrity(answer)
+                return True
+
+            wait_until(refused, "the policy applies to the ServiceAccount the parameter names")
+    finally:
+        patch = json.dumps({"data": {"manager": original}})
+        run(admin_kc, "-n", "kokumi", "patch", "configmap", "kokumi-admission", "-p", patch)
+        run(admin_kc, "-n", "argocd", "delete", "rolebinding", binding, check=False)
+
+
+# kokumi-secret-role-bindings: where kokumi-cluster-credentials may never be bound
+
+
+def binding_refused(result: Any, *phrases: str) -> None:
+    assert result.returncode != 0, result.stdout
+    assert "ValidatingAdmissionPolicy 'kokumi-secret-role-bindings'" in result.stderr, result.stderr
+    for phrase in phrases:
+        assert phrase in result.stderr, result.stderr
+
+
+def test_cluster_credentials_may_not_be_bound_cluster_wide(hub: APIServer) -> None:
+    """Not even by the cluster's own admin (system:masters), the identity that could."""
+    name = unique("credentials-everywhere")
+    created = run(
+        hub.admin_kubeconfig,
+        "create",
+        "clusterrolebinding",
+        name,
+        "--clusterrole=kokumi-cluster-credentials",
+        "--serviceaccount=kokumi:kokumi-admin",
+        check=False,
+    )
+    try:
+        binding_refused(
+            created,
+            f"never bind kokumi-cluster-credentials with a ClusterRoleBinding ({name})",
+            "bind it with a RoleBinding in each namespace that holds Kubeconfig Clusters",
+        )
+    finally:
+        run(hub.admin_kubeconfig, "delete", "clusterrolebinding", name, check=False)
+
+
+@pytest.mark.parametrize("where", ["kokumi", "kokumi-signing"])
+@pytest.mark.parametrize("role", ["kokumi-cluster-credentials", "kokumi-manager-secrets"])
+def test_secret_roles_may_not_be_bound_where_the_signing_key_lives(
+    hub: APIServer, where: str, role: str
+) -> None:
+    ensure_namespace(hub, where)
+    created = run(
+        hub.admin_kubeconfig,
+        "-n",
+        where,
+        "create",
+        "rolebinding",
+        unique("here"),
+        f"--clusterrole={role}",
+        "--serviceaccount=kokumi:kokumi-admin",
+        check=False,
+    )
+    binding_refused(
+        created,
+        f"never bind {role} in {where}: it would grant reading the session signing key",
+    )
+
+
+def test_secret_roles_may_be_bound_in_workspaces_and_manager_secrets_cluster_wide(
+    hub: APIServer, namespace: str
+) -> None:
+    """What the README asks for, and the explicit opt-in, pass the same policy."""
+    admin_kc = hub.admin_kubeconfig
+    for role in ("kokumi-cluster-credentials", "kokumi-manager-secrets"):
+        created = run(
+            admin_kc,
+            "-n",
+            namespace,
+            "create",
+            "rolebinding",
+            role,
+            f"--clusterrole={role}",
+            "--serviceaccount=kokumi:kokumi-admin",
+        )
+        assert "created" in created.stdout
+    opt_in = run(
+        admin_kc,
+        "create",
+        "clusterrolebinding",
+        unique("opt-in"),
+        "--clusterrole=kokumi-manager-secrets",
+        "--serviceaccount=kokumi:kokumi",
+        "--dry-run=server",
+    )
+    assert "created (server dry run)" in opt_in.stdout

@@ -20,6 +20,7 @@ import trio
 from kokumi import api, kubeconfig, probe
 from kokumi.actors.context import Context, write_status
 from kokumi.actors.registry import NOT_REGISTERED, Registration
+from kokumi.actors.secretwatch import not_readable_message
 from kokumi.argocd import normalise_server
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
@@ -102,6 +103,10 @@ class ClusterActor:
 
     def secret_changed(self) -> None:
         self._secret_dirty = True
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Reconcile; a check is reused only while the kubeconfig Secret's version is the same."""
         self._wake.set()
 
     def set_selected(self, selected: bool) -> None:
@@ -267,11 +272,12 @@ class ClusterActor:
         except errors.NotFound:
             return Check(_secret_not_found(ref.name, namespace), now, version)
         except errors.Forbidden:
-            message = (
-                f"Kokumi may not read Secret {ref.name} in namespace {namespace}: "
-                "grant its ServiceAccount get on Secrets there (see deploy/rbac)"
+            message = not_readable_message(
+                ref.name, namespace, self._context.username, self._context.options.namespace
             )
             return Check(Outcome(False, "SecretNotReadable", message, None, None), now, version)
+        # The version read, not the one the watch last saw: the watch may not have listed yet.
+        version = f"{ref.name}/{ref.key}@{secret.get('metadata', {}).get('resourceVersion')}"
         text = secret_data(secret, ref.key)
         if text is None:
             keys = ", ".join(sorted((secret.get("data") or {}).keys())) or "none"
@@ -299,7 +305,11 @@ class ClusterActor:
             outcome = Outcome(False, "ClusterConflict", message, parsed.server)
             return Check(outcome, now, version, parsed)
         async with self._context.probe_limiter:
-            found = await self._context.check(parsed, timeout=self._context.options.probe_timeout)
+            found = await self._context.check(
+                parsed,
+                timeout=self._context.options.probe_timeout,
+                egress=self._context.options.probe_egress,
+            )
         return Check(Outcome.of(found), trio.current_time(), version, parsed)
 
     # --- the server registry --------------------------------------------------------------------

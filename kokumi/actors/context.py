@@ -11,6 +11,8 @@ import attrs
 import trio
 
 from kokumi import api, probe
+from kokumi.actors.secretwatch import SecretScope
+from kokumi.egress import EgressPolicy
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff
 from kokumi.kube.client import EVENTS, Client, Resource
@@ -48,6 +50,11 @@ class Options:
     #: ``retry_max`` seconds, doubling, with jitter; per Cluster and per kind of request.
     retry_initial: float = 1.0
     retry_max: float = 120.0
+    # Where Secrets are followed: "namespace" (per namespace holding Kubeconfig Clusters, with a
+    # RoleBinding of kokumi-manager-secrets in each) or "cluster" (an explicit, wider opt-in).
+    secrets_scope: SecretScope = SecretScope.NAMESPACE
+    # Addresses the probe of a Kubeconfig Cluster may connect to (kokumi/egress.py).
+    probe_egress: EgressPolicy = attrs.field(factory=EgressPolicy)
 
     def next_check_delay(self) -> float:
         return self.check_interval + random.uniform(0.0, self.check_jitter)  # noqa: S311
@@ -80,7 +87,13 @@ class RegistryHandle(Protocol):
 class Probe(Protocol):
     """One check of one connection: :func:`kokumi.probe.check`, or a stand-in in a model test."""
 
-    async def __call__(self, connection: Connection, *, timeout: float) -> probe.Finding: ...  # noqa: ASYNC109
+    async def __call__(
+        self,
+        connection: Connection,
+        *,
+        timeout: float,  # noqa: ASYNC109
+        egress: EgressPolicy | None = None,
+    ) -> probe.Finding: ...
 
 
 class CountingLimiter:
@@ -218,3 +231,4 @@ class Context:
     metrics: Metrics
     secret_versions: MutableMapping[tuple[str, str], str] = attrs.field(factory=dict)
     check: Probe = probe.check
+    username: str | None = None  # the manager's own identity on the hub, named in RBAC fixes

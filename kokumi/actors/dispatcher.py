@@ -1,5 +1,7 @@
 """The dispatcher: follows Clusters, Environments and Secrets, and owns uid -> Cluster actor.
 
+Secrets are followed by :class:`SecretWatches`, per namespace that holds Kubeconfig Clusters.
+
 It alone decides when a Cluster actor starts and ends, so no message can go to an actor that is
 closing. Everything it tells an actor is a non-blocking mailbox call; the only awaits are for the
 watches and the registry.
@@ -20,7 +22,7 @@ from kokumi.actors.cluster import ClusterActor
 from kokumi.actors.context import Context
 from kokumi.actors.environments import EnvironmentsActor
 from kokumi.actors.registry import Registry
-from kokumi.kube.client import SECRETS
+from kokumi.actors.secretwatch import SecretWatches
 from kokumi.kube.watch import Resync, Store, WatchEvent, watch
 from kokumi.ownership import ClusterRef
 
@@ -53,6 +55,13 @@ class Dispatcher:
             context.client, self.clusters, self.environments, self._select
         )
         self._clusters_synced = trio.Event()
+        self.secret_watches = SecretWatches(
+            context.client,
+            context.secret_versions,
+            self._secret_changed,
+            scope=context.options.secrets_scope,
+            own_namespace=context.options.namespace,
+        )
         registry.follow_liveness(self.is_current)
 
     def is_current(self, ref: ClusterRef, uid: str) -> bool:
@@ -77,8 +86,9 @@ class Dispatcher:
         client = self._context.client
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            await nursery.start(self.secret_watches.run)
+            self._context.username = self.secret_watches.username
             watches: list[tuple[Any, Store | None, Callable[[Events], Any], bool]] = [
-                (SECRETS, None, self._follow_secrets, True),
                 (api.ENVIRONMENTS, self.environments, self._follow_environments, False),
                 (api.CLUSTERS, self.clusters, self._follow_clusters, False),
             ]
@@ -172,6 +182,8 @@ class Dispatcher:
                     self._by_secret[key].add(uid)
                 else:
                     self._by_secret[key].discard(uid)
+        needs = new.metadata.namespace if isinstance(new, api.Cluster) and new.secret_ref else None
+        self.secret_watches.hold(uid, needs)
 
     def _select(self, namespace: str, name: str, selected: bool) -> None:
         ref = ClusterRef(namespace, name)
@@ -195,27 +207,15 @@ class Dispatcher:
             for namespace in namespaces:
                 self.environments_actor.changed(namespace)
 
-    async def _follow_secrets(self, receive: Events) -> None:
-        versions = self._context.secret_versions
-        async for event in receive:
-            if isinstance(event, Resync):
-                fresh = {(_ref(o).namespace, _ref(o).name): _version(o) for o in event.objects}
-                changed = {k for k in set(versions) | set(fresh) if versions.get(k) != fresh.get(k)}
-                versions.clear()
-                versions.update(fresh)
-            else:
-                ref = _ref(event.object)
-                key = (ref.namespace, ref.name)
-                if event.type == "DELETED":
-                    versions.pop(key, None)
+    def _secret_changed(self, key: tuple[str, str], first: bool) -> None:
+        """A followed Secret changed: the Clusters naming it check again (see SecretWatches)."""
+        for uid in self._by_secret.get(key, ()):
+            running = self._actors.get(uid)
+            if running is not None:
+                if first:
+                    running.actor.wake()
                 else:
-                    versions[key] = _version(event.object)
-                changed = {key}
-            for key in changed:
-                for uid in self._by_secret.get(key, ()):
-                    running = self._actors.get(uid)
-                    if running is not None:
-                        running.actor.secret_changed()
+                    running.actor.secret_changed()
 
 
 def _watch_task(
@@ -242,7 +242,3 @@ def _uid(obj: dict[str, Any]) -> str:
 def _ref(obj: dict[str, Any]) -> ClusterRef:
     meta = obj.get("metadata", {})
     return ClusterRef(str(meta.get("namespace", "")), str(meta.get("name", "")))
-
-
-def _version(obj: dict[str, Any]) -> str:
-    return str(obj.get("metadata", {}).get("resourceVersion", ""))

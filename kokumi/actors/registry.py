@@ -147,6 +147,10 @@ class Registry:
         """Let the registry ask which Cluster object is the live one (the dispatcher knows)."""
         self._is_current = is_current
 
+    def out_of_step(self) -> frozenset[str]:
+        """Servers whose Secret the registry knows to differ from its table, and retries."""
+        return frozenset(self._retries)
+
     # --- what Cluster actors call -------------------------------------------------------------
 
     def subscribe(
