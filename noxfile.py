@@ -1,4 +1,5 @@
-"""Sessions: ``tests`` (the whole suite on the real control plane), ``lint``, ``typing``."""
+"""Sessions: ``tests`` (the whole suite on the real control plane), ``lint``, ``typing``; ``soak``
+(the model test at 50,000 steps) runs only when asked for."""
 
 from __future__ import annotations
 
@@ -15,6 +16,19 @@ def tests(session: nox.Session) -> None:
     # build time is not charged to the first test.
     session.run("python", "-m", "kokumi.controlplane", "build")
     session.run("pytest", *session.posargs)
+
+
+@nox.session(python="3.11")
+def soak(session: nox.Session) -> None:
+    """The actor-layer model test at 2,000 examples: about 50,000 steps with faults injected."""
+    session.install("-e", ".[test]")
+    session.run(
+        "pytest",
+        "tests/test_model.py",
+        "-s",
+        *session.posargs,
+        env={"MODEL_EXAMPLES": session.env.get("MODEL_EXAMPLES", "2000")},
+    )
 
 
 @nox.session(python="3.11")

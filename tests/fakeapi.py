@@ -828,6 +828,16 @@ class FakeApi(httpx.AsyncBaseTransport):
             new["status"] = body["status"]  # a seed sets the status too
         return self._commit_update(kind, old, new)
 
+    def remove(self, resource: Any, name: str, namespace: str | None = None) -> bool:
+        """Delete an object directly, as a user's DELETE would (finalizers hold it); whether it
+        was there. Like :meth:`put`, it bypasses the faults: the test's own hand never fails."""
+        kind = self._by_plural[_plural(resource)]
+        try:
+            self._delete(kind, namespace if kind.namespaced else None, name, {})
+        except _Failure:
+            return False
+        return True
+
     # -- the transport ----------------------------------------------------------------------------
 
     async def aclose(self) -> None:

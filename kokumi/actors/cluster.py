@@ -152,7 +152,11 @@ class ClusterActor:
         self._context.registry.subscribe(self.ref, self.uid, self.registration)
         try:
             while True:
-                with trio.move_on_at(min(self._next_check, self._retry_at)):
+                # While a retry is pending its backoff rules, also over a check that fell due:
+                # a check that failed leaves the timer in the past, and waiting for it would be
+                # a request loop.
+                deadline = self._retry_at if self._retry_at != math.inf else self._next_check
+                with trio.move_on_at(deadline):
                     await self._wake.wait()
                 self._wake = trio.Event()
                 if self._stopping:
