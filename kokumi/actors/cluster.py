@@ -183,6 +183,7 @@ class ClusterActor:
         now = trio.current_time()
         if self._needs_check(now):
             self._check = await self._run_check(cluster)
+            self._context.metrics.check_finished(self._check.finding.reason)
             self.checks += 1
             self._secret_dirty = False
             # Counted from when the check began, so that waiting for the limiter or a silent
