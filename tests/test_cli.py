@@ -29,6 +29,8 @@ def test_manager_command_runs_until_stopped(
             namespace,
             "--argocd-namespace",
             f"{namespace}-argocd",
+            "--health-port",
+            "0",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -48,6 +50,9 @@ def test_manager_command_runs_until_stopped(
     assert process.returncode == 0, output  # a clean stop, as on a pod's SIGTERM
     assert "manager started" in output
     assert f"{stop.name} received: stopping" in output
+    # It led through the Lease in its namespace, and gave the Lease back on the way out.
+    assert "leading: Lease" in output
+    assert f"handed the Lease {namespace}/kokumi-clusters back" in output
     assert "Traceback" not in output
 
 
