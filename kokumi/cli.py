@@ -41,6 +41,7 @@ def _manager(args: argparse.Namespace) -> int:
         keep_in_cluster=not args.no_in_cluster,
         leader_election=election,
         health_port=args.health_port or None,
+        field_manager=args.field_manager,
     )
     try:
         trio.run(until_signalled, run_manager, config, options)
@@ -144,6 +145,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     manager.add_argument(
         "--log-format", choices=FORMATS, default="text", help="text, or one JSON object a line"
+    )
+    manager.add_argument(
+        "--field-manager",
+        default="kokumi",
+        help="the name in managedFields of every write (default kokumi)",
     )
     manager.set_defaults(run=_manager)
 
