@@ -139,6 +139,14 @@ def replicas(hub: APIServer, root: Path, lease: str) -> Iterator[Any]:
             replica.process.wait(timeout=30)
 
 
+def rss(replica: Replica) -> int:
+    """The process's resident memory in KiB, from /proc."""
+    for line in Path(f"/proc/{replica.process.pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS in /proc")
+
+
 def wait(check: Any, what: str, timeout: float = 60.0) -> float:
     """Poll ``check`` until it is true; how long that took."""
     start = time.monotonic()
@@ -269,6 +277,9 @@ def test_only_the_leader_writes_and_a_standby_takes_over(
                 if line.get("cluster_namespace") == workspace and line.get("cluster_name") == "edge"
             ]
             assert edge_lines and edge_lines[0]["reason"] == "Unreachable"
+
+            # The figure docs/operations.md sizes the Deployment by; no assertion on it.
+            print(f"resident: leader {rss(a)} KiB, standby {rss(b)} KiB")
 
             # SIGKILL: no hand-back; b waits out the lease, then leads.
             wait(lambda: "kokumi-a" in writers.between(0, time.monotonic()), "a's writes seen")
