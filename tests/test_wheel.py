@@ -1,13 +1,13 @@
 """The wheel the image installs: built from the checkout, installed and run outside it.
 
-The image build itself (``Dockerfile``) needs a container engine and the Python base image; this
-machine can install buildah but cannot pull a base image (no network beyond loopback), so this
-test covers what the image's first stage does: build the wheel without network, install it into
-a fresh virtual environment in a directory outside the checkout, and run ``kokumi`` from there.
-The fresh environment gets no Kokumi from anywhere else; the third-party dependencies, which
-cannot be downloaded here, come from this test environment through a path entry that does not
-make the checkout importable (the checkout's editable install is a ``.pth`` file there, which a
-plain path entry never runs).
+Building the image needs a container engine and a Python base image, which a test run cannot
+count on (``deploy/check-image.py`` checks a built image; ``docs/operations.md`` says how it was
+built here). This test covers the image's first stage with no engine and no network: build the
+wheel, install it into a fresh virtual environment in a directory outside the checkout, and run
+``kokumi`` from there. The fresh environment gets no Kokumi from anywhere else; the third-party
+dependencies, which cannot be downloaded here, come from this test environment through a path
+entry that does not make the checkout importable (the checkout's editable install is a ``.pth``
+file there, which a plain path entry never runs).
 """
 
 from __future__ import annotations
