@@ -145,8 +145,9 @@ class LeaseElector:
                 self.state = self.state.stepped_down()
                 return False
             await self._write(decision, started)
-        except errors.Conflict:
-            self._problem("somebody else wrote the Lease at the same moment")
+        except (errors.Conflict, errors.AlreadyExists):
+            # Another candidate wrote first: the rules work as meant, nothing to report.
+            log.debug("Lease %s/%s: another candidate wrote it first", *self._where())
             return False
         except errors.KubeError as exc:
             self._problem(str(exc))

@@ -71,8 +71,8 @@ async def test_one_leads_the_other_waits_and_takes_over_when_it_stops(
         with trio.fail_after(5):
             await b.leading.wait()
         took = trio.current_time() - stopped
-        # At b's next try, not after the lease ran out.
-        assert took < TIMING.retry_period * 1.2 + 0.5 < TIMING.lease_duration
+        # At b's next try, not after the lease ran out (that would take 1.7 s or more).
+        assert took < TIMING.lease_duration * 0.75
         assert running == ["a", "b"]
         spec = await holder(admin, namespace)
         assert (spec["holderIdentity"], spec["leaseTransitions"]) == ("b", 1)
@@ -153,8 +153,8 @@ async def test_a_leader_that_cannot_renew_stops_before_anyone_may_take_over(
                     nursery.cancel_scope.cancel()
     ((stopped_at, last_renewal),) = stopped
     assert last_renewal is not None
-    # Stopped by the renew deadline, well before the lease (2 s) lets a standby in.
-    assert TIMING.renew_deadline <= stopped_at - last_renewal <= TIMING.renew_deadline + 0.1
+    # Stopped by the renew deadline, before the lease (2 s) lets a standby in.
+    assert TIMING.renew_deadline <= stopped_at - last_renewal < TIMING.lease_duration
     assert not elector.leading.is_set()
     spec = await holder(admin, namespace)
     assert spec["holderIdentity"] == "a"  # it could not write, so it did not hand back
