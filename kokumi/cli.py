@@ -27,11 +27,11 @@ def _manager(args: argparse.Namespace) -> int:
     from kokumi.manager import run_manager  # noqa: PLC0415 - only this command needs it
 
     try:
+        election = _leader_election(args)
         if args.kubeconfig or args.context:
             config = Config.from_kubeconfig(args.kubeconfig, context=args.context)
         else:
             config = Config.load(root=args.service_account_dir)
-        election = _leader_election(args)
     except (ConfigError, ValueError) as exc:
         print(f"kokumi: {exc}", file=sys.stderr)
         return 2
