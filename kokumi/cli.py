@@ -43,11 +43,16 @@ def _manager(args: argparse.Namespace) -> int:
         health_port=args.health_port or None,
         field_manager=args.field_manager,
     )
+    lost: BaseException | None = None
     try:
         trio.run(until_signalled, run_manager, config, options)
-    except LeadershipLost as exc:
+    except* LeadershipLost as group:
+        lost = group
+        while isinstance(lost, BaseExceptionGroup):
+            lost = lost.exceptions[0]
+    if lost is not None:
         # Stopped writing already; Kubernetes restarts the pod, which comes back as a standby.
-        logging.getLogger("kokumi").error("leadership lost: %s; exiting", exc)
+        logging.getLogger("kokumi").error("leadership lost: %s; exiting", lost)
         return 1
     return 0
 

@@ -38,7 +38,7 @@ from kokumi import api
 from kokumi.controlplane import APIServer
 from kokumi.kube import Client, Config
 from kokumi.kube.watch import Resync, WatchEvent, watch
-from tests.fixtures_deploy import DEPLOY, ensure_namespace, run
+from tests.fixtures_deploy import DEPLOY, ensure_namespace, run, service_account_kubeconfig
 from tests.test_deploy_manager import unreachable_kubeconfig
 
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 6.0, 4.0, 1.0
@@ -339,3 +339,74 @@ def _in_thread(async_fn: Any) -> Iterator[Any]:
         yield stop
     finally:
         stop()
+
+
+def test_a_leader_whose_renewals_are_refused_exits_non_zero(
+    hub: APIServer, namespace: str, tmp_path: Path
+) -> None:
+    """Take the Lease rights away from a leading process: it stops and exits with status 1.
+
+    The process runs as a ServiceAccount of its own that may only use Leases in ``namespace``
+    (its watches of Clusters are refused and retried meanwhile, which is beside the point).
+    """
+    admin = hub.admin_kubeconfig
+    run(admin, "-n", namespace, "create", "serviceaccount", "elect")
+    run(
+        admin,
+        "-n",
+        namespace,
+        "create",
+        "role",
+        "elect",
+        "--verb=get,create,update",
+        "--resource=leases.coordination.k8s.io",
+    )
+    run(
+        admin,
+        "-n",
+        namespace,
+        "create",
+        "rolebinding",
+        "elect",
+        "--role=elect",
+        f"--serviceaccount={namespace}:elect",
+    )
+    token = run(admin, "-n", namespace, "create", "token", "elect").stdout.strip()
+    kubeconfig = service_account_kubeconfig(hub, token, tmp_path / "elect.kubeconfig")
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kokumi",
+            "manager",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--namespace",
+            namespace,
+            "--no-in-cluster",
+            f"--leader-elect-lease-duration={LEASE_DURATION}",
+            f"--leader-elect-renew-deadline={RENEW_DEADLINE}",
+            f"--leader-elect-retry-period={RETRY_PERIOD}",
+            f"--health-port={port}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    replica = Replica("elect", process, port, tmp_path / "unused.log")
+    try:
+        wait(replica.leading, "the process leads")
+        run(admin, "-n", namespace, "delete", "rolebinding", "elect")
+        revoked = time.monotonic()
+        output, _ = process.communicate(timeout=60)
+        took = time.monotonic() - revoked
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+    assert process.returncode == 1, output
+    assert "leadership lost: could not renew the Lease" in output
+    assert "Traceback" not in output
+    # Within the renew deadline of its last good renewal, give or take the authorizer's catch-up.
+    assert took < RENEW_DEADLINE + RETRY_PERIOD * 2 + 5
