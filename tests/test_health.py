@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kokumi import health
 from kokumi.actors.context import Metrics
-from kokumi.kube.watch import Resync
+from kokumi.kube.watch import Resync, WatchEvent
 
 
 def families(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -35,6 +35,13 @@ async def test_healthz_readyz_and_metrics() -> None:
             )
         )
     )
+    # edge comes back, and goes away again: two flips, and Ready now False.
+    for status in ("True", "False"):
+        edge = {
+            "metadata": {"namespace": "team", "name": "edge"},
+            "status": {"conditions": [{"type": "Ready", "status": status, "reason": "X"}]},
+        }
+        metrics.clusters_seen(WatchEvent("MODIFIED", edge))
     metrics.request("GET", "200")
     metrics.watch_restarted("clusters", "gone")
     metrics.check_finished("Unreachable")
@@ -58,9 +65,15 @@ async def test_healthz_readyz_and_metrics() -> None:
             assert scraped.status_code == 200
             assert scraped.headers["content-type"].startswith("text/plain")
             found = families(scraped.text)
-            assert found["kokumi_clusters"] == [({"reason": "Unreachable"}, 1.0)]
-            assert found["kokumi_cluster_availability_ratio"] == [
-                ({"namespace": "team", "name": "edge"}, 0.0)
+            assert found["kokumi_clusters"] == [({"reason": "X"}, 1.0)]
+            ((labels, ratio),) = found["kokumi_cluster_availability_ratio"]
+            assert labels == {"namespace": "team", "name": "edge"}
+            assert 0.0 <= ratio < 1.0
+            assert found["kokumi_cluster_ready_flips_last_hour"] == [
+                ({"namespace": "team", "name": "edge"}, 2.0)
+            ]
+            assert found["kokumi_cluster_ready_flips"] == [
+                ({"namespace": "team", "name": "edge"}, 2.0)
             ]
             assert ({"verb": "GET", "code": "200"}, 1.0) in found["kokumi_api_requests"]
             assert ({"resource": "clusters", "reason": "gone"}, 1.0) in found[

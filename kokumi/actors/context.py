@@ -186,8 +186,13 @@ class _FleetCollector(Collector):
             labels=["namespace", "name"],
         )
         flips = GaugeMetricFamily(
-            "kokumi_cluster_ready_flips",
+            "kokumi_cluster_ready_flips_last_hour",
             "Changes of Ready within the last hour (flaps)",
+            labels=["namespace", "name"],
+        )
+        flips_total = CounterMetricFamily(
+            "kokumi_cluster_ready_flips",
+            "Changes of Ready since this manager began watching the Cluster",
             labels=["namespace", "name"],
         )
         for (namespace, name), state in sorted(fleet.clusters.items()):
@@ -196,8 +201,10 @@ class _FleetCollector(Collector):
                 continue
             availability.add_metric([namespace, name], ratio)
             flips.add_metric([namespace, name], state.history.flips(now))
+            flips_total.add_metric([namespace, name], state.flips_total)
         yield availability
         yield flips
+        yield flips_total
         for name, help_text, value in (
             ("kokumi_status_writes", "Status writes of Clusters", m.status_writes),
             ("kokumi_registry_writes", "Writes of Argo CD cluster Secrets", m.registry_writes),
