@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
+import pathlib
 
 import attrs
 import pytest
@@ -15,6 +17,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+import kokumi
 from kokumi.leader import (
     Create,
     Elector,
@@ -254,3 +257,17 @@ class ElectionModel(RuleBasedStateMachine):
 
 ElectionModel.TestCase.settings = settings(max_examples=500, stateful_step_count=40)
 TestElectionModel = ElectionModel.TestCase
+
+
+@pytest.mark.parametrize("module", ["leader", "availability"])
+def test_the_pure_modules_import_no_io(module: str) -> None:
+    """Decisions stay testable without a server: no Trio, no HTTP, no kube client."""
+    source = pathlib.Path(kokumi.__file__).with_name(f"{module}.py").read_text()
+    imported = {
+        (node.module if isinstance(node, ast.ImportFrom) else alias.name).split(".")[0]
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+        if not (isinstance(node, ast.ImportFrom) and node.level)
+    }
+    assert imported <= {"__future__", "attrs", "collections", "datetime", "math", "typing"}
