@@ -13,6 +13,7 @@ file there, which a plain path entry never runs).
 from __future__ import annotations
 
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -36,6 +37,14 @@ def run(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_wheel_installs_and_runs_outside_the_checkout(tmp_path: Path) -> None:
+    # What the Dockerfile copies, and nothing else: setuptools builds in the source tree, and its
+    # build/ there must neither litter the checkout nor leak stale files into the wheel.
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    caches = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(REPO / "kokumi", source / "kokumi", ignore=caches)
     dist = tmp_path / "dist"
     run(
         sys.executable,
@@ -46,7 +55,7 @@ def test_the_wheel_installs_and_runs_outside_the_checkout(tmp_path: Path) -> Non
         "--no-build-isolation",
         "--wheel-dir",
         dist,
-        REPO,
+        source,
         cwd=tmp_path,
     )
     (wheel,) = dist.glob("kokumi_clusters-*.whl")
