@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import secrets
 import signal
+import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -13,8 +15,12 @@ import trio
 from kokumi.actors.context import Options
 from kokumi.actors.secretwatch import SecretScope
 from kokumi.egress import DEFAULT_DENY, EgressPolicy
-from kokumi.kube.config import Config
+from kokumi.election import LeadershipLost
+from kokumi.kube.config import SERVICE_ACCOUNT_ROOT, Config
 from kokumi.kube.errors import ConfigError
+from kokumi.leader import DEFAULT_LEASE_NAME, LeaderElection, Timing
+from kokumi.logs import FORMATS
+from kokumi.logs import configure as configure_logs
 
 __all__ = ["main"]
 
@@ -23,11 +29,12 @@ def _manager(args: argparse.Namespace) -> int:
     from kokumi.manager import run_manager  # noqa: PLC0415 - only this command needs it
 
     try:
+        election = _leader_election(args)
         if args.kubeconfig or args.context:
             config = Config.from_kubeconfig(args.kubeconfig, context=args.context)
         else:
-            config = Config.load()
-    except ConfigError as exc:
+            config = Config.load(root=args.service_account_dir)
+    except (ConfigError, ValueError) as exc:
         print(f"kokumi: {exc}", file=sys.stderr)
         return 2
     try:
@@ -41,9 +48,36 @@ def _manager(args: argparse.Namespace) -> int:
         keep_in_cluster=not args.no_in_cluster,
         secrets_scope=SecretScope(args.secrets_scope),
         probe_egress=egress,
+        leader_election=election,
+        health_port=args.health_port or None,
+        field_manager=args.field_manager,
     )
-    trio.run(until_signalled, run_manager, config, options)
+    lost: BaseException | None = None
+    try:
+        trio.run(until_signalled, run_manager, config, options)
+    except* LeadershipLost as group:
+        lost = group
+        while isinstance(lost, BaseExceptionGroup):
+            lost = lost.exceptions[0]
+    if lost is not None:
+        # Stopped writing already; Kubernetes restarts the pod, which comes back as a standby.
+        logging.getLogger("kokumi").error("leadership lost: %s; exiting", lost)
+        return 1
     return 0
+
+
+def _leader_election(args: argparse.Namespace) -> LeaderElection | None:
+    """The election flags as :class:`LeaderElection`; ValueError names a bad combination."""
+    if not args.leader_elect:
+        return None
+    timing = Timing(
+        lease_duration=args.leader_elect_lease_duration,
+        renew_deadline=args.leader_elect_renew_deadline,
+        retry_period=args.leader_elect_retry_period,
+    )
+    # The pod's name, and a suffix so that a restarted pod is a new candidate, as in client-go.
+    identity = f"{socket.gethostname()}_{secrets.token_hex(4)}"
+    return LeaderElection(identity, lease_name=args.leader_elect_lease_name, timing=timing)
 
 
 async def until_signalled(async_fn: Callable[..., Awaitable[object]], *args: object) -> object:
@@ -126,6 +160,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="probe these addresses even inside a denied CIDR (repeat the flag; on a tie, allow"
         " wins)",
     )
+    manager.add_argument(
+        "--service-account-dir",
+        default=SERVICE_ACCOUNT_ROOT,
+        help="where the pod's service-account token, ca.crt and namespace are mounted",
+    )
+    manager.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run only while holding the Lease in Kokumi's namespace, so replicas never both"
+        " write (default: on)",
+    )
+    manager.add_argument(
+        "--leader-elect-lease-name", default=DEFAULT_LEASE_NAME, help="the Lease's name"
+    )
+    for flag, default, what in (
+        ("lease-duration", 15.0, "seconds a standby waits after the Lease last changed"),
+        ("renew-deadline", 10.0, "seconds the leader keeps trying to renew before it stops"),
+        ("retry-period", 2.0, "seconds between two tries to take or renew the Lease"),
+    ):
+        manager.add_argument(
+            f"--leader-elect-{flag}", type=float, default=default, help=f"{what} ({default:g})"
+        )
+    manager.add_argument(
+        "--health-port",
+        type=int,
+        default=8080,
+        help="port of /healthz, /readyz and /metrics (0: none; default 8080)",
+    )
+    manager.add_argument(
+        "--log-format", choices=FORMATS, default="text", help="text, or one JSON object a line"
+    )
+    manager.add_argument(
+        "--field-manager",
+        default="kokumi",
+        help="the name in managedFields of every write (default kokumi)",
+    )
     manager.set_defaults(run=_manager)
 
     remove = commands.add_parser(
@@ -150,12 +221,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.set_defaults(run=_demo)
 
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    configure_logs(
+        logging.DEBUG if args.verbose else logging.INFO, getattr(args, "log_format", "text")
     )
-    # One line per HTTP request would drown what matters; httpx speaks up at WARNING.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
     result: int = args.run(args)
     return result
 

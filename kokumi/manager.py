@@ -6,6 +6,10 @@ nursery and stops it by cancelling that nursery (or a scope around it)::
     async with trio.open_nursery() as nursery:
         manager = await nursery.start(kokumi.run_manager, config)
         await manager.wait_checked()
+
+With ``Options.leader_election`` set, everything that reads or writes Clusters runs only while
+this process holds the Lease (:mod:`kokumi.election`); the health server, when asked for, runs
+from the start, so a standby answers its probes.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from kokumi import probe
+from kokumi import health, probe
 from kokumi.actors.context import (
     Context,
     CountingLimiter,
@@ -28,16 +32,21 @@ from kokumi.actors.context import (
 from kokumi.actors.dispatcher import Dispatcher
 from kokumi.actors.incluster import keep_in_cluster
 from kokumi.actors.registry import Registry
+from kokumi.election import LeadershipLost, LeaseElector
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
 
-__all__ = ["Manager", "Options", "run_manager"]
+__all__ = ["LeadershipLost", "Manager", "Options", "run_manager"]
 
 log = logging.getLogger(__name__)
 
 
 class Manager:
-    """A running manager, as handed back by :func:`run_manager` through ``nursery.start``."""
+    """A running manager, as handed back by :func:`run_manager` through ``nursery.start``.
+
+    ``elector`` is the Lease candidate when leader election is on; ``health_port`` the port the
+    health server bound, once it runs.
+    """
 
     def __init__(
         self,
@@ -52,6 +61,7 @@ class Manager:
         self.options = options
         self.metrics = Metrics()
         self.client = client
+        client.observer = self.metrics
         limiter = CountingLimiter(options.max_concurrent_checks, self.metrics)
         self.registry = Registry(
             client,
@@ -71,21 +81,83 @@ class Manager:
             check=check,
         )
         self.dispatcher = Dispatcher(self.context, self.registry)
+        self.elector: LeaseElector | None = None
+        if options.leader_election is not None:
+            self.elector = LeaseElector(
+                client,
+                options.namespace,
+                options.leader_election,
+                on_change=lambda leading: self.metrics.leader.set(int(leading)),
+            )
+        self.health_port: int | None = None
+        self.started = trio.Event()
 
     async def wait_checked(self) -> None:
         """Return once every Cluster that exists now has been checked at least once."""
         await self.dispatcher.wait_checked()
 
+    def readiness(self) -> tuple[bool, str]:
+        """Whether the pod should count as ready, and why, for ``/readyz``.
+
+        A standby is ready while it reads the Lease: it has nothing else to do, and a rollout
+        must be able to count it. A leader (or a manager without election) is ready once its
+        watches have listed everything and every actor has started.
+        """
+        elector = self.elector
+        if elector is not None and not elector.leading.is_set():
+            seen = elector.last_seen
+            limit = elector.timing.lease_duration
+            if seen is None or trio.current_time() - seen > limit:
+                return False, f"standby: the Lease has not been read in the last {limit:g} s"
+            holder = elector.state.holder or "nobody"
+            return True, f"standby: the Lease is held by {holder}"
+        synced = self.dispatcher.clusters.synced and self.dispatcher.environments.synced
+        if not (self.started.is_set() and synced):
+            return False, "starting: the watches have not listed everything yet"
+        return True, "leading: watches synced" if elector is not None else "running: watches synced"
+
     async def run(
         self, *, task_status: trio.TaskStatus[Manager] = trio.TASK_STATUS_IGNORED
     ) -> None:
+        """The controller itself, without election or health server (see :meth:`serve`)."""
         async with trio.open_nursery() as nursery:
             await nursery.start(self.registry.run)
             if self.options.keep_in_cluster:
                 await nursery.start(keep_in_cluster, self.client, self.options.namespace)
             await nursery.start(self.dispatcher.run)
             log.info("manager started (namespace %s)", self.options.namespace)
+            if self.elector is None:
+                self.metrics.leader.set(1)
+            self.started.set()
             task_status.started(self)
+
+    async def serve(
+        self, *, task_status: trio.TaskStatus[Manager] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The health server if asked for, and :meth:`run`, inside the Lease if asked for.
+
+        Without election ``nursery.start`` returns once the manager runs; with it, at once (a
+        standby may wait long), and ``elector.leading`` says when it leads. Raises
+        :class:`LeadershipLost` when the Lease could not be renewed in time.
+        """
+        try:
+            async with trio.open_nursery() as nursery:
+                if self.options.health_port is not None:
+                    self.health_port = await nursery.start(
+                        health.serve,
+                        self.options.health_port,
+                        self.metrics.registry,
+                        self.readiness,
+                    )
+                if self.elector is None:
+                    await nursery.start(self.run)
+                    task_status.started(self)
+                    return
+                task_status.started(self)
+                await self.elector.run(self.run)
+                nursery.cancel_scope.cancel()
+        except* LeadershipLost as group:
+            raise LeadershipLost(str(group.exceptions[0])) from None
 
 
 async def run_manager(
@@ -97,9 +169,10 @@ async def run_manager(
     """Run the manager until cancelled; ``nursery.start`` hands back the :class:`Manager`.
 
     ``config`` is the hub connection (default: in-cluster, else the kubeconfig as kubectl finds
-    it); ``options`` the behaviour (default: what the spec asks for).
+    it); ``options`` the behaviour (default: what the spec asks for, no election, no health
+    server).
     """
     config = config or Config.load()
     options = options or Options()
     async with Client(config, field_manager=options.field_manager) as client:
-        await Manager(client, options).run(task_status=task_status)
+        await Manager(client, options).serve(task_status=task_status)

@@ -29,6 +29,8 @@ def test_manager_command_runs_until_stopped(
             namespace,
             "--argocd-namespace",
             f"{namespace}-argocd",
+            "--health-port",
+            "0",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -48,6 +50,9 @@ def test_manager_command_runs_until_stopped(
     assert process.returncode == 0, output  # a clean stop, as on a pod's SIGTERM
     assert "manager started" in output
     assert f"{stop.name} received: stopping" in output
+    # It led through the Lease in its namespace, and gave the Lease back on the way out.
+    assert "leading: Lease" in output
+    assert f"handed the Lease {namespace}/kokumi-clusters back" in output
     assert "Traceback" not in output
 
 
@@ -62,3 +67,29 @@ def test_manager_command_says_what_is_wrong_with_its_kubeconfig(tmp_path: object
     assert result.returncode == 2
     assert result.stderr.startswith("kokumi: ")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_manager_command_refuses_timings_that_could_let_two_replicas_write(
+    tmp_path: object,
+) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kokumi",
+            "manager",
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",  # never read: the flags are refused first
+            "--leader-elect-renew-deadline",
+            "20",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "kokumi: the lease duration (15 s) must be more than the renew deadline (20 s),"
+        " or a standby could take over while the leader still writes"
+    ]

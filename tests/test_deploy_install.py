@@ -93,6 +93,8 @@ def test_install_yaml_names() -> None:
         ("ValidatingAdmissionPolicyBinding", "kokumi-argocd-secret-integrity"),
         ("ValidatingAdmissionPolicy", "kokumi-secret-role-bindings"),
         ("ValidatingAdmissionPolicyBinding", "kokumi-secret-role-bindings"),
+        ("Role", "kokumi-manager-leader-election"),
+        ("RoleBinding", "kokumi-manager-leader-election"),
         ("Deployment", "kokumi-clusters"),
         ("RoleBinding", "kokumi-argocd-cluster-registrar"),
     }
@@ -126,6 +128,32 @@ def test_manager_deployment_runs_kokumi_manager_locked_down() -> None:
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["resources"]["requests"] and container["resources"]["limits"]
+
+
+def test_two_replicas_elect_a_leader_and_answer_their_probes() -> None:
+    (deployment,) = [doc for doc in documents() if doc["kind"] == "Deployment"]
+    assert deployment["spec"]["replicas"] == 2
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert "--leader-elect" in container["args"]
+    assert container["image"].rsplit(":", 1)[1][0].isdigit()  # a pinned version, not latest
+    (port,) = container["ports"]
+    assert (port["name"], port["containerPort"]) == ("health", 8080)
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    (volume,) = pod["volumes"]
+    assert volume["emptyDir"]["medium"] == "Memory"
+    assert container["volumeMounts"] == [{"name": volume["name"], "mountPath": "/tmp"}]
+    # The Lease, and nothing else, in Kokumi's namespace only.
+    (role,) = [doc for doc in documents() if doc["kind"] == "Role"]
+    assert role["metadata"]["namespace"] == "kokumi"
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "create", "update"],
+        }
+    ]
 
 
 def test_cluster_credentials_role_warns_where_never_to_bind_it() -> None:

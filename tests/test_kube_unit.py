@@ -341,7 +341,7 @@ def test_in_cluster_needs_the_environment(tmp_path: Path, monkeypatch: pytest.Mo
 def test_client_key_file_lives_only_for_the_load(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The PEM key touches the disk only in a private directory that is gone afterwards."""
+    """The PEM key stays in memory, or touches the disk only in a private directory, briefly."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -381,9 +381,17 @@ def test_client_key_file_lives_only_for_the_load(
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(ssl.SSLContext, "load_cert_chain", spy)
+    # On Linux the key stays in memory: a path under /proc/self/fd, nothing in any directory.
     Config("https://x", client_cert=cert_pem, client_key=key_pem, ca=cert_pem).ssl_context()
     assert len(seen) == 1
-    path, file_mode, dir_mode = seen[0]
+    assert seen[0][0].startswith("/proc/self/fd/")
+    assert not os.path.exists(seen[0][0])  # the descriptor is closed again
+    assert list(tmp_path.iterdir()) == []
+    # Without memfd_create, a private file in a private directory, gone afterwards.
+    monkeypatch.delattr(os, "memfd_create")
+    Config("https://x", client_cert=cert_pem, client_key=key_pem, ca=cert_pem).ssl_context()
+    assert len(seen) == 2
+    path, file_mode, dir_mode = seen[1]
     assert (file_mode, dir_mode) == (0o600, 0o700)
     assert not os.path.exists(path)
     assert list(tmp_path.iterdir()) == []

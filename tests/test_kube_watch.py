@@ -176,6 +176,21 @@ async def proxy_to(hub: APIServer) -> AsyncIterator[StallProxy]:
 
 FAST = {"backoff_initial": 0.1, "backoff_max": 1.0}
 
+
+@attrs.define
+class Recorder:
+    """A kube Client observer that remembers what it was told."""
+
+    requests: list[tuple[str, str]] = attrs.field(factory=list)
+    restarts: list[tuple[str, str]] = attrs.field(factory=list)
+
+    def request(self, verb: str, code: str) -> None:
+        self.requests.append((verb, code))
+
+    def watch_restarted(self, resource: str, reason: str) -> None:
+        self.restarts.append((resource, reason))
+
+
 # --- tests --------------------------------------------------------------------------------
 
 
@@ -281,6 +296,7 @@ async def test_gone_relists_and_the_resync_reports_a_deletion_missed_meanwhile(
             admin(hub, f"https://127.0.0.1:{proxy.port}") as blind,
             watching(blind, CONFIG_MAPS, namespace, inactivity_timeout=2, **FAST) as view,
         ):
+            blind.observer = seen = Recorder()
             await eventually(lambda: set(view.objects) == {"doomed", "kept"})
             # Cut the watcher off, then change things it cannot see.
             proxy.refusing = True
@@ -296,6 +312,10 @@ async def test_gone_relists_and_the_resync_reports_a_deletion_missed_meanwhile(
             assert ("DELETED", "doomed") not in view.log
             assert view.objects["kept"]["data"] == {"v": "2"}
             assert view.versions() == await server_versions(client, namespace)
+            # The client's observer heard of the 410 and of the requests, with their codes.
+            assert ("configmaps", "gone") in seen.restarts
+            assert ("GET", "200") in seen.requests
+            assert ("WATCH", "200") in seen.requests
 
 
 async def test_a_silent_stream_is_dropped_and_resumed(hub: APIServer, namespace: str) -> None:

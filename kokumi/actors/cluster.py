@@ -222,6 +222,7 @@ class ClusterActor:
         if self._needs_check(now):
             self._doing = "reading its kubeconfig Secret"
             self._check = await self._run_check(cluster)
+            self._context.metrics.check_finished(self._check.finding.reason)
             self.checks += 1
             self._secret_dirty = False
             # Counted from when the check began, so that waiting for the limiter or a silent

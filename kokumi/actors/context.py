@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import trio
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from kokumi import api, probe
 from kokumi.actors.secretwatch import SecretScope
+from kokumi.availability import Change, Fleet
 from kokumi.egress import EgressPolicy
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff
 from kokumi.kube.client import EVENTS, Client, Resource
+from kokumi.kube.watch import Resync, WatchEvent
+from kokumi.leader import LeaderElection
 
 if TYPE_CHECKING:
     from kokumi.actors.registry import Registration
@@ -25,6 +32,8 @@ if TYPE_CHECKING:
 __all__ = ["Context", "EventRecorder", "InClusterCheck", "Metrics", "Options", "write_status"]
 
 log = logging.getLogger(__name__)
+#: Ready changes of Clusters, one line each, with the Cluster and reason as ``extra`` fields.
+clusters_log = logging.getLogger("kokumi.clusters")
 
 
 @attrs.frozen
@@ -55,6 +64,10 @@ class Options:
     secrets_scope: SecretScope = SecretScope.NAMESPACE
     # Addresses the probe of a Kubeconfig Cluster may connect to (kokumi/egress.py).
     probe_egress: EgressPolicy = attrs.field(factory=EgressPolicy)
+    # Run only while holding a Lease in ``namespace`` (None: always, the embedding default).
+    leader_election: LeaderElection | None = None
+    # Serve /healthz, /readyz and /metrics on this port (None: not at all; 0: any free port).
+    health_port: int | None = None
 
     def next_check_delay(self) -> float:
         return self.check_interval + random.uniform(0.0, self.check_jitter)  # noqa: S311
@@ -65,7 +78,14 @@ class Options:
 
 @attrs.define
 class Metrics:
-    """Counters a test or a benchmark reads; the manager never decides anything on them."""
+    """Everything the manager counts, in one place: plain counters and its Prometheus registry.
+
+    Tests and benchmarks read the plain counters; ``/metrics`` serves ``registry``, which holds
+    its own collectors (never the process-wide default registry, so two managers in one process
+    never mix). The manager decides nothing on any of it. The hooks are small and observe from
+    outside the actors: the kube Client's request path and watches (:meth:`request`,
+    :meth:`watch_restarted`), the check limiter, and the Cluster watch (:meth:`clusters_seen`).
+    """
 
     status_writes: int = 0
     checks: int = 0
@@ -73,6 +93,154 @@ class Metrics:
     registry_writes: int = 0
     concurrent_checks: int = 0
     max_concurrent_checks: int = 0
+    registry: CollectorRegistry = attrs.field(factory=CollectorRegistry, eq=False, repr=False)
+    fleet: Fleet = attrs.field(factory=lambda: Fleet(api.FINALIZER), eq=False, repr=False)
+    clock: Callable[[], float] = attrs.field(default=time.monotonic, eq=False, repr=False)
+    check_results: Counter = attrs.field(init=False, eq=False, repr=False)
+    check_seconds: Histogram = attrs.field(init=False, eq=False, repr=False)
+    checks_waiting: Gauge = attrs.field(init=False, eq=False, repr=False)
+    watch_restarts: Counter = attrs.field(init=False, eq=False, repr=False)
+    api_requests: Counter = attrs.field(init=False, eq=False, repr=False)
+    leader: Gauge = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        r = self.registry
+        self.check_results = Counter(
+            "kokumi_checks",
+            "Checks of Clusters, by the Ready reason they found",
+            ["result"],
+            registry=r,
+        )
+        self.check_seconds = Histogram(
+            "kokumi_check_duration_seconds",
+            "How long one check of a cluster took, once it had its turn under the limiter",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0),
+            registry=r,
+        )
+        self.checks_waiting = Gauge(
+            "kokumi_checks_waiting",
+            "Checks waiting for the limiter of concurrent checks",
+            registry=r,
+        )
+        self.watch_restarts = Counter(
+            "kokumi_watch_restarts",
+            "Watches started again: reason gone is a 410 (history compacted, a relist follows),"
+            " error a failed request or stream",
+            ["resource", "reason"],
+            registry=r,
+        )
+        self.api_requests = Counter(
+            "kokumi_api_requests",
+            "Requests to the hub's API server, by verb (HTTP method, WATCH for watches) and"
+            " status code (error: no answer)",
+            ["verb", "code"],
+            registry=r,
+        )
+        self.leader = Gauge(
+            "kokumi_leader",
+            "1 while this manager leads (holds the Lease, or runs without election), else 0",
+            registry=r,
+        )
+        r.register(_FleetCollector(self))
+
+    # --- hooks ------------------------------------------------------------------------------
+
+    def request(self, verb: str, code: str) -> None:
+        """The kube Client answered one request (each retry counts)."""
+        self.api_requests.labels(verb, code).inc()
+
+    def watch_restarted(self, resource: str, reason: str) -> None:
+        self.watch_restarts.labels(resource, reason).inc()
+
+    def check_finished(self, result: str) -> None:
+        self.check_results.labels(result).inc()
+
+    def clusters_seen(self, event: WatchEvent | Resync) -> None:
+        """The dispatcher's Cluster watch brought ``event``: follow Ready, log each change once."""
+        now = self.clock()
+        if isinstance(event, Resync):
+            changes = self.fleet.resync(event.objects, now)
+        elif event.type == "DELETED":
+            self.fleet.delete(event.object)
+            changes = []
+        else:
+            changes = self.fleet.update(event.object, now)
+        for change in changes:
+            _log_change(change)
+
+
+class _FleetCollector(Collector):
+    """Per-Cluster and per-reason figures, computed when ``/metrics`` is read."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        m = self._metrics
+        fleet = m.fleet
+        now = m.clock()
+        by_reason = GaugeMetricFamily(
+            "kokumi_clusters", "Clusters by the reason of their Ready condition", labels=["reason"]
+        )
+        for reason, count in sorted(fleet.by_reason().items()):
+            by_reason.add_metric([reason], count)
+        yield by_reason
+        yield GaugeMetricFamily(
+            "kokumi_registrations_held",
+            "Clusters that hold their server's Argo CD registration",
+            value=fleet.registrations(),
+        )
+        yield GaugeMetricFamily(
+            "kokumi_registration_conflicts",
+            "Clusters whose Ready reason is ClusterConflict",
+            value=fleet.by_reason().get("ClusterConflict", 0),
+        )
+        availability = GaugeMetricFamily(
+            "kokumi_cluster_availability_ratio",
+            "Share of the last hour (as watched by this manager) with Ready True",
+            labels=["namespace", "name"],
+        )
+        flips = GaugeMetricFamily(
+            "kokumi_cluster_ready_flips_last_hour",
+            "Changes of Ready within the last hour (flaps)",
+            labels=["namespace", "name"],
+        )
+        flips_total = CounterMetricFamily(
+            "kokumi_cluster_ready_flips",
+            "Changes of Ready since this manager began watching the Cluster",
+            labels=["namespace", "name"],
+        )
+        for (namespace, name), state in sorted(fleet.clusters.items()):
+            ratio = state.history.ratio(now)
+            if ratio is None:
+                continue
+            availability.add_metric([namespace, name], ratio)
+            flips.add_metric([namespace, name], state.history.flips(now))
+            flips_total.add_metric([namespace, name], state.flips_total)
+        yield availability
+        yield flips
+        yield flips_total
+        for name, help_text, value in (
+            ("kokumi_status_writes", "Status writes of Clusters", m.status_writes),
+            ("kokumi_registry_writes", "Writes of Argo CD cluster Secrets", m.registry_writes),
+            ("kokumi_checks_started", "Checks that got their turn under the limiter", m.checks),
+        ):
+            yield CounterMetricFamily(name, help_text, value=value)
+        yield GaugeMetricFamily(
+            "kokumi_checks_running", "Checks running now", value=m.concurrent_checks
+        )
+
+
+def _log_change(change: Change) -> None:
+    status, reason, message = change.after
+    extra = {"cluster_namespace": change.namespace, "cluster_name": change.name, "reason": reason}
+    where = f"{change.namespace}/{change.name}"
+    if status == "True":
+        clusters_log.info("Cluster %s is Ready", where, extra=extra)
+    else:
+        clusters_log.warning(
+            "Cluster %s is not Ready (%s): %s", where, reason, message, extra=extra
+        )
 
 
 class RegistryHandle(Protocol):
@@ -102,15 +270,21 @@ class CountingLimiter:
     def __init__(self, total: int, metrics: Metrics) -> None:
         self._limiter = trio.CapacityLimiter(total)
         self._metrics = metrics
+        self._started: dict[trio.lowlevel.Task, float] = {}
 
     async def __aenter__(self) -> None:
-        await self._limiter.acquire()
         m = self._metrics
+        with m.checks_waiting.track_inprogress():
+            await self._limiter.acquire()
         m.checks += 1
         m.concurrent_checks += 1
         m.max_concurrent_checks = max(m.max_concurrent_checks, m.concurrent_checks)
+        self._started[trio.lowlevel.current_task()] = trio.current_time()
 
     async def __aexit__(self, *exc: object) -> None:
+        started = self._started.pop(trio.lowlevel.current_task(), None)
+        if started is not None:
+            self._metrics.check_seconds.observe(trio.current_time() - started)
         self._metrics.concurrent_checks -= 1
         self._limiter.release()
 

@@ -106,6 +106,7 @@ class Dispatcher:
 
     async def _follow_clusters(self, receive: Events) -> None:
         async for event in receive:
+            self._context.metrics.clusters_seen(event)
             if isinstance(event, Resync):
                 present = {_uid(o) for o in event.objects}
                 for uid in set(self._actors) - present:

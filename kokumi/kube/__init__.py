@@ -13,6 +13,7 @@ from .client import (
     SECRETS,
     SERVICE_ACCOUNTS,
     Client,
+    Observer,
     Resource,
 )
 from .config import SERVICE_ACCOUNT_ROOT, Config, FileToken, StaticToken, TokenProvider
@@ -40,6 +41,7 @@ from .watch import Resync, Store, WatchEvent, watch
 __all__ = [
     # client
     "Client",
+    "Observer",
     "Resource",
     "CONFIG_MAPS",
     "CUSTOM_RESOURCE_DEFINITIONS",

@@ -13,7 +13,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Protocol, Self
 from urllib.parse import quote
 
 import attrs
@@ -41,6 +41,7 @@ __all__ = [
     "SECRETS",
     "SERVICE_ACCOUNTS",
     "Client",
+    "Observer",
     "Resource",
 ]
 
@@ -113,6 +114,28 @@ CUSTOM_RESOURCE_DEFINITIONS = Resource(
 )
 
 
+class Observer(Protocol):
+    """What a program may want to count about a client's work (``client.observer = ...``).
+
+    Each method is called inline on the request path, so it must be quick and must not raise.
+    The default observer counts nothing.
+    """
+
+    def request(self, verb: str, code: str) -> None:
+        """One answer (``code``: the HTTP status, or ``error`` without one); retries count."""
+
+    def watch_restarted(self, resource: str, reason: str) -> None:
+        """A watch of ``resource`` starts again: ``gone`` after a 410, ``error`` after a failure."""
+
+
+class _Unobserved:
+    def request(self, verb: str, code: str) -> None:
+        pass
+
+    def watch_restarted(self, resource: str, reason: str) -> None:
+        pass
+
+
 class Client:
     """An API server connection shared by every caller in the process.
 
@@ -142,6 +165,7 @@ class Client:
         self._max_retries = max_retries
         self._max_retry_delay = max_retry_delay
         self._extensions: dict[str, Any] = {}
+        self.observer: Observer = _Unobserved()
         if config.tls_server_name and config.proxy_url:
             # Through a CONNECT tunnel httpx sends SNI for the URL's host and checks that name:
             # refusing beats failing later on a certificate that "does not match".
@@ -503,10 +527,13 @@ class Client:
                 extensions=dict(self._extensions),
                 timeout=self._stream_timeout if stream else self._timeout,
             )
+            verb = "WATCH" if stream and (params or {}).get("watch") == "true" else method
             try:
                 response = await self._http.send(request, stream=stream)
             except httpx.HTTPError as exc:
+                self.observer.request(verb, "error")
                 raise TransportError(f"{context}: {_describe(exc)}") from exc
+            self.observer.request(verb, str(response.status_code))
             if response.status_code < 400:
                 return response
             try:

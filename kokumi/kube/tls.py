@@ -26,9 +26,10 @@ def ssl_context(
     """A client context trusting only ``ca_pem`` (the system store without it).
 
     ``insecure`` turns verification off entirely, as ``insecure-skip-tls-verify`` does in kubectl.
-    Python's ``ssl`` loads a client key only from a file, so the PEM goes to a private (0600) file
-    in a fresh directory for the one ``load_cert_chain`` call and is removed right after. The
-    texts of :class:`ConfigError` name what is unusable, never the PEM itself.
+    Python's ``ssl`` loads a client key only from a path, so the PEM goes to an anonymous memory
+    file for the one ``load_cert_chain`` call (a private 0600 file in a fresh temporary
+    directory, removed right after, where there is no ``memfd_create``). The texts of
+    :class:`ConfigError` name what is unusable, never the PEM itself.
     """
     if ca_pem is not None:
         if not ca_pem.strip():
@@ -46,21 +47,41 @@ def ssl_context(
     if (cert_pem is None) != (key_pem is None):
         raise ConfigError("a client certificate needs its key, and a key its certificate")
     if cert_pem is not None and key_pem is not None:
-        with tempfile.TemporaryDirectory(prefix="kokumi-tls-") as directory:
-            path = os.path.join(directory, "client.pem")
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                with os.fdopen(fd, "wb") as file:
-                    file.write(cert_pem.rstrip(b"\n") + b"\n" + key_pem)
-                context.load_cert_chain(path)
-            except ssl.SSLError as exc:
-                raise ConfigError(
-                    f"the client certificate or key is unusable: {_why(exc)}"
-                ) from None
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
+        pem = cert_pem.rstrip(b"\n") + b"\n" + key_pem
+        try:
+            _load_chain(context, pem)
+        except ssl.SSLError as exc:
+            raise ConfigError(f"the client certificate or key is unusable: {_why(exc)}") from None
     return context
+
+
+def _load_chain(context: ssl.SSLContext, pem: bytes) -> None:
+    """``load_cert_chain`` from memory where Linux allows it, else from a private temporary file.
+
+    An anonymous memory file (``memfd_create``) has a path only through ``/proc/self/fd`` and
+    vanishes with its descriptor, so the key never reaches a filesystem: a read-only root with
+    no writable ``/tmp`` works, and nothing is left behind if the process dies mid-way.
+    """
+    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+        fd = os.memfd_create("kokumi-tls", os.MFD_CLOEXEC)
+        try:
+            view = memoryview(pem)
+            while view:
+                view = view[os.write(fd, view) :]
+            context.load_cert_chain(f"/proc/self/fd/{fd}")
+        finally:
+            os.close(fd)
+        return
+    with tempfile.TemporaryDirectory(prefix="kokumi-tls-") as directory:
+        path = os.path.join(directory, "client.pem")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as file:
+                file.write(pem)
+            context.load_cert_chain(path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
 
 def _why(exc: Exception) -> str:

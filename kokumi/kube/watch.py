@@ -202,6 +202,7 @@ class _Watcher:
                 # The history we would resume from is gone: only a fresh list can tell what was
                 # deleted meanwhile, and the Resync hands that to the consumer.
                 logger.info("watch %s: %s; listing again", self.path, exc)
+                self.client.observer.watch_restarted(self.resource.plural, "gone")
                 if self.resource_version is None:  # the list itself failed so: do not spin
                     await trio.sleep(self.backoff.next())
                 self.resource_version = None
@@ -213,6 +214,7 @@ class _Watcher:
                 # costs a line, not a thousand.
                 delay = self.backoff.next()
                 self.failures.failed(exc, retry_in=delay)
+                self.client.observer.watch_restarted(self.resource.plural, "error")
                 await trio.sleep(delay)
                 continue
             if healthy:

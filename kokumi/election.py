@@ -1,0 +1,229 @@
+"""The Lease loop: run a body only while this process holds the manager's Lease.
+
+:meth:`LeaseElector.run` waits until the Lease is this candidate's, runs the body, renews every
+retry period, and when no renewal goes through before the renew deadline it cancels the body and
+raises :class:`LeadershipLost` (``kokumi manager`` then exits non-zero and Kubernetes restarts the
+pod as a fresh standby). When the body is cancelled from outside (SIGTERM), the Lease is handed
+back after the body has stopped, so a standby takes over at its next try instead of waiting out
+the lease. What to do at each step is decided by :mod:`kokumi.leader`; this module only reads,
+writes and sleeps.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from kokumi import leader
+from kokumi.kube import errors
+from kokumi.kube.client import LEASES, Client
+
+__all__ = ["LeadershipLost", "LeaseElector"]
+
+log = logging.getLogger(__name__)
+
+#: How long a stopping leader tries to hand the Lease back before it gives up and lets it expire.
+RELEASE_TIMEOUT = 5.0
+
+
+class LeadershipLost(Exception):
+    """The leader could not renew its Lease in time, or somebody else holds it now."""
+
+
+class LeaseElector:
+    """One candidate for the Lease ``config.lease_name`` in ``namespace``.
+
+    ``on_change(leading)`` is called whenever this candidate starts or stops leading (metrics).
+    ``last_seen`` is the Trio time of the last successful read or write of the Lease: a standby
+    that reads it regularly is healthy even though it does nothing else.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        namespace: str,
+        config: leader.LeaderElection,
+        *,
+        on_change: Callable[[bool], None] | None = None,
+        wall: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ) -> None:
+        self._client = client
+        self.namespace = namespace
+        self.config = config
+        self.state = leader.Elector(config.identity, config.timing)
+        self.last_seen: float | None = None
+        self._on_change = on_change or (lambda leading: None)
+        self._wall = wall
+        self._lease: dict[str, Any] | None = None
+        self._last_problem = ""
+        self.leading = trio.Event()
+
+    @property
+    def identity(self) -> str:
+        return self.config.identity
+
+    @property
+    def timing(self) -> leader.Timing:
+        return self.config.timing
+
+    async def run(self, body: Callable[[], Awaitable[object]]) -> None:
+        """Run ``body`` while this candidate holds the Lease; never before it does.
+
+        Returns when ``body`` returns (the Lease is handed back). Raises :class:`LeadershipLost`
+        once the body has been cancelled for a renewal that did not come in time.
+        """
+        lost: str | None = None
+        try:
+            await self._acquire()
+            async with trio.open_nursery() as nursery:
+
+                async def keep() -> None:
+                    nonlocal lost
+                    lost = await self._renew_until_lost()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(keep)
+                await body()
+                nursery.cancel_scope.cancel()
+        finally:
+            # Whatever ended the body, it has stopped writing by now: the nursery is closed.
+            if self.leading.is_set():
+                self._set_leading(False)
+            if self.state.leading and lost is None:
+                with trio.CancelScope(shield=True) as scope:
+                    scope.deadline = trio.current_time() + RELEASE_TIMEOUT
+                    await self._release()
+            self.state = self.state.stepped_down()
+        if lost is not None:
+            raise LeadershipLost(lost)
+
+    # --- the steps --------------------------------------------------------------------------------
+
+    async def _acquire(self) -> None:
+        log.info(
+            "waiting to lead: Lease %s/%s, candidate %s",
+            self.namespace,
+            self.config.lease_name,
+            self.identity,
+        )
+        # Polled, as client-go does: a watch would not tell when a silent holder's lease expires.
+        while not await self._attempt():  # noqa: ASYNC110
+            await trio.sleep(self._retry_delay())
+        log.info("leading: Lease %s/%s is held by %s", *self._where(), self.identity)
+
+    async def _renew_until_lost(self) -> str:
+        """Renew every retry period until a renewal fails to arrive in time; say why it ended."""
+        while True:
+            with trio.move_on_at(self.state.stop_by()):
+                await trio.sleep(self.timing.retry_period)
+                while not await self._attempt():
+                    if not self.state.leading:
+                        return f"the Lease {'/'.join(self._where())} is held by {self.state.holder}"
+                    await trio.sleep(self._retry_delay())
+                continue
+            return (
+                f"could not renew the Lease {'/'.join(self._where())} within"
+                f" {self.timing.renew_deadline:g} s"
+            )
+
+    async def _attempt(self) -> bool:
+        """One read and, if the rules say so, one write of the Lease; whether we hold it now."""
+        started = trio.current_time()
+        try:
+            await self._read(started)
+            decision = leader.decide(self.state, trio.current_time(), self._wall())
+            if isinstance(decision, leader.Wait):
+                self._problem("")
+                return False
+            if isinstance(decision, leader.Lost):
+                log.warning("the Lease is now held by %s: stepping down", decision.holder)
+                self.state = self.state.stepped_down()
+                return False
+            await self._write(decision, started)
+        except (errors.Conflict, errors.AlreadyExists):
+            # Another candidate wrote first: the rules work as meant, nothing to report.
+            log.debug("Lease %s/%s: another candidate wrote it first", *self._where())
+            return False
+        except errors.KubeError as exc:
+            self._problem(str(exc))
+            return False
+        self._problem("")
+        if not self.leading.is_set():
+            self._set_leading(True)
+        return True
+
+    async def _read(self, now: float) -> None:
+        try:
+            lease = await self._client.get(LEASES, self.config.lease_name, namespace=self.namespace)
+        except errors.NotFound:
+            self._lease = None
+            self.state = self.state.observe(None, "", now)
+        else:
+            self._lease = lease
+            record = leader.parse_record(lease.get("spec"))
+            version = str((lease.get("metadata") or {}).get("resourceVersion", ""))
+            self.state = self.state.observe(record, version, now)
+        self.last_seen = trio.current_time()
+
+    async def _write(self, decision: leader.Create | leader.Update, started: float) -> None:
+        spec = leader.spec_of(decision.record)
+        if isinstance(decision, leader.Create):
+            body = {
+                "apiVersion": LEASES.api_version,
+                "kind": LEASES.kind,
+                "metadata": {"name": self.config.lease_name, "namespace": self.namespace},
+                "spec": spec,
+            }
+            written = await self._client.create(LEASES, body, namespace=self.namespace)
+        else:
+            current = self._lease or {}
+            metadata = dict(current.get("metadata") or {})
+            metadata["resourceVersion"] = decision.resource_version
+            body = {**current, "metadata": metadata, "spec": {**current.get("spec", {}), **spec}}
+            written = await self._client.replace(LEASES, body, namespace=self.namespace)
+        self._lease = written
+        version = str((written.get("metadata") or {}).get("resourceVersion", ""))
+        self.state = self.state.wrote(decision.record, version, started)
+        self.last_seen = trio.current_time()
+
+    async def _release(self) -> None:
+        """Hand the Lease back: empty holder, one-second lease, so a standby takes it at once."""
+        record = self.state.release(self._wall())
+        self.state = self.state.stepped_down()
+        if record is None or self._lease is None:
+            return
+        metadata = dict(self._lease.get("metadata") or {})
+        body = {**self._lease, "spec": {**self._lease.get("spec", {}), **leader.spec_of(record)}}
+        body["metadata"] = metadata
+        try:
+            await self._client.replace(LEASES, body, namespace=self.namespace)
+        except errors.KubeError as exc:
+            log.warning("could not hand the Lease back (%s): it runs out by itself", exc)
+            return
+        log.info("handed the Lease %s/%s back", *self._where())
+
+    # --- helpers ----------------------------------------------------------------------------------
+
+    def _set_leading(self, leading: bool) -> None:
+        if leading:
+            self.leading.set()
+        else:
+            self.leading = trio.Event()
+        self._on_change(leading)
+
+    def _problem(self, problem: str) -> None:
+        """Log a failure once when it starts or changes, not once per retry."""
+        if problem and problem != self._last_problem:
+            log.warning("Lease %s/%s: %s; retrying", *self._where(), problem)
+        self._last_problem = problem
+
+    def _retry_delay(self) -> float:
+        return self.timing.retry_period * random.uniform(1.0, leader.JITTER)  # noqa: S311
+
+    def _where(self) -> tuple[str, str]:
+        return self.namespace, self.config.lease_name

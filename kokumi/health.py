@@ -1,0 +1,112 @@
+"""``/healthz``, ``/readyz`` and ``/metrics`` on one port, served by h11 on ``trio.serve_tcp``.
+
+Why not an ASGI server such as hypercorn's Trio worker: three GET endpoints for the kubelet and
+Prometheus need no routing, streaming, HTTP/2 or lifespan protocol, and h11 is already installed
+as httpx's (httpcore's) HTTP/1.1 engine, so the whole server is this page with no new
+dependency. It runs in the manager's own Trio loop, which is the point of ``/healthz``: an answer
+proves the loop is turning. Each connection gets one request and is closed, under a deadline,
+so a slow or silent client cannot hold anything.
+
+``/metrics`` is rendered by ``prometheus_client`` from the manager's own registry (the format is
+the library's, text or OpenMetrics as the scraper's ``Accept`` asks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from collections.abc import Callable
+
+import h11
+import trio
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+
+__all__ = ["serve"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds a client has to send its request and read the answer.
+CONNECTION_TIMEOUT = 10.0
+MAX_REQUEST_BYTES = 16 * 1024
+
+Readiness = Callable[[], tuple[bool, str]]
+
+
+async def serve(
+    port: int,
+    registry: CollectorRegistry,
+    readiness: Readiness,
+    host: str | None = None,
+    *,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve until cancelled; ``nursery.start`` hands back the port bound (``port=0``: any)."""
+
+    async def handle(stream: trio.SocketStream) -> None:
+        with trio.move_on_after(CONNECTION_TIMEOUT):
+            # A client that went away or spoke nonsense gets no answer.
+            with contextlib.suppress(
+                trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError
+            ):
+                await _one_request(stream, registry, readiness)
+        await trio.aclose_forcefully(stream)
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(functools.partial(trio.serve_tcp, handle, port, host=host))
+        bound = listeners[0].socket.getsockname()[1]
+        log.info("health and metrics on port %d: /healthz /readyz /metrics", bound)
+        task_status.started(bound)
+
+
+async def _one_request(
+    stream: trio.SocketStream, registry: CollectorRegistry, readiness: Readiness
+) -> None:
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
+    request: h11.Request | None = None
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            data = await stream.receive_some(MAX_REQUEST_BYTES)
+            conn.receive_data(data)
+            continue
+        if isinstance(event, h11.Request):
+            request = event
+            continue
+        if isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+            break
+    if request is None:
+        return
+    status, content_type, body = _answer(request, registry, readiness)
+    headers = [
+        ("Content-Type", content_type),
+        ("Content-Length", str(len(body))),
+        ("Connection", "close"),
+    ]
+    await stream.send_all(conn.send(h11.Response(status_code=status, headers=headers)))
+    if request.method != b"HEAD":
+        await stream.send_all(conn.send(h11.Data(data=body)))
+    await stream.send_all(conn.send(h11.EndOfMessage()))
+
+
+def _answer(
+    request: h11.Request, registry: CollectorRegistry, readiness: Readiness
+) -> tuple[int, str, bytes]:
+    text = "text/plain; charset=utf-8"
+    if request.method not in (b"GET", b"HEAD"):
+        return 405, text, b"only GET and HEAD\n"
+    path = request.target.split(b"?", 1)[0]
+    if path == b"/healthz":
+        return 200, text, b"ok\n"
+    if path == b"/readyz":
+        ready, why = readiness()
+        return (200 if ready else 503), text, f"{why}\n".encode()
+    if path == b"/metrics":
+        accept = ""
+        for name, value in request.headers:
+            if name == b"accept":
+                accept = value.decode("latin-1")
+        encoder, content_type = choose_encoder(accept)
+        return 200, content_type, encoder(registry)
+    return 404, text, b"not found: try /healthz, /readyz or /metrics\n"

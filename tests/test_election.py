@@ -1,0 +1,189 @@
+"""The Lease loop against the real hub: one leader, a handover on stop, and a leader that loses.
+
+Short timings (a 2 s lease) keep the tests quick; the rules are the same as with 15/10/2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import attrs
+import pytest
+import trio
+
+from kokumi.controlplane import APIServer
+from kokumi.election import LeadershipLost, LeaseElector
+from kokumi.kube import LEASES, SERVICE_ACCOUNTS, Client, Config
+from kokumi.leader import LeaderElection, Timing
+from tests.conftest import run_kubectl
+
+TIMING = Timing(lease_duration=2.0, renew_deadline=1.5, retry_period=0.25)
+LEASE = "kokumi-clusters"
+
+
+@pytest.fixture
+async def admin(hub: APIServer) -> AsyncIterator[Client]:
+    async with Client(Config.from_kubeconfig(hub.admin_kubeconfig)) as client:
+        yield client
+
+
+def candidate(client: Client, namespace: str, identity: str) -> LeaseElector:
+    return LeaseElector(client, namespace, LeaderElection(identity, timing=TIMING))
+
+
+async def holder(admin: Client, namespace: str) -> dict[str, object]:
+    spec: dict[str, object] = (await admin.get(LEASES, LEASE, namespace=namespace))["spec"]
+    return spec
+
+
+async def test_one_leads_the_other_waits_and_takes_over_when_it_stops(
+    admin: Client, namespace: str
+) -> None:
+    a, b = candidate(admin, namespace, "a"), candidate(admin, namespace, "b")
+    running: list[str] = []
+
+    def body(name: str) -> object:
+        async def work() -> None:
+            running.append(name)
+            await trio.sleep_forever()
+
+        return work
+
+    async with trio.open_nursery() as nursery:
+        first = trio.CancelScope()
+
+        async def run_a() -> None:
+            with first:
+                await a.run(body("a"))
+
+        nursery.start_soon(run_a)
+        with trio.fail_after(5):
+            await a.leading.wait()
+        nursery.start_soon(b.run, body("b"))
+        await trio.sleep(TIMING.lease_duration * 2)  # a renews all along: b never gets in
+        assert running == ["a"]
+        spec = await holder(admin, namespace)
+        assert (spec["holderIdentity"], spec["leaseDurationSeconds"]) == ("a", 2)
+        assert spec["leaseTransitions"] == 0
+
+        first.cancel()  # a stops as on SIGTERM: it hands the Lease back
+        stopped = trio.current_time()
+        with trio.fail_after(5):
+            await b.leading.wait()
+        took = trio.current_time() - stopped
+        # At b's next try, not after the lease ran out (that would take 1.7 s or more).
+        assert took < TIMING.lease_duration * 0.75
+        assert running == ["a", "b"]
+        spec = await holder(admin, namespace)
+        assert (spec["holderIdentity"], spec["leaseTransitions"]) == ("b", 1)
+        nursery.cancel_scope.cancel()
+    spec = await holder(admin, namespace)
+    assert (spec["holderIdentity"], spec["leaseDurationSeconds"]) == ("", 1)
+
+
+@attrs.define
+class Switchable:
+    """A bearer token the test can spoil, as if the API server stopped accepting the leader."""
+
+    value: str = attrs.field(repr=False)
+
+    async def token(self) -> str:
+        return self.value
+
+    async def refresh(self) -> str | None:
+        return None
+
+
+async def test_a_leader_that_cannot_renew_stops_before_anyone_may_take_over(
+    admin: Client, hub: APIServer, namespace: str
+) -> None:
+    await admin.create(SERVICE_ACCOUNTS, {"metadata": {"name": "elect"}}, namespace=namespace)
+    run_kubectl(
+        hub,
+        "-n",
+        namespace,
+        "create",
+        "role",
+        "elect",
+        "--verb=get,create,update",
+        "--resource=leases.coordination.k8s.io",
+    )
+    run_kubectl(
+        hub,
+        "-n",
+        namespace,
+        "create",
+        "rolebinding",
+        "elect",
+        "--role=elect",
+        f"--serviceaccount={namespace}:elect",
+    )
+    token = run_kubectl(hub, "-n", namespace, "create", "token", "elect").stdout.strip()
+    switch = Switchable(token)
+    config = attrs.evolve(
+        Config.from_kubeconfig(hub.admin_kubeconfig),
+        token=switch,
+        client_cert=None,
+        client_key=None,
+    )
+    async with Client(config) as client:
+        elector = candidate(client, namespace, "a")
+        stopped: list[tuple[float, float | None]] = []
+
+        async def body() -> None:
+            try:
+                await trio.sleep_forever()
+            finally:
+                stopped.append((trio.current_time(), elector.state.renewed_at))
+
+        async def spoil_once_leading() -> None:
+            await elector.leading.wait()
+            await trio.sleep(TIMING.retry_period * 3)  # a few good renewals first
+            switch.value = "spoiled"
+
+        with (
+            trio.fail_after(20),
+            pytest.RaisesGroup(pytest.RaisesExc(LeadershipLost, match=r"within 1\.5 s")),
+        ):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(spoil_once_leading)
+                try:
+                    await elector.run(body)
+                finally:
+                    nursery.cancel_scope.cancel()
+    ((stopped_at, last_renewal),) = stopped
+    assert last_renewal is not None
+    # Stopped by the renew deadline, before the lease (2 s) lets a standby in.
+    assert TIMING.renew_deadline <= stopped_at - last_renewal < TIMING.lease_duration
+    assert not elector.leading.is_set()
+    spec = await holder(admin, namespace)
+    assert spec["holderIdentity"] == "a"  # it could not write, so it did not hand back
+
+
+async def test_a_leader_that_sees_another_holder_steps_down_at_once(
+    admin: Client, namespace: str
+) -> None:
+    elector = candidate(admin, namespace, "a")
+    cancelled = trio.Event()
+
+    async def body() -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            cancelled.set()
+
+    async def intrude() -> None:
+        await elector.leading.wait()
+        lease = await admin.get(LEASES, LEASE, namespace=namespace)
+        lease["spec"]["holderIdentity"] = "intruder"
+        await admin.replace(LEASES, lease, namespace=namespace)
+
+    with (
+        trio.fail_after(10),
+        pytest.RaisesGroup(pytest.RaisesExc(LeadershipLost, match="held by intruder")),
+    ):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(intrude)
+            await elector.run(body)
+    assert cancelled.is_set()
+    assert (await holder(admin, namespace))["holderIdentity"] == "intruder"

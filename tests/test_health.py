@@ -1,0 +1,104 @@
+"""The health server on loopback: its three paths, and /metrics as Prometheus parses it."""
+
+from __future__ import annotations
+
+import httpx
+import trio
+from prometheus_client.parser import text_string_to_metric_families
+
+from kokumi import health
+from kokumi.actors.context import Metrics
+from kokumi.kube.watch import Resync, WatchEvent
+
+
+def families(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    return {
+        family.name: [(dict(s.labels), s.value) for s in family.samples]
+        for family in text_string_to_metric_families(text)
+    }
+
+
+async def test_healthz_readyz_and_metrics() -> None:
+    metrics = Metrics()
+    state = {"ready": (False, "starting: the watches have not listed everything yet")}
+    metrics.clusters_seen(
+        Resync(
+            (
+                {
+                    "metadata": {"namespace": "team", "name": "edge"},
+                    "status": {
+                        "conditions": [
+                            {"type": "Ready", "status": "False", "reason": "Unreachable"}
+                        ]
+                    },
+                },
+            )
+        )
+    )
+    # edge comes back, and goes away again: two flips, and Ready now False.
+    for status in ("True", "False"):
+        edge = {
+            "metadata": {"namespace": "team", "name": "edge"},
+            "status": {"conditions": [{"type": "Ready", "status": status, "reason": "X"}]},
+        }
+        metrics.clusters_seen(WatchEvent("MODIFIED", edge))
+    metrics.request("GET", "200")
+    metrics.watch_restarted("clusters", "gone")
+    metrics.check_finished("Unreachable")
+    metrics.check_seconds.observe(0.3)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(
+            health.serve, 0, metrics.registry, lambda: state["ready"], "127.0.0.1"
+        )
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            healthz = await http.get("/healthz")
+            assert (healthz.status_code, healthz.text) == (200, "ok\n")
+            readyz = await http.get("/readyz")
+            assert readyz.status_code == 503
+            assert "watches have not listed" in readyz.text
+            state["ready"] = (True, "leading: watches synced")
+            assert (await http.get("/readyz")).status_code == 200
+            assert (await http.get("/nope")).status_code == 404
+            assert (await http.post("/metrics")).status_code == 405
+
+            scraped = await http.get("/metrics")
+            assert scraped.status_code == 200
+            assert scraped.headers["content-type"].startswith("text/plain")
+            found = families(scraped.text)
+            assert found["kokumi_clusters"] == [({"reason": "X"}, 1.0)]
+            ((labels, ratio),) = found["kokumi_cluster_availability_ratio"]
+            assert labels == {"namespace": "team", "name": "edge"}
+            assert 0.0 <= ratio < 1.0
+            assert found["kokumi_cluster_ready_flips_last_hour"] == [
+                ({"namespace": "team", "name": "edge"}, 2.0)
+            ]
+            assert found["kokumi_cluster_ready_flips"] == [
+                ({"namespace": "team", "name": "edge"}, 2.0)
+            ]
+            assert ({"verb": "GET", "code": "200"}, 1.0) in found["kokumi_api_requests"]
+            assert ({"resource": "clusters", "reason": "gone"}, 1.0) in found[
+                "kokumi_watch_restarts"
+            ]
+            assert ({"result": "Unreachable"}, 1.0) in found["kokumi_checks"]
+            assert found["kokumi_leader"] == [({}, 0.0)]
+
+            openmetrics = await http.get(
+                "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+            )
+            assert openmetrics.headers["content-type"].startswith("application/openmetrics-text")
+            assert openmetrics.text.endswith("# EOF\n")
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_silent_client_is_dropped_and_others_still_answered() -> None:
+    metrics = Metrics()
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(
+            health.serve, 0, metrics.registry, lambda: (True, "ok"), "127.0.0.1"
+        )
+        silent = await trio.open_tcp_stream("127.0.0.1", port)
+        await silent.send_all(b"GET /healthz HTTP/1.1\r\n")  # and never the rest
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            assert (await http.get("/healthz")).status_code == 200
+        await silent.aclose()
+        nursery.cancel_scope.cancel()

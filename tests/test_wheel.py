@@ -1,0 +1,106 @@
+"""The wheel the image installs: built from the checkout, installed and run outside it.
+
+Building the image needs a container engine and a Python base image, which a test run cannot
+count on (``deploy/check-image.py`` checks a built image; ``docs/operations.md`` says how it was
+built here). This test covers the image's first stage with no engine and no network: build the
+wheel, install it into a fresh virtual environment in a directory outside the checkout, and run
+``kokumi`` from there. The fresh environment gets no Kokumi from anywhere else; the third-party
+dependencies, which cannot be downloaded here, come from this test environment through a path
+entry that does not make the checkout importable (the checkout's editable install is a ``.pth``
+file there, which a plain path entry never runs).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import site
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return subprocess.run(
+        [str(a) for a in args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+
+
+def test_the_wheel_installs_and_runs_outside_the_checkout(tmp_path: Path) -> None:
+    # What the Dockerfile copies, and nothing else: setuptools builds in the source tree, and its
+    # build/ there must neither litter the checkout nor leak stale files into the wheel.
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    caches = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(REPO / "kokumi", source / "kokumi", ignore=caches)
+    dist = tmp_path / "dist"
+    run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "--wheel-dir",
+        dist,
+        source,
+        cwd=tmp_path,
+    )
+    (wheel,) = dist.glob("kokumi_clusters-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "kokumi/py.typed" in names
+    assert "kokumi/leader.py" in names
+    assert not [n for n in names if n.startswith("tests/")]
+
+    venv = tmp_path / "venv"
+    run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)
+    python = venv / "bin" / "python"
+    run(
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        python,
+        "install",
+        "--no-deps",
+        "--no-index",
+        wheel,
+        cwd=tmp_path,
+    )
+    (purelib,) = (venv / "lib").glob("python3*/site-packages")
+    (purelib / "dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+
+    where = run(python, "-c", "import kokumi; print(kokumi.__file__)", cwd=tmp_path)
+    assert Path(where.stdout.strip()).is_relative_to(venv)
+    assert not Path(where.stdout.strip()).is_relative_to(REPO)
+
+    help_text = run(venv / "bin" / "kokumi", "manager", "--help", cwd=tmp_path).stdout
+    for flag in (
+        "--leader-elect",
+        "--health-port",
+        "--log-format",
+        "--leader-elect-lease-duration",
+    ):
+        assert flag in help_text
+    refused = subprocess.run(
+        [str(venv / "bin" / "kokumi"), "manager", "--kubeconfig", str(tmp_path / "none")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("kokumi: cannot read the kubeconfig")
