@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import trio
 
 from kokumi.actors.context import Options
+from kokumi.clustercli import add_parser as add_cluster_commands
 from kokumi.kube.config import Config
 from kokumi.kube.errors import ConfigError
 
@@ -93,6 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--once", action="store_true", help="exit once everything is Ready")
     demo.add_argument("--timeout", type=float, default=180.0, help="seconds --once waits")
     demo.set_defaults(run=_demo)
+
+    add_cluster_commands(commands)
 
     args = parser.parse_args(argv)
     logging.basicConfig(
