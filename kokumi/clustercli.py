@@ -152,6 +152,16 @@ def written_here(secret: Mapping[str, Any], cluster: str) -> bool:
 
 # --- where the kubeconfig comes from ------------------------------------------------------------
 
+
+@attrs.frozen
+class Source:
+    """What ``add`` stores: a kubeconfig (text never shown) and its server, or InCluster."""
+
+    server: str | None
+    kubeconfig: str | None = attrs.field(default=None, repr=False)
+    what: str = ""  # for --dry-run: where the kubeconfig comes from
+
+
 _SERVICE_ACCOUNT_HINT: Final = (
     "; or let kokumi create a ServiceAccount with a token on that cluster and store its "
     "kubeconfig instead: add --create-service-account"
@@ -161,8 +171,8 @@ _NEED_SERVICE_ACCOUNT: Final = frozenset(
 )
 
 
-def kubeconfig_of_context(path: str | None, context: str | None) -> tuple[str, str]:
-    """The server and the self-contained kubeconfig of one context, files read and inlined.
+def kubeconfig_of_context(path: str | None, context: str | None) -> Source:
+    """The self-contained kubeconfig of one context and its server, files read and inlined.
 
     Checked by the manager's own reader, so a refusal is the manager's own reason; where the
     context signs in with something only a person can run, the fix is a ServiceAccount of Kokumi's.
@@ -179,7 +189,8 @@ def kubeconfig_of_context(path: str | None, context: str | None) -> tuple[str, s
         raise CliError(
             f"context {name!r} cannot be stored: {refused.refusal.message}{hint}"
         ) from None
-    return _server_of(minimal), minimal
+    server = _server_of(minimal)
+    return Source(server, minimal, f"context {name}, server {server}")
 
 
 def kubeconfig_of_token(
@@ -205,15 +216,6 @@ def _read_file(path: str, what: str) -> bytes:
         return Path(path).expanduser().read_bytes()
     except OSError as exc:
         raise CliError(f"cannot read {what} {path}: {exc.strerror}") from None
-
-
-@attrs.frozen
-class Source:
-    """What ``add`` stores: a kubeconfig (text never shown) and its server, or InCluster."""
-
-    server: str | None
-    kubeconfig: str | None = attrs.field(default=None, repr=False)
-    what: str = ""  # for --dry-run: where the kubeconfig comes from
 
 
 # --- the hub and the spoke ------------------------------------------------------------------------
@@ -477,6 +479,71 @@ def _check_name(name: str) -> None:
         )
 
 
+async def _source(args: argparse.Namespace) -> tuple[Source, list[tuple[dict[str, Any], str]]]:
+    """The kubeconfig ``add`` stores, as the flags say; with --dry-run, the spoke's objects too."""
+    if args.in_cluster:
+        return Source(IN_CLUSTER_SERVER), []
+    if args.create_service_account:
+        if not (args.kubeconfig or args.context):
+            raise CliError(
+                "--create-service-account needs --context (or --kubeconfig): the cluster to "
+                "create the ServiceAccount on"
+            )
+        if args.cluster_role == "cluster-admin":
+            _warn(
+                f"ServiceAccount kube-system/{args.service_account} gets ClusterRole cluster-admin "
+                "on the cluster: "
+                "full control of it. Grant less where you can with --cluster-role: Argo CD needs "
+                "to manage what the Orders deploy there, in their target namespaces"
+            )
+        try:
+            spoke_config = Config.from_kubeconfig(
+                args.kubeconfig, context=args.context, run_exec=True
+            )
+        except KubeError as exc:
+            raise CliError(
+                f"cannot connect to the cluster to create the ServiceAccount: {exc}"
+            ) from None
+        if args.dry_run:
+            address = args.server or spoke_config.server
+            what = f"token of ServiceAccount kube-system/{args.service_account}, server {address}"
+            objects = service_account_objects(args.service_account, args.cluster_role)
+            return Source(address, "", what), [(obj, "") for obj in objects]
+        source = await service_account_kubeconfig(
+            spoke_config,
+            name=args.name,
+            account=args.service_account,
+            cluster_role=args.cluster_role,
+            server=args.server,
+            token_wait=args.timeout,
+        )
+        return source, []
+    if args.token_file is not None:
+        if not args.server:
+            raise CliError(
+                "--token-file needs --server: the API server's URL as the hub reaches it"
+            )
+        token = _read_file(args.token_file, "the token file").decode("utf-8", "replace").strip()
+        ca = (
+            _read_file(args.certificate_authority, "the CA file")
+            if args.certificate_authority
+            else None
+        )
+        text = kubeconfig_of_token(args.name, args.server, ca, token)
+        return Source(args.server, text, f"token from {args.token_file}, server {args.server}"), []
+    if args.server:
+        raise CliError(
+            "--server alone is not enough: add --token-file (and --certificate-authority), "
+            "or --create-service-account"
+        )
+    if args.kubeconfig or args.context:
+        return kubeconfig_of_context(args.kubeconfig, args.context), []
+    raise CliError(
+        "say how to reach the cluster: --context NAME (or --kubeconfig FILE), --server URL "
+        "with --token-file FILE, --create-service-account with --context, or --in-cluster"
+    )
+
+
 async def _cmd_add(args: argparse.Namespace) -> None:
     _check_name(args.name)
     labels = _labels(args.label)
@@ -495,72 +562,7 @@ async def _cmd_add(args: argparse.Namespace) -> None:
         )
     if args.in_cluster and (args.server or args.kubeconfig or args.context):
         raise CliError("--in-cluster needs no --server, --kubeconfig or --context: leave them out")
-    spoke_objects: list[tuple[dict[str, Any], str]] = []
-    source: Source
-    if args.in_cluster:
-        source = Source(IN_CLUSTER_SERVER)
-    elif args.create_service_account:
-        if args.cluster_role == "cluster-admin":
-            _warn(
-                f"ServiceAccount kube-system/{args.service_account} gets ClusterRole cluster-admin "
-                "on the cluster: "
-                "full control of it. Grant less where you can with --cluster-role: Argo CD needs "
-                "to manage what the Orders deploy there, in their target namespaces"
-            )
-        try:
-            spoke_config = Config.from_kubeconfig(
-                args.kubeconfig, context=args.context, run_exec=True
-            )
-        except KubeError as exc:
-            raise CliError(
-                f"cannot connect to the cluster to create the ServiceAccount: {exc}"
-            ) from None
-        if args.dry_run:
-            address = args.server or spoke_config.server
-            source = Source(
-                address,
-                "",
-                f"token of ServiceAccount kube-system/{args.service_account}, server {address}",
-            )
-            spoke_objects = [
-                (obj, "")
-                for obj in service_account_objects(args.service_account, args.cluster_role)
-            ]
-        else:
-            source = await service_account_kubeconfig(
-                spoke_config,
-                name=args.name,
-                account=args.service_account,
-                cluster_role=args.cluster_role,
-                server=args.server,
-                token_wait=args.timeout,
-            )
-    elif args.token_file is not None:
-        if not args.server:
-            raise CliError(
-                "--token-file needs --server: the API server's URL as the hub reaches it"
-            )
-        token = _read_file(args.token_file, "the token file").decode("utf-8", "replace").strip()
-        ca = (
-            _read_file(args.certificate_authority, "the CA file")
-            if args.certificate_authority
-            else None
-        )
-        text = kubeconfig_of_token(args.name, args.server, ca, token)
-        source = Source(args.server, text, f"token from {args.token_file}, server {args.server}")
-    elif args.server:
-        raise CliError(
-            "--server alone is not enough: add --token-file (and --certificate-authority), "
-            "or --create-service-account"
-        )
-    elif args.kubeconfig or args.context:
-        server, text = kubeconfig_of_context(args.kubeconfig, args.context)
-        source = Source(server, text, f"context {args.context or 'current'}, server {server}")
-    else:
-        raise CliError(
-            "say how to reach the cluster: --context NAME (or --kubeconfig FILE), --server URL "
-            "with --token-file FILE, --create-service-account with --context, or --in-cluster"
-        )
+    source, spoke_objects = await _source(args)
     if source.server and normalise_server(source.server) == IN_CLUSTER_SERVER and source.kubeconfig:
         raise CliError(
             f"server {IN_CLUSTER_SERVER} is the cluster Argo CD runs in: register it with "
@@ -896,7 +898,9 @@ def describe_text(
         )
     if events:
         last = max(_event_time(e) for e in events)
-        lines.append(("Last change", f"{last} (checked about once a minute; changes are written)"))
+        lines.append(
+            ("Last change", f"{last} (Kokumi checks about once a minute and records changes only)")
+        )
     lines.append(("Registration", registration(cluster, argocd_secrets, argocd_namespace)))
     width = max(len(key) for key, _ in lines) + 2
     out = "".join(f"{key + ':':<{width}}{value}\n" for key, value in lines)
