@@ -460,6 +460,35 @@ def test_add_by_a_user_who_may_not_read_secrets_is_refused_by_the_policy(
     assert kubectl(hub, "get", "kcl,secrets", "-n", namespace, "-o", "name").stdout == ""
 
 
+def test_a_secret_that_cannot_be_written_takes_the_new_cluster_back(
+    hub: APIServer, crds: object, namespace: str, kubectl: Kubectl, spoke_kubeconfig: Registration
+) -> None:
+    user = f"no-secret-writes-{uuid.uuid4().hex[:6]}"
+    for role, verbs, resource in (
+        (f"{user}-clusters", "create,get,list,update,delete", "clusters.delivery.kokumi.dev"),
+        (f"{user}-secrets", "get", "secrets"),
+    ):
+        kubectl(hub, "-n", namespace, "create", "role", role, f"--verb={verbs}",
+                f"--resource={resource}")  # fmt: skip
+        kubectl(hub, "-n", namespace, "create", "rolebinding", role, f"--role={role}",
+                f"--user={user}")  # fmt: skip
+    config = hub.kubeconfig_for(user)
+
+    def may_read_secrets() -> bool | None:
+        can = kubectl(config, "auth", "can-i", "get", "secrets", "-n", namespace, check=False)
+        return True if can.stdout.strip() == "yes" else None
+
+    wait_until(may_read_secrets, "the roles reach the authorizer")
+    refused = kokumi(
+        "cluster", "add", "spoke", "-n", namespace, "--kubeconfig", str(spoke_kubeconfig.path),
+        hub=config,
+    )  # fmt: skip
+    line = one_error_line(refused)
+    assert line.startswith(f"kokumi: cannot create Secret {namespace}/spoke-kubeconfig: Forbidden")
+    assert line.endswith(f"the Cluster {namespace}/spoke was deleted again")
+    assert kubectl(hub, "get", "kcl,secrets", "-n", namespace, "-o", "name").stdout == ""
+
+
 LOCAL_TOKEN = "kokumi-local-test-token"
 
 
