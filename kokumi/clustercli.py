@@ -982,37 +982,47 @@ async def import_cluster_api(hub: Client, namespace: str, *, dry_run: bool) -> l
     return outcomes
 
 
+async def _in_the_way(
+    hub: Client, namespace: str, name: str, secret: str
+) -> tuple[bool, str | None]:
+    """Whether the Cluster ``name`` exists, and why an import may not write it (None: it may).
+
+    An import never re-points a Cluster somebody made otherwise: that would swap its credential.
+    A Cluster that reads ``secret`` already is the one an earlier import made.
+    """
+    where = f"{namespace}/{name}"
+    try:
+        existing = await hub.get(api.CLUSTERS, name, namespace=namespace)
+    except NotFound:
+        return False, None
+    except KubeError as exc:
+        return False, str(_api_error(f"cannot read Cluster {where}", exc))
+    ref = ((existing.get("spec") or {}).get("kubeconfig") or {}).get("secretRef") or {}
+    if ref.get("name") == secret and ref.get("key", SECRET_KEY) == SECRET_KEY:
+        return True, None
+    return True, (
+        f"Cluster {where} exists and reads another Secret: rename or delete it to import this one"
+    )
+
+
 async def _import_reference(
     hub: Client, namespace: str, name: str, secret: str, dry_run: bool
 ) -> Outcome:
     source = f"{namespace}/{secret}"
     where = f"{namespace}/{name}"
-    try:
-        existing = await hub.get(api.CLUSTERS, name, namespace=namespace)
-    except NotFound:
-        existing = None
-    except KubeError as exc:
-        return Outcome(
-            source, where, "failed", str(_api_error(f"cannot read Cluster {where}", exc))
-        )
-    if existing is not None:
-        ref = ((existing.get("spec") or {}).get("kubeconfig") or {}).get("secretRef") or {}
-        if ref.get("name") == secret and ref.get("key", SECRET_KEY) == SECRET_KEY:
-            return Outcome(source, where, "exists", f"Cluster {where} already reads it")
-        return Outcome(
-            source,
-            where,
-            "failed",
-            f"Cluster {where} exists and reads another Secret: rename or delete it to import "
-            "this one",
-        )
+    exists, blocked = await _in_the_way(hub, namespace, name, secret)
+    if blocked is not None:
+        return Outcome(source, where, "failed", blocked)
+    if exists:
+        return Outcome(source, where, "exists", f"Cluster {where} already reads it")
     body = cluster_object(name, namespace, secret=secret, description=f"Cluster API cluster {name}")
-    if not dry_run:
-        try:
-            await hub.create(api.CLUSTERS, body, namespace=namespace)
-        except KubeError as exc:
-            error = _api_error(f"cannot create Cluster {where}", exc)
-            return Outcome(source, where, "failed", str(error))
+    if dry_run:
+        return Outcome(source, where, "imported", f"it reads Secret {secret}")
+    try:
+        await hub.create(api.CLUSTERS, body, namespace=namespace)
+    except KubeError as exc:
+        error = _api_error(f"cannot create Cluster {where}", exc)
+        return Outcome(source, where, "failed", str(error))
     return Outcome(source, where, "imported", f"it reads Secret {secret}")
 
 
@@ -1121,6 +1131,10 @@ async def import_argocd(
             "delete the old Argo CD Secret so Kokumi can take the server over: "
             f"kubectl delete secret {meta['name']} -n {argocd_namespace}"
         )
+        _, blocked = await _in_the_way(hub, namespace, name, secret_name(name))
+        if blocked is not None:
+            outcomes.append(Outcome(source, where, "failed", blocked))
+            continue
         state = "imported"
         if not dry_run:
             try:
@@ -1137,6 +1151,10 @@ async def import_argocd(
                 continue
             state = "imported" if added.cluster_created else "updated"
         detail = f"Secret {secret_name(name)}, server {found.server}"
+        scoped = (secret_data(secret, "namespaces") or b"").decode("utf-8", "replace").strip()
+        if scoped:
+            # Kokumi registers clusters for every namespace; the credential may not reach them.
+            detail += f" (Argo CD limited it to namespaces {scoped}; Kokumi does not)"
         outcomes.append(Outcome(source, where, state, detail, next_step))
     return outcomes
 

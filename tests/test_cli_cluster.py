@@ -614,7 +614,9 @@ def test_import_from_argocd_copies_token_clusters_and_lists_the_rest(
     kubectl(hub, "create", "namespace", argo)
     try:
 
-        def cluster_secret(name: str, config: dict[str, Any], *labels: str) -> None:
+        def cluster_secret(
+            name: str, config: dict[str, Any], *labels: str, namespaces: str = ""
+        ) -> None:
             body = {
                 "apiVersion": "v1",
                 "kind": "Secret",
@@ -632,6 +634,7 @@ def test_import_from_argocd_copies_token_clusters_and_lists_the_rest(
                     if name != "cluster-eks"
                     else "https://eks.example",
                     "config": json.dumps(config),
+                    **({"namespaces": namespaces} if namespaces else {}),
                 },
             }
             kubectl(hub, "apply", "-f", "-", input=json.dumps(body))
@@ -688,6 +691,39 @@ def test_import_from_argocd_copies_token_clusters_and_lists_the_rest(
         assert whoami(kubectl, text, tmp_path / "imported") == (
             "system:serviceaccount:kube-system:kokumi"
         )
+
+        # Again: the Cluster the last import made is updated; one somebody made otherwise is not
+        # re-pointed at another credential.
+        kubectl(hub, "-n", namespace, "create", "secret", "generic", "theirs",
+                f"--from-literal=value={spoke_kubeconfig.kubeconfig}")  # fmt: skip
+        kubectl(hub, "-n", namespace, "apply", "-f", "-", input=json.dumps({
+            "apiVersion": "delivery.kokumi.dev/v1alpha1", "kind": "Cluster",
+            "metadata": {"name": "staging"},
+            "spec": {"connection": "Kubeconfig", "kubeconfig": {"secretRef": {"name": "theirs"}}},
+        }))  # fmt: skip
+        cluster_secret(
+            "cluster-staging", {"bearerToken": spoke_kubeconfig.token}, namespaces="team-a,team-b"
+        )
+        again = kokumi(*command, hub=hub.admin_kubeconfig)
+        assert again.code == 1
+        assert again.out.splitlines()[2:] == [
+            f"{argo}/cluster-spoke-prod: updated as Cluster {namespace}/spoke-prod: Secret "
+            f"spoke-prod-kubeconfig, server {spoke_kubeconfig.server}",
+            "  next: delete the old Argo CD Secret so Kokumi can take the server over: "
+            f"kubectl delete secret cluster-spoke-prod -n {argo}",
+            f"{argo}/cluster-staging: failed: Cluster {namespace}/staging exists and reads "
+            "another Secret: rename or delete it to import this one",
+        ]
+        staging = kubectl(hub, "get", "kcl", "staging", "-n", namespace, "-o",
+                          "jsonpath={.spec.kubeconfig.secretRef.name}").stdout  # fmt: skip
+        assert staging == "theirs"
+        kubectl(hub, "delete", "kcl", "staging", "-n", namespace)
+        scoped = kokumi(*command, "--dry-run", hub=hub.admin_kubeconfig).out
+        assert (
+            f"{argo}/cluster-staging: would be imported as Cluster {namespace}/staging: Secret "
+            f"staging-kubeconfig, server {spoke_kubeconfig.server} (Argo CD limited it to "
+            "namespaces team-a,team-b; Kokumi does not)"
+        ) in scoped.splitlines()
     finally:
         kubectl(hub, "delete", "namespace", argo, "--wait=false", check=False)
 
