@@ -820,8 +820,6 @@ async def _cmd_describe(args: argparse.Namespace) -> None:
         namespace = args.namespace or hub.namespace
         try:
             cluster = await hub.get(api.CLUSTERS, args.name, namespace=namespace)
-            clusters = (await hub.list(api.CLUSTERS, namespace=namespace))["items"]
-            environments = (await hub.list(api.ENVIRONMENTS, namespace=namespace))["items"]
         except NotFound:
             raise CliError(
                 f"no Cluster {args.name} in namespace {namespace}: see kokumi cluster list "
@@ -829,6 +827,12 @@ async def _cmd_describe(args: argparse.Namespace) -> None:
             ) from None
         except KubeError as exc:
             raise _api_error(f"cannot read Cluster {namespace}/{args.name}", exc) from None
+        try:
+            clusters = (await hub.list(api.CLUSTERS, namespace=namespace))["items"]
+            environments = (await hub.list(api.ENVIRONMENTS, namespace=namespace))["items"]
+        except KubeError as exc:
+            what = f"cannot list the Clusters and Environments of namespace {namespace}"
+            raise _api_error(what, exc) from None
         secrets: list[dict[str, Any]] | None
         try:
             listing = await hub.list(

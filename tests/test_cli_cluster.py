@@ -427,6 +427,20 @@ def test_add_from_server_ca_and_token_file_and_in_cluster_then_list(
     everywhere = kokumi("cluster", "list", "-A", hub=hub.admin_kubeconfig).out
     assert ["spoke", namespace] in [line.split()[:2] for line in everywhere.splitlines()]
 
+    # Without a manager nothing has checked it yet, and describe says so.
+    described = kokumi("cluster", "describe", "spoke", "-n", namespace, hub=hub.admin_kubeconfig)
+    assert described.code == 0, described.err
+    assert "Ready:        Unknown (not checked yet: is the manager running?)" in described.out
+    assert (
+        "Registration: none: the Cluster reports no server yet, so it cannot be registered"
+        in described.out
+    )
+    missing = kokumi("cluster", "describe", "nothing", "-n", namespace, hub=hub.admin_kubeconfig)
+    assert one_error_line(missing) == (
+        f"kokumi: no Cluster nothing in namespace {namespace}: see kokumi cluster list "
+        f"-n {namespace}"
+    )
+
 
 def test_add_by_a_user_who_may_not_read_secrets_is_refused_by_the_policy(
     hub: APIServer,
