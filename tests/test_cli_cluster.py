@@ -442,6 +442,27 @@ def test_add_from_server_ca_and_token_file_and_in_cluster_then_list(
     )
 
 
+def user_with(hub: APIServer, kubectl: Kubectl, namespace: str, grants: dict[str, str]) -> Path:
+    """The kubeconfig of a new user with ``grants`` (resource: verbs) in ``namespace`` only."""
+    user = f"user-{uuid.uuid4().hex[:6]}"
+    for index, (resource, verbs) in enumerate(grants.items()):
+        role = f"{user}-{index}"
+        kubectl(hub, "-n", namespace, "create", "role", role, f"--verb={verbs}",
+                f"--resource={resource}")  # fmt: skip
+        kubectl(hub, "-n", namespace, "create", "rolebinding", role, f"--role={role}",
+                f"--user={user}")  # fmt: skip
+    config = hub.kubeconfig_for(user)
+    resource, verbs = list(grants.items())[-1]
+
+    def granted() -> bool | None:
+        can = kubectl(config, "auth", "can-i", verbs.split(",")[0], resource, "-n", namespace,
+                      check=False)  # fmt: skip
+        return True if can.stdout.strip() == "yes" else None
+
+    wait_until(granted, "the roles reach the authorizer")
+    return config
+
+
 def test_add_by_a_user_who_may_not_read_secrets_is_refused_by_the_policy(
     hub: APIServer,
     admission_policies: object,
@@ -449,20 +470,9 @@ def test_add_by_a_user_who_may_not_read_secrets_is_refused_by_the_policy(
     kubectl: Kubectl,
     spoke_kubeconfig: Registration,
 ) -> None:
-    user = f"no-secrets-{uuid.uuid4().hex[:6]}"
-    kubectl(
-        hub, "-n", namespace, "create", "role", user, "--verb=create,get,list,update",
-        "--resource=clusters.delivery.kokumi.dev",
-    )  # fmt: skip
-    kubectl(hub, "-n", namespace, "create", "rolebinding", user, f"--role={user}", f"--user={user}")
-    config = hub.kubeconfig_for(user)
-
-    def may_create() -> bool | None:
-        can = kubectl(config, "auth", "can-i", "create", "clusters.delivery.kokumi.dev",
-                      "-n", namespace, check=False)  # fmt: skip
-        return True if can.stdout.strip() == "yes" else None
-
-    wait_until(may_create, "the role reaches the authorizer")
+    config = user_with(
+        hub, kubectl, namespace, {"clusters.delivery.kokumi.dev": "create,get,list,update"}
+    )
     refused = kokumi(
         "cluster", "add", "spoke", "-n", namespace, "--kubeconfig", str(spoke_kubeconfig.path),
         hub=config,
@@ -477,22 +487,12 @@ def test_add_by_a_user_who_may_not_read_secrets_is_refused_by_the_policy(
 def test_a_secret_that_cannot_be_written_takes_the_new_cluster_back(
     hub: APIServer, crds: object, namespace: str, kubectl: Kubectl, spoke_kubeconfig: Registration
 ) -> None:
-    user = f"no-secret-writes-{uuid.uuid4().hex[:6]}"
-    for role, verbs, resource in (
-        (f"{user}-clusters", "create,get,list,update,delete", "clusters.delivery.kokumi.dev"),
-        (f"{user}-secrets", "get", "secrets"),
-    ):
-        kubectl(hub, "-n", namespace, "create", "role", role, f"--verb={verbs}",
-                f"--resource={resource}")  # fmt: skip
-        kubectl(hub, "-n", namespace, "create", "rolebinding", role, f"--role={role}",
-                f"--user={user}")  # fmt: skip
-    config = hub.kubeconfig_for(user)
-
-    def may_read_secrets() -> bool | None:
-        can = kubectl(config, "auth", "can-i", "get", "secrets", "-n", namespace, check=False)
-        return True if can.stdout.strip() == "yes" else None
-
-    wait_until(may_read_secrets, "the roles reach the authorizer")
+    config = user_with(
+        hub,
+        kubectl,
+        namespace,
+        {"clusters.delivery.kokumi.dev": "create,get,list,update,delete", "secrets": "get"},
+    )
     refused = kokumi(
         "cluster", "add", "spoke", "-n", namespace, "--kubeconfig", str(spoke_kubeconfig.path),
         hub=config,
