@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import functools
 import json
 import os
 import re
@@ -24,7 +25,7 @@ import sys
 import textwrap
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import attrs
 import trio
@@ -1216,6 +1217,17 @@ def _run(
     return run
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Usage errors in one line, like every other error of these commands, with where to look."""
+
+    def error(self, message: str) -> NoReturn:
+        _usage_error(self, message)
+
+
+def _usage_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
+    parser.exit(2, f"{parser.prog}: {_one_line(message)} (see {parser.prog} --help)\n")
+
+
 def add_parser(commands: Any) -> None:
     """Add ``cluster`` and its subcommands to the ``kokumi`` command's subparsers."""
     formatter = argparse.RawDescriptionHelpFormatter
@@ -1231,7 +1243,10 @@ def add_parser(commands: Any) -> None:
         ),
         formatter_class=formatter,
     )
-    sub = cluster.add_subparsers(dest="cluster_command", required=True, metavar="COMMAND")
+    setattr(cluster, "error", functools.partial(_usage_error, cluster))  # noqa: B010
+    sub = cluster.add_subparsers(
+        dest="cluster_command", required=True, metavar="COMMAND", parser_class=_OneLineParser
+    )
 
     add_cmd = sub.add_parser(
         "add",

@@ -753,6 +753,23 @@ def test_every_command_shows_an_example(command: str) -> None:
     assert f"kokumi cluster {command}".rstrip() in examples
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("add", "spoke"), "the following arguments are required: -n/--namespace"),
+        ((), "the following arguments are required: COMMAND"),
+        (("list", "-o", "table"), "argument -o/--output: invalid choice: 'table'"),
+    ],
+)
+def test_usage_errors_are_one_line_too(args: tuple[str, ...], said: str) -> None:
+    wrong = kokumi("cluster", *args)
+    assert wrong.code == 2
+    prog = " ".join(("kokumi", "cluster", *args[:1]))
+    assert len(wrong.err.splitlines()) == 1, wrong.err
+    assert wrong.err.startswith(f"{prog}: {said}")
+    assert wrong.err.rstrip().endswith(f"(see {prog} --help)")
+
+
 # --- pure pieces --------------------------------------------------------------------------------
 
 
