@@ -14,6 +14,7 @@ import trio
 
 from kokumi.actors.context import Options
 from kokumi.actors.secretwatch import SecretScope
+from kokumi.clustercli import add_parser as add_cluster_commands
 from kokumi.egress import DEFAULT_DENY, EgressPolicy
 from kokumi.election import LeadershipLost
 from kokumi.kube.config import SERVICE_ACCOUNT_ROOT, Config
@@ -219,6 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--once", action="store_true", help="exit once everything is Ready")
     demo.add_argument("--timeout", type=float, default=180.0, help="seconds --once waits")
     demo.set_defaults(run=_demo)
+
+    add_cluster_commands(commands)
 
     args = parser.parse_args(argv)
     configure_logs(

@@ -38,6 +38,7 @@ __all__ = [
     "Refusal",
     "minimise",
     "parse",
+    "render",
 ]
 
 REASON: Final = "InvalidKubeconfig"
@@ -167,31 +168,44 @@ def minimise(text: str | bytes, context: str | None = None) -> str:
         (context_name, cluster_name, user_name), connection = _read(_load(text), context)
     except _Refused as refused:
         raise KubeconfigRefused(refused.refusal) from None
-    cluster: dict[str, object] = {"server": connection.server}
+    return render(connection, context=context_name, cluster=cluster_name, user=user_name)
+
+
+def render(
+    connection: Connection,
+    *,
+    context: str = "default",
+    cluster: str = "default",
+    user: str = "default",
+) -> str:
+    """The self-contained kubeconfig of ``connection``: one context, its cluster and its user.
+
+    The one writer of kubeconfigs, so that one built from a server, a CA and a token (by the CLI,
+    or from an Argo CD cluster Secret) has the same shape as one :func:`minimise` keeps.
+    """
+    cluster_body: dict[str, object] = {"server": connection.server}
     if connection.certificate_authority is not None:
-        cluster["certificate-authority-data"] = _b64(connection.certificate_authority)
+        cluster_body["certificate-authority-data"] = _b64(connection.certificate_authority)
     if connection.tls_server_name is not None:
-        cluster["tls-server-name"] = connection.tls_server_name
+        cluster_body["tls-server-name"] = connection.tls_server_name
     if connection.insecure_skip_tls_verify:
-        cluster["insecure-skip-tls-verify"] = True
+        cluster_body["insecure-skip-tls-verify"] = True
     if connection.proxy_url is not None:
-        cluster["proxy-url"] = connection.proxy_url
-    user: dict[str, object] = {}
+        cluster_body["proxy-url"] = connection.proxy_url
+    user_body: dict[str, object] = {}
     if connection.token is not None:
-        user["token"] = connection.token
+        user_body["token"] = connection.token
     if connection.client_certificate is not None:
-        user["client-certificate-data"] = _b64(connection.client_certificate)
+        user_body["client-certificate-data"] = _b64(connection.client_certificate)
     if connection.client_key is not None:
-        user["client-key-data"] = _b64(connection.client_key)
+        user_body["client-key-data"] = _b64(connection.client_key)
     document = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": cluster_name, "cluster": cluster}],
-        "contexts": [
-            {"name": context_name, "context": {"cluster": cluster_name, "user": user_name}}
-        ],
-        "current-context": context_name,
-        "users": [{"name": user_name, "user": user}],
+        "clusters": [{"name": cluster, "cluster": cluster_body}],
+        "contexts": [{"name": context, "context": {"cluster": cluster, "user": user}}],
+        "current-context": context,
+        "users": [{"name": user, "user": user_body}],
     }
     return yaml.dump(
         document,

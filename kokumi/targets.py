@@ -13,6 +13,7 @@ from typing import ClassVar, Literal, TypeAlias
 
 import attrs
 
+from kokumi import api
 from kokumi.ownership import IN_CLUSTER_SERVER, normalise_server
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "Deploy",
     "SelectedCluster",
     "Target",
+    "selected_cluster",
     "targets",
 ]
 
@@ -41,6 +43,22 @@ class SelectedCluster:
     reason: str
     server: str | None = None
     message: str = ""
+
+
+def selected_cluster(cluster: api.Cluster) -> SelectedCluster:
+    """What an Environment reads of a Cluster: its Ready condition and server, as last reported.
+
+    One reading for the manager and for ``kokumi cluster describe``, so that both say the same.
+    """
+    ready = cluster.ready
+    return SelectedCluster(
+        name=cluster.metadata.name,
+        connection=cluster.spec.connection,
+        ready=ready is not None and ready.status == "True",
+        reason=ready.reason if ready is not None else "Unknown",
+        server=cluster.status.server,
+        message=ready.message if ready is not None else "not checked yet",
+    )
 
 
 @attrs.frozen

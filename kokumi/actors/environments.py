@@ -128,7 +128,7 @@ class EnvironmentsActor:
             condition = api.Condition("Ready", "False", "InvalidSelector", selector.message)
             return _body(generation, api.set_condition(old, _gen(condition, generation)), [])
         selected = [c for c in clusters if selector.matches(c.metadata.labels)]
-        found = targets.targets([_selected(c) for c in selected])
+        found = targets.targets([targets.selected_cluster(c) for c in selected])
         rows = [
             {
                 "name": t.cluster,
@@ -221,18 +221,6 @@ def _observed(status: api.EnvironmentStatus) -> dict[str, Any]:
             for t in status.clusters
         ],
     }
-
-
-def _selected(cluster: api.Cluster) -> targets.SelectedCluster:
-    ready = cluster.ready
-    return targets.SelectedCluster(
-        name=cluster.metadata.name,
-        connection=cluster.spec.connection,
-        ready=ready is not None and ready.status == "True",
-        reason=ready.reason if ready is not None else "Unknown",
-        server=cluster.status.server,
-        message=ready.message if ready is not None else "not checked yet",
-    )
 
 
 def _reason(target: targets.Target, cluster: api.Cluster) -> str:

@@ -16,7 +16,15 @@ from .client import (
     Observer,
     Resource,
 )
-from .config import SERVICE_ACCOUNT_ROOT, Config, FileToken, StaticToken, TokenProvider
+from .config import (
+    SERVICE_ACCOUNT_ROOT,
+    Config,
+    ExecToken,
+    FileToken,
+    StaticToken,
+    TokenProvider,
+    flatten_context,
+)
 from .errors import (
     AlreadyExists,
     ApiError,
@@ -53,10 +61,12 @@ __all__ = [
     "SERVICE_ACCOUNTS",
     # config
     "Config",
+    "ExecToken",
     "FileToken",
     "SERVICE_ACCOUNT_ROOT",
     "StaticToken",
     "TokenProvider",
+    "flatten_context",
     # watch
     "Resync",
     "Store",

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime
 import ipaddress
+import json
 import logging
 import os
 import ssl
+import subprocess
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -28,9 +31,11 @@ from .tls import ssl_context
 __all__ = [
     "SERVICE_ACCOUNT_ROOT",
     "Config",
+    "ExecToken",
     "FileToken",
     "StaticToken",
     "TokenProvider",
+    "flatten_context",
 ]
 
 logger = logging.getLogger(__name__)
@@ -111,6 +116,87 @@ class FileToken:
         self._read_at = self.clock()
 
 
+@attrs.define(eq=False)
+class ExecToken:
+    """A token from a client-go credential plugin (``exec``), run as kubectl runs it.
+
+    Only for a person's own kubeconfig, which names programs that person chose to run (the CLI
+    uses it to reach a cluster whose context signs in with a cloud's plugin). The manager never
+    runs one: a kubeconfig it reads could name any program. The token is kept until the
+    ``expirationTimestamp`` the plugin gives, or until a 401, as client-go keeps it.
+    """
+
+    command: str
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    api_version: str = "client.authentication.k8s.io/v1"
+    clock: Callable[[], datetime.datetime] = attrs.field(
+        default=lambda: datetime.datetime.now(datetime.UTC), repr=False
+    )
+    _value: str | None = attrs.field(default=None, init=False, repr=False)
+    _expires: datetime.datetime | None = attrs.field(default=None, init=False, repr=False)
+
+    async def token(self) -> str:
+        if self._value is None or (self._expires is not None and self.clock() >= self._expires):
+            await self._run()
+        assert self._value is not None
+        return self._value
+
+    async def refresh(self) -> str | None:
+        before = self._value
+        await self._run()
+        return self._value if self._value != before else None
+
+    async def _run(self) -> None:
+        info = {
+            "apiVersion": self.api_version,
+            "kind": "ExecCredential",
+            "spec": {"interactive": False},
+        }
+        environment = {**os.environ, **dict(self.env), "KUBERNETES_EXEC_INFO": json.dumps(info)}
+        name = Path(self.command).name
+        try:
+            result = await trio.run_process(
+                [self.command, *self.args],
+                stdin=subprocess.DEVNULL,
+                capture_stdout=True,
+                capture_stderr=True,
+                env=environment,
+                check=False,
+            )
+        except OSError as exc:
+            raise ConfigError(f"cannot run the credential plugin {name}: {exc.strerror}") from None
+        if result.returncode != 0:
+            # Not its output: a plugin may print a credential before it fails.
+            raise ConfigError(
+                f"the credential plugin {name} failed (exit status {result.returncode}): run it "
+                "yourself to see why, e.g. sign in to its cloud first"
+            )
+        try:
+            status = json.loads(result.stdout)["status"]
+            token = status.get("token")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise ConfigError(
+                f"the credential plugin {name} printed no ExecCredential with a status"
+            ) from None
+        if not isinstance(token, str) or not token:
+            raise ConfigError(
+                f"the credential plugin {name} gave no token (a client certificate is not "
+                "supported): use a plugin that returns a token"
+            )
+        self._value = token
+        self._expires = _timestamp(status.get("expirationTimestamp"))
+
+
+def _timestamp(value: object) -> datetime.datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
 @attrs.frozen
 class Config:
     """How to reach and authenticate to one API server.
@@ -183,23 +269,93 @@ class Config:
         cls,
         path: str | os.PathLike[str] | None = None,
         context: str | None = None,
+        *,
+        run_exec: bool = False,
     ) -> Config:
         """A context of a kubeconfig: ``path``, else ``$KUBECONFIG`` (merged), else ~/.kube/config.
 
         Supported: bearer token (inline or ``tokenFile``), client certificate and key (files or
         ``*-data``), the CA, ``tls-server-name``, ``insecure-skip-tls-verify`` and ``proxy-url``.
-        Exec plugins and auth providers run programs or keep state; they are refused clearly.
+        Exec plugins and auth providers run programs or keep state; they are refused clearly,
+        unless ``run_exec`` allows an exec plugin (:class:`ExecToken`) for a person's own
+        kubeconfig.
         """
-        if path is not None:
-            paths = [Path(path)]
-        elif os.environ.get("KUBECONFIG"):
-            paths = [Path(p) for p in os.environ["KUBECONFIG"].split(os.pathsep) if p]
-        else:
-            paths = [Path.home() / ".kube" / "config"]
-        merged = _merge([(p, _read_yaml(p)) for p in paths if path is not None or p.exists()])
-        if merged is None:
-            raise ConfigError(f"no kubeconfig found at {os.pathsep.join(map(str, paths))}")
-        return _from_merged(merged, context)
+        return _from_merged(_load_merged(path), context, run_exec=run_exec)
+
+
+def flatten_context(
+    path: str | os.PathLike[str] | None = None, context: str | None = None
+) -> tuple[str, dict[str, Any]]:
+    """One context of a kubeconfig, with its cluster and user, holding everything itself.
+
+    What ``kubectl config view --minify --flatten`` prints: the files the cluster and user name
+    (certificate-authority, client-certificate, client-key, tokenFile) are read, relative to the
+    kubeconfig that names them, and inlined as ``*-data`` and ``token``. Everything else is kept
+    as written, so whoever validates the result sees an exec plugin or an auth provider too.
+    Returns the context's name and the document. The files are found as for
+    :meth:`Config.from_kubeconfig`.
+    """
+    merged = _load_merged(path)
+    name = context or merged.current_context
+    if not name:
+        raise ConfigError("the kubeconfig has no current-context; name a context")
+    if name not in merged.contexts:
+        raise ConfigError(f"the kubeconfig has no context {name!r}")
+    body = dict(merged.contexts[name])
+    document: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [],
+        "contexts": [{"name": name, "context": body}],
+        "current-context": name,
+        "users": [],
+    }
+    cluster_name = _text(body.get("cluster"))
+    if cluster_name in merged.clusters:
+        base, cluster = merged.clusters[cluster_name]
+        document["clusters"].append(
+            {"name": cluster_name, "cluster": _inline(cluster, base, ("certificate-authority",))}
+        )
+    user_name = _text(body.get("user"))
+    if user_name in merged.users:
+        base, user = merged.users[user_name]
+        inlined = _inline(user, base, ("client-certificate", "client-key"))
+        token_file = _text(inlined.pop("tokenFile", None))
+        if token_file and not _text(inlined.get("token")):
+            token_path = _resolve(base, token_file)
+            try:
+                inlined["token"] = token_path.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ConfigError(f"cannot read tokenFile {token_path}: {exc.strerror}") from None
+        document["users"].append({"name": user_name, "user": inlined})
+    return name, document
+
+
+def _inline(section: Mapping[str, Any], base: Path, keys: tuple[str, ...]) -> dict[str, Any]:
+    """``section`` with each file named under ``keys`` read into ``key-data`` (base64)."""
+    result = dict(section)
+    for key in keys:
+        file_name = _text(result.pop(key, None))
+        if not file_name or result.get(f"{key}-data"):
+            continue  # kubectl prefers the inline data, as _blob does
+        blob = _blob({key: file_name}, key, base)
+        if blob is not None:
+            result[f"{key}-data"] = base64.b64encode(blob).decode("ascii")
+    return result
+
+
+def _load_merged(path: str | os.PathLike[str] | None) -> _Merged:
+    """``path``, else ``$KUBECONFIG`` (merged), else ~/.kube/config, as kubectl picks them."""
+    if path is not None:
+        paths = [Path(path)]
+    elif os.environ.get("KUBECONFIG"):
+        paths = [Path(p) for p in os.environ["KUBECONFIG"].split(os.pathsep) if p]
+    else:
+        paths = [Path.home() / ".kube" / "config"]
+    merged = _merge([(p, _read_yaml(p)) for p in paths if path is not None or p.exists()])
+    if merged is None:
+        raise ConfigError(f"no kubeconfig found at {os.pathsep.join(map(str, paths))}")
+    return merged
 
 
 @attrs.frozen
@@ -258,7 +414,7 @@ def _entries(data: Mapping[str, Any], key: str) -> list[tuple[str, Mapping[str, 
     return result
 
 
-def _from_merged(merged: _Merged, context_name: str | None) -> Config:
+def _from_merged(merged: _Merged, context_name: str | None, *, run_exec: bool = False) -> Config:
     name = context_name or merged.current_context
     if not name:
         raise ConfigError("the kubeconfig has no current-context; name a context")
@@ -277,18 +433,21 @@ def _from_merged(merged: _Merged, context_name: str | None) -> Config:
     user_base, user = merged.users.get(user_name, (cluster_base, {}))
     if user_name and user_name not in merged.users:
         raise ConfigError(f"context {name!r} names the unknown user {user_name!r}")
+    token: TokenProvider | None = None
+    plugin = user.get("exec")
+    if run_exec and isinstance(plugin, Mapping) and plugin:
+        token = _exec_token(plugin, user_base, user_name)
     for unsupported, what in (
         ("exec", "exec credential plugins"),
         ("auth-provider", "auth providers"),
         ("username", "basic authentication"),
     ):
-        if user.get(unsupported):
+        if user.get(unsupported) and not (unsupported == "exec" and token is not None):
             raise ConfigError(f"user {user_name!r} uses {what}, which the manager does not support")
 
-    token: TokenProvider | None = None
-    if _text(user.get("token")):
+    if token is None and _text(user.get("token")):
         token = StaticToken(_text(user.get("token")))
-    elif _text(user.get("tokenFile")):
+    elif token is None and _text(user.get("tokenFile")):
         token = FileToken(_resolve(user_base, _text(user["tokenFile"])))
 
     return Config(
@@ -301,6 +460,26 @@ def _from_merged(merged: _Merged, context_name: str | None) -> Config:
         insecure=cluster.get("insecure-skip-tls-verify") is True,
         proxy_url=_text(cluster.get("proxy-url")) or None,
         namespace=_text(context.get("namespace")) or "default",
+    )
+
+
+def _exec_token(plugin: Mapping[str, Any], base: Path, user_name: str) -> ExecToken:
+    command = _text(plugin.get("command"))
+    if not command:
+        raise ConfigError(f"user {user_name!r} has an exec plugin without a command")
+    if os.sep in command and not Path(command).is_absolute():
+        command = str(base / command)  # as client-go resolves it: next to the kubeconfig
+    args = plugin.get("args") or []
+    env = plugin.get("env") or []
+    return ExecToken(
+        command=command,
+        args=tuple(str(a) for a in args if isinstance(a, str | int | float)),
+        env=tuple(
+            (str(e["name"]), str(e.get("value", "")))
+            for e in env
+            if isinstance(e, Mapping) and isinstance(e.get("name"), str)
+        ),
+        api_version=_text(plugin.get("apiVersion")) or "client.authentication.k8s.io/v1",
     )
 
 
