@@ -145,7 +145,11 @@ def test_two_replicas_elect_a_leader_and_answer_their_probes() -> None:
     assert volume["emptyDir"]["medium"] == "Memory"
     assert container["volumeMounts"] == [{"name": volume["name"], "mountPath": "/tmp"}]
     # The Lease, and nothing else, in Kokumi's namespace only.
-    (role,) = [doc for doc in documents() if doc["kind"] == "Role"]
+    (role,) = [
+        doc
+        for doc in documents()
+        if doc["kind"] == "Role" and doc["metadata"]["name"] == "kokumi-manager-leader-election"
+    ]
     assert role["metadata"]["namespace"] == "kokumi"
     assert role["rules"] == [
         {
