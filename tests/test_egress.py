@@ -219,6 +219,7 @@ ACTOR_REASONS = {
     "SecretNotReadable",
     "ClusterConflict",
     "RegistrationFailed",
+    "RegistrationPending",
     "InvalidSpec",
 }
 

@@ -125,7 +125,7 @@ REFUSALS = [
         id="too-large",
     ),
     pytest.param(
-        text("[" * 100_000),
+        text("[" * 500),
         Code.NOT_YAML,
         "the kubeconfig nests deeper than 64 levels: a kubeconfig is a few levels deep; write it "
         "as kubectl config view --minify --flatten does",
