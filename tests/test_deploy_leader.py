@@ -39,7 +39,7 @@ from kokumi.controlplane import APIServer
 from kokumi.kube import Client, Config
 from kokumi.kube.watch import Resync, WatchEvent, watch
 from tests.fixtures_deploy import DEPLOY, ensure_namespace, run, service_account_kubeconfig
-from tests.test_deploy_manager import unreachable_kubeconfig
+from tests.test_deploy_manager import bind_manager_secrets, unreachable_kubeconfig
 
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 6.0, 4.0, 1.0
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
@@ -235,6 +235,8 @@ def test_only_the_leader_writes_and_a_standby_takes_over(
                 },
             }
             run(hub.admin_kubeconfig, "apply", "-f", "-", input=json.dumps(secret))
+            # The manager reads Secrets only where kokumi-manager-secrets is bound.
+            bind_manager_secrets(hub, workspace)
             clusters = (
                 f"apiVersion: {api.API_VERSION}\nkind: Cluster\n"
                 f"metadata: {{name: home, namespace: {workspace}}}\n"

@@ -35,6 +35,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -253,6 +254,7 @@ class ManagerMachine(RuleBasedStateMachine):
         # the Secret last named it.
         self.may_let_go: set[tuple[ClusterRef, str]] = set()
         self.violations: list[str] = []
+        self.history: list[str] = []  # the rules run so far, for a failure that will not replay
         self.tokens = 0
 
     def teardown(self) -> None:
@@ -295,10 +297,12 @@ class ManagerMachine(RuleBasedStateMachine):
         return found
 
     def _step(self) -> None:
+        caller = sys._getframe(1)
+        args = {k: v for k, v in caller.f_locals.items() if k != "self" and not k.startswith("_")}
+        self.history.append(f"{caller.f_code.co_name}({args})")
         SEEN["steps"] += 1
         if self.world.crash is not None:
             raise AssertionError("the manager crashed") from self.world.crash
-        self._mark_stopped_wanting()
         self.world.arun(self.world.settle)
         if self.world.crash is not None:
             raise AssertionError("the manager crashed") from self.world.crash
@@ -621,13 +625,16 @@ class ManagerMachine(RuleBasedStateMachine):
                 f"wanting {server}"
             )
         if new_holder is not None:
+            # Handed to a Cluster that may itself have stopped wanting meanwhile (both let go
+            # in one change; the registry hears of them one after the other).
             self.may_let_go.discard((new_holder, server))
+            self._mark_stopped_wanting(extra=[json.loads(request.content)])
 
     # --- invariants ---------------------------------------------------------------------------
 
     @invariant()
     def nothing_let_go_early(self) -> None:
-        assert self.violations == []
+        assert self.violations == [], "\n".join([*self.violations, "after:", *self.history])
 
     @invariant()
     def one_secret_per_server_named_after_it(self) -> None:

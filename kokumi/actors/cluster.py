@@ -334,6 +334,12 @@ class ClusterActor:
         )
         if self._superseded:
             return True
+        if check.finding.reason == "SecretNotReadable":
+            # Kokumi may not read the Secret just now (RBAC, or the API server said no): that
+            # says nothing about the kubeconfig, so the claim stands, as through an outage. A
+            # registration that came and went with a RoleBinding would make Argo CD see the
+            # cluster vanish, and ApplicationSets delete what they deployed there.
+            return True
         if self._selected and usable and connection is not None:
             self._may_hold = True
             self.registration(await self._context.registry.want(self.ref, self.uid, connection))
