@@ -290,9 +290,11 @@ class Registry:
         for effect in effects:
             touched.add(effect.server)
         match event:
-            case ownership.Want(server=server) | ownership.Foreign(server=server):
-                touched.add(server)
-            case ownership.ForeignGone(server=server):
+            case (
+                ownership.Want(server=server)
+                | ownership.Foreign(server=server)
+                | ownership.ForeignGone(server=server)
+            ):
                 touched.add(server)
             case ownership.Release(cluster=cluster):
                 touched.add(before.wanted_by(cluster))
@@ -355,7 +357,7 @@ class Registry:
         while pending:
             server = pending.pop()
             concerned |= self._line(server)
-            concerned |= {h for h in self._holders_named(server)}
+            concerned |= self._holders_named(server)
             more = await self._sync(server)
             pending |= more
             rounds += 1
