@@ -27,7 +27,8 @@ wanters with its current connection; every other wanter reports ClusterConflict;
 holders carry the finalizer; no Cluster is stuck terminating; each Cluster's Ready reason is the
 one its objects and its spoke call for.
 
-``MODEL_EXAMPLES`` sets the number of examples (the soak session runs many more).
+``MODEL_EXAMPLES`` sets the number of examples and ``MODEL_MIN_STEPS`` the steps a run must
+count (the soak session runs 2,200 examples and asserts 50,000 steps).
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ HUB = "https://hub.example:6443"
 # Counted across all examples of one test: rules run, and what the convergence checks saw.
 SEEN = {"steps": 0, "holders": 0, "waiters": 0, "blocked": 0, "restarts": 0, "faults": 0}
 EXAMPLES = int(os.environ.get("MODEL_EXAMPLES", "90"))
+MIN_STEPS = int(os.environ.get("MODEL_MIN_STEPS", "2000"))
 STEPS_PER_EXAMPLE = 30
 
 
@@ -395,8 +397,19 @@ class ManagerMachine(RuleBasedStateMachine):
             self._put(existing)
         self._step()
 
-    @rule(ns=st.sampled_from(WORKSPACES), name=st.sampled_from(NAMES))
-    def delete_cluster(self, ns: str, name: str) -> None:
+    @rule(
+        ns=st.sampled_from(WORKSPACES),
+        name=st.sampled_from(NAMES),
+        refused=st.sampled_from((None, None, None, 403, 500, 0)),
+    )
+    def delete_cluster(self, ns: str, name: str, refused: int | None = None) -> None:
+        """Deleted as a user would; perhaps with the next deletes in Argo CD's namespace (the
+        release of its Secret) refused or cut, which must keep it Terminating until done."""
+        fake = self.world.fake
+        if refused == 0:
+            self.world.run(lambda: fake.reset(verb="delete", namespace=ARGOCD, times=2))
+        elif refused is not None:
+            self.world.run(lambda: fake.fail(refused, verb="delete", namespace=ARGOCD, times=2))
         self._delete(api.CLUSTERS, name, ns)
         self._step()
 
@@ -557,10 +570,17 @@ class ManagerMachine(RuleBasedStateMachine):
             self.world.run(self.world.fake.restart)
         self._step()
 
-    @rule()
-    def restart_manager(self) -> None:
+    @rule(refused=st.sampled_from((None, None, 403, 500, 0)))
+    def restart_manager(self, refused: int | None) -> None:
+        """A crash and a new start, its memory gone; perhaps with the start-up's clean-up of
+        Argo CD's Secrets refused or cut (it must be retried, never end the manager)."""
         SEEN["restarts"] += 1
+        fake = self.world.fake
         self.world.arun(self.world.stop_manager)
+        if refused == 0:
+            self.world.run(lambda: fake.reset(verb="delete", namespace=ARGOCD, times=2))
+        elif refused is not None:
+            self.world.run(lambda: fake.fail(refused, verb="delete", namespace=ARGOCD, times=2))
         self.world.arun(self.world.start_manager)
         self._step()
 
@@ -883,7 +903,7 @@ def test_the_manager_survives_faults_and_converges() -> None:
     )
     elapsed = time.monotonic() - started
     print(f"model test: {SEEN['steps']} steps in {elapsed:.0f} s; counted {SEEN}")
-    assert min(2000, EXAMPLES * 20) <= SEEN["steps"], f"only {SEEN['steps']} steps ran"
+    assert min(MIN_STEPS, EXAMPLES * 20) <= SEEN["steps"], f"only {SEEN['steps']} steps ran"
     # A run that never converged on a holder, a waiter or a foreign block proved nothing of them.
     if EXAMPLES >= 50:
         assert all(SEEN[k] > 0 for k in ("holders", "waiters", "blocked", "restarts")), SEEN
@@ -957,6 +977,34 @@ def test_a_waiter_created_again_mid_check_does_not_inherit_the_old_claim() -> No
         assert machine.violations == [], machine.violations
         (secret,) = machine.ours().values()
         assert argocd.holder_of(secret) == ClusterRef("ws1", waiter)
+    finally:
+        machine.world.close()
+        api.now_rfc3339 = machine._wall_clock
+
+
+def test_a_release_whose_delete_fails_keeps_the_finalizer_until_it_is_done() -> None:
+    """The hub refuses the DELETE of a leaving holder's Secret: the Cluster stays Terminating
+    with its finalizer, the registry retries, and only once the Secret is gone does the
+    Cluster go (a forgotten delete would leave Argo CD the credential of a deleted Cluster)."""
+    machine = ManagerMachine()
+    try:
+        machine.start(layout=[("ws1", "a", SERVERS[0])], before=True)
+        machine.world.arun(machine.world.advance, 5.0)
+        assert len(machine.ours()) == 1
+        fake = machine.world.fake
+        machine.world.run(
+            lambda: fake.fail(500, verb="delete", resource="secrets", namespace=ARGOCD, times=3)
+        )
+        machine.delete_cluster("ws1", "a")
+        machine.world.arun(machine.world.advance, 2.0)
+        assert machine.violations == [], machine.violations
+        cluster = machine._object(api.CLUSTERS, "a", "ws1")
+        assert cluster is not None and api.FINALIZER in cluster["metadata"]["finalizers"]
+        assert len(machine.ours()) == 1  # still there: the deletes were refused
+        machine.world.arun(machine.world.advance, 60.0)
+        assert machine.violations == [], machine.violations
+        assert machine.ours() == {}
+        assert machine._object(api.CLUSTERS, "a", "ws1") is None
     finally:
         machine.world.close()
         api.now_rfc3339 = machine._wall_clock
