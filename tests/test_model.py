@@ -1008,3 +1008,30 @@ def test_a_release_whose_delete_fails_keeps_the_finalizer_until_it_is_done() -> 
     finally:
         machine.world.close()
         api.now_rfc3339 = machine._wall_clock
+
+
+def test_a_cluster_created_again_is_not_selected_by_its_predecessors_environment() -> None:
+    """A selected holder is deleted and created again under its name with labels that no
+    Environment selects, while the Environments actor lags (its status write refused, it waits
+    before retrying, as during a long pass over many namespaces): the new object must not
+    register, not even before that pass speaks; the selection was the deleted object's."""
+    machine = ManagerMachine()
+    try:
+        machine.start(layout=[("ws1", "a", SERVERS[0])], before=True)
+        machine.put_environment("ws1", TIERS[0])
+        machine.world.arun(machine.world.advance, 5.0)
+        assert len(machine.ours()) == 1
+        fake = machine.world.fake
+        for verb in ("patch", "update"):
+            machine.world.run(
+                lambda verb=verb: fake.fail(500, verb=verb, resource="environments", times=1)
+            )
+        machine.delete_cluster("ws1", "a")  # released and gone; the pass that follows fails
+        assert machine._object(api.CLUSTERS, "a", "ws1") is None
+        machine.put_cluster("ws1", "a", TIERS[1], in_cluster=False)
+        machine.world.arun(machine.world.advance, 5.0)
+        assert machine.violations == [], machine.violations
+        assert machine.ours() == {}
+    finally:
+        machine.world.close()
+        api.now_rfc3339 = machine._wall_clock
