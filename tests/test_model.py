@@ -135,6 +135,12 @@ class World:
         self._stopped: trio.Event | None = None
         self._nursery: trio.Nursery | None = None
         self.busy = _BusyLoop(self)
+        # Work handed to worker threads (a kubeconfig parsed off the event loop) finishes in
+        # real time, not in Trio's: settling waits for it, or the order in which two parses
+        # finish would decide a first-come race differently from one replay to the next.
+        self.threads = 0
+        self._to_thread = trio.to_thread.run_sync
+        trio.to_thread.run_sync = self._counted_to_thread  # type: ignore[assignment]
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._main, daemon=True)
         self._thread.start()
@@ -171,9 +177,17 @@ class World:
         return trio.from_thread.run(afn, *args, trio_token=self._token)
 
     def close(self) -> None:
+        trio.to_thread.run_sync = self._to_thread  # type: ignore[assignment]
         if self._thread.is_alive():
             self.run(self._done.set)
             self._thread.join(30)
+
+    async def _counted_to_thread(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        self.threads += 1
+        try:
+            return await self._to_thread(fn, *args, **kwargs)
+        finally:
+            self.threads -= 1
 
     # --- the manager --------------------------------------------------------------------------
 
@@ -226,6 +240,9 @@ class World:
     async def settle(self) -> None:
         self.busy.reset()
         await trio.testing.wait_all_tasks_blocked()
+        while self.threads:
+            time.sleep(0.0002)  # noqa: ASYNC251 - blocks Trio on purpose: the thread runs meanwhile
+            await trio.testing.wait_all_tasks_blocked()
         if self.busy.tripped is not None:
             raise AssertionError(self.busy.tripped)
 
