@@ -202,6 +202,47 @@ REFUSALS = [
         id="string",
     ),
     pytest.param(
+        lambda: s.ca_pem().decode(),
+        Code.NOT_KUBECONFIG,
+        "the kubeconfig is a PEM certificate (CERTIFICATE), not a kubeconfig: store the "
+        "kubeconfig; a CA certificate belongs in its cluster's certificate-authority-data",
+        id="pem-certificate",
+    ),
+    pytest.param(
+        lambda: s.ca_bundle_pem().decode(),
+        Code.NOT_KUBECONFIG,
+        "the kubeconfig is a PEM certificate (CERTIFICATE), not a kubeconfig: store the "
+        "kubeconfig; a CA certificate belongs in its cluster's certificate-authority-data",
+        id="pem-bundle",
+    ),
+    pytest.param(
+        lambda: s.lone_key_pem("ec").decode(),
+        Code.NOT_KUBECONFIG,
+        "the kubeconfig is a PEM private key (PRIVATE KEY), not a kubeconfig: store the "
+        "kubeconfig; a client key belongs in its user's client-key-data",
+        id="pem-key",
+    ),
+    pytest.param(
+        text("-----BEGIN PUBLIC KEY-----\nMFkw\n-----END PUBLIC KEY-----\n"),
+        Code.NOT_KUBECONFIG,
+        "the kubeconfig is a PEM block (PUBLIC KEY), not a kubeconfig: store the kubeconfig",
+        id="pem-other",
+    ),
+    pytest.param(
+        lambda: base64.b64encode(s.dump(s.kubeconfig()).encode()).decode(),
+        Code.NOT_KUBECONFIG,
+        "the kubeconfig is base64-encoded once more than it should be: store the kubeconfig's "
+        "text (the Secret's data is base64 of it, nothing more)",
+        id="base64-twice",
+    ),
+    pytest.param(
+        text('["https://spoke.example:6443", "token"]'),
+        Code.NOT_KUBECONFIG,
+        "the kubeconfig is a list, not a mapping: store a kubeconfig, with clusters, contexts, "
+        "users and current-context",
+        id="json-array",
+    ),
+    pytest.param(
         text("apiVersion: v1\nkind: Secret\ndata:\n  value: Zm9v\n"),
         Code.NOT_KUBECONFIG,
         "the document's kind is not Config (kind): store a kubeconfig, not another object",
