@@ -15,11 +15,11 @@ from typing import Any
 
 import attrs
 
-from kokumi import api, argocd, kubeconfig, selectors
+from kokumi import api, argocd, kubeconfig, selectors, targets
 from kokumi.kubeconfig import Connection
 from kokumi.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
 
-__all__ = ["Counts", "Objects", "check_converged"]
+__all__ = ["Counts", "Objects", "check_converged", "check_environments"]
 
 Probe = Callable[[Connection], str]
 """The Ready reason a check of this connection finds: "Ready", "Unreachable", "Unauthorized"..."""
@@ -183,3 +183,45 @@ def reason(
     if ref in wanted and ref not in holders:
         return "ClusterConflict"
     return "Ready"
+
+
+def check_environments(objects: Objects) -> int:
+    """Assert every Environment's status: its selected Clusters, their targets (by the pure
+    ``kokumi.targets`` from the Clusters' own statuses) and its Ready reason. How many targets
+    it checked."""
+    checked = 0
+    clusters = [api.parse_cluster(obj) for obj in objects.clusters]
+    for obj in objects.environments:
+        environment = api.parse_environment(obj)
+        assert isinstance(environment, api.Environment), obj["metadata"]
+        ref = f"Environment {environment.metadata.namespace}/{environment.metadata.name}"
+        status = environment.status
+        assert status.observed_generation == environment.metadata.generation, ref
+        selector = selectors.parse(environment.spec.cluster_selector)
+        assert isinstance(selector, selectors.Selector), ref
+        selected = sorted(
+            (
+                c
+                for c in clusters
+                if isinstance(c, api.Cluster)
+                and c.metadata.namespace == environment.metadata.namespace
+                and selector.matches(c.metadata.labels)
+            ),
+            key=lambda c: c.metadata.name,
+        )
+        found = targets.targets([targets.selected_cluster(c) for c in selected])
+        expected = []
+        for target, cluster in zip(found, selected, strict=True):
+            reason_of = target.reason
+            if isinstance(target, targets.ClusterNotReady):
+                reason_of = cluster.ready.reason if cluster.ready is not None else "Unknown"
+            expected.append((target.cluster, target.reason, reason_of))
+        have = [(t.name, t.target, t.reason) for t in status.clusters]
+        assert have == expected, f"{ref}: targets {have}, expected {expected}"
+        deploying = sum(1 for t in found if isinstance(t, targets.Deploy))
+        ready = next((c for c in status.conditions if c.type == "Ready"), None)
+        assert ready is not None, f"{ref} has no Ready condition"
+        want = "NoClusters" if not selected else "NoClusterReady" if not deploying else "Ready"
+        assert ready.reason == want, f"{ref}: {ready.reason}, expected {want}"
+        checked += len(found)
+    return checked

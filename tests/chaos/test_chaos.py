@@ -70,7 +70,15 @@ CREDENTIALS = ("good", "good", "good", "refused", "proxy", "broken")
 # view that is that old.
 STALE_VIEW = 2.0
 
-SEEN = {"operations": 0, "kills": 0, "hub_restarts": 0, "holders": 0, "waiters": 0, "blocked": 0}
+SEEN = {
+    "operations": 0,
+    "kills": 0,
+    "hub_restarts": 0,
+    "holders": 0,
+    "waiters": 0,
+    "blocked": 0,
+    "targets": 0,
+}
 
 
 # --- the spoke at several URLs ---------------------------------------------------------------
@@ -561,9 +569,10 @@ class Chaos:
             while True:
                 self.manager.check_alive()
                 try:
-                    return prediction.check_converged(
-                        await self.objects(), self.servers, self.probe
-                    )
+                    objects = await self.objects()
+                    counts = prediction.check_converged(objects, self.servers, self.probe)
+                    SEEN["targets"] += prediction.check_environments(objects)
+                    return counts
                 except AssertionError as exc:
                     last = exc
                 except errors.TransportError:
@@ -669,7 +678,7 @@ async def test_chaos_converges_with_nothing_lost_and_nothing_leaked(
         f"{SEEN['hub_restarts']} hub restart(s), {managed.starts} manager starts, "
         f"{recreations.creations} Secret creations and {recreations.deletions} deletions seen, "
         f"settled with {SEEN['holders']} holders, {SEEN['waiters']} waiting, "
-        f"{SEEN['blocked']} blocked, in {took:.0f} s"
+        f"{SEEN['blocked']} blocked, {SEEN['targets']} Environment targets, in {took:.0f} s"
     )
     assert SEEN["operations"] >= OPERATIONS
     assert SEEN["kills"] >= KILLS
