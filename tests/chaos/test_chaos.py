@@ -15,8 +15,8 @@ finalizer behind. Throughout, a watch on Argo CD's namespace checks that no Secr
 created again for a holder none of whose inputs changed meanwhile.
 
 The credentials carry a random canary (a refused token, a proxy password, a token in a broken
-kubeconfig); afterwards no manager log line, Event, status or file under the test's temp dir
-holds it. A failing run prints its seed and the command that replays it.
+kubeconfig) or are one (the key of a client certificate the spoke accepts); afterwards no manager
+log line, Event, status or file under the test's temp dir holds any of them. A failing run prints its seed and the command that replays it.
 
 ``CHAOS_SEED`` replays a seed; ``CHAOS_OPS`` sets the number of operations (200 here, the soak
 session runs more); ``CHAOS_KILLS`` the least number of SIGKILLs (5).
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import json
 import os
 import random
 import signal
@@ -50,7 +49,7 @@ from kokumi.kube.client import EVENTS, NAMESPACES, SECRETS, Client
 from kokumi.kube.watch import Resync, WatchEvent, watch
 from kokumi.kubeconfig import Connection
 from kokumi.ownership import ClusterRef, normalise_server
-from tests import prediction
+from tests import canary, prediction
 from tests.manager_support import hub_client, make_namespace
 from tests.spoke import Registration, closed_port_server
 
@@ -64,7 +63,7 @@ SETTLE = 120.0  # seconds the settled state may take to appear after the last op
 NAMES = ("a", "b", "c")
 KUBECONFIGS = ("k0", "k1", "k2")
 TIERS = ("gold", "iron")
-CREDENTIALS = ("good", "good", "good", "refused", "proxy", "broken")
+CREDENTIALS = ("good", "good", "client-key", "refused", "proxy", "broken")
 # A re-created Secret counts as spurious only when nothing touching its holder or server
 # happened within this many seconds before the Secret last appeared: the manager may act on a
 # view that is that old.
@@ -282,7 +281,7 @@ class Chaos:
     servers: list[str]  # the spoke's URLs, the last one a closed port
     namespaces: list[str]
     argocd: str
-    canary: str
+    client_identity: tuple[bytes, bytes]  # a client certificate and key the spoke accepts
     recreations: Recreations
     history: list[str] = attrs.field(factory=list)
     foreign: dict[str, str] = attrs.field(factory=dict)  # name -> resourceVersion we wrote
@@ -319,24 +318,31 @@ class Chaos:
         document["clusters"][0]["cluster"]["server"] = server
         user = document["users"][0]["user"]
         if credential == "refused":
-            user["token"] = f"kokumi-canary-{self.canary}"
+            user["token"] = canary.token("refused")
+        elif credential == "client-key":
+            cert, key = self.client_identity
+            document["users"][0]["user"] = {
+                "client-certificate-data": _b64(cert),
+                "client-key-data": _b64(key),
+            }
         elif credential == "proxy":
             _, port = closed_port_server().rsplit(":", 1)
-            document["clusters"][0]["cluster"]["proxy-url"] = (
-                f"http://kokumi:canary-{self.canary}@127.0.0.1:{port}"
-            )
+            document["clusters"][0]["cluster"]["proxy-url"] = canary.proxy_url(f"127.0.0.1:{port}")
         elif credential == "broken":
             del document["clusters"][0]["cluster"]["server"]
-            user["token"] = f"kokumi-canary-{self.canary}"
+            user["token"] = canary.token("broken")
         return str(yaml.safe_dump(document))
 
     def probe(self, connection: Connection) -> str:
         """What the check of a connection finds: the spoke answers at every URL but the dead
-        one; the canary token is refused; the proxy listens nowhere."""
+        one; the canary token is refused; the proxy listens nowhere; the spoke's token and the
+        client certificate it issued are accepted."""
         if normalise_server(connection.server) == normalise_server(self.dead):
             return "Unreachable"
         if connection.proxy_url is not None:
             return "Unreachable"
+        if connection.client_key is not None:
+            return "Ready"
         if connection.token != self.registration.token:
             return "Unauthorized"
         return "Ready"
@@ -591,12 +597,14 @@ def replay_hint(seed: int) -> str:
 async def test_chaos_converges_with_nothing_lost_and_nothing_leaked(
     hub: APIServer,
     crds: object,
+    spoke: APIServer,
     spoke_kubeconfig: Registration,
     tmp_path: Path,
 ) -> None:
     seed = SEED
     print(replay_hint(seed))
-    canary = uuid.uuid4().hex
+    identity = spoke.identity(f"kokumi-chaos-{uuid.uuid4().hex[:6]}")
+    canaries = [canary.CANARY, *canary.key_fragments(identity[1])]
     started = time.monotonic()
     async with hub_client(hub) as client, trio.open_nursery() as nursery:
         own = await make_namespace(client, "kokumi")
@@ -622,7 +630,7 @@ async def test_chaos_converges_with_nothing_lost_and_nothing_leaked(
             servers,
             namespaces,
             argo,
-            canary,
+            identity,
             recreations,
         )
         try:
@@ -632,8 +640,8 @@ async def test_chaos_converges_with_nothing_lost_and_nothing_leaked(
             SEEN["waiters"] += counts.waiters
             SEEN["blocked"] += counts.blocked
             assert recreations.violations == [], "\n".join(recreations.violations)
-            seen = await scan_for_canary(client, [own, *namespaces], tmp_path, canary)
-            assert seen == [], f"the canary leaked into {seen}"
+            seen = await scan_for_canary(client, [own, *namespaces], tmp_path, canaries)
+            assert seen == [], f"a canary leaked into {seen}"
             for name, version in chaos.foreign.items():
                 secret = await client.get(SECRETS, name, namespace=argo)
                 assert secret["metadata"]["resourceVersion"] == version, f"{name} was changed"
@@ -661,8 +669,8 @@ async def test_chaos_converges_with_nothing_lost_and_nothing_leaked(
             assert left == [], f"left behind: {left}"
             managed.check_alive()
             # No canary anywhere a user or a log collector sees.
-            seen = await scan_for_canary(client, [own, *namespaces], tmp_path, canary)
-            assert seen == [], f"the canary leaked into {seen}"
+            seen = await scan_for_canary(client, [own, *namespaces], tmp_path, canaries)
+            assert seen == [], f"a canary leaked into {seen}"
         except BaseException as exc:
             tail = "\n".join(chaos.history[-40:])
             raise AssertionError(f"{replay_hint(seed)}\nlast operations:\n{tail}\n{exc}") from exc
@@ -701,25 +709,26 @@ async def delete_namespace(client: Client, name: str) -> None:
         pass
 
 
-def canary_in_files(root: Path, canary: str) -> list[str]:
+def canary_in_files(root: Path, canaries: list[str]) -> list[str]:
     return [
         str(path)
         for path in root.rglob("*")
-        if path.is_file() and canary.encode() in path.read_bytes()
+        if path.is_file() and canary.found(path.read_text(errors="replace"), canaries)
     ]
 
 
 async def scan_for_canary(
-    client: Client, namespaces: list[str], root: Path, canary: str
+    client: Client, namespaces: list[str], root: Path, canaries: list[str]
 ) -> list[str]:
     """Every place a secret must never reach: manager logs and any other file under the temp
     dir, Events, and the Clusters' statuses."""
-    found = await trio.to_thread.run_sync(canary_in_files, root, canary)
+    found = await trio.to_thread.run_sync(canary_in_files, root, canaries)
     for ns in namespaces:
         for event in (await client.list(EVENTS, namespace=ns))["items"]:
-            if canary in json.dumps(event):
+            if canary.found(event, canaries):
                 found.append(f"Event {ns}/{event['metadata']['name']}")
-        for cluster in (await client.list(api.CLUSTERS, namespace=ns))["items"]:
-            if canary in json.dumps(cluster.get("status") or {}):
-                found.append(f"status of Cluster {ns}/{cluster['metadata']['name']}")
+        for resource in (api.CLUSTERS, api.ENVIRONMENTS):
+            for obj in (await client.list(resource, namespace=ns))["items"]:
+                if canary.found(obj.get("status") or {}, canaries):
+                    found.append(f"status of {obj['kind']} {ns}/{obj['metadata']['name']}")
     return found
