@@ -16,7 +16,8 @@ created again for a holder none of whose inputs changed meanwhile.
 
 The credentials carry a random canary (a refused token, a proxy password, a token in a broken
 kubeconfig) or are one (the key of a client certificate the spoke accepts); afterwards no manager
-log line, Event, status or file under the test's temp dir holds any of them. A failing run prints its seed and the command that replays it.
+log line, Event, status or file under the test's temp dir holds any of them. A failing run
+prints its seed and the command that replays it.
 
 ``CHAOS_SEED`` replays a seed; ``CHAOS_OPS`` sets the number of operations (200 here, the soak
 session runs more); ``CHAOS_KILLS`` the least number of SIGKILLs (5).
