@@ -40,6 +40,7 @@ from kokumi.controlplane import APIServer
 from kokumi.kube import Client, Config
 from kokumi.kube.client import EVENTS, LEASES, SECRETS
 from kokumi.kube.watch import Resync, WatchEvent, watch
+from tests import canary
 from tests.fixtures_deploy import DEPLOY, ensure_namespace, run, service_account_kubeconfig
 from tests.test_deploy_manager import bind_manager_secrets, unreachable_kubeconfig
 
@@ -139,6 +140,9 @@ def replicas(hub: APIServer, root: Path, lease: str) -> Iterator[Any]:
             if replica.process.poll() is None:
                 replica.process.kill()
             replica.process.wait(timeout=30)
+    # The replicas' logs, what a log collector would keep: no made-up credential in them.
+    leaked = [r.name for r in started if canary.found(r.log.read_text(errors="replace"))]
+    assert leaked == [], f"the canary leaked into the logs of {leaked}"
 
 
 def rss(replica: Replica) -> int:
@@ -238,7 +242,9 @@ def test_only_the_leader_writes_and_a_standby_takes_over(
                 "data": {
                     "value": base64.b64encode(
                         unreachable_kubeconfig(
-                            f"https://kokumi-leader-{suffix}.invalid:6443", "t", hub.ca_pem
+                            f"https://kokumi-leader-{suffix}.invalid:6443",
+                            canary.token(),
+                            hub.ca_pem,
                         ).encode()
                     ).decode()
                 },
@@ -487,7 +493,9 @@ def test_a_leader_paused_past_its_lease_writes_nothing_when_it_resumes(
                 "data": {
                     "value": base64.b64encode(
                         unreachable_kubeconfig(
-                            f"https://kokumi-pause-{suffix}.invalid:6443", "t", hub.ca_pem
+                            f"https://kokumi-pause-{suffix}.invalid:6443",
+                            canary.token(),
+                            hub.ca_pem,
                         ).encode()
                     ).decode()
                 },

@@ -54,8 +54,6 @@ from tests import canary, prediction
 from tests.manager_support import hub_client, make_namespace
 from tests.spoke import Registration, closed_port_server
 
-pytestmark = pytest.mark.cluster
-
 SEED = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(2**32))
 OPERATIONS = int(os.environ.get("CHAOS_OPS", "200"))
 KILLS = int(os.environ.get("CHAOS_KILLS", "5"))
@@ -595,6 +593,7 @@ def replay_hint(seed: int) -> str:
     )
 
 
+@pytest.mark.cluster
 async def test_chaos_converges_with_nothing_lost_and_nothing_leaked(
     hub: APIServer,
     crds: object,
@@ -733,3 +732,32 @@ async def scan_for_canary(
                 if canary.found(obj.get("status") or {}, canaries):
                     found.append(f"status of {obj['kind']} {ns}/{obj['metadata']['name']}")
     return found
+
+
+def test_the_recreation_check_tells_a_needless_recreation_from_a_caused_one() -> None:
+    """The watch-side check is not vacuous: a Secret deleted and created again for one holder
+    counts as a violation exactly when nothing touched that holder or server in between."""
+    holder = ClusterRef("ws", "a")
+    server = "https://spoke.example:6443"
+    secret = argocd.cluster_secret(Connection(server=server, token="t"), holder, "argocd")
+    name = secret["metadata"]["name"]
+
+    quiet = Recreations(touched=[(0.0, "ws", None)])
+    quiet.seen(secret, 10.0)
+    quiet.deleted(name)
+    quiet.seen(secret, 20.0)
+    assert len(quiet.violations) == 1
+    assert (quiet.creations, quiet.deletions) == (2, 1)
+
+    for touch in ((15.0, "ws", None), (15.0, None, server), (9.0, "ws", None)):
+        caused = Recreations(touched=[touch])
+        caused.seen(secret, 10.0)
+        caused.deleted(name)
+        caused.seen(secret, 20.0)
+        assert caused.violations == [], touch
+
+    elsewhere = Recreations(touched=[(15.0, "other", "https://other.example")])
+    elsewhere.resync((secret,), 10.0)
+    elsewhere.resync((), 12.0)  # a relist after the hub restarted: the Secret is gone
+    elsewhere.resync((secret,), 20.0)
+    assert len(elsewhere.violations) == 1
