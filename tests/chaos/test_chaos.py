@@ -3,8 +3,9 @@
 The manager runs as a real process (``python -m kokumi manager``) against the real hub and
 spoke. A seeded random sequence creates and deletes Clusters and Environments, relabels, points
 kubeconfig Secrets at other servers (the one spoke reached at several URLs: its own, ``localhost``
-and TCP forwarders of the test's), breaks and mends credentials, deletes Kokumi's Argo CD Secrets
-behind the manager's back, plants and removes foreign Argo CD Secrets — and meanwhile SIGKILLs the
+and TCP forwarders of the test's, which go down and up again), breaks and mends credentials,
+deletes Kokumi's Argo CD Secrets behind the manager's back, plants and removes foreign Argo CD
+Secrets — and meanwhile SIGKILLs the
 manager at random moments (starting it again a few operations later) and restarts the hub's
 kube-apiserver once (etcd keeps the data).
 
@@ -41,6 +42,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
+import trio.lowlevel
 import yaml
 
 from kokumi import api, argocd
@@ -103,12 +105,45 @@ async def _forward(port: int, client: trio.SocketStream) -> None:
             nursery.start_soon(_pump, upstream, client)
 
 
-async def forwarder(nursery: trio.Nursery, port: int) -> str:
-    """A TCP forwarder to the spoke on a port of its own: one more server URL for the spoke."""
-    listeners = await nursery.start(
-        functools.partial(trio.serve_tcp, functools.partial(_forward, port), 0, host="127.0.0.1")
-    )
-    return f"https://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+@attrs.define
+class Forwarder:
+    """A TCP forwarder to the spoke on a port of its own: one more server URL for the spoke.
+    ``down()`` closes its port (connections are refused: an outage), ``up()`` opens it again."""
+
+    nursery: trio.Nursery
+    target: int
+    port: int = 0
+    scope: trio.CancelScope | None = None
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def is_up(self) -> bool:
+        return self.scope is not None
+
+    async def up(self) -> None:
+        listeners = await trio.open_tcp_listeners(self.port, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        scope = self.scope = trio.CancelScope()
+
+        async def serve() -> None:
+            try:
+                with scope:
+                    await trio.serve_listeners(functools.partial(_forward, self.target), listeners)
+            finally:
+                with trio.CancelScope(shield=True):
+                    for listener in listeners:
+                        await listener.aclose()
+
+        self.nursery.start_soon(serve)
+
+    async def down(self) -> None:
+        assert self.scope is not None
+        self.scope.cancel()
+        self.scope = None
+        await trio.lowlevel.checkpoint()  # let it close the port
 
 
 # --- the manager process --------------------------------------------------------------------
@@ -282,6 +317,7 @@ class Chaos:
     argocd: str
     client_identity: tuple[bytes, bytes]  # a client certificate and key the spoke accepts
     recreations: Recreations
+    forwarders: list[Forwarder]
     history: list[str] = attrs.field(factory=list)
     foreign: dict[str, str] = attrs.field(factory=dict)  # name -> resourceVersion we wrote
     down_for: int = 0
@@ -336,7 +372,8 @@ class Chaos:
         """What the check of a connection finds: the spoke answers at every URL but the dead
         one; the canary token is refused; the proxy listens nowhere; the spoke's token and the
         client certificate it issued are accepted."""
-        if normalise_server(connection.server) == normalise_server(self.dead):
+        down = [f.url for f in self.forwarders if not f.is_up]
+        if normalise_server(connection.server) in {normalise_server(u) for u in [self.dead, *down]}:
             return "Unreachable"
         if connection.proxy_url is not None:
             return "Unreachable"
@@ -508,6 +545,16 @@ class Chaos:
         del self.foreign[name]
         await self.retrying(lambda: self.client.delete(SECRETS, name, namespace=self.argocd))
 
+    async def op_outage(self) -> None:
+        """A forwarder's port closes or opens again: its holder must keep its registration."""
+        forwarder = self.rng.choice(self.forwarders)
+        if forwarder.is_up:
+            self.note(f"outage of {forwarder.url}")
+            await forwarder.down()
+        else:
+            self.note(f"{forwarder.url} answers again")
+            await forwarder.up()
+
     OPERATIONS: tuple[tuple[str, int], ...] = (
         ("op_cluster", 6),
         ("op_relabel", 4),
@@ -520,6 +567,7 @@ class Chaos:
         ("op_delete_argocd_secret", 2),
         ("op_plant_foreign", 1),
         ("op_remove_foreign", 1),
+        ("op_outage", 1),
     )
 
     async def run(self, operations: int, kills: int) -> None:
@@ -545,7 +593,9 @@ class Chaos:
                     self.down_for = self.rng.randrange(0, 4)
             if step == restart_at:
                 self.history.append("restart hub kube-apiserver")
-                await trio.to_thread.run_sync(self.hub.restart)
+                # On this (the main) thread, blocking the loop for the few seconds it takes:
+                # a server started from a worker thread would not die with the test process.
+                self.hub.restart()
                 SEEN["hub_restarts"] += 1
             await getattr(self, self.rng.choices(names, weights)[0])()
             SEEN["operations"] += 1
@@ -611,11 +661,13 @@ async def test_chaos_converges_with_nothing_lost_and_nothing_leaked(
         argo = await make_namespace(client, "argocd")
         namespaces = [await make_namespace(client, "chaos") for _ in range(2)]
         spoke_port = int(spoke_kubeconfig.server.rsplit(":", 1)[1])
+        forwarders = [Forwarder(nursery, spoke_port), Forwarder(nursery, spoke_port)]
+        for each in forwarders:
+            await each.up()
         servers = [
             spoke_kubeconfig.server,
             f"https://localhost:{spoke_port}/",
-            await forwarder(nursery, spoke_port),
-            await forwarder(nursery, spoke_port),
+            *(each.url for each in forwarders),
             closed_port_server(),
         ]
         recreations = Recreations(touched=[])
@@ -632,6 +684,7 @@ async def test_chaos_converges_with_nothing_lost_and_nothing_leaked(
             argo,
             identity,
             recreations,
+            forwarders,
         )
         try:
             await chaos.run(OPERATIONS, KILLS)
