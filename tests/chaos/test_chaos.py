@@ -724,7 +724,7 @@ async def test_chaos_converges_with_nothing_lost_and_nothing_leaked(
             # No canary anywhere a user or a log collector sees.
             seen = await scan_for_canary(client, [own, *namespaces], tmp_path, canaries)
             assert seen == [], f"a canary leaked into {seen}"
-        except BaseException as exc:
+        except Exception as exc:
             tail = "\n".join(chaos.history[-40:])
             raise AssertionError(f"{replay_hint(seed)}\nlast operations:\n{tail}\n{exc}") from exc
         finally:
