@@ -1,5 +1,7 @@
-"""Sessions: ``tests`` (the whole suite on the real control plane), ``lint``, ``typing``; ``soak``
-(the model test at 50,000 steps) runs only when asked for."""
+"""Sessions: ``tests`` (the whole suite on the real control plane, the CI-sized chaos run
+included), ``lint``, ``typing``; ``chaos`` (the chaos test alone) and ``soak`` (the model test at
+50,000 steps, a long chaos run and the kubeconfig fuzzers at 100,000 examples each) run only when
+asked for."""
 
 from __future__ import annotations
 
@@ -19,9 +21,18 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session(python="3.11")
+def chaos(session: nox.Session) -> None:
+    """The chaos test on the real hub: CHAOS_SEED replays a seed, CHAOS_OPS sets its length."""
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "kokumi.controlplane", "build")
+    session.run("pytest", "tests/chaos", "-s", *session.posargs)
+
+
+@nox.session(python="3.11")
 def soak(session: nox.Session) -> None:
-    """The actor-layer model test at 2,200 examples: at least 50,000 steps (counted and
-    asserted) with faults injected."""
+    """The actor-layer model test at 2,200 examples (at least 50,000 steps, counted and
+    asserted, with faults injected), the kubeconfig fuzzers at 100,000 examples each, and a chaos
+    run of 2,000 operations."""
     session.install("-e", ".[test]")
     session.run(
         "pytest",
@@ -31,6 +42,26 @@ def soak(session: nox.Session) -> None:
         env={
             "MODEL_EXAMPLES": session.env.get("MODEL_EXAMPLES", "2200"),
             "MODEL_MIN_STEPS": session.env.get("MODEL_MIN_STEPS", "50000"),
+        },
+    )
+    session.run(
+        "pytest",
+        "tests/test_kubeconfig.py",
+        "-k",
+        "connection_or_a_refusal",
+        "--hypothesis-show-statistics",
+        *session.posargs,
+        env={"KUBECONFIG_FUZZ_EXAMPLES": session.env.get("KUBECONFIG_FUZZ_EXAMPLES", "100000")},
+    )
+    session.run("python", "-m", "kokumi.controlplane", "build")
+    session.run(
+        "pytest",
+        "tests/chaos",
+        "-s",
+        *session.posargs,
+        env={
+            "CHAOS_OPS": session.env.get("CHAOS_OPS", "2000"),
+            "CHAOS_KILLS": session.env.get("CHAOS_KILLS", "40"),
         },
     )
 

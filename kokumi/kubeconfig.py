@@ -366,6 +366,8 @@ _FLATTEN: Final = "e.g. with kubectl config view --minify --flatten"
 def _read(document: object, context: str | None) -> tuple[tuple[str, str, str], Connection]:
     """The names of the context, cluster and user used, and their Connection."""
     if not isinstance(document, dict):
+        if isinstance(document, str):
+            _not_a_kubeconfig(document)
         _refuse(
             Code.NOT_KUBECONFIG,
             f"the kubeconfig is a {_type_name(document)}, not a mapping: store a kubeconfig, "
@@ -900,6 +902,46 @@ def _wrong_type(owner: _Owner, key: str, path: str, value: object, expected: str
         f"{owner} has {key} as a {_type_name(value)}, not a {expected} ({path}): "
         f"{_FIXES[expected]}",
     )
+
+
+_PEM_BEGIN: Final = re.compile(r"-----BEGIN ([A-Z0-9 ]{1,40})-----")
+
+
+def _not_a_kubeconfig(text: str) -> None:
+    """Name what a text stored instead of a kubeconfig, where it is a common mistake: a PEM
+    certificate or key (the file beside the kubeconfig), or the kubeconfig base64-encoded once
+    more (Secret ``data`` is base64 already). Only the PEM block's type is quoted, never data."""
+    pem = _PEM_BEGIN.search(text)
+    if pem is not None:
+        label = pem.group(1)
+        if label.endswith("PRIVATE KEY"):
+            _refuse(
+                Code.NOT_KUBECONFIG,
+                f"the kubeconfig is a PEM private key ({label}), not a kubeconfig: store the "
+                "kubeconfig; a client key belongs in its user's client-key-data",
+            )
+        if label.endswith("CERTIFICATE"):
+            _refuse(
+                Code.NOT_KUBECONFIG,
+                f"the kubeconfig is a PEM certificate ({label}), not a kubeconfig: store the "
+                "kubeconfig; a CA certificate belongs in its cluster's certificate-authority-data",
+            )
+        _refuse(
+            Code.NOT_KUBECONFIG,
+            f"the kubeconfig is a PEM block ({label}), not a kubeconfig: store the kubeconfig",
+        )
+    compact = "".join(text.split())
+    if len(compact) >= 16:
+        try:
+            decoded = base64.b64decode(compact, validate=True)
+        except ValueError:
+            decoded = b""
+        if any(field.encode() in decoded for field in (*_KUBECONFIG_FIELDS, "apiVersion")):
+            _refuse(
+                Code.NOT_KUBECONFIG,
+                "the kubeconfig is base64-encoded once more than it should be: store the "
+                "kubeconfig's text (the Secret's data is base64 of it, nothing more)",
+            )
 
 
 def _type_name(value: object) -> str:

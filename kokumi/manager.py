@@ -63,12 +63,14 @@ class Manager:
         self.client = client
         client.observer = self.metrics
         limiter = CountingLimiter(options.max_concurrent_checks, self.metrics)
+        events = EventRecorder(client)
         self.registry = Registry(
             client,
             options.argocd_namespace,
             self.metrics,
             backoff_initial=options.retry_initial,
             backoff_max=options.retry_max,
+            events=events,
         )
         self.context = Context(
             client=client,
@@ -76,7 +78,7 @@ class Manager:
             registry=self.registry,
             in_cluster=InClusterCheck(client, limiter, options, self.metrics, check_own),
             probe_limiter=limiter,
-            events=EventRecorder(client),
+            events=events,
             metrics=self.metrics,
             check=check,
         )

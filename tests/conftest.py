@@ -1,5 +1,9 @@
 """Fixtures for tests against the real control plane: etcd, a hub and a spoke kube-apiserver.
 
+Every test is also held to ``tests.canary``: its captured output, logs and exception text, and
+after a test that used the hub every Event and status there, must not show the canary that the
+credentials tests make up carry.
+
 The control plane starts once per session (about 5 s once built) and every test gets a fresh
 namespace, so tests do not see each other's objects. When a test that used it fails, the tails of
 the server logs are attached to the report: an apiserver's own words usually say why.
@@ -14,9 +18,11 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from kokumi.controlplane import APIServer, ControlPlane, tail
+from tests import canary
 
 pytest_plugins = ["tests.fixtures_deploy", "tests.fixtures_spoke"]
 
@@ -81,9 +87,59 @@ def namespace(hub: APIServer) -> Iterator[str]:
     run_kubectl(hub, "delete", "namespace", name, "--wait=false", check=False)
 
 
+_HUB_READERS: dict[int, httpx.Client] = {}
+
+
+def _hub_reader(hub: APIServer) -> httpx.Client:
+    reader = _HUB_READERS.get(hub.port)
+    if reader is None:
+        context = hub.ssl_context("kokumi-admin", ["system:masters"])
+        reader = httpx.Client(base_url=hub.url, verify=context, timeout=30)
+        _HUB_READERS[hub.port] = reader
+    return reader
+
+
+@pytest.fixture(autouse=True)
+def _no_canary_on_the_hub(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test that used the hub: no Event and no status anywhere holds the canary."""
+    if "hub" not in request.fixturenames:
+        yield
+        return
+    hub: APIServer = request.getfixturevalue("hub")
+    yield
+    reader = _hub_reader(hub)
+    leaks = []
+    for path in (
+        "/api/v1/events",
+        "/apis/delivery.kokumi.dev/v1alpha1/clusters",
+        "/apis/delivery.kokumi.dev/v1alpha1/environments",
+    ):
+        response = reader.get(path)
+        if response.status_code == 404:
+            continue  # the CRDs are not installed yet
+        response.raise_for_status()
+        for obj in response.json()["items"]:
+            shown = obj if path.endswith("events") else obj.get("status") or {}
+            if canary.found(shown):
+                meta = obj["metadata"]
+                leaks.append(f"{path.rsplit('/', 1)[1]} {meta.get('namespace')}/{meta['name']}")
+    assert leaks == [], f"the canary leaked into {leaks}"
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:  # type: ignore[misc]
     report = yield
+    # Captured output, logs and exception text: no test-made credential may show in any.
+    leaked = [
+        name
+        for name, content in report.sections
+        if name.endswith(report.when) and canary.found(content)
+    ]
+    if canary.found(report.longreprtext):
+        leaked.append("the exception text")
+    if leaked and not report.failed:
+        report.outcome = "failed"
+        report.longrepr = f"the canary leaked into {', '.join(leaked)}"
     if report.failed and "control_plane" in getattr(item, "fixturenames", ()):
         plane: ControlPlane | None = item.funcargs.get("control_plane")  # type: ignore[attr-defined]
         if plane is not None:

@@ -20,6 +20,7 @@ import attrs
 import yaml
 
 from kokumi.controlplane import APIServer, CertificateAuthority
+from tests import canary
 
 __all__ = [
     "BAD_TOKEN",
@@ -32,7 +33,7 @@ __all__ = [
 
 Kubectl = Callable[..., "subprocess.CompletedProcess[str]"]
 
-BAD_TOKEN = "kokumi-not-a-valid-token"  # the spoke answers 401 to it
+BAD_TOKEN = canary.token("not-a-valid-token")  # the spoke answers 401 to it
 
 _SECRET = """\
 apiVersion: v1

@@ -14,6 +14,7 @@ Timings are shortened (6/4/1 s instead of 15/10/2) to keep the test quick.
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import functools
 import json
 import os
@@ -37,7 +38,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from kokumi import api
 from kokumi.controlplane import APIServer
 from kokumi.kube import Client, Config
+from kokumi.kube.client import EVENTS, LEASES, SECRETS
 from kokumi.kube.watch import Resync, WatchEvent, watch
+from tests import canary
 from tests.fixtures_deploy import DEPLOY, ensure_namespace, run, service_account_kubeconfig
 from tests.test_deploy_manager import bind_manager_secrets, unreachable_kubeconfig
 
@@ -137,6 +140,9 @@ def replicas(hub: APIServer, root: Path, lease: str) -> Iterator[Any]:
             if replica.process.poll() is None:
                 replica.process.kill()
             replica.process.wait(timeout=30)
+    # The replicas' logs, what a log collector would keep: no made-up credential in them.
+    leaked = [r.name for r in started if canary.found(r.log.read_text(errors="replace"))]
+    assert leaked == [], f"the canary leaked into the logs of {leaked}"
 
 
 def rss(replica: Replica) -> int:
@@ -191,9 +197,9 @@ async def follow(hub: APIServer, namespace: str, writers: Writers) -> None:
                     writers.note(obj)
 
 
-def test_only_the_leader_writes_and_a_standby_takes_over(
-    hub: APIServer, admission_policies: object, tmp_path: Path
-) -> None:
+def install(hub: APIServer, tmp_path: Path) -> tuple[str, str, str]:
+    """install.yaml applied, the ServiceAccount's token mounted under ``tmp_path`` as in a pod;
+    a Lease name, a workspace namespace of this test's own, and a suffix for other names."""
     ensure_namespace(hub, "argocd")
     run(hub.admin_kubeconfig, "apply", "--server-side", "-f", str(DEPLOY / "install.yaml"))
     token = run(
@@ -208,6 +214,13 @@ def test_only_the_leader_writes_and_a_standby_takes_over(
     lease = f"kokumi-clusters-{suffix}"
     workspace = f"leader-{suffix}"
     run(hub.admin_kubeconfig, "create", "namespace", workspace)
+    return lease, workspace, suffix
+
+
+def test_only_the_leader_writes_and_a_standby_takes_over(
+    hub: APIServer, admission_policies: object, tmp_path: Path
+) -> None:
+    lease, workspace, suffix = install(hub, tmp_path)
     writers = Writers()
 
     async def background() -> None:
@@ -229,7 +242,9 @@ def test_only_the_leader_writes_and_a_standby_takes_over(
                 "data": {
                     "value": base64.b64encode(
                         unreachable_kubeconfig(
-                            f"https://kokumi-leader-{suffix}.invalid:6443", "t", hub.ca_pem
+                            f"https://kokumi-leader-{suffix}.invalid:6443",
+                            canary.token(),
+                            hub.ca_pem,
                         ).encode()
                     ).decode()
                 },
@@ -412,3 +427,135 @@ def test_a_leader_whose_renewals_are_refused_exits_non_zero(
     assert "Traceback" not in output
     # Within the renew deadline of its last good renewal, give or take the authorizer's catch-up.
     assert took < RENEW_DEADLINE + RETRY_PERIOD * 2 + 5
+
+
+@attrs.define
+class LateWrites:
+    """Writes by one field manager at or after a wall-clock second, from watches on everything
+    the manager writes: Clusters, Environments, Events, Argo CD's Secrets and the Lease."""
+
+    manager: str
+    since: str = "9999"  # RFC 3339, compared as text (same format, same zone)
+    found: list[str] = attrs.field(factory=list)
+    seen: int = 0
+
+    def note(self, obj: dict[str, Any]) -> None:
+        self.seen += 1
+        for entry in obj["metadata"].get("managedFields") or ():
+            if entry.get("manager") == self.manager and entry.get("time", "") >= self.since:
+                meta = obj["metadata"]
+                self.found.append(
+                    f"{obj.get('kind')} {meta.get('namespace')}/{meta['name']} at {entry['time']}"
+                )
+
+
+async def follow_all(hub: APIServer, watched: list[tuple[Any, str]], late: LateWrites) -> None:
+    async with Client(Config.from_kubeconfig(hub.admin_kubeconfig)) as admin:
+        send, receive = trio.open_memory_channel[WatchEvent | Resync](1000)
+        async with trio.open_nursery() as nursery:
+            for resource, namespace in watched:
+                await nursery.start(
+                    functools.partial(watch, admin, resource, send, namespace=namespace)
+                )
+            async for event in receive:
+                for obj in event.objects if isinstance(event, Resync) else (event.object,):
+                    late.note(obj)
+
+
+def test_a_leader_paused_past_its_lease_writes_nothing_when_it_resumes(
+    hub: APIServer, admission_policies: object, tmp_path: Path
+) -> None:
+    """SIGSTOP the leader past its lease: the standby takes over within the lease time; resumed,
+    the old leader finds its renew deadline long gone and stops without a single write (it
+    would hold the Lease first), and exits non-zero to be restarted as a standby."""
+    lease, workspace, suffix = install(hub, tmp_path)
+    late = LateWrites("kokumi-a")
+    watched = [
+        (api.CLUSTERS, workspace),
+        (api.ENVIRONMENTS, workspace),
+        (EVENTS, workspace),
+        (SECRETS, "argocd"),
+        (LEASES, "kokumi"),
+    ]
+    try:
+        with (
+            replicas(hub, tmp_path, lease) as start,
+            _in_thread(functools.partial(follow_all, hub, watched, late)) as stop_watch,
+        ):
+            a = start("a")
+            wait(a.leading, "a leads")
+            b = start("b")
+            wait(lambda: b.get("/readyz").status_code == 200, "b is ready as a standby")
+            secret = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "edge-kubeconfig", "namespace": workspace},
+                "data": {
+                    "value": base64.b64encode(
+                        unreachable_kubeconfig(
+                            f"https://kokumi-pause-{suffix}.invalid:6443",
+                            canary.token(),
+                            hub.ca_pem,
+                        ).encode()
+                    ).decode()
+                },
+            }
+            run(hub.admin_kubeconfig, "apply", "-f", "-", input=json.dumps(secret))
+            bind_manager_secrets(hub, workspace)
+            clusters = [
+                f"apiVersion: {api.API_VERSION}\nkind: Cluster\n"
+                f"metadata: {{name: edge-{i}, namespace: {workspace}, labels: {{fleet: edge}}}}\n"
+                "spec: {connection: Kubeconfig, kubeconfig: {secretRef: {name: edge-kubeconfig}}}"
+                for i in range(6)
+            ]
+            clusters.append(
+                f"apiVersion: {api.API_VERSION}\nkind: Environment\n"
+                f"metadata: {{name: edge, namespace: {workspace}}}\n"
+                "spec: {clusterSelector: {matchLabels: {fleet: edge}}}"
+            )
+            run(hub.admin_kubeconfig, "apply", "-f", "-", input="\n---\n".join(clusters))
+
+            def reasons() -> list[str]:
+                return run(
+                    hub.admin_kubeconfig,
+                    "-n",
+                    workspace,
+                    "get",
+                    "clusters",
+                    "-o",
+                    'jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].reason}'
+                    '{" "}{end}',
+                ).stdout.split()
+
+            wait(lambda: reasons() == ["Unreachable"] * 6, "a reports the six Clusters")
+
+            a.process.send_signal(signal.SIGSTOP)
+            took = wait(b.leading, "b leads while a is paused", timeout=LEASE_DURATION * 3)
+            assert took <= LEASE_DURATION + RETRY_PERIOD * 1.2 + 2.0
+            # While a sleeps, the world changes under it: its watches will deliver all of it.
+            run(hub.admin_kubeconfig, "-n", workspace, "delete", "secret", "edge-kubeconfig")
+            run(
+                hub.admin_kubeconfig,
+                "-n",
+                workspace,
+                "label",
+                "clusters",
+                "--all",
+                "--overwrite",
+                "fleet=core",
+            )
+            wait(lambda: reasons() == ["SecretNotFound"] * 6, "b reports the missing Secret")
+            time.sleep(1.0)  # the next wall-clock second: all that follows is after the resume
+            late.since = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            a.process.send_signal(signal.SIGCONT)
+            returncode = a.process.wait(timeout=LEASE_DURATION * 3)
+            time.sleep(2.0)  # let the watches deliver whatever a might have written
+            stop_watch()
+            assert returncode == 1
+            assert any("leadership lost" in line["message"] for line in a.lines())
+            assert late.seen > 0
+            assert late.found == [], f"a wrote after it resumed: {late.found}"
+            assert b.leading()
+    finally:
+        run(hub.admin_kubeconfig, "delete", "namespace", workspace, "--wait=false", check=False)
+        run(hub.admin_kubeconfig, "-n", "kokumi", "delete", "lease", lease, check=False)

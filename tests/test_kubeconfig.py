@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -199,6 +200,47 @@ REFUSALS = [
         "the kubeconfig is a string, not a mapping: store a kubeconfig, with clusters, contexts, "
         "users and current-context",
         id="string",
+    ),
+    pytest.param(
+        lambda: s.ca_pem().decode(),
+        Code.NOT_KUBECONFIG,
+        "the kubeconfig is a PEM certificate (CERTIFICATE), not a kubeconfig: store the "
+        "kubeconfig; a CA certificate belongs in its cluster's certificate-authority-data",
+        id="pem-certificate",
+    ),
+    pytest.param(
+        lambda: s.ca_bundle_pem().decode(),
+        Code.NOT_KUBECONFIG,
+        "the kubeconfig is a PEM certificate (CERTIFICATE), not a kubeconfig: store the "
+        "kubeconfig; a CA certificate belongs in its cluster's certificate-authority-data",
+        id="pem-bundle",
+    ),
+    pytest.param(
+        lambda: s.lone_key_pem("ec").decode(),
+        Code.NOT_KUBECONFIG,
+        "the kubeconfig is a PEM private key (PRIVATE KEY), not a kubeconfig: store the "
+        "kubeconfig; a client key belongs in its user's client-key-data",
+        id="pem-key",
+    ),
+    pytest.param(
+        text("-----BEGIN PUBLIC KEY-----\nMFkw\n-----END PUBLIC KEY-----\n"),
+        Code.NOT_KUBECONFIG,
+        "the kubeconfig is a PEM block (PUBLIC KEY), not a kubeconfig: store the kubeconfig",
+        id="pem-other",
+    ),
+    pytest.param(
+        lambda: base64.b64encode(s.dump(s.kubeconfig()).encode()).decode(),
+        Code.NOT_KUBECONFIG,
+        "the kubeconfig is base64-encoded once more than it should be: store the kubeconfig's "
+        "text (the Secret's data is base64 of it, nothing more)",
+        id="base64-twice",
+    ),
+    pytest.param(
+        text('["https://spoke.example:6443", "token"]'),
+        Code.NOT_KUBECONFIG,
+        "the kubeconfig is a list, not a mapping: store a kubeconfig, with clusters, contexts, "
+        "users and current-context",
+        id="json-array",
     ),
     pytest.param(
         text("apiVersion: v1\nkind: Secret\ndata:\n  value: Zm9v\n"),
@@ -1108,8 +1150,17 @@ def assert_well_formed(result: Connection | Refusal, secrets: Sequence[str] = ()
             assert secret not in result.message
 
 
+# The fuzzers below run at their CI size unless KUBECONFIG_FUZZ_EXAMPLES says otherwise: the soak
+# session runs each at 100,000 examples.
+FUZZ_EXAMPLES = int(os.environ.get("KUBECONFIG_FUZZ_EXAMPLES", "0"))
+
+
 @given(st.data())
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=FUZZ_EXAMPLES or 1000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 def test_any_yaml_or_json_value_gives_a_connection_or_a_refusal(data: st.DataObject) -> None:
     value = data.draw(s.yaml_values() | s.kubeconfig_like_values(), label="value")
     style = data.draw(st.sampled_from(["yaml", "json"]), label="style")
@@ -1117,14 +1168,14 @@ def test_any_yaml_or_json_value_gives_a_connection_or_a_refusal(data: st.DataObj
 
 
 @given(st.text(max_size=200) | st.binary(max_size=200))
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=FUZZ_EXAMPLES or 500, deadline=None)
 def test_any_text_gives_a_connection_or_a_refusal(text: str | bytes) -> None:
     assert_well_formed(parse(text))
 
 
 @given(s.mutated_kubeconfigs())
 @settings(
-    max_examples=1000,
+    max_examples=FUZZ_EXAMPLES or 1000,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

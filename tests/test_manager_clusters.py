@@ -9,6 +9,7 @@ import trio
 from kokumi import api
 from kokumi.controlplane import APIServer
 from kokumi.kube.client import SECRETS
+from tests import canary
 from tests.conftest import Kubectl
 from tests.manager_support import manager, ready_of, wait_for, wait_reason, workspace
 from tests.spoke import Registration, closed_port_server, foreign_ca_pem
@@ -54,7 +55,7 @@ async def test_every_bad_input_gets_its_reason_and_the_manager_keeps_going(
     async with workspace(hub) as ws, manager(hub, ws.options()):
         ns = await ws.namespace()
         cases = {
-            "bad-token": (reg.variant(token="not-a-real-token"), "Unauthorized"),
+            "bad-token": (reg.variant(token=canary.token("not-a-real-token")), "Unauthorized"),
             "wrong-ca": (reg.variant(ca_pem=foreign_ca_pem()), "TLSError"),
             "closed-port": (reg.variant(server=closed_port_server()), "Unreachable"),
             "exec-plugin": (reg.variant(exec_plugin=True), "InvalidKubeconfig"),
@@ -118,7 +119,9 @@ async def test_secret_change_checks_again_at_once(
 ) -> None:
     async with workspace(hub) as ws, manager(hub, ws.options()):
         ns = await ws.namespace()
-        secret = await ws.kubeconfig_secret(ns, "kc", spoke_kubeconfig.variant(token="wrong-token"))
+        secret = await ws.kubeconfig_secret(
+            ns, "kc", spoke_kubeconfig.variant(token=canary.token("wrong-token"))
+        )
         await ws.cluster(ns, "spoke", secret="kc")
         await wait_reason(ws, ns, "spoke", "Unauthorized")
         secret["data"]["value"] = base64.b64encode(spoke_kubeconfig.kubeconfig.encode()).decode()

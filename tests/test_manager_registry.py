@@ -11,8 +11,10 @@ import httpx
 import trio
 
 from kokumi import api, argocd
+from kokumi.actors.registry import HANDOVER_REASON
 from kokumi.controlplane import APIServer
-from kokumi.kube.client import SECRETS
+from kokumi.kube.client import EVENTS, SECRETS
+from kokumi.ownership import ClusterRef
 from tests.manager_support import (
     Workspace,
     holder_labels,
@@ -67,6 +69,42 @@ async def test_first_come_holds_and_the_waiter_takes_over_in_place(
         await wait_reason(ws, second, "spoke", "Ready")
         print(f"handover after the holder's deletion: {handover:.3f} s")
         assert len(await ws.argocd_secrets()) == 1
+        await ws.cleanup()
+
+
+async def test_the_cluster_that_takes_over_says_argo_cds_name_changed(
+    hub: APIServer, crds: object, spoke_kubeconfig: Registration
+) -> None:
+    """A handover keeps the Secret but changes Argo CD's name for the cluster: an Event on the
+    new holder names both, so whoever targets the old name learns why it broke."""
+    async with workspace(hub) as ws, manager(hub, ws.options(keep_in_cluster=False)):
+        first = await _selected_cluster(ws, spoke_kubeconfig)
+        await _registered(ws, first, "spoke")
+        second = await _selected_cluster(ws, spoke_kubeconfig)
+        await wait_reason(ws, second, "spoke", "ClusterConflict")
+        await ws.client.patch_merge(
+            api.CLUSTERS, "spoke", {"metadata": {"labels": {"fleet": "core"}}}, namespace=first
+        )
+        await _registered(ws, second, "spoke")
+        server = spoke_kubeconfig.server.rstrip("/")
+        old = argocd.cluster_name(ClusterRef(first, "spoke"), server)
+        new = argocd.cluster_name(ClusterRef(second, "spoke"), server)
+
+        async def renamed(namespace: str) -> list[dict[str, Any]]:
+            events = await ws.client.list(EVENTS, namespace=namespace)
+            return [e for e in events["items"] if e["reason"] == HANDOVER_REASON]
+
+        events = await wait_for(lambda: renamed(second), bool, "the handover Event")
+        taker = await ws.get_cluster(second, "spoke")
+        assert len(events) == 1
+        event = events[0]
+        assert event["type"] == "Warning"
+        assert event["involvedObject"]["uid"] == taker["metadata"]["uid"]
+        assert event["message"] == (
+            f"took over server {server} from {first}/spoke: Argo CD now names it {new} "
+            f"(was {old}); target it by server, not by name (see docs/argocd.md)"
+        )
+        assert await renamed(first) == []  # the first registration was no handover
         await ws.cleanup()
 
 

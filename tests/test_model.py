@@ -57,7 +57,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from kokumi import api, argocd, kubeconfig, selectors
+from kokumi import api, argocd, selectors
 from kokumi.actors.context import Options
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config
@@ -65,6 +65,7 @@ from kokumi.kubeconfig import Connection
 from kokumi.manager import Manager
 from kokumi.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
 from kokumi.probe import Finding, Reason
+from tests import prediction
 from tests import strategies as s
 from tests.fakeapi import EPOCH, FakeApi
 
@@ -608,52 +609,28 @@ class ManagerMachine(RuleBasedStateMachine):
 
     # --- what the objects call for ------------------------------------------------------------
 
+    def objects(self) -> prediction.Objects:
+        """The objects the outcome depends on, for the shared predictor."""
+        secrets = {
+            (obj["metadata"]["namespace"], obj["metadata"]["name"]): obj
+            for ns in WORKSPACES
+            for obj in self._objects(SECRETS, ns)
+        }
+        return prediction.Objects(
+            clusters=self._objects(api.CLUSTERS),
+            environments=self._objects(api.ENVIRONMENTS),
+            secrets=secrets,
+            argocd_secrets=self._objects(SECRETS, ARGOCD),
+            argocd_namespace=ARGOCD,
+        )
+
     def wants(self) -> dict[ClusterRef, tuple[str, Connection]]:
         """Each Cluster that should hold or wait for a server now, per the objects alone."""
-        environments: dict[str, list[selectors.Selector]] = {}
-        for env in self._objects(api.ENVIRONMENTS):
-            parsed = api.parse_environment(env)
-            if isinstance(parsed, api.Environment):
-                selector = selectors.parse(parsed.spec.cluster_selector)
-                if isinstance(selector, selectors.Selector):
-                    environments.setdefault(parsed.metadata.namespace, []).append(selector)
-        found: dict[ClusterRef, tuple[str, Connection]] = {}
-        for obj in self._objects(api.CLUSTERS):
-            cluster = api.parse_cluster(obj)
-            if not isinstance(cluster, api.Cluster) or cluster.metadata.deletion_timestamp:
-                continue
-            ref = ClusterRef(cluster.metadata.namespace, cluster.metadata.name)
-            chosen = any(
-                sel.matches(cluster.metadata.labels) for sel in environments.get(ref.namespace, ())
-            )
-            if not chosen or cluster.secret_ref is None:
-                continue
-            secret = self._object(SECRETS, cluster.secret_ref.name, ref.namespace)
-            raw = (secret or {}).get("data", {}).get(cluster.secret_ref.key)
-            if raw is None:
-                continue
-            parsed_config = kubeconfig.parse(base64.b64decode(raw).decode())
-            if isinstance(parsed_config, kubeconfig.Refusal):
-                continue
-            server = normalise_server(parsed_config.server)
-            if server != IN_CLUSTER_SERVER:
-                found[ref] = (server, parsed_config)
-        return found
+        return prediction.wants(self.objects())
 
     def blocked(self) -> set[str]:
         """Servers a Secret that Kokumi did not write registers, or whose name it takes."""
-        out: set[str] = set()
-        for secret in self._objects(SECRETS, ARGOCD):
-            if argocd.is_ours(secret):
-                continue
-            server = argocd.server_of(secret)
-            if server is not None:
-                out.add(normalise_server(server))
-            for candidate in SERVERS:
-                normal = normalise_server(candidate)
-                if secret["metadata"]["name"] == argocd.secret_name(normal):
-                    out.add(normal)
-        return out
+        return prediction.blocked(self.objects(), SERVERS)
 
     def _note_selected(self) -> None:
         """Record the Cluster objects an Environment selects now, whatever their kubeconfig."""
@@ -712,11 +689,7 @@ class ManagerMachine(RuleBasedStateMachine):
                 )
 
     def ours(self) -> dict[str, dict[str, Any]]:
-        return {
-            secret["metadata"]["name"]: secret
-            for secret in self._objects(SECRETS, ARGOCD)
-            if argocd.is_ours(secret)
-        }
+        return prediction.ours(self.objects())
 
     def _mark_stopped_wanting(self) -> None:
         """Note which (Cluster, server) pairs may now be let go: the Cluster does not want the
@@ -839,69 +812,15 @@ class ManagerMachine(RuleBasedStateMachine):
         self.check_converged()
 
     def check_converged(self) -> None:
-        wants = self.wants()
-        blocked = self.blocked()
-        ours = self.ours()
-        by_server: dict[str, list[ClusterRef]] = {}
-        for ref, (server, _) in wants.items():
-            by_server.setdefault(server, []).append(ref)
-        expected = {server for server in by_server if server not in blocked}
-        have = {normalise_server(argocd.server_of(sec) or "") for sec in ours.values()}
-        assert have == expected, f"Secrets for {sorted(have)}, expected {sorted(expected)}"
-        SEEN["holders"] += len(have)
-        SEEN["waiters"] += len(wants) - len(have)
-        SEEN["blocked"] += len(set(by_server) & blocked)
-        holders: dict[ClusterRef, str] = {}
-        for secret in ours.values():
-            server = normalise_server(argocd.server_of(secret) or "")
-            holder = argocd.holder_of(secret)
-            assert holder in by_server[server], f"{holder} holds {server} but does not want it"
-            assert holder is not None
-            holders[holder] = server
-            desired = argocd.cluster_secret(wants[holder][1], holder, ARGOCD)
-            assert secret["data"] == desired["data"], f"{holder}'s Secret has an old connection"
-            waiting = set(argocd.waiting_of(secret))
-            assert waiting == set(by_server[server]) - {holder}
-        for obj in self._objects(api.CLUSTERS):
-            cluster = api.parse_cluster(obj)
-            ref = ClusterRef(cluster.metadata.namespace, cluster.metadata.name)
-            assert not cluster.metadata.deletion_timestamp, f"{ref} is stuck terminating"
-            has_finalizer = api.FINALIZER in cluster.metadata.finalizers
-            assert has_finalizer == (ref in holders), f"{ref}: finalizer {has_finalizer}"
-            if not isinstance(cluster, api.Cluster):
-                conditions = obj.get("status", {}).get("conditions") or []
-                assert [c.get("reason") for c in conditions] == ["InvalidSpec"], ref
-                continue
-            ready = cluster.ready
-            assert ready is not None, f"{ref} has no Ready condition"
-            assert ready.reason == self.expected_reason(cluster, ref, wants, holders, blocked), (
-                f"{ref}: {ready.reason}: {ready.message}"
-            )
+        counts = prediction.check_converged(self.objects(), SERVERS, self.probe)
+        SEEN["holders"] += counts.holders
+        SEEN["waiters"] += counts.waiters
+        SEEN["blocked"] += counts.blocked
 
-    def expected_reason(
-        self,
-        cluster: api.Cluster,
-        ref: ClusterRef,
-        wants: dict[ClusterRef, tuple[str, Connection]],
-        holders: dict[ClusterRef, str],
-        blocked: set[str],
-    ) -> str:
-        if cluster.spec.connection == "InCluster":
-            return "Ready"
-        assert cluster.secret_ref is not None
-        secret = self._object(SECRETS, cluster.secret_ref.name, ref.namespace)
-        if secret is None:
-            return "SecretNotFound"
-        raw = secret.get("data", {}).get(cluster.secret_ref.key)
-        parsed = kubeconfig.parse(base64.b64decode(raw).decode())
-        if isinstance(parsed, kubeconfig.Refusal):
-            return "InvalidKubeconfig"
-        state = self.world.spokes[normalise_server(parsed.server)]
-        if state != "ok":
-            return "Unreachable"
-        if ref in wants and ref not in holders:
-            return "ClusterConflict"
-        return "Ready"
+    def probe(self, connection: Connection) -> str:
+        """What the stand-in spoke check finds for a connection, as its rule last set it."""
+        state = self.world.spokes[normalise_server(connection.server)]
+        return "Ready" if state == "ok" else "Unreachable"
 
 
 def test_the_manager_survives_faults_and_converges() -> None:

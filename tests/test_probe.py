@@ -23,6 +23,7 @@ from kokumi.controlplane import APIServer, CertificateAuthority
 from kokumi.kube import Client, Config, FileToken, StaticToken
 from kokumi.kubeconfig import Connection, parse
 from kokumi.probe import Finding, Reason, check, check_client, check_config
+from tests import canary
 from tests.spoke import (
     BAD_TOKEN,
     Kubectl,
@@ -315,12 +316,14 @@ async def test_proxy_url_is_used(spoke_kubeconfig: Registration, refuse: bool) -
         listeners = await nursery.start(serve)
         port = listeners[0].socket.getsockname()[1]
         connection = attrs.evolve(
-            connection_of(spoke_kubeconfig.kubeconfig), proxy_url=f"http://127.0.0.1:{port}"
+            connection_of(spoke_kubeconfig.kubeconfig),
+            proxy_url=canary.proxy_url(f"127.0.0.1:{port}"),
         )
         finding = await check(connection)
         nursery.cancel_scope.cancel()
     target = spoke_kubeconfig.server.removeprefix("https://")
     assert seen == [f"CONNECT {target}"]
+    assert canary.found(finding.message) == []
     if refuse:
         assert finding.reason is Reason.UNREACHABLE
         assert finding.message.startswith(f"proxy failed: the proxy 127.0.0.1:{port} would not")
@@ -332,11 +335,13 @@ async def test_proxy_url_is_used(spoke_kubeconfig: Registration, refuse: bool) -
 async def test_unreachable_proxy_says_proxy_failed(
     spoke_kubeconfig: Registration, scheme: str
 ) -> None:
-    proxy = closed_port_server().replace("https://", f"{scheme}://")
+    proxy = canary.proxy_url(closed_port_server().removeprefix("https://"))
+    proxy = proxy.replace("http://", f"{scheme}://")
     connection = attrs.evolve(connection_of(spoke_kubeconfig.kubeconfig), proxy_url=proxy)
     finding = await check(connection)
     assert finding.reason is Reason.UNREACHABLE
     assert finding.message.startswith("proxy failed")
+    assert canary.found(finding.message) == []
 
 
 # --- the manager's own connection ------------------------------------------------------------

@@ -37,7 +37,8 @@ import attrs
 import trio
 
 from kokumi import argocd, ownership
-from kokumi.actors.context import Metrics
+from kokumi.actors.context import EventRecorder, Metrics
+from kokumi.api import CLUSTERS, Meta
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.client import SECRETS, Client
@@ -50,6 +51,9 @@ __all__ = ["NOT_REGISTERED", "Registration", "Registry"]
 log = logging.getLogger(__name__)
 
 CLUSTER_SECRETS = f"{argocd.LABEL_SECRET_TYPE}=cluster"
+
+HANDOVER_REASON = "ArgoCDNameChanged"
+"""The Event on a Cluster that took a server over: Argo CD's name for the cluster changed."""
 
 
 @attrs.frozen
@@ -122,10 +126,12 @@ class Registry:
         *,
         backoff_initial: float = 1.0,
         backoff_max: float = 120.0,
+        events: EventRecorder | None = None,
     ) -> None:
         self._client = client
         self._namespace = namespace
         self._metrics = metrics or Metrics()
+        self._events = events
         self._backoff = (backoff_initial, backoff_max)
         self._table = ownership.Table()
         self._connections: dict[ClusterRef, Connection] = {}
@@ -473,9 +479,30 @@ class Registry:
                 return set()
         if _same(existing, desired):
             return set()
+        previous = argocd.holder_of(existing)
         await self._replace(name, existing, desired)
         log.info("Secret %s now registers %s", name, holder)
+        if previous is not None and previous != holder:
+            await self._record_handover(server, previous, holder)
         return set()
+
+    async def _record_handover(self, server: str, previous: ClusterRef, holder: ClusterRef) -> None:
+        """Tell the new holder's readers that Argo CD's name for the server changed with it:
+        the Secret stayed, but Applications that target the old name lose their cluster."""
+        uid = self._claims.get(holder)
+        if self._events is None or uid is None:
+            return
+        old, new = argocd.cluster_name(previous, server), argocd.cluster_name(holder, server)
+        await self._events.record(
+            CLUSTERS,
+            Meta(name=holder.name, namespace=holder.namespace, uid=uid),
+            reason=HANDOVER_REASON,
+            message=(
+                f"took over server {server} from {previous}: Argo CD now names it {new} "
+                f"(was {old}); target it by server, not by name (see docs/argocd.md)"
+            ),
+            warning=True,
+        )
 
     def _found_foreign(self, server: str, name: str) -> set[str]:
         """A Secret Kokumi did not write holds the server's name: never touched, and it blocks."""
