@@ -1,0 +1,69 @@
+"""``kokumi manager`` with a Trio instrument that measures how long the event loop is blocked.
+
+The runner starts the manager through this file instead of ``python -m kokumi``: the same
+command line, plus one instrument that times every task step (a step is the code that runs
+between two awaits, during which nothing else on the loop can run). Every two seconds the
+steps longer than 10 ms are appended to the file named by ``KOKUMI_BENCH_LOOP`` as JSON lines
+``[unix time, seconds]``, with a line ``["steps", count, total seconds]`` for the totals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any
+
+import trio
+
+from kokumi import cli
+
+SLOW_STEP = 0.010
+
+
+class LoopTimer(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self._began = 0.0
+        self.steps = 0
+        self.total = 0.0
+        self.slow: list[tuple[float, float]] = []
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self._began = time.perf_counter()
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        took = time.perf_counter() - self._began
+        self.steps += 1
+        self.total += took
+        if took > SLOW_STEP:
+            self.slow.append((time.time(), took))
+
+
+def _dump(timer: LoopTimer, path: str) -> None:
+    while True:
+        time.sleep(2)
+        slow, timer.slow = timer.slow, []
+        with open(path, "a") as out:
+            for at, took in slow:
+                out.write(json.dumps([at, took]) + "\n")
+            out.write(json.dumps(["steps", timer.steps, timer.total, time.time()]) + "\n")
+
+
+def main() -> None:
+    timer = LoopTimer()
+    path = os.environ.get("KOKUMI_BENCH_LOOP")
+    if path:
+        threading.Thread(target=_dump, args=(timer, path), daemon=True).start()
+    original = trio.run
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("instruments", []).append(timer)
+        return original(*args, **kwargs)
+
+    trio.run = run  # type: ignore[assignment]
+    raise SystemExit(cli.main())
+
+
+if __name__ == "__main__":
+    main()
