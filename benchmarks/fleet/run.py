@@ -380,7 +380,8 @@ def start_manager(plane: ControlPlane, workdir: Path, health: int, tag: str) -> 
             str(health),
         ],
         workdir / f"manager-{tag}.log",
-        env={"KOKUMI_BENCH_LOOP": str(workdir / "loop.jsonl")},
+        # This checkout's kokumi, also when the virtualenv's editable install points elsewhere.
+        env={"KOKUMI_BENCH_LOOP": str(workdir / "loop.jsonl"), "PYTHONPATH": str(ROOT)},
     )
 
 
