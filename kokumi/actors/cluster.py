@@ -66,6 +66,23 @@ class Check:
 
 INLINE_PARSE_LIMIT = 64 * 1024  # a typical kubeconfig is 2-10 KiB and parses in ~0.1-1 ms
 
+SECRET_REREAD = 600.0
+"""Seconds a kubeconfig read is reused while the Secret watch reports the same version.
+
+Past this, the next check reads the Secret again, so a RoleBinding removed meanwhile shows as
+SecretNotReadable within ten minutes (the metadata watch keeps its last versions when refused).
+"""
+
+
+@attrs.frozen
+class _Read:
+    """One read of the kubeconfig Secret: its version, and the connection or why there is none."""
+
+    version: str | None
+    at: float
+    connection: kubeconfig.Connection | None = attrs.field(repr=False)
+    outcome: Outcome | None
+
 
 class ClusterActor:
     def __init__(self, context: Context, cluster: api.Cluster | api.Invalid) -> None:
@@ -84,6 +101,7 @@ class ClusterActor:
         # a restart the registry's table, rebuilt from Argo CD's Secrets, may name it.
         self._may_hold = True
         self._check: Check | None = None
+        self._read: _Read | None = None
         self._next_check = -math.inf
         self._retry_at = math.inf
         self._backoffs: dict[str, Backoff] = {}
@@ -270,17 +288,55 @@ class ClusterActor:
             return Check(Outcome.of(finding), now, None)
         ref = cluster.secret_ref
         assert ref is not None  # parse_cluster guarantees it for Kubeconfig
+        read = self._reusable_read(cluster, now)
+        if read is None:
+            read = await self._read_kubeconfig(cluster, now)
+        version, parsed = read.version, read.connection
+        if read.outcome is not None:
+            return Check(read.outcome, now, version, parsed)
+        assert parsed is not None
+        async with self._context.probe_limiter:
+            found = await self._context.check(
+                parsed,
+                timeout=self._context.options.probe_timeout,
+                egress=self._context.options.probe_egress,
+            )
+        return Check(Outcome.of(found), trio.current_time(), version, parsed)
+
+    def _reusable_read(self, cluster: api.Cluster, now: float) -> _Read | None:
+        """The kubeconfig last read, while the Secret watch says the Secret is that version.
+
+        A steady check then costs the hub nothing: the watch (metadata only) already tells
+        when the Secret changes. A read is still renewed every ``SECRET_REREAD`` seconds, since
+        the watch cannot tell when the manager may no longer read the Secret.
+        """
+        read = self._read
+        ref = cluster.secret_ref
+        if read is None or ref is None or now - read.at >= SECRET_REREAD:
+            return None
+        watched = self._context.secret_versions.get((cluster.metadata.namespace, ref.name))
+        if watched is None or read.version != f"{ref.name}/{ref.key}@{watched}":
+            return None
+        return read
+
+    async def _read_kubeconfig(self, cluster: api.Cluster, now: float) -> _Read:
+        """GET the Secret and parse its kubeconfig; kept for reuse unless it was unreadable."""
+        ref = cluster.secret_ref
+        assert ref is not None
         namespace = cluster.metadata.namespace
         version = self._secret_version()
+        self._read = None
         try:
-            secret = await self._context.client.get(SECRETS, ref.name, namespace=namespace)
+            async with self._context.secret_reads:
+                secret = await self._context.client.get(SECRETS, ref.name, namespace=namespace)
         except errors.NotFound:
-            return Check(_secret_not_found(ref.name, namespace), now, version)
+            return _Read(version, now, None, _secret_not_found(ref.name, namespace))
         except errors.Forbidden:
             message = not_readable_message(
                 ref.name, namespace, self._context.username, self._context.options.namespace
             )
-            return Check(Outcome(False, "SecretNotReadable", message, None, None), now, version)
+            outcome = Outcome(False, "SecretNotReadable", message, None, None)
+            return _Read(version, now, None, outcome)
         # The version read, not the one the watch last saw: the watch may not have listed yet.
         version = f"{ref.name}/{ref.key}@{secret.get('metadata', {}).get('resourceVersion')}"
         text = secret_data(secret, ref.key)
@@ -290,7 +346,10 @@ class ClusterActor:
                 f"Secret {ref.name} has no key {ref.key} (its keys: {keys}): store the kubeconfig "
                 f"under {ref.key}, or set spec.kubeconfig.secretRef.key"
             )
-            return Check(Outcome(False, "SecretKeyNotFound", message, None, None), now, version)
+            self._read = _Read(
+                version, now, None, Outcome(False, "SecretKeyNotFound", message, None, None)
+            )
+            return self._read
         if len(text) > INLINE_PARSE_LIMIT:
             # A huge kubeconfig takes YAML seconds to read: off the event loop, so that one
             # Cluster's odd Secret never stalls every other actor.
@@ -299,7 +358,9 @@ class ClusterActor:
             parsed = kubeconfig.parse(text)
         if isinstance(parsed, kubeconfig.Refusal):
             message = f"Secret {ref.name} key {ref.key}: {parsed.message}"
-            return Check(Outcome(False, "InvalidKubeconfig", message), now, version)
+            outcome = Outcome(False, "InvalidKubeconfig", message)
+            self._read = _Read(version, now, None, outcome)
+            return self._read
         server = normalise_server(parsed.server)
         if server == IN_CLUSTER_SERVER:
             message = (
@@ -308,14 +369,10 @@ class ClusterActor:
                 "use connection: InCluster instead"
             )
             outcome = Outcome(False, "ClusterConflict", message, parsed.server)
-            return Check(outcome, now, version, parsed)
-        async with self._context.probe_limiter:
-            found = await self._context.check(
-                parsed,
-                timeout=self._context.options.probe_timeout,
-                egress=self._context.options.probe_egress,
-            )
-        return Check(Outcome.of(found), trio.current_time(), version, parsed)
+            self._read = _Read(version, now, parsed, outcome)
+            return self._read
+        self._read = _Read(version, now, parsed, None)
+        return self._read
 
     # --- the server registry --------------------------------------------------------------------
 
