@@ -170,3 +170,43 @@ async def test_steady_checks_reuse_the_kubeconfig_until_its_secret_changes(
             await wait_reason(ws, ns, "spoke", "Unauthorized", timeout=120)
             assert actor._read is not first_read
             await ws.cleanup()
+
+
+async def test_a_restart_writes_nothing_and_spreads_its_first_checks(
+    hub: APIServer,
+    crds: object,
+    spoke_kubeconfig: Registration,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    autojump_clock.autojump_threshold = float("inf")
+    reg = spoke_kubeconfig
+    async with workspace(hub) as ws:
+        ns = await ws.namespace()
+        names = [f"c{index}" for index in range(6)]
+        await ws.environment(ns, "all", {"fleet": "edge"})
+        for name in names:
+            await ws.kubeconfig_secret(ns, name, reg.kubeconfig)
+        # c0 is selected and holds the registration; the others are Ready and unselected.
+        await ws.cluster(ns, "c0", secret="c0", labels={"fleet": "edge"})
+        for name in names[1:]:
+            await ws.cluster(ns, name, secret=name)
+        autojump_clock.autojump_threshold = 0.2
+        options = ws.options(keep_in_cluster=False)
+        async with manager(hub, options) as running:
+            for name in names:
+                await wait_reason(ws, ns, name, "Ready", timeout=120)
+            await running.wait_checked()
+        versions = {n: (await ws.get_cluster(ns, n))["metadata"]["resourceVersion"] for n in names}
+        secrets = [s["metadata"]["resourceVersion"] for s in await ws.argocd_secrets()]
+        assert len(secrets) == 1
+        async with manager(hub, options) as running:
+            await running.wait_checked()  # every actor has its first check: the status's
+            actors = [a for a in running.dispatcher.actors if a.ref.namespace == ns]
+            assert len(actors) == len(names)
+            assert all(a.checks == 0 for a in actors), "no check at once after a restart"
+            await trio.sleep(70)
+            assert all(a.checks >= 1 for a in actors), "each checked within the interval"
+            after = {n: (await ws.get_cluster(ns, n))["metadata"]["resourceVersion"] for n in names}
+            assert after == versions, "a restart with nothing changed writes nothing"
+            assert [s["metadata"]["resourceVersion"] for s in await ws.argocd_secrets()] == secrets
+            await ws.cleanup()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 from collections.abc import Mapping
 from typing import Any
 
@@ -102,6 +103,9 @@ class ClusterActor:
         self._may_hold = True
         self._check: Check | None = None
         self._read: _Read | None = None
+        # What the status said when this actor started: a manager that restarts takes it as
+        # its first check and spreads its own first checks over the interval (see _seed_check).
+        self._seed = _seed_of(cluster)
         self._next_check = -math.inf
         self._retry_at = math.inf
         self._backoffs: dict[str, Backoff] = {}
@@ -237,7 +241,9 @@ class ClusterActor:
                 self._retry_later("releasing its Argo CD registration")
             return
         now = trio.current_time()
-        if self._needs_check(now):
+        if self._seed is not None and await self._seed_check(cluster, now):
+            pass
+        elif self._needs_check(now):
             self._doing = "reading its kubeconfig Secret"
             self._check = await self._run_check(cluster)
             self._context.metrics.check_finished(self._check.finding.reason)
@@ -269,7 +275,15 @@ class ClusterActor:
         check = self._check
         if check is None or now >= self._next_check or self._secret_dirty:
             return True
-        if self._secret_version() != check.secret_version:
+        cluster = self._cluster
+        watched = (
+            self._context.secret_versions.get((cluster.metadata.namespace, cluster.secret_ref.name))
+            if isinstance(cluster, api.Cluster) and cluster.secret_ref is not None
+            else None
+        )
+        # Until the Secret watch has listed, its version is unknown, not changed: the first
+        # list wakes the actor, which compares then.
+        if watched is not None and self._secret_version() != check.secret_version:
             return True
         return now - check.at >= self._context.options.reuse_window
 
@@ -280,6 +294,31 @@ class ClusterActor:
         ref = cluster.secret_ref
         version = self._context.secret_versions.get((cluster.metadata.namespace, ref.name))
         return f"{ref.name}/{ref.key}@{version}"
+
+    async def _seed_check(self, cluster: api.Cluster, now: float) -> bool:
+        """Take the status's last finding as this actor's first check; whether it could.
+
+        After a restart every Cluster would otherwise check at once: thousands of connections
+        together, the loop too busy to finish the checks in their 10 s, and healthy Clusters
+        marked Unreachable. The status holds what the last check found, so the actor reads the
+        kubeconfig (for its registration), keeps that finding, writes nothing since nothing
+        changed, and checks at a random moment within the interval. A Cluster whose status
+        does not match its spec or its kubeconfig's server is checked at once.
+        """
+        seed, self._seed = self._seed, None
+        if seed is None or cluster.spec.connection != "Kubeconfig":
+            return False
+        self._doing = "reading its kubeconfig Secret"
+        read = await self._read_kubeconfig(cluster, now)
+        if read.outcome is not None or read.connection is None:
+            return False
+        if read.connection.server != seed.server:
+            return False
+        self._check = Check(seed, now, read.version, read.connection)
+        options = self._context.options
+        self._next_check = now + random.uniform(0.0, options.check_interval)  # noqa: S311
+        self.checked.set()
+        return True
 
     async def _run_check(self, cluster: api.Cluster) -> Check:
         now = trio.current_time()
@@ -568,3 +607,22 @@ def _secret_not_found(name: str, namespace: str) -> Outcome:
         f"key value (kubectl create secret generic {name} -n {namespace} --from-file=value=...)"
     )
     return Outcome(False, "SecretNotFound", message, None, None)
+
+
+_PROBE_REASONS = frozenset(str(reason) for reason in probe.Reason)
+
+
+def _seed_of(cluster: api.Cluster | api.Invalid) -> Outcome | None:
+    """The finding a Cluster's status holds, if a check of the current spec wrote it."""
+    if not isinstance(cluster, api.Cluster) or cluster.metadata.deletion_timestamp:
+        return None
+    ready = cluster.ready
+    status = cluster.status
+    if ready is None or ready.reason not in _PROBE_REASONS or status.server is None:
+        return None
+    if ready.observed_generation != cluster.metadata.generation:
+        return None
+    ok = ready.status == "True"
+    if ok != (ready.reason == str(probe.Reason.READY)):
+        return None
+    return Outcome(ok, ready.reason, ready.message, status.server, status.kubernetes_version)
