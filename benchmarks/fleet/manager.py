@@ -4,7 +4,9 @@ The runner starts the manager through this file instead of ``python -m kokumi``:
 command line, plus one instrument that times every task step (a step is the code that runs
 between two awaits, during which nothing else on the loop can run). Every two seconds the
 steps longer than 10 ms are appended to the file named by ``KOKUMI_BENCH_LOOP`` as JSON lines
-``[unix time, seconds]``, with a line ``["steps", count, total seconds]`` for the totals.
+``[unix time, wall seconds, CPU seconds]``, with a line ``["steps", count, total seconds]`` for
+the totals. Wall time is what other tasks waited; on a machine shared by many processes it also
+holds the time the OS ran others, which the step's own CPU time (the thread's) leaves out.
 """
 
 from __future__ import annotations
@@ -25,19 +27,21 @@ SLOW_STEP = 0.010
 class LoopTimer(trio.abc.Instrument):
     def __init__(self) -> None:
         self._began = 0.0
+        self._began_cpu = 0.0
         self.steps = 0
         self.total = 0.0
-        self.slow: list[tuple[float, float]] = []
+        self.slow: list[tuple[float, float, float]] = []
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         self._began = time.perf_counter()
+        self._began_cpu = time.thread_time()
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
         took = time.perf_counter() - self._began
         self.steps += 1
         self.total += took
         if took > SLOW_STEP:
-            self.slow.append((time.time(), took))
+            self.slow.append((time.time(), took, time.thread_time() - self._began_cpu))
 
 
 def _dump(timer: LoopTimer, path: str) -> None:
@@ -45,8 +49,8 @@ def _dump(timer: LoopTimer, path: str) -> None:
         time.sleep(2)
         slow, timer.slow = timer.slow, []
         with open(path, "a") as out:
-            for at, took in slow:
-                out.write(json.dumps([at, took]) + "\n")
+            for item in slow:
+                out.write(json.dumps(item) + "\n")
             out.write(json.dumps(["steps", timer.steps, timer.total, time.time()]) + "\n")
 
 
