@@ -215,9 +215,14 @@ def loop_steps(path: Path, start: float, end: float) -> dict[str, float]:
     """The event loop's longest steps in [start, end]: wall time, and the step's own CPU time."""
     wall: list[float] = []
     cpu: list[float] = []
+    gc_pauses: list[float] = []
     if path.exists():
         for line in path.read_text().splitlines():
             item = json.loads(line)
+            if item[0] == "gc":
+                if start <= item[1] <= end:
+                    gc_pauses.append(item[2])
+                continue
             if item[0] != "steps" and start <= item[0] <= end:
                 wall.append(item[1])
                 cpu.append(item[2] if len(item) > 2 else math.nan)
@@ -227,6 +232,8 @@ def loop_steps(path: Path, start: float, end: float) -> dict[str, float]:
         "cpu_max_ms": max(cpu, default=0.0) * 1000,
         "cpu_over_50ms": sum(1 for s in cpu if s > 0.05),
         "over_10ms": len(wall),
+        "gc_full": len(gc_pauses),
+        "gc_max_ms": max(gc_pauses, default=0.0) * 1000,
     }
 
 
