@@ -68,10 +68,12 @@ class Check:
 INLINE_PARSE_LIMIT = 64 * 1024  # a typical kubeconfig is 2-10 KiB and parses in ~0.1-1 ms
 
 SECRET_REREAD = 600.0
-"""Seconds a kubeconfig read is reused while the Secret watch reports the same version.
+"""Seconds a kubeconfig read is reused at least while the Secret watch reports the same version.
 
-Past this, the next check reads the Secret again, so a RoleBinding removed meanwhile shows as
-SecretNotReadable within ten minutes (the metadata watch keeps its last versions when refused).
+Past this (and a random share of it again, so that Clusters created together do not all read at
+once ten minutes later), the next check reads the Secret again, so a RoleBinding removed
+meanwhile shows as SecretNotReadable within twenty minutes (the metadata watch keeps its last
+versions when it is refused).
 """
 
 
@@ -83,6 +85,8 @@ class _Read:
     at: float
     connection: kubeconfig.Connection | None = attrs.field(repr=False)
     outcome: Outcome | None
+    #: Reused until ``at + keep``: SECRET_REREAD to twice that, at random.
+    keep: float = attrs.field(factory=lambda: SECRET_REREAD * random.uniform(1.0, 2.0))  # noqa: S311
 
 
 class ClusterActor:
@@ -346,12 +350,12 @@ class ClusterActor:
         """The kubeconfig last read, while the Secret watch says the Secret is that version.
 
         A steady check then costs the hub nothing: the watch (metadata only) already tells
-        when the Secret changes. A read is still renewed every ``SECRET_REREAD`` seconds, since
-        the watch cannot tell when the manager may no longer read the Secret.
+        when the Secret changes. A read is still renewed every 10-20 minutes (``SECRET_REREAD``),
+        since the watch cannot tell when the manager may no longer read the Secret.
         """
         read = self._read
         ref = cluster.secret_ref
-        if read is None or ref is None or now - read.at >= SECRET_REREAD:
+        if read is None or ref is None or now - read.at >= read.keep:
             return None
         watched = self._context.secret_versions.get((cluster.metadata.namespace, ref.name))
         if watched is None or read.version != f"{ref.name}/{ref.key}@{watched}":
