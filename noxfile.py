@@ -1,7 +1,7 @@
 """Sessions: ``tests`` (the whole suite on the real control plane, the CI-sized chaos run
-included), ``lint``, ``typing``; ``chaos`` (the chaos test alone) and ``soak`` (the model test at
-50,000 steps, a long chaos run and the kubeconfig fuzzers at 100,000 examples each) run only when
-asked for."""
+included), ``lint``, ``typing``; ``chaos`` (the chaos test alone), ``soak`` (the model test at
+50,000 steps, a long chaos run and the kubeconfig fuzzers at 100,000 examples each) and ``bench``
+(the fleet benchmark) run only when asked for."""
 
 from __future__ import annotations
 
@@ -77,3 +77,15 @@ def lint(session: nox.Session) -> None:
 def typing(session: nox.Session) -> None:
     session.install("-e", ".[test]", "mypy==2.4.1", "types-PyYAML")
     session.run("mypy", "kokumi")
+
+
+@nox.session(python="3.11")
+def bench(session: nox.Session) -> None:
+    """The fleet benchmark (benchmarks/fleet): ``nox -s bench -- --clusters 1000``.
+
+    Not part of ``tests``: it takes minutes and the whole machine, and its figures belong in
+    benchmarks/README.md, never in an assertion.
+    """
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "kokumi.controlplane", "build")
+    session.run("python", "benchmarks/fleet/run.py", *session.posargs)

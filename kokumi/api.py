@@ -140,6 +140,7 @@ class EnvironmentStatus:
     selected: int = 0
     deploying: int = 0
     clusters: tuple[TargetStatus, ...] = ()
+    more: int = 0
 
 
 @attrs.frozen

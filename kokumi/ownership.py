@@ -265,13 +265,37 @@ def _unprintable(char: str) -> bool:
 
 
 class _Draft:
-    """A mutable copy of a Table for the length of one step, collecting the effects in order."""
+    """A Table being changed for the length of one step, collecting the effects in order.
+
+    Copy on write: a mapping of the table is copied only when the step changes it. Most steps
+    are a Cluster wanting the server it already holds (every check says so again), and copying
+    the whole table for those made each one cost time in proportion to the fleet.
+    """
 
     def __init__(self, table: Table) -> None:
-        self.lines = dict(table._lines)
-        self.foreign = dict(table._foreign)
-        self.wants = dict(table._wants)
+        self.lines = table._lines
+        self.foreign = table._foreign
+        self.wants = table._wants
+        self._copied: set[str] = set()
         self.effects: list[Effect] = []
+
+    def _lines(self) -> dict[str, tuple[ClusterRef, ...]]:
+        if "lines" not in self._copied:
+            self.lines = dict(self.lines)
+            self._copied.add("lines")
+        return self.lines
+
+    def _foreign(self) -> dict[str, tuple[str, ...]]:
+        if "foreign" not in self._copied:
+            self.foreign = dict(self.foreign)
+            self._copied.add("foreign")
+        return self.foreign
+
+    def _wants(self) -> dict[ClusterRef, str]:
+        if "wants" not in self._copied:
+            self.wants = dict(self.wants)
+            self._copied.add("wants")
+        return self.wants
 
     def table(self) -> Table:
         return Table(lines=self.lines, foreign=self.foreign, wants=self.wants)
@@ -308,15 +332,17 @@ class _Draft:
         self.tell_waiting(server)
 
     def leave(self, cluster: ClusterRef) -> None:
-        server = self.wants.pop(cluster, None)
-        if server is None or server == IN_CLUSTER_SERVER:
+        if cluster not in self.wants:
+            return
+        server = self._wants().pop(cluster)
+        if server == IN_CLUSTER_SERVER:
             return
         held = self.holder(server) == cluster
         line = tuple(other for other in self.lines[server] if other != cluster)
         if line:
-            self.lines[server] = line
+            self._lines()[server] = line
         else:
-            del self.lines[server]
+            del self._lines()[server]
         if not held:
             return
         if self.holder(server) is None:
@@ -327,9 +353,9 @@ class _Draft:
     def want(self, cluster: ClusterRef, server: str) -> None:
         if self.wants.get(cluster) != server:
             self.leave(cluster)
-            self.wants[cluster] = server
+            self._wants()[cluster] = server
             if server != IN_CLUSTER_SERVER:
-                self.lines[server] = (*self.lines.get(server, ()), cluster)
+                self._lines()[server] = (*self.lines.get(server, ()), cluster)
         self.tell(cluster, server)
 
     def add_foreign(self, server: str, secret_name: str) -> None:
@@ -337,7 +363,7 @@ class _Draft:
         if secret_name in names:
             return
         holder = self.holder(server)
-        self.foreign[server] = (*names, secret_name)
+        self._foreign()[server] = (*names, secret_name)
         if holder is not None:
             self.effects.append(DeleteSecret(server))
             self.tell_waiting(server)
@@ -348,11 +374,11 @@ class _Draft:
         if remaining == names:
             return
         if remaining:
-            self.foreign[server] = remaining
+            self._foreign()[server] = remaining
             if remaining[0] != names[0]:
                 self.tell_waiting(server)
         else:
-            del self.foreign[server]
+            del self._foreign()[server]
             self.take_over(server)
 
 

@@ -118,9 +118,10 @@ def test_explain_environment_teaches_selector_and_delivery(hub: APIServer) -> No
         assert f"  {field}\t" in spec
     assert "ArgoCD" in spec
     status = explain(hub, "environment.status")
-    for field in ("selected", "deploying", "clusters", "conditions", "observedGeneration"):
+    for field in ("selected", "deploying", "clusters", "more", "conditions", "observedGeneration"):
         assert f"  {field}\t" in status
     assert "ClusterNotReady" in explain(hub, "environment.status.clusters.target")
+    assert "first 50 by name" in " ".join(explain(hub, "environment.status.clusters").split())
 
 
 # Cluster validation

@@ -7,6 +7,7 @@ talk to the real spoke over real sockets (each answers in milliseconds, well ins
 
 from __future__ import annotations
 
+import base64
 import socket
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -17,7 +18,8 @@ import trio.testing
 
 from kokumi import api
 from kokumi.controlplane import APIServer
-from tests.manager_support import manager, ready_of, wait_for, workspace
+from kokumi.kube.client import SECRETS
+from tests.manager_support import manager, ready_of, wait_for, wait_reason, workspace
 from tests.spoke import Registration
 
 
@@ -123,3 +125,88 @@ async def test_a_label_change_reuses_a_check_younger_than_half_a_minute(
 async def _labels(actor: Any) -> Mapping[str, str]:
     labels: Mapping[str, str] = actor.cluster.metadata.labels
     return labels
+
+
+async def test_steady_checks_reuse_the_kubeconfig_until_its_secret_changes(
+    hub: APIServer,
+    crds: object,
+    spoke_kubeconfig: Registration,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    autojump_clock.autojump_threshold = float("inf")
+    reg = spoke_kubeconfig
+    async with workspace(hub) as ws:
+        ns = await ws.namespace()
+        await ws.kubeconfig_secret(ns, "spoke", reg.kubeconfig)
+        await ws.cluster(ns, "spoke", secret="spoke")
+        autojump_clock.autojump_threshold = 0.2
+        async with manager(hub, ws.options(keep_in_cluster=False)) as running:
+            await wait_reason(ws, ns, "spoke", "Ready", timeout=120)
+            (actor,) = [a for a in running.dispatcher.actors if a.ref.namespace == ns]
+            await wait_for(
+                trio.lowlevel.checkpoint,
+                lambda _: ns in {k[0] for k in running.context.secret_versions},
+                "the Secret watch of the namespace",
+                timeout=120,
+            )
+            first_read, checks = actor._read, actor.checks
+            assert first_read is not None
+            await trio.sleep(300)  # five simulated minutes: about five checks
+            assert actor.checks - checks >= 4, "still checked about once a minute"
+            # Each check still asked the spoke (a new connection, the credential); only the
+            # kubeconfig's read and parse were reused, since the watch saw the same version.
+            assert actor._read is first_read
+            # A new kubeconfig version is read at once: a revoked token shows on the next check.
+            await ws.client.patch_merge(
+                SECRETS,
+                "spoke",
+                {
+                    "data": {
+                        "value": base64.b64encode(reg.variant(token="x" * 40).encode()).decode()
+                    }
+                },
+                namespace=ns,
+            )
+            await wait_reason(ws, ns, "spoke", "Unauthorized", timeout=120)
+            assert actor._read is not first_read
+            await ws.cleanup()
+
+
+async def test_a_restart_writes_nothing_and_spreads_its_first_checks(
+    hub: APIServer,
+    crds: object,
+    spoke_kubeconfig: Registration,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    autojump_clock.autojump_threshold = float("inf")
+    reg = spoke_kubeconfig
+    async with workspace(hub) as ws:
+        ns = await ws.namespace()
+        names = [f"c{index}" for index in range(6)]
+        await ws.environment(ns, "all", {"fleet": "edge"})
+        for name in names:
+            await ws.kubeconfig_secret(ns, name, reg.kubeconfig)
+        # c0 is selected and holds the registration; the others are Ready and unselected.
+        await ws.cluster(ns, "c0", secret="c0", labels={"fleet": "edge"})
+        for name in names[1:]:
+            await ws.cluster(ns, name, secret=name)
+        autojump_clock.autojump_threshold = 0.2
+        options = ws.options(keep_in_cluster=False)
+        async with manager(hub, options) as running:
+            for name in names:
+                await wait_reason(ws, ns, name, "Ready", timeout=120)
+            await running.wait_checked()
+        versions = {n: (await ws.get_cluster(ns, n))["metadata"]["resourceVersion"] for n in names}
+        secrets = [s["metadata"]["resourceVersion"] for s in await ws.argocd_secrets()]
+        assert len(secrets) == 1
+        async with manager(hub, options) as running:
+            await running.wait_checked()  # every actor has its first check: the status's
+            actors = [a for a in running.dispatcher.actors if a.ref.namespace == ns]
+            assert len(actors) == len(names)
+            assert all(a.checks == 0 for a in actors), "no check at once after a restart"
+            await trio.sleep(70)
+            assert all(a.checks >= 1 for a in actors), "each checked within the interval"
+            after = {n: (await ws.get_cluster(ns, n))["metadata"]["resourceVersion"] for n in names}
+            assert after == versions, "a restart with nothing changed writes nothing"
+            assert [s["metadata"]["resourceVersion"] for s in await ws.argocd_secrets()] == secrets
+            await ws.cleanup()

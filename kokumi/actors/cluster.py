@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 from collections.abc import Mapping
 from typing import Any
 
@@ -66,6 +67,27 @@ class Check:
 
 INLINE_PARSE_LIMIT = 64 * 1024  # a typical kubeconfig is 2-10 KiB and parses in ~0.1-1 ms
 
+SECRET_REREAD = 600.0
+"""Seconds a kubeconfig read is reused at least while the Secret watch reports the same version.
+
+Past this (and a random share of it again, so that Clusters created together do not all read at
+once ten minutes later), the next check reads the Secret again, so a RoleBinding removed
+meanwhile shows as SecretNotReadable within twenty minutes (the metadata watch keeps its last
+versions when it is refused).
+"""
+
+
+@attrs.frozen
+class _Read:
+    """One read of the kubeconfig Secret: its version, and the connection or why there is none."""
+
+    version: str | None
+    at: float
+    connection: kubeconfig.Connection | None = attrs.field(repr=False)
+    outcome: Outcome | None
+    #: Reused until ``at + keep``: SECRET_REREAD to twice that, at random.
+    keep: float = attrs.field(factory=lambda: SECRET_REREAD * random.uniform(1.0, 2.0))  # noqa: S311
+
 
 class ClusterActor:
     def __init__(self, context: Context, cluster: api.Cluster | api.Invalid) -> None:
@@ -84,6 +106,10 @@ class ClusterActor:
         # a restart the registry's table, rebuilt from Argo CD's Secrets, may name it.
         self._may_hold = True
         self._check: Check | None = None
+        self._read: _Read | None = None
+        # What the status said when this actor started: a manager that restarts takes it as
+        # its first check and spreads its own first checks over the interval (see _seed_check).
+        self._seed = _seed_of(cluster)
         self._next_check = -math.inf
         self._retry_at = math.inf
         self._backoffs: dict[str, Backoff] = {}
@@ -219,7 +245,9 @@ class ClusterActor:
                 self._retry_later("releasing its Argo CD registration")
             return
         now = trio.current_time()
-        if self._needs_check(now):
+        if self._seed is not None and await self._seed_check(cluster, now):
+            pass
+        elif self._needs_check(now):
             self._doing = "reading its kubeconfig Secret"
             self._check = await self._run_check(cluster)
             self._context.metrics.check_finished(self._check.finding.reason)
@@ -251,7 +279,15 @@ class ClusterActor:
         check = self._check
         if check is None or now >= self._next_check or self._secret_dirty:
             return True
-        if self._secret_version() != check.secret_version:
+        cluster = self._cluster
+        watched = (
+            self._context.secret_versions.get((cluster.metadata.namespace, cluster.secret_ref.name))
+            if isinstance(cluster, api.Cluster) and cluster.secret_ref is not None
+            else None
+        )
+        # Until the Secret watch has listed, its version is unknown, not changed: the first
+        # list wakes the actor, which compares then.
+        if watched is not None and self._secret_version() != check.secret_version:
             return True
         return now - check.at >= self._context.options.reuse_window
 
@@ -263,6 +299,31 @@ class ClusterActor:
         version = self._context.secret_versions.get((cluster.metadata.namespace, ref.name))
         return f"{ref.name}/{ref.key}@{version}"
 
+    async def _seed_check(self, cluster: api.Cluster, now: float) -> bool:
+        """Take the status's last finding as this actor's first check; whether it could.
+
+        After a restart every Cluster would otherwise check at once: thousands of connections
+        together, the loop too busy to finish the checks in their 10 s, and healthy Clusters
+        marked Unreachable. The status holds what the last check found, so the actor reads the
+        kubeconfig (for its registration), keeps that finding, writes nothing since nothing
+        changed, and checks at a random moment within the interval. A Cluster whose status
+        does not match its spec or its kubeconfig's server is checked at once.
+        """
+        seed, self._seed = self._seed, None
+        if seed is None or cluster.spec.connection != "Kubeconfig":
+            return False
+        self._doing = "reading its kubeconfig Secret"
+        read = await self._read_kubeconfig(cluster, now)
+        if read.outcome is not None or read.connection is None:
+            return False
+        if read.connection.server != seed.server:
+            return False
+        self._check = Check(seed, now, read.version, read.connection)
+        options = self._context.options
+        self._next_check = now + random.uniform(0.0, options.check_interval)  # noqa: S311
+        self.checked.set()
+        return True
+
     async def _run_check(self, cluster: api.Cluster) -> Check:
         now = trio.current_time()
         if cluster.spec.connection == "InCluster":
@@ -270,17 +331,55 @@ class ClusterActor:
             return Check(Outcome.of(finding), now, None)
         ref = cluster.secret_ref
         assert ref is not None  # parse_cluster guarantees it for Kubeconfig
+        read = self._reusable_read(cluster, now)
+        if read is None:
+            read = await self._read_kubeconfig(cluster, now)
+        version, parsed = read.version, read.connection
+        if read.outcome is not None:
+            return Check(read.outcome, now, version, parsed)
+        assert parsed is not None
+        async with self._context.probe_limiter:
+            found = await self._context.check(
+                parsed,
+                timeout=self._context.options.probe_timeout,
+                egress=self._context.options.probe_egress,
+            )
+        return Check(Outcome.of(found), trio.current_time(), version, parsed)
+
+    def _reusable_read(self, cluster: api.Cluster, now: float) -> _Read | None:
+        """The kubeconfig last read, while the Secret watch says the Secret is that version.
+
+        A steady check then costs the hub nothing: the watch (metadata only) already tells
+        when the Secret changes. A read is still renewed every 10-20 minutes (``SECRET_REREAD``),
+        since the watch cannot tell when the manager may no longer read the Secret.
+        """
+        read = self._read
+        ref = cluster.secret_ref
+        if read is None or ref is None or now - read.at >= read.keep:
+            return None
+        watched = self._context.secret_versions.get((cluster.metadata.namespace, ref.name))
+        if watched is None or read.version != f"{ref.name}/{ref.key}@{watched}":
+            return None
+        return read
+
+    async def _read_kubeconfig(self, cluster: api.Cluster, now: float) -> _Read:
+        """GET the Secret and parse its kubeconfig; kept for reuse unless it was unreadable."""
+        ref = cluster.secret_ref
+        assert ref is not None
         namespace = cluster.metadata.namespace
         version = self._secret_version()
+        self._read = None
         try:
-            secret = await self._context.client.get(SECRETS, ref.name, namespace=namespace)
+            async with self._context.secret_reads:
+                secret = await self._context.client.get(SECRETS, ref.name, namespace=namespace)
         except errors.NotFound:
-            return Check(_secret_not_found(ref.name, namespace), now, version)
+            return _Read(version, now, None, _secret_not_found(ref.name, namespace))
         except errors.Forbidden:
             message = not_readable_message(
                 ref.name, namespace, self._context.username, self._context.options.namespace
             )
-            return Check(Outcome(False, "SecretNotReadable", message, None, None), now, version)
+            outcome = Outcome(False, "SecretNotReadable", message, None, None)
+            return _Read(version, now, None, outcome)
         # The version read, not the one the watch last saw: the watch may not have listed yet.
         version = f"{ref.name}/{ref.key}@{secret.get('metadata', {}).get('resourceVersion')}"
         text = secret_data(secret, ref.key)
@@ -290,7 +389,10 @@ class ClusterActor:
                 f"Secret {ref.name} has no key {ref.key} (its keys: {keys}): store the kubeconfig "
                 f"under {ref.key}, or set spec.kubeconfig.secretRef.key"
             )
-            return Check(Outcome(False, "SecretKeyNotFound", message, None, None), now, version)
+            self._read = _Read(
+                version, now, None, Outcome(False, "SecretKeyNotFound", message, None, None)
+            )
+            return self._read
         if len(text) > INLINE_PARSE_LIMIT:
             # A huge kubeconfig takes YAML seconds to read: off the event loop, so that one
             # Cluster's odd Secret never stalls every other actor.
@@ -299,7 +401,9 @@ class ClusterActor:
             parsed = kubeconfig.parse(text)
         if isinstance(parsed, kubeconfig.Refusal):
             message = f"Secret {ref.name} key {ref.key}: {parsed.message}"
-            return Check(Outcome(False, "InvalidKubeconfig", message), now, version)
+            outcome = Outcome(False, "InvalidKubeconfig", message)
+            self._read = _Read(version, now, None, outcome)
+            return self._read
         server = normalise_server(parsed.server)
         if server == IN_CLUSTER_SERVER:
             message = (
@@ -308,14 +412,10 @@ class ClusterActor:
                 "use connection: InCluster instead"
             )
             outcome = Outcome(False, "ClusterConflict", message, parsed.server)
-            return Check(outcome, now, version, parsed)
-        async with self._context.probe_limiter:
-            found = await self._context.check(
-                parsed,
-                timeout=self._context.options.probe_timeout,
-                egress=self._context.options.probe_egress,
-            )
-        return Check(Outcome.of(found), trio.current_time(), version, parsed)
+            self._read = _Read(version, now, parsed, outcome)
+            return self._read
+        self._read = _Read(version, now, parsed, None)
+        return self._read
 
     # --- the server registry --------------------------------------------------------------------
 
@@ -511,3 +611,22 @@ def _secret_not_found(name: str, namespace: str) -> Outcome:
         f"key value (kubectl create secret generic {name} -n {namespace} --from-file=value=...)"
     )
     return Outcome(False, "SecretNotFound", message, None, None)
+
+
+_PROBE_REASONS = frozenset(str(reason) for reason in probe.Reason)
+
+
+def _seed_of(cluster: api.Cluster | api.Invalid) -> Outcome | None:
+    """The finding a Cluster's status holds, if a check of the current spec wrote it."""
+    if not isinstance(cluster, api.Cluster) or cluster.metadata.deletion_timestamp:
+        return None
+    ready = cluster.ready
+    status = cluster.status
+    if ready is None or ready.reason not in _PROBE_REASONS or status.server is None:
+        return None
+    if ready.observed_generation != cluster.metadata.generation:
+        return None
+    ok = ready.status == "True"
+    if ok != (ready.reason == str(probe.Reason.READY)):
+        return None
+    return Outcome(ok, ready.reason, ready.message, status.server, status.kubernetes_version)

@@ -406,3 +406,6 @@ class Context:
     secret_versions: MutableMapping[tuple[str, str], str] = attrs.field(factory=dict)
     check: Probe = probe.check
     username: str | None = None  # the manager's own identity on the hub, named in RBAC fixes
+    # Reads of kubeconfig Secrets, as many at a time as checks: after a restart every Cluster
+    # reads its Secret at once, and the hub must not get thousands of GETs together.
+    secret_reads: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(8))

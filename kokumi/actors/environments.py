@@ -20,7 +20,14 @@ from kokumi.kube import errors
 from kokumi.kube.client import Client
 from kokumi.kube.watch import Store
 
-__all__ = ["EnvironmentsActor"]
+__all__ = ["LISTED", "EnvironmentsActor", "environment_status"]
+
+LISTED = 50
+"""At most this many Clusters that do not deploy are named in an Environment's status.
+
+The status must stay far under the API server's object limit (about 1.5 MB) however many Clusters
+are selected, and a rewrite must stay cheap: every Cluster's own Ready condition has the detail,
+so the Environment counts and names only the first few by name of those that do not deploy."""
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +53,7 @@ class EnvironmentsActor:
         self._dirty: set[str] = set()
         self._wake = trio.Event()
         self._written: dict[tuple[str, str], dict[str, Any]] = {}
+        self._parsed: dict[str, dict[str, tuple[str, api.Cluster | api.Invalid]]] = {}
         self.status_writes = 0
 
     def changed(self, namespace: str) -> None:
@@ -55,17 +63,7 @@ class EnvironmentsActor:
 
     def selected(self, namespace: str) -> set[str]:
         """Names of the Clusters of ``namespace`` that an Argo CD Environment selects now."""
-        chosen: set[str] = set()
-        clusters = self._clusters_of(namespace)
-        for environment in self._environments_of(namespace):
-            if isinstance(environment, api.Invalid):
-                continue
-            selector = selectors.parse(environment.spec.cluster_selector)
-            if isinstance(selector, selectors.Selector):
-                chosen.update(
-                    c.metadata.name for c in clusters if selector.matches(c.metadata.labels)
-                )
-        return chosen
+        return _chosen(self._clusters_of(namespace), self._environments_of(namespace))
 
     async def run(self) -> None:
         while True:
@@ -91,78 +89,41 @@ class EnvironmentsActor:
                 self._wake.set()
 
     def _clusters_of(self, namespace: str) -> list[api.Cluster]:
-        parsed = (
-            api.parse_cluster(o)
-            for o in self._clusters.values()
-            if o.get("metadata", {}).get("namespace") == namespace
-        )
+        """The valid Clusters of ``namespace`` by name; each parsed once per resourceVersion.
+
+        A pass over one namespace runs after every change there, so onboarding N Clusters makes
+        about N passes: parsing all N each time made that quadratic, with the event loop blocked
+        for the whole pass (half a second at 10,000 Clusters).
+        """
+        known = self._parsed.get(namespace, {})
+        parsed: dict[str, tuple[str, api.Cluster | api.Invalid]] = {}
+        for obj in self._clusters.in_namespace(namespace):
+            meta = obj.get("metadata", {})
+            name, version = str(meta.get("name", "")), str(meta.get("resourceVersion", ""))
+            seen = known.get(name)
+            if seen is None or seen[0] != version or not version:
+                seen = (version, api.parse_cluster(obj))
+            parsed[name] = seen
+        if parsed:
+            self._parsed[namespace] = parsed
+        else:
+            self._parsed.pop(namespace, None)
         return sorted(
-            (c for c in parsed if isinstance(c, api.Cluster)), key=lambda c: c.metadata.name
+            (c for _, c in parsed.values() if isinstance(c, api.Cluster)),
+            key=lambda c: c.metadata.name,
         )
 
     def _environments_of(self, namespace: str) -> list[api.Environment | api.Invalid]:
-        return [
-            api.parse_environment(o)
-            for o in self._environments.values()
-            if o.get("metadata", {}).get("namespace") == namespace
-        ]
+        return [api.parse_environment(o) for o in self._environments.in_namespace(namespace)]
 
     async def _reconcile(self, namespace: str) -> None:
         clusters = self._clusters_of(namespace)
-        chosen = self.selected(namespace)
+        environments = self._environments_of(namespace)
+        chosen = _chosen(clusters, environments)
         for cluster in clusters:
             self._select(namespace, cluster.metadata.name, cluster.metadata.name in chosen)
-        for environment in self._environments_of(namespace):
-            await self._write(environment, self._status(environment, clusters))
-
-    def _status(
-        self, environment: api.Environment | api.Invalid, clusters: list[api.Cluster]
-    ) -> dict[str, Any]:
-        generation = environment.metadata.generation
-        old = _status_of(environment).conditions
-        if isinstance(environment, api.Invalid):
-            condition = api.Condition("Ready", "False", "InvalidSpec", environment.message)
-            return _body(generation, api.set_condition(old, _gen(condition, generation)), [])
-        selector = selectors.parse(environment.spec.cluster_selector)
-        if isinstance(selector, selectors.SelectorError):
-            condition = api.Condition("Ready", "False", "InvalidSelector", selector.message)
-            return _body(generation, api.set_condition(old, _gen(condition, generation)), [])
-        selected = [c for c in clusters if selector.matches(c.metadata.labels)]
-        found = targets.targets([targets.selected_cluster(c) for c in selected])
-        rows = [
-            {
-                "name": t.cluster,
-                "target": t.reason,
-                "reason": _reason(t, cluster),
-                "message": t.message,
-            }
-            for t, cluster in zip(found, selected, strict=True)
-        ]
-        deploying = sum(1 for t in found if isinstance(t, targets.Deploy))
-        if not selected:
-            condition = api.Condition(
-                "Ready",
-                "False",
-                "NoClusters",
-                f"no Cluster of namespace {environment.metadata.namespace} matches the selector "
-                f"{selector}: label Clusters to match, or change spec.clusterSelector",
-            )
-        elif deploying == 0:
-            condition = api.Condition(
-                "Ready",
-                "False",
-                "NoClusterReady",
-                f"none of the {len(selected)} selected Clusters can be deployed to; "
-                "see status.clusters",
-            )
-        else:
-            condition = api.Condition(
-                "Ready", "True", "Ready", f"{deploying} of {len(selected)} selected Clusters deploy"
-            )
-        body = _body(generation, api.set_condition(old, _gen(condition, generation)), rows)
-        body["selected"] = len(selected)
-        body["deploying"] = deploying
-        return body
+        for environment in environments:
+            await self._write(environment, environment_status(environment, clusters))
 
     async def _write(
         self, environment: api.Environment | api.Invalid, status: dict[str, Any]
@@ -178,6 +139,91 @@ class EnvironmentsActor:
             return
         self._written[key] = status
         self.status_writes += 1
+
+
+def _chosen(
+    clusters: list[api.Cluster], environments: list[api.Environment | api.Invalid]
+) -> set[str]:
+    """Names of ``clusters`` that at least one valid Environment of theirs selects."""
+    chosen: set[str] = set()
+    for environment in environments:
+        if isinstance(environment, api.Invalid):
+            continue
+        selector = selectors.parse(environment.spec.cluster_selector)
+        if isinstance(selector, selectors.Selector):
+            chosen.update(c.metadata.name for c in clusters if selector.matches(c.metadata.labels))
+    return chosen
+
+
+def environment_status(
+    environment: api.Environment | api.Invalid,
+    clusters: list[api.Cluster],
+    *,
+    listed: int = LISTED,
+) -> dict[str, Any]:
+    """The status ``environment`` should have, given the Clusters of its namespace (by name).
+
+    Bounded whatever the fleet: counts of the selected and deploying Clusters, and the first
+    ``listed`` by name of those that do not deploy with why, plus how many more there are.
+    Clusters that deploy are not listed: their number says it, and each Cluster's own Ready
+    condition is what a reader looks at for one Cluster.
+    """
+    generation = environment.metadata.generation
+    old = _status_of(environment).conditions
+    if isinstance(environment, api.Invalid):
+        condition = api.Condition("Ready", "False", "InvalidSpec", environment.message)
+        return _body(generation, api.set_condition(old, _gen(condition, generation)), [])
+    selector = selectors.parse(environment.spec.cluster_selector)
+    if isinstance(selector, selectors.SelectorError):
+        condition = api.Condition("Ready", "False", "InvalidSelector", selector.message)
+        return _body(generation, api.set_condition(old, _gen(condition, generation)), [])
+    selected = [c for c in clusters if selector.matches(c.metadata.labels)]
+    found = targets.targets([targets.selected_cluster(c) for c in selected])
+    held = [
+        (t, cluster)
+        for t, cluster in zip(found, selected, strict=True)
+        if not isinstance(t, targets.Deploy)
+    ]
+    rows = [
+        {
+            "name": t.cluster,
+            "target": t.reason,
+            "reason": _reason(t, cluster),
+            "message": t.message,
+        }
+        for t, cluster in held[:listed]
+    ]
+    deploying = len(selected) - len(held)
+    more = len(held) - len(rows)
+    if not selected:
+        condition = api.Condition(
+            "Ready",
+            "False",
+            "NoClusters",
+            f"no Cluster of namespace {environment.metadata.namespace} matches the selector "
+            f"{selector}: label Clusters to match, or change spec.clusterSelector",
+        )
+    elif deploying == 0:
+        where = (
+            f"the first {len(rows)} in status.clusters, and {more} more"
+            if more
+            else ("see status.clusters")
+        )
+        condition = api.Condition(
+            "Ready",
+            "False",
+            "NoClusterReady",
+            f"none of the {len(selected)} selected Clusters can be deployed to; {where}",
+        )
+    else:
+        condition = api.Condition(
+            "Ready", "True", "Ready", f"{deploying} of {len(selected)} selected Clusters deploy"
+        )
+    body = _body(generation, api.set_condition(old, _gen(condition, generation)), rows)
+    body["selected"] = len(selected)
+    body["deploying"] = deploying
+    body["more"] = more
+    return body
 
 
 def _gen(condition: api.Condition, generation: int) -> api.Condition:
@@ -199,6 +245,7 @@ def _body(
         "selected": 0,
         "deploying": 0,
         "clusters": rows,
+        "more": 0,
     }
 
 
@@ -220,6 +267,7 @@ def _observed(status: api.EnvironmentStatus) -> dict[str, Any]:
             {"name": t.name, "target": t.target, "reason": t.reason, "message": t.message}
             for t in status.clusters
         ],
+        "more": status.more,
     }
 
 

@@ -155,8 +155,13 @@ class Client:
         max_retries: int = 3,
         max_retry_delay: float = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        max_requests: int = 32,
     ) -> None:
         self._config = config
+        # Requests in flight, and so connections to the API server, besides the watches (which
+        # hold theirs for minutes and must never wait for a slot). Thousands of actors asking at
+        # once, as after a restart, then queue here instead of opening thousands of connections.
+        self._requests = trio.CapacityLimiter(max_requests)
         self._field_manager = field_manager
         self._timeout = httpx.Timeout(timeout)
         # A watch may rightly be silent for long; the watcher's own inactivity deadline
@@ -529,7 +534,11 @@ class Client:
             )
             verb = "WATCH" if stream and (params or {}).get("watch") == "true" else method
             try:
-                response = await self._http.send(request, stream=stream)
+                if stream:
+                    response = await self._http.send(request, stream=True)
+                else:
+                    async with self._requests:
+                        response = await self._http.send(request)
             except httpx.HTTPError as exc:
                 self.observer.request(verb, "error")
                 raise TransportError(f"{context}: {_describe(exc)}") from exc

@@ -72,6 +72,9 @@ class Store:
 
     def __init__(self) -> None:
         self._objects: dict[Key, dict[str, Any]] = {}
+        # The same objects by namespace, so that a consumer that works one namespace at a time
+        # never walks the whole fleet for it.
+        self._by_namespace: dict[str | None, dict[str, dict[str, Any]]] = {}
         self._synced = trio.Event()
 
     def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
@@ -89,6 +92,10 @@ class Store:
     def values(self) -> list[dict[str, Any]]:
         return list(self._objects.values())
 
+    def in_namespace(self, namespace: str | None) -> list[dict[str, Any]]:
+        """The objects of one namespace (``None``: the cluster-scoped ones)."""
+        return list(self._by_namespace.get(namespace or None, {}).values())
+
     @property
     def synced(self) -> bool:
         """True once the first list is in."""
@@ -99,13 +106,24 @@ class Store:
 
     def _replace(self, objects: tuple[dict[str, Any], ...]) -> None:
         self._objects = {_key(o): o for o in objects}
+        self._by_namespace = {}
+        for (namespace, name), obj in self._objects.items():
+            self._by_namespace.setdefault(namespace, {})[name] = obj
         self._synced.set()
 
     def _apply(self, event: WatchEvent) -> None:
+        key = _key(event.object)
+        namespace, name = key
         if event.type == "DELETED":
-            self._objects.pop(_key(event.object), None)
+            self._objects.pop(key, None)
+            same = self._by_namespace.get(namespace)
+            if same is not None:
+                same.pop(name, None)
+                if not same:
+                    del self._by_namespace[namespace]
         else:
-            self._objects[_key(event.object)] = event.object
+            self._objects[key] = event.object
+            self._by_namespace.setdefault(namespace, {})[name] = event.object
 
 
 def _key(obj: Mapping[str, Any]) -> Key:

@@ -1,0 +1,92 @@
+"""``kokumi manager`` with a Trio instrument that measures how long the event loop is blocked.
+
+The runner starts the manager through this file instead of ``python -m kokumi``: the same
+command line, plus one instrument that times every task step (a step is the code that runs
+between two awaits, during which nothing else on the loop can run). Every two seconds the
+steps longer than 10 ms are appended to the file named by ``KOKUMI_BENCH_LOOP`` as JSON lines
+``[unix time, wall seconds, CPU seconds, task name]``, with ``["steps", count, total seconds]``
+for the totals and ``["gc", unix time, seconds, 2]`` for each full collection of the cyclic
+garbage collector. Wall time is what other tasks waited; on a machine shared by many processes
+it also holds the time the OS ran others, which the step's own CPU time (the thread's) leaves
+out.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import threading
+import time
+from typing import Any
+
+import trio
+
+from kokumi import cli
+
+SLOW_STEP = 0.010
+
+
+class LoopTimer(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self._began = 0.0
+        self._began_cpu = 0.0
+        self.steps = 0
+        self.total = 0.0
+        self.slow: list[tuple[float, float, float, str]] = []
+        self.gc: list[tuple[float, float, int]] = []
+        self._gc_began = 0.0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self._began = time.perf_counter()
+        self._began_cpu = time.thread_time()
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        took = time.perf_counter() - self._began
+        self.steps += 1
+        self.total += took
+        if took > SLOW_STEP:
+            self.slow.append(
+                (time.time(), took, time.thread_time() - self._began_cpu, task.name[-60:])
+            )
+
+    def gc_callback(self, phase: str, info: dict[str, int]) -> None:
+        """Full collections of the cyclic GC: they stop the loop for a time that grows with the
+        heap."""
+        if phase == "start":
+            self._gc_began = time.perf_counter()
+        elif info.get("generation") == 2:
+            self.gc.append((time.time(), time.perf_counter() - self._gc_began, 2))
+
+
+def _dump(timer: LoopTimer, path: str) -> None:
+    while True:
+        time.sleep(2)
+        slow, timer.slow = timer.slow, []
+        collections, timer.gc = timer.gc, []
+        with open(path, "a") as out:
+            for item in slow:
+                out.write(json.dumps(item) + "\n")
+            for at, took, generation in collections:
+                out.write(json.dumps(["gc", at, took, generation]) + "\n")
+            out.write(json.dumps(["steps", timer.steps, timer.total, time.time()]) + "\n")
+
+
+def main() -> None:
+    timer = LoopTimer()
+    path = os.environ.get("KOKUMI_BENCH_LOOP")
+    gc.callbacks.append(timer.gc_callback)
+    if path:
+        threading.Thread(target=_dump, args=(timer, path), daemon=True).start()
+    original = trio.run
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("instruments", []).append(timer)
+        return original(*args, **kwargs)
+
+    trio.run = run  # type: ignore[assignment]
+    raise SystemExit(cli.main())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,800 @@
+"""The fleet benchmark: N Clusters of fake spokes, the real hub, the manager as a process.
+
+Run from the repository root: ``nox -s bench -- --clusters 1000`` (or
+``.venv/bin/python benchmarks/fleet/run.py --clusters 1000``). See benchmarks/README.md for
+what each figure means. Everything it starts (control plane, fleet, manager) it stops again.
+
+Order of the run, and what each step measures:
+
+1. The control plane (``kokumi.controlplane``, binaries from the cache), the CRDs, and the fake
+   fleet process (``fleet.py``): N spokes, each its own loopback address and server URL.
+2. Baselines, with no manager running: a bare loop of checks with httpx (a new connection per
+   check, as a check must prove a new connection works; one TLS context for all), eight at a
+   time, for CPU per check; the hub's writes per minute while idle; and a bare loop that creates
+   N Secrets, N objects of a Cluster's size and N status-sized patches (3N writes) with 32
+   requests in flight, for the pace of the hub's writes.
+3. Onboarding: the manager starts, then N kubeconfig Secrets and N Clusters are created, 32 at
+   a time, with one Environment selecting all. Measured: time until every Cluster reports what
+   its spoke deserves and every Cluster is registered with Argo CD; created -> Ready per Cluster.
+4. Steady state over ``--window`` seconds: check gaps seen by the spokes, writes at the hub's
+   /metrics, GETs of Secrets, the manager's CPU and RSS, the event loop's longest step.
+5. A restart with nothing changed: the same over ``--restart-window`` seconds, plus the peak
+   RSS, the peak number of connections to the hub and Clusters that were not Ready meanwhile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import itertools
+import json
+import math
+import os
+import re
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fleet import PORT, SERVER_NAME, TOKEN, address  # noqa: E402
+
+from kokumi import api, argocd  # noqa: E402
+from kokumi.controlplane import ControlPlane, free_port  # noqa: E402
+from kokumi.kube.client import NAMESPACES, SECRETS, Client, Resource  # noqa: E402
+from kokumi.kube.config import Config  # noqa: E402
+from kokumi.kube.watch import Resync, WatchEvent, watch  # noqa: E402
+from tests.conftest import run_kubectl  # noqa: E402
+
+CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
+FLEET_NS = "fleet"
+OWN_NS = "kokumi-bench"
+ARGO_NS = "argocd"
+WRITES = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
+EXPECTED = {
+    "ok": "Ready",
+    "slow": "Ready",
+    "refusing": "Unreachable",
+    "hanging": "Unreachable",
+    "unauthorized": "Unauthorized",
+}
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+def load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def kubeconfig(index: int, ca_pem: bytes) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "spoke",
+                    "cluster": {
+                        "server": f"https://{address(index)}:{PORT}",
+                        "certificate-authority-data": base64.b64encode(ca_pem).decode(),
+                        "tls-server-name": SERVER_NAME,
+                    },
+                }
+            ],
+            "users": [{"name": "admin", "user": {"token": TOKEN}}],
+            "contexts": [{"name": "spoke", "context": {"cluster": "spoke", "user": "admin"}}],
+            "current-context": "spoke",
+        }
+    )
+
+
+# --- processes ----------------------------------------------------------------------------------
+
+
+class Proc:
+    """A child process with its CPU and RSS from /proc."""
+
+    def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.log = log
+        self.popen = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=log.open("ab"),
+            env={**os.environ, **(env or {})},
+            cwd=ROOT,
+        )
+
+    def cpu(self) -> float:
+        fields = Path(f"/proc/{self.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.popen.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return math.nan
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(20)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+
+# --- what the hub and the manager say -----------------------------------------------------------
+
+
+class Hub:
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        self.context = plane.hub.ssl_context("kokumi-admin", ["system:masters"])
+
+    def metrics(self) -> dict[tuple[str, str, str], float]:
+        """apiserver_request_total by (verb, resource, subresource)."""
+        text = httpx.get(f"{self.plane.hub.url}/metrics", verify=self.context, timeout=30).text
+        totals: dict[tuple[str, str, str], float] = defaultdict(float)
+        for line in text.splitlines():
+            if not line.startswith("apiserver_request_total{"):
+                continue
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
+            value = float(line.rsplit(" ", 1)[1])
+            totals[
+                (labels.get("verb", ""), labels.get("resource", ""), labels.get("subresource", ""))
+            ] += value
+        return totals
+
+    def connections(self) -> int:
+        """Established TCP connections to the hub's port (every client's, the runner's too)."""
+        out = subprocess.run(
+            ["ss", "-Htn", "state", "established", f"( dport = :{self.plane.hub.port} )"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+        return len(out.splitlines())
+
+
+def writes(
+    before: dict[tuple[str, str, str], float], after: dict[tuple[str, str, str], float]
+) -> dict[str, float]:
+    """Writes between two readings, by resource[/subresource], leases left out (the hub's own)."""
+    out: dict[str, float] = defaultdict(float)
+    for key, value in after.items():
+        verb, res, sub = key
+        if verb in WRITES and res in ("clusters", "environments", "secrets", "events"):
+            delta = value - before.get(key, 0.0)
+            if delta:
+                out[f"{verb} {res}{'/' + sub if sub else ''}"] += delta
+    return dict(out)
+
+
+def secret_gets(
+    before: dict[tuple[str, str, str], float], after: dict[tuple[str, str, str], float]
+) -> float:
+    key = ("GET", "secrets", "")
+    return after.get(key, 0.0) - before.get(key, 0.0)
+
+
+def manager_checks(port: int) -> float:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
+    for line in text.splitlines():
+        if line.startswith("kokumi_checks_started_total "):
+            return float(line.split()[1])
+    return math.nan
+
+
+def fleet_asked(control: int, since: float) -> dict[int, list[float]]:
+    body = httpx.get(f"http://127.0.0.1:{control}/stats", params={"since": str(since)}, timeout=60)
+    return {int(k): v for k, v in body.json()["asked"].items()}
+
+
+def loop_steps(path: Path, start: float, end: float) -> dict[str, float]:
+    """The event loop's longest steps in [start, end]: wall time, and the step's own CPU time."""
+    wall: list[float] = []
+    cpu: list[float] = []
+    gc_pauses: list[float] = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            item = json.loads(line)
+            if item[0] == "gc":
+                if start <= item[1] <= end:
+                    gc_pauses.append(item[2])
+                continue
+            if item[0] != "steps" and start <= item[0] <= end:
+                wall.append(item[1])
+                cpu.append(item[2] if len(item) > 2 else math.nan)
+    return {
+        "max_ms": max(wall, default=0.0) * 1000,
+        "over_50ms": sum(1 for s in wall if s > 0.05),
+        "cpu_max_ms": max(cpu, default=0.0) * 1000,
+        "cpu_over_50ms": sum(1 for s in cpu if s > 0.05),
+        "over_10ms": len(wall),
+        "gc_full": len(gc_pauses),
+        "gc_max_ms": max(gc_pauses, default=0.0) * 1000,
+    }
+
+
+class Clusters:
+    """Follows the fleet's Clusters: when each was first Ready, and every Ready change."""
+
+    def __init__(self) -> None:
+        self.ready_at: dict[str, float] = {}
+        self.reason: dict[str, str] = {}
+        self.changes: list[tuple[float, str, str]] = []
+        self.registered: set[str] = set()
+
+    def see_cluster(self, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        ready = next(
+            (
+                c
+                for c in (obj.get("status") or {}).get("conditions") or []
+                if c.get("type") == "Ready"
+            ),
+            None,
+        )
+        if ready is None:
+            return
+        reason = ready.get("reason", "")
+        if self.reason.get(name) != reason:
+            self.changes.append((time.time(), name, reason))
+            self.reason[name] = reason
+        if reason == "Ready" and name not in self.ready_at:
+            self.ready_at[name] = time.time()
+
+    async def follow(self, client: Client, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        send, receive = trio.open_memory_channel[WatchEvent | Resync](1000)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(
+                lambda task_status: watch(
+                    client, api.CLUSTERS, send, namespace=FLEET_NS, task_status=task_status
+                )
+            )
+            await nursery.start(
+                lambda task_status: watch(
+                    client,
+                    SECRETS,
+                    send,
+                    namespace=ARGO_NS,
+                    metadata_only=True,
+                    task_status=task_status,
+                )
+            )
+            task_status.started()
+            async for event in receive:
+                objects = event.objects if isinstance(event, Resync) else (event.object,)
+                for obj in objects:
+                    if obj.get("kind") == "Cluster" or "spec" in obj:
+                        self.see_cluster(obj)
+                    else:
+                        labels = obj["metadata"].get("labels") or {}
+                        name = labels.get(argocd.LABEL_CLUSTER) or obj["metadata"]["name"]
+                        if isinstance(event, WatchEvent) and event.type == "DELETED":
+                            self.registered.discard(name)
+                        else:
+                            self.registered.add(name)
+
+
+# --- baselines ----------------------------------------------------------------------------------
+
+
+async def bare_checks(kinds: list[str], ca_pem: bytes, count: int) -> dict[str, float]:
+    """A bare loop of httpx checks over the same fleet: the floor a check's CPU can reach."""
+    import ssl  # noqa: PLC0415
+
+    context = ssl.create_default_context(cadata=ca_pem.decode())
+    healthy = [i for i, k in enumerate(kinds) if k == "ok"][:count]
+    headers = {"Authorization": f"Bearer {TOKEN}", "Accept": "application/json"}
+    limiter = trio.CapacityLimiter(8)
+    failures = 0
+
+    async def one(index: int) -> None:
+        nonlocal failures
+        async with limiter:
+            base = f"https://{address(index)}:{PORT}"
+            ext = {"sni_hostname": SERVER_NAME}
+            async with httpx.AsyncClient(verify=context, trust_env=False, timeout=10) as client:
+                a = await client.get(f"{base}/version", headers=headers, extensions=ext)
+                b = await client.post(
+                    f"{base}/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                    headers=headers,
+                    json={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+                    extensions=ext,
+                )
+                if a.status_code != 200 or b.status_code != 201:
+                    failures += 1
+
+    cpu, wall = time.process_time(), time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for index in healthy:
+            nursery.start_soon(one, index)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    return {
+        "checks": len(healthy),
+        "cpu_ms": cpu / len(healthy) * 1000,
+        "per_s": len(healthy) / wall,
+        "failures": failures,
+    }
+
+
+async def bare_writes(client: Client, n: int, ca_pem: bytes) -> float:
+    """3N writes as onboarding needs them, with nothing else running: Secret, object, patch."""
+    namespace = "bare"
+    await client.create(NAMESPACES, {"metadata": {"name": namespace}})
+    limiter = trio.CapacityLimiter(32)
+    filler = "x" * 900  # about a Cluster's size with its status
+
+    async def one(index: int) -> None:
+        async with limiter:
+            data = {"value": base64.b64encode(kubeconfig(index, ca_pem).encode()).decode()}
+            await client.create(
+                SECRETS, {"metadata": {"name": f"s{index}"}, "data": data}, namespace=namespace
+            )
+            await client.create(
+                CONFIGMAPS,
+                {"metadata": {"name": f"c{index}"}, "data": {"spec": filler}},
+                namespace=namespace,
+            )
+            await client.patch_merge(
+                CONFIGMAPS, f"c{index}", {"data": {"status": filler}}, namespace=namespace
+            )
+
+    started = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for index in range(n):
+            nursery.start_soon(one, index)
+    took = time.perf_counter() - started
+    await client.delete(NAMESPACES, namespace)
+    return took
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+
+def start_manager(plane: ControlPlane, workdir: Path, health: int, tag: str) -> Proc:
+    return Proc(
+        [
+            sys.executable,
+            str(Path(__file__).with_name("manager.py")),
+            "manager",
+            "--kubeconfig",
+            str(plane.hub.admin_kubeconfig),
+            "--namespace",
+            OWN_NS,
+            "--argocd-namespace",
+            ARGO_NS,
+            "--no-in-cluster",
+            "--no-leader-elect",
+            "--health-port",
+            str(health),
+        ],
+        workdir / f"manager-{tag}.log",
+        # This checkout's kokumi, also when the virtualenv's editable install points elsewhere.
+        env={"KOKUMI_BENCH_LOOP": str(workdir / "loop.jsonl"), "PYTHONPATH": str(ROOT)},
+    )
+
+
+async def wait_http(port: int) -> None:
+    with trio.fail_after(120):
+        while True:
+            try:
+                await trio.to_thread.run_sync(
+                    lambda: httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+                )
+                return
+            except httpx.HTTPError:
+                await trio.sleep(0.5)
+
+
+class Sampler:
+    """RSS and hub connections every half second while a phase runs."""
+
+    def __init__(self, proc: Proc, hub: Hub) -> None:
+        self.proc, self.hub = proc, hub
+        self.rss: list[float] = []
+        self.conns: list[int] = []
+
+    async def run(self) -> None:
+        while True:
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                self.rss.append(self.proc.rss_mb())
+            self.conns.append(await trio.to_thread.run_sync(self.hub.connections))
+            await trio.sleep(0.5)
+
+
+async def steady(
+    name: str,
+    args: argparse.Namespace,
+    proc: Proc,
+    hub: Hub,
+    control: int,
+    health: int,
+    kinds: list[str],
+    loop_file: Path,
+    window: float,
+) -> dict[str, Any]:
+    """Figures over ``window`` seconds from now."""
+    start, load0 = time.time(), load()
+    m0, cpu0, checks0 = hub.metrics(), proc.cpu(), manager_checks(health)
+    sampler = Sampler(proc, hub)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sampler.run)
+        await trio.sleep(window)
+        nursery.cancel_scope.cancel()
+    end = time.time()
+    m1, cpu1, checks1 = hub.metrics(), proc.cpu(), manager_checks(health)
+    # A gap counts when its second check falls in the window; its first may come before.
+    asked = fleet_asked(control, start - 150)
+    gaps = [
+        b - a
+        for i, times in asked.items()
+        if kinds[i] == "ok"
+        for a, b in itertools.pairwise(times)
+        if b >= start
+    ]
+    checked = sum(
+        1 for i, k in enumerate(kinds) if k == "ok" and any(t >= start for t in asked.get(i, ()))
+    )
+    w = writes(m0, m1)
+    checks = checks1 - checks0
+    return {
+        "phase": name,
+        "window_s": round(end - start),
+        "load": f"{load0} -> {load()}",
+        "gap_p50": pct(gaps, 0.5),
+        "gap_p99": pct(gaps, 0.99),
+        "gap_max": max(gaps, default=math.nan),
+        "ok_spokes_checked": f"{checked}/{kinds.count('ok')}",
+        "writes_per_min": sum(w.values()) / (end - start) * 60,
+        "writes": w,
+        "secret_gets_per_s": secret_gets(m0, m1) / (end - start),
+        "checks_per_s": checks / (end - start),
+        "cpu_cores": (cpu1 - cpu0) / (end - start),
+        "cpu_ms_per_check": (cpu1 - cpu0) / checks * 1000 if checks else math.nan,
+        "rss_mb_mean": statistics.fmean(sampler.rss) if sampler.rss else math.nan,
+        "rss_mb_max": max(sampler.rss, default=math.nan),
+        "hub_connections_max": max(sampler.conns, default=0),
+        "loop": loop_steps(loop_file, start, end),
+    }
+
+
+async def main_async(
+    args: argparse.Namespace, plane: ControlPlane, workdir: Path
+) -> dict[str, Any]:
+    n = args.clusters
+    hub = Hub(plane)
+    result: dict[str, Any] = {"clusters": n, "load_start": load()}
+    fleet = Proc(
+        [
+            sys.executable,
+            str(Path(__file__).with_name("fleet.py")),
+            "--spokes",
+            str(n),
+            "--dir",
+            str(workdir),
+            "--slow",
+            str(args.slow),
+            "--hanging",
+            str(args.hanging),
+            "--refusing",
+            str(args.refusing),
+            "--unauthorized",
+            str(args.unauthorized),
+        ],
+        workdir / "fleet.log",
+    )
+    procs = [fleet]
+    try:
+        assert fleet.popen.stdout is not None
+        hello = json.loads(await trio.to_thread.run_sync(fleet.popen.stdout.readline))
+        kinds: list[str] = hello["kinds"]
+        control: int = hello["control"]
+        result["kinds"] = hello["counts"]
+        ca_pem = Path(hello["ca"]).read_bytes()  # noqa: ASYNC240 - once, small
+        async with Client(Config.from_kubeconfig(plane.hub.admin_kubeconfig)) as client:
+            for ns in (FLEET_NS, OWN_NS, ARGO_NS):
+                await client.create(NAMESPACES, {"metadata": {"name": ns}})
+            # Baselines, with no manager.
+            result["bare_checks"] = await bare_checks(kinds, ca_pem, min(n, 1000))
+            print("bare checks:", result["bare_checks"], flush=True)
+            m0, t0 = hub.metrics(), time.time()
+            await trio.sleep(args.idle_window)
+            idle = writes(m0, hub.metrics())
+            result["bare_idle_writes_per_min"] = sum(idle.values()) / (time.time() - t0) * 60
+            result["bare_writes_s"] = await bare_writes(client, n, ca_pem)
+            result["bare_writes_load"] = load()
+            print("bare writes:", result["bare_writes_s"], "s", flush=True)
+
+            # Onboarding.
+            clusters = Clusters()
+            loop_file = workdir / "loop.jsonl"
+            health = free_port()
+            manager = start_manager(plane, workdir, health, "1")
+            procs.append(manager)
+            await wait_http(health)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(clusters.follow, client)
+                await client.create(
+                    api.ENVIRONMENTS,
+                    {
+                        "apiVersion": api.API_VERSION,
+                        "kind": "Environment",
+                        "metadata": {"name": "all", "namespace": FLEET_NS},
+                        "spec": {"clusterSelector": {"matchLabels": {"fleet": "bench"}}},
+                    },
+                    namespace=FLEET_NS,
+                )
+                created: dict[str, float] = {}
+                limiter = trio.CapacityLimiter(32)
+
+                async def create(index: int) -> None:
+                    name = f"c{index:05d}"
+                    async with limiter:
+                        data = {
+                            "value": base64.b64encode(kubeconfig(index, ca_pem).encode()).decode()
+                        }
+                        await client.create(
+                            SECRETS, {"metadata": {"name": name}, "data": data}, namespace=FLEET_NS
+                        )
+                        await client.create(
+                            api.CLUSTERS,
+                            {
+                                "apiVersion": api.API_VERSION,
+                                "kind": "Cluster",
+                                "metadata": {
+                                    "name": name,
+                                    "namespace": FLEET_NS,
+                                    "labels": {"fleet": "bench"},
+                                },
+                                "spec": {
+                                    "connection": "Kubeconfig",
+                                    "kubeconfig": {"secretRef": {"name": name}},
+                                },
+                            },
+                            namespace=FLEET_NS,
+                        )
+                        created[name] = time.time()
+
+                sampler = Sampler(manager, hub)
+                nursery.start_soon(sampler.run)
+                began, load0, cpu0, m0 = time.time(), load(), manager.cpu(), hub.metrics()
+                async with trio.open_nursery() as creators:
+                    for index in range(n):
+                        creators.start_soon(create, index)
+                result["create_s"] = time.time() - began
+                names = [f"c{i:05d}" for i in range(n)]
+                expected = {name: EXPECTED[kinds[i]] for i, name in enumerate(names)}
+                last = 0.0
+                with trio.move_on_after(args.onboard_timeout) as waited:
+                    while True:
+                        done = sum(1 for k, v in expected.items() if clusters.reason.get(k) == v)
+                        reg = len(clusters.registered & set(names))
+                        if done == n and reg == n:
+                            break
+                        if time.time() - last > 15:
+                            print(
+                                f"  onboarding: {done}/{n} as expected, {reg}/{n} registered,"
+                                f" load {load()}",
+                                flush=True,
+                            )
+                            last = time.time()
+                        await trio.sleep(0.5)
+                settled = time.time()
+                result["onboard_timed_out"] = waited.cancelled_caught
+                result["all_ready_s"] = settled - began
+                result["onboard_load"] = f"{load0} -> {load()}"
+                latencies = [
+                    clusters.ready_at[k] - created[k]
+                    for k in names
+                    if k in clusters.ready_at and k in created
+                ]
+                result["ready_p50"] = pct(latencies, 0.5)
+                result["ready_p99"] = pct(latencies, 0.99)
+                result["onboard_writes"] = sum(writes(m0, hub.metrics()).values())
+                result["onboard_cpu_s"] = manager.cpu() - cpu0
+                result["onboard_rss_max"] = max(sampler.rss, default=math.nan)
+                result["onboard_loop"] = loop_steps(loop_file, began, settled)
+                env = await client.get(api.ENVIRONMENTS, "all", namespace=FLEET_NS)
+                result["environment_status_bytes"] = len(json.dumps(env.get("status") or {}))
+                print(
+                    "onboarded:",
+                    {
+                        k: result[k]
+                        for k in (
+                            "all_ready_s",
+                            "ready_p50",
+                            "ready_p99",
+                            "environment_status_bytes",
+                        )
+                    },
+                    flush=True,
+                )
+                nursery.cancel_scope.cancel()
+
+            # Steady state.
+            await trio.sleep(args.settle)
+            result["steady"] = await steady(
+                "steady", args, manager, hub, control, health, kinds, loop_file, args.window
+            )
+            print("steady:", result["steady"], flush=True)
+
+            # A restart with nothing changed.
+            clusters2 = Clusters()
+            async with trio.open_nursery() as nursery:
+                await nursery.start(clusters2.follow, client)
+                before_restart = dict(clusters2.reason)
+                manager.stop()
+                restarted_at = time.time()
+                manager = start_manager(plane, workdir, health, "2")
+                procs.append(manager)
+                await wait_http(health)
+                result["restart"] = await steady(
+                    "restart",
+                    args,
+                    manager,
+                    hub,
+                    control,
+                    health,
+                    kinds,
+                    loop_file,
+                    args.restart_window,
+                )
+                first = fleet_asked(control, restarted_at)
+                firsts = [min(t) - restarted_at for i, t in first.items() if kinds[i] == "ok" and t]
+                result["restart"]["first_check_p50_s"] = pct(firsts, 0.5)
+                result["restart"]["first_check_max_s"] = max(firsts, default=math.nan)
+                result["restart"]["rechecked"] = f"{len(firsts)}/{kinds.count('ok')}"
+                not_ready = {
+                    name
+                    for at, name, reason in clusters2.changes
+                    if at >= restarted_at
+                    and reason != "Ready"
+                    and before_restart.get(name) == "Ready"
+                }
+                result["restart"]["not_ready_meanwhile"] = len(not_ready)
+                nursery.cancel_scope.cancel()
+            print("restart:", result["restart"], flush=True)
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+    return result
+
+
+def _cpu_steps(loop: dict[str, float]) -> str:
+    if "cpu_max_ms" not in loop:
+        return ""
+    return (
+        f"the steps' own CPU: longest {loop['cpu_max_ms']:.0f} ms, > 50 ms {loop['cpu_over_50ms']}"
+    )
+
+
+def report(r: dict[str, Any]) -> str:
+    s, rs, bc = r["steady"], r["restart"], r["bare_checks"]
+    rows = [
+        ("spokes by kind", ", ".join(f"{k} {v}" for k, v in r["kinds"].items() if v), ""),
+        (
+            "all Ready + registered after creation",
+            f"{r['all_ready_s']:.0f} s",
+            f"bare 3N writes {r['bare_writes_s']:.0f} s:"
+            f" {r['all_ready_s'] / r['bare_writes_s']:.1f}x (load {r['onboard_load']})",
+        ),
+        (
+            "Cluster created -> Ready p50 / p99",
+            f"{r['ready_p50']:.1f} / {r['ready_p99']:.1f} s",
+            "",
+        ),
+        (
+            "Environment status size (one selecting all)",
+            f"{r['environment_status_bytes'] / 1000:.1f} KB",
+            "",
+        ),
+        (
+            "event loop: longest step / steps > 50 ms, onboarding",
+            f"{r['onboard_loop']['max_ms']:.0f} ms / {r['onboard_loop']['over_50ms']}",
+            _cpu_steps(r["onboard_loop"]),
+        ),
+    ]
+    for label, p in (("steady", s), ("after restart", rs)):
+        rows += [
+            (
+                f"check gap p50 / p99 / max, {label} ({p['window_s']} s window)",
+                f"{p['gap_p50']:.1f} / {p['gap_p99']:.1f} / {p['gap_max']:.1f} s",
+                f"healthy spokes checked {p['ok_spokes_checked']}; load {p['load']}",
+            ),
+            (
+                f"writes per minute, {label}",
+                f"{p['writes_per_min']:.1f}",
+                f"idle hub {r['bare_idle_writes_per_min']:.1f}; {p['writes'] or 'none'}",
+            ),
+            (
+                f"GETs of Secrets per second, {label}",
+                f"{p['secret_gets_per_s']:.1f}",
+                f"checks/s {p['checks_per_s']:.1f}",
+            ),
+            (
+                f"manager CPU per check, {label}",
+                f"{p['cpu_ms_per_check']:.1f} ms",
+                f"bare httpx check {bc['cpu_ms']:.1f} ms:"
+                f" {p['cpu_ms_per_check'] / bc['cpu_ms']:.1f}x",
+            ),
+            (f"manager CPU, {label}", f"{p['cpu_cores']:.2f} cores", ""),
+            (f"RSS mean / max, {label}", f"{p['rss_mb_mean']:.0f} / {p['rss_mb_max']:.0f} MB", ""),
+            (
+                f"event loop: longest step / steps > 50 ms, {label}",
+                f"{p['loop']['max_ms']:.0f} ms / {p['loop']['over_50ms']}",
+                _cpu_steps(p["loop"]),
+            ),
+            (
+                f"connections to the hub, peak, {label}",
+                f"{p['hub_connections_max']}",
+                "all clients of the hub",
+            ),
+        ]
+    rows += [
+        (
+            "restart: first check after restart p50 / max",
+            f"{rs['first_check_p50_s']:.1f} / {rs['first_check_max_s']:.1f} s",
+            f"rechecked {rs['rechecked']}",
+        ),
+        (
+            "restart: Ready Clusters that were not Ready meanwhile",
+            f"{rs['not_ready_meanwhile']}",
+            "",
+        ),
+    ]
+    lines = [f"| N = {r['clusters']} | measured | beside |", "|---|---:|---|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clusters", type=int, default=1000)
+    parser.add_argument("--window", type=float, default=180.0, help="steady window, seconds")
+    parser.add_argument("--restart-window", type=float, default=120.0)
+    parser.add_argument("--settle", type=float, default=20.0, help="wait after onboarding")
+    parser.add_argument("--idle-window", type=float, default=30.0)
+    parser.add_argument("--onboard-timeout", type=float, default=1800.0)
+    for kind in ("slow", "hanging", "refusing", "unauthorized"):
+        parser.add_argument(f"--{kind}", type=float, default=0.0, help=f"share of {kind} spokes")
+    parser.add_argument("--output", type=Path, help="also write the figures as JSON here")
+    args = parser.parse_args()
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    workdir = Path(tempfile.mkdtemp(prefix="kokumi-bench-"))
+    print(f"work directory {workdir}; load {load()}", flush=True)
+    with ControlPlane.start() as plane:
+        run_kubectl(plane.hub, "apply", "--server-side", "-f", str(ROOT / "deploy" / "crds"))
+        run_kubectl(plane.hub, "wait", "--for=condition=Established", "crd", "--all")
+        result = trio.run(main_async, args, plane, workdir)
+    text = report(result)
+    print(text)
+    if args.output:
+        args.output.write_text(json.dumps(result, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()

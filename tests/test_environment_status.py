@@ -1,0 +1,87 @@
+"""An Environment's status stays bounded however many Clusters it selects (no server needed)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kokumi import api
+from kokumi.actors.environments import LISTED, environment_status
+
+
+def _cluster(name: str, *, ready: bool, server: str | None = None) -> api.Cluster:
+    condition = {
+        "type": "Ready",
+        "status": "True" if ready else "False",
+        "reason": "Ready" if ready else "Unreachable",
+        "message": "ok" if ready else f"timed out after 10 s: {name}.example:6443 did not answer",
+        "lastTransitionTime": "2026-11-30T12:00:00Z",
+    }
+    body: dict[str, Any] = {
+        "apiVersion": api.API_VERSION,
+        "kind": "Cluster",
+        "metadata": {"name": name, "namespace": "fleet", "uid": name, "labels": {"f": "x"}},
+        "spec": {"connection": "Kubeconfig", "kubeconfig": {"secretRef": {"name": name}}},
+        "status": {
+            "server": server or f"https://{name}.example:6443",
+            "conditions": [condition],
+        },
+    }
+    parsed = api.parse_cluster(body)
+    assert isinstance(parsed, api.Cluster)
+    return parsed
+
+
+def _environment() -> api.Environment:
+    body = {
+        "apiVersion": api.API_VERSION,
+        "kind": "Environment",
+        "metadata": {"name": "all", "namespace": "fleet", "uid": "e", "generation": 3},
+        "spec": {"clusterSelector": {"matchLabels": {"f": "x"}}},
+    }
+    parsed = api.parse_environment(body)
+    assert isinstance(parsed, api.Environment)
+    return parsed
+
+
+def _ready(status: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == "Ready")
+
+
+def test_only_clusters_that_do_not_deploy_are_listed() -> None:
+    clusters = [_cluster(f"c{i:03d}", ready=i % 3 != 0) for i in range(9)]
+    status = environment_status(_environment(), clusters)
+    assert status["selected"] == 9
+    assert status["deploying"] == 6
+    assert status["more"] == 0
+    assert [row["name"] for row in status["clusters"]] == ["c000", "c003", "c006"]
+    assert {row["target"] for row in status["clusters"]} == {"ClusterNotReady"}
+    assert {row["reason"] for row in status["clusters"]} == {"Unreachable"}
+    assert _ready(status)["message"] == "6 of 9 selected Clusters deploy"
+
+
+def test_a_fleet_in_an_outage_is_counted_not_listed() -> None:
+    clusters = [_cluster(f"c{i:06d}", ready=False) for i in range(100_000)]
+    status = environment_status(_environment(), clusters)
+    assert len(status["clusters"]) == LISTED
+    assert status["clusters"][0]["name"] == "c000000"
+    assert status["more"] == 100_000 - LISTED
+    assert status["deploying"] == 0
+    ready = _ready(status)
+    assert ready["reason"] == "NoClusterReady"
+    assert ready["message"] == (
+        "none of the 100000 selected Clusters can be deployed to; the first 50 in"
+        " status.clusters, and 99950 more"
+    )
+    # Far under the API server's limit of about 1.5 MB for the whole object.
+    assert len(json.dumps(status)) < 32_000
+
+
+def test_a_conflict_inside_the_environment_is_listed() -> None:
+    clusters = [
+        _cluster("a", ready=True, server="https://same.example:6443"),
+        _cluster("b", ready=True, server="https://same.example:6443"),
+    ]
+    status = environment_status(_environment(), clusters)
+    assert status["deploying"] == 1
+    assert [(r["name"], r["target"]) for r in status["clusters"]] == [("b", "ClusterConflict")]

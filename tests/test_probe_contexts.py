@@ -1,0 +1,30 @@
+"""The probe's TLS contexts: one per distinct material, bounded, never one for unusable material."""
+
+from __future__ import annotations
+
+import pytest
+
+from kokumi import probe
+from kokumi.controlplane import CertificateAuthority
+from kokumi.kube.errors import ConfigError
+
+
+def test_contexts_are_shared_by_material_and_bounded() -> None:
+    cache = probe._ContextCache(2)
+    first, second, third = (CertificateAuthority.create(f"ca-{i}").pem for i in range(3))
+    a = cache.get(first, None, None, False)
+    assert cache.get(bytes(first), None, None, False) is a, "equal material, one context"
+    assert cache.get(first, None, None, True) is not a, "insecure is part of the material"
+    b = cache.get(second, None, None, False)
+    cache.get(third, None, None, False)  # over the bound: the least recently used goes
+    assert cache.get(second, None, None, False) is b
+    assert cache.get(first, None, None, False) is not a
+
+
+def test_unusable_material_is_refused_every_time() -> None:
+    cache = probe._ContextCache(4)
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="not valid PEM"):
+            cache.get(
+                b"-----BEGIN CERTIFICATE-----\nnope\n-----END CERTIFICATE-----\n", None, None, False
+            )
