@@ -220,7 +220,10 @@ class ClusterActor:
         cluster = self._cluster
         if cluster.metadata.deletion_timestamp:
             # Deleted (with our finalizer, or it would be gone): let go first, and let the
-            # object go only once the registry says no Secret names it any more.
+            # object go only once the registry says no Secret names it any more. Nothing is
+            # checked any more: with the check timer in the past, a Cluster whose DELETED event
+            # is late (a watch down) would reconcile in a loop that never blocks.
+            self._next_check = math.inf
             self._doing = "releasing its Argo CD registration"
             if await self._release():
                 self._doing = "removing its finalizer"
