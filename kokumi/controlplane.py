@@ -294,6 +294,10 @@ class _Process:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 preexec_fn=_die_with_parent if on_main else None,  # noqa: PLW1509
+                # A Ctrl-C (or `timeout -s INT`) signals the whole process group: the servers
+                # must not die under a manager that is still stopping, so only Python decides
+                # when they stop.
+                start_new_session=True,
             )
 
     def stop(self, timeout: float = 10.0) -> None:

@@ -62,6 +62,9 @@ class _Kubectl:
             input=input,
             timeout=120,
             check=False,
+            # Out of the terminal's process group: Ctrl-C stops the demo, which lets a running
+            # kubectl finish instead of failing under it (an error in a thread, not a clean stop).
+            start_new_session=True,
         )
         if result.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
