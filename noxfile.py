@@ -1,12 +1,21 @@
-"""Sessions: ``tests`` (the whole suite on the real control plane), ``lint``, ``typing``; ``soak``
-(the model test at 50,000 steps) runs only when asked for."""
+"""Sessions: ``unit`` (the fast loop: every test that needs no control plane, no Go), ``tests`` (the
+whole suite on the real control plane), ``lint``, ``typing``; ``soak`` (the model test at 50,000
+steps) runs only when asked for."""
 
 from __future__ import annotations
 
 import nox
 
-nox.options.sessions = ["lint", "typing", "tests"]
+nox.options.sessions = ["lint", "typing", "unit", "tests"]
 nox.options.reuse_existing_virtualenvs = True
+
+
+@nox.session(python="3.11")
+def unit(session: nox.Session) -> None:
+    """The tests marked ``cluster`` (by fixture use, in tests/conftest.py) are left out: nothing
+    here builds or starts a server, so Go is not needed."""
+    session.install("-e", ".[test]")
+    session.run("pytest", "-m", "not cluster", *session.posargs)
 
 
 @nox.session(python="3.11")
@@ -41,4 +50,5 @@ def lint(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def typing(session: nox.Session) -> None:
     session.install("-e", ".[test]", "mypy==2.4.1", "types-PyYAML")
-    session.run("mypy", "kokumi")
+    # The tests are held to the same strict settings as the product.
+    session.run("mypy", "kokumi", "tests")

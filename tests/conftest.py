@@ -11,14 +11,20 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
+import hypothesis
 import pytest
 
 from kokumi.controlplane import APIServer, ControlPlane, tail
 
 pytest_plugins = ["tests.fixtures_deploy", "tests.fixtures_spoke"]
+
+# No per-example deadline: on a shared machine it measures the neighbours, not Kokumi, and speed
+# is for benchmarks/, never an assertion in a test.
+hypothesis.settings.register_profile("kokumi", deadline=None)
+hypothesis.settings.load_profile("kokumi")
 
 KUBECTL = str(Path(sys.executable).with_name("kubectl"))
 
@@ -81,8 +87,21 @@ def namespace(hub: APIServer) -> Iterator[str]:
     run_kubectl(hub, "delete", "namespace", name, "--wait=false", check=False)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``cluster`` every test that needs the control plane, through any fixture.
+
+    Marking by fixture use keeps the mark true without anyone remembering it: ``nox -s unit``
+    (``-m "not cluster"``) runs the rest with no Go, no binaries and no server.
+    """
+    for item in items:
+        if "control_plane" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
+
+
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:  # type: ignore[misc]
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     if report.failed and "control_plane" in getattr(item, "fixturenames", ()):
         plane: ControlPlane | None = item.funcargs.get("control_plane")  # type: ignore[attr-defined]

@@ -15,6 +15,9 @@ from typing import IO
 
 import pytest
 
+# The demo starts its own control plane: it needs the built binaries, not the session's fixture.
+pytestmark = pytest.mark.cluster
+
 
 def test_demo_once_registers_the_spoke_and_exits() -> None:
     result = subprocess.run(

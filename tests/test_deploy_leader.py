@@ -57,7 +57,7 @@ class Replica:
     """One manager process, its health port and its log file."""
 
     name: str
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | subprocess.Popen[str]
     port: int
     log: Path
 

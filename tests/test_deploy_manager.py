@@ -143,7 +143,7 @@ async def test_manager_reads_secrets_only_where_bound_and_says_how(
             ),
         }
         for secret_name, text in secrets.items():
-            body = {"metadata": {"name": secret_name}, "data": secret_data(text)}
+            body: dict[str, Any] = {"metadata": {"name": secret_name}, "data": secret_data(text)}
             await admin.create(SECRETS, body, namespace=workspace)
         for cluster_name in ("spoke", "metadata"):
             body = {

@@ -5,7 +5,7 @@ Short timings (a 2 s lease) keep the tests quick; the rules are the same as with
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import attrs
 import pytest
@@ -42,7 +42,7 @@ async def test_one_leads_the_other_waits_and_takes_over_when_it_stops(
     a, b = candidate(admin, namespace, "a"), candidate(admin, namespace, "b")
     running: list[str] = []
 
-    def body(name: str) -> object:
+    def body(name: str) -> Callable[[], Awaitable[None]]:
         async def work() -> None:
             running.append(name)
             await trio.sleep_forever()

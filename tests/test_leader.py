@@ -264,7 +264,7 @@ def test_the_pure_modules_import_no_io(module: str) -> None:
     """Decisions stay testable without a server: no Trio, no HTTP, no kube client."""
     source = pathlib.Path(kokumi.__file__).with_name(f"{module}.py").read_text()
     imported = {
-        (node.module if isinstance(node, ast.ImportFrom) else alias.name).split(".")[0]
+        ((node.module or "") if isinstance(node, ast.ImportFrom) else alias.name).split(".")[0]
         for node in ast.walk(ast.parse(source))
         if isinstance(node, ast.Import | ast.ImportFrom)
         for alias in node.names

@@ -7,6 +7,7 @@ talk to the real spoke over real sockets (each answers in milliseconds, well ins
 
 from __future__ import annotations
 
+import functools
 import socket
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -57,7 +58,7 @@ async def test_quiet_fleet_writes_nothing_and_checks_eight_at_a_time(
             await running.wait_checked()
             for name in names:
                 await wait_for(
-                    lambda name=name: ws.get_cluster(ns, name),
+                    functools.partial(ws.get_cluster, ns, name),
                     lambda c: ready_of(c).get("reason") in ("Ready", "Unreachable"),
                     f"{name} to be checked",
                     timeout=120,
