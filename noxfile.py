@@ -15,7 +15,15 @@ def unit(session: nox.Session) -> None:
     """The tests marked ``cluster`` (by fixture use, in tests/conftest.py) are left out: nothing
     here builds or starts a server, so Go is not needed."""
     session.install("-e", ".[test]")
-    session.run("pytest", "-m", "not cluster", *session.posargs)
+    session.run(
+        "pytest",
+        "-m",
+        "not cluster",
+        "--hypothesis-profile=unit",
+        *session.posargs,
+        # The model test at 15 examples instead of 90: every rule still runs; `tests` runs 90.
+        env={"MODEL_EXAMPLES": session.env.get("MODEL_EXAMPLES", "15")},
+    )
 
 
 @nox.session(python="3.11")

@@ -2,7 +2,7 @@
 
 The tests and ``kokumi demo`` need real API servers with RBAC and admission on; a mocked API server
 would only confirm our own assumptions. The binaries are built from Go modules (the wrapper modules
-under ``tests/controlplane/``) and cached outside the repository, keyed by version, so that a second
+under ``kokumi/testing/go/``) and cached outside the repository, keyed by version, so that a second
 run builds nothing.
 
 Everything here is synchronous on purpose: the control plane outlives many Trio runs (pytest-trio
@@ -41,8 +41,8 @@ from cryptography.x509.oid import NameOID
 
 __all__ = ["APIServer", "Binaries", "BuildError", "ControlPlane", "ensure_binaries"]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-GO_MODULES = REPO_ROOT / "tests" / "controlplane"
+# Package data of kokumi.testing: found the same way in a checkout and in an installed wheel.
+GO_MODULES = Path(__file__).resolve().parent / "testing" / "go"
 
 
 class BuildError(RuntimeError):

@@ -7,17 +7,14 @@ the server logs are attached to the report: an apiserver's own words usually say
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import uuid
-from collections.abc import Callable, Generator, Iterator
-from pathlib import Path
+from collections.abc import Generator, Iterator
 
 import hypothesis
 import pytest
 
 from kokumi.controlplane import APIServer, ControlPlane, tail
+from kokumi.testing import Kubectl, run_kubectl
 
 pytest_plugins = ["tests.fixtures_deploy", "tests.fixtures_spoke"]
 
@@ -25,10 +22,8 @@ pytest_plugins = ["tests.fixtures_deploy", "tests.fixtures_spoke"]
 # is for benchmarks/, never an assertion in a test.
 hypothesis.settings.register_profile("kokumi", deadline=None)
 hypothesis.settings.load_profile("kokumi")
-
-KUBECTL = str(Path(sys.executable).with_name("kubectl"))
-
-Kubectl = Callable[..., "subprocess.CompletedProcess[str]"]
+# The fast loop's (`nox -s unit`): fewer examples where a test does not set its own count.
+hypothesis.settings.register_profile("unit", deadline=None, max_examples=25)
 
 
 @pytest.fixture(scope="session")
@@ -48,30 +43,6 @@ def hub(control_plane: ControlPlane) -> APIServer:
 @pytest.fixture
 def spoke(control_plane: ControlPlane) -> APIServer:
     return control_plane.spoke
-
-
-def run_kubectl(
-    server: APIServer | Path,
-    *args: str,
-    input: str | None = None,
-    check: bool = True,
-) -> subprocess.CompletedProcess[str]:
-    """kubectl with a server's admin kubeconfig (or the kubeconfig path given)."""
-    kubeconfig = server if isinstance(server, Path) else server.admin_kubeconfig
-    result = subprocess.run(
-        [KUBECTL, "--kubeconfig", str(kubeconfig), *args],
-        input=input,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "KUBECACHEDIR": str(Path(kubeconfig).parent / ".kube-cache")},
-    )
-    if check and result.returncode != 0:
-        raise AssertionError(
-            f"kubectl {' '.join(args)} failed ({result.returncode}):\n{result.stderr}"
-        )
-    return result
 
 
 @pytest.fixture

@@ -30,10 +30,10 @@ from kokumi.kube.client import SECRETS
 from kokumi.kube.config import ExecToken, flatten_context
 from kokumi.kube.errors import ConfigError
 from kokumi.ownership import ClusterRef
-from tests.conftest import Kubectl
+from kokumi.testing import Kubectl
+from kokumi.testing.spoke import Registration
 from tests.fixtures_deploy import wait_until
 from tests.manager_support import manager, wait_for, wait_reason, workspace
-from tests.spoke import Registration
 
 
 @attrs.frozen

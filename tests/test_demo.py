@@ -76,7 +76,8 @@ def test_demo_stops_cleanly_on_sigint(to: str) -> None:
     )
     assert demo.stdout is not None
     lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=_lines, args=(demo.stdout, lines), daemon=True).start()
+    reader = threading.Thread(target=_lines, args=(demo.stdout, lines), daemon=True)
+    reader.start()
     seen: list[str] = []
     deadline = time.monotonic() + 240
     try:
@@ -96,8 +97,10 @@ def test_demo_stops_cleanly_on_sigint(to: str) -> None:
         if demo.poll() is None:
             os.killpg(demo.pid, signal.SIGKILL)
             demo.wait()
+    reader.join(10)
     assert demo.stderr is not None
-    stderr = demo.stderr.read()
+    with demo.stdout, demo.stderr:
+        stderr = demo.stderr.read()
     assert returncode == 0, stderr[-3000:]
     assert "SIGINT received: stopping" in stderr
     assert "Traceback" not in stderr, stderr[-3000:]

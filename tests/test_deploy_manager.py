@@ -34,8 +34,8 @@ from kokumi.kube import errors
 from kokumi.kube.client import EVENTS, NAMESPACES, SECRETS, Client
 from kokumi.kube.config import Config
 from kokumi.manager import run_manager
+from kokumi.testing.spoke import Registration
 from tests.fixtures_deploy import DEPLOY, ensure_namespace, run, service_account_kubeconfig
-from tests.spoke import Registration
 
 MANAGER = "system:serviceaccount:kokumi:kokumi"
 

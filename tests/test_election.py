@@ -15,7 +15,7 @@ from kokumi.controlplane import APIServer
 from kokumi.election import LeadershipLost, LeaseElector
 from kokumi.kube import LEASES, SERVICE_ACCOUNTS, Client, Config
 from kokumi.leader import LeaderElection, Timing
-from tests.conftest import run_kubectl
+from kokumi.testing import run_kubectl
 
 TIMING = Timing(lease_duration=2.0, renew_deadline=1.5, retry_period=0.25)
 LEASE = "kokumi-clusters"

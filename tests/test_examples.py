@@ -16,7 +16,7 @@ import yaml
 from kokumi import selectors
 from kokumi.actors.incluster import in_cluster_cluster, local_environment
 from kokumi.controlplane import APIServer
-from tests.conftest import Kubectl
+from kokumi.testing import Kubectl
 from tests.fixtures_deploy import crds  # noqa: F401  (the session fixture installing the CRDs)
 
 REPO = Path(__file__).resolve().parent.parent

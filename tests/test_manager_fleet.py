@@ -18,8 +18,8 @@ import trio.testing
 
 from kokumi import api
 from kokumi.controlplane import APIServer
+from kokumi.testing.spoke import Registration
 from tests.manager_support import manager, ready_of, wait_for, workspace
-from tests.spoke import Registration
 
 
 @pytest.fixture

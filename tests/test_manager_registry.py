@@ -13,6 +13,7 @@ import trio
 from kokumi import api, argocd
 from kokumi.controlplane import APIServer
 from kokumi.kube.client import SECRETS
+from kokumi.testing.spoke import Registration
 from tests.manager_support import (
     Workspace,
     holder_labels,
@@ -22,7 +23,6 @@ from tests.manager_support import (
     wait_reason,
     workspace,
 )
-from tests.spoke import Registration
 
 
 async def _registered(ws: Workspace, namespace: str, name: str) -> dict[str, Any]:
