@@ -21,10 +21,10 @@ import trio
 
 from kokumi import argocd
 from kokumi.actors.context import Options
-from kokumi.cli import until_signalled
 from kokumi.controlplane import APIServer, ControlPlane
 from kokumi.kube.config import Config
 from kokumi.manager import Manager, run_manager
+from kokumi.signals import until_signalled
 from kokumi.testing import kubectl_binary, register, run_kubectl
 
 __all__ = ["run_demo"]

@@ -38,6 +38,7 @@ import trio
 
 from kokumi import argocd, ownership
 from kokumi.actors.context import Metrics
+from kokumi.actors.registration import NOT_REGISTERED, Registration
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.client import SECRETS, Client
@@ -51,23 +52,6 @@ log = logging.getLogger(__name__)
 
 CLUSTER_SECRETS = f"{argocd.LABEL_SECRET_TYPE}=cluster"
 
-
-@attrs.frozen
-class Registration:
-    """The registry's word on one Cluster.
-
-    ``holding``: a Secret of Kokumi's names this Cluster now (its finalizer must stay).
-    ``conflict``: why the Cluster is not registered as it should be, for its Ready condition;
-    ``None`` when it is (or when it wants nothing). ``reason`` goes with ``conflict``.
-    """
-
-    holding: bool
-    server: str | None = None
-    conflict: str | None = None
-    reason: str = "ClusterConflict"
-
-
-NOT_REGISTERED = Registration(holding=False)
 
 Liveness = Callable[[ClusterRef, str], bool]
 """Whether ``uid`` is the Cluster object that exists now under that namespace and name."""
