@@ -12,7 +12,6 @@ from collections.abc import Sequence
 import trio
 
 from kokumi.actors.context import Options
-from kokumi.actors.secretwatch import SecretScope
 from kokumi.clustercli import add_parser as add_cluster_commands
 from kokumi.egress import DEFAULT_DENY, EgressPolicy
 from kokumi.election import LeadershipLost
@@ -21,6 +20,7 @@ from kokumi.kube.errors import ConfigError
 from kokumi.leader import DEFAULT_LEASE_NAME, LeaderElection, Timing
 from kokumi.logs import FORMATS
 from kokumi.logs import configure as configure_logs
+from kokumi.secretaccess import SecretScope
 from kokumi.signals import until_signalled
 
 __all__ = ["main"]
