@@ -37,14 +37,18 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def soak(session: nox.Session) -> None:
-    """The actor-layer model test at 2,000 examples: about 50,000 steps with faults injected."""
+    """The actor-layer model test at 2,200 examples: at least 50,000 steps (counted and
+    asserted) with faults injected."""
     session.install("-e", ".[test]")
     session.run(
         "pytest",
         "tests/test_model.py",
         "-s",
         *session.posargs,
-        env={"MODEL_EXAMPLES": session.env.get("MODEL_EXAMPLES", "2000")},
+        env={
+            "MODEL_EXAMPLES": session.env.get("MODEL_EXAMPLES", "2200"),
+            "MODEL_MIN_STEPS": session.env.get("MODEL_MIN_STEPS", "50000"),
+        },
     )
 
 

@@ -27,7 +27,8 @@ wanters with its current connection; every other wanter reports ClusterConflict;
 holders carry the finalizer; no Cluster is stuck terminating; each Cluster's Ready reason is the
 one its objects and its spoke call for.
 
-``MODEL_EXAMPLES`` sets the number of examples (the soak session runs many more).
+``MODEL_EXAMPLES`` sets the number of examples and ``MODEL_MIN_STEPS`` the steps a run must
+count (the soak session runs 2,200 examples and asserts 50,000 steps).
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ HUB = "https://hub.example:6443"
 # Counted across all examples of one test: rules run, and what the convergence checks saw.
 SEEN = {"steps": 0, "holders": 0, "waiters": 0, "blocked": 0, "restarts": 0, "faults": 0}
 EXAMPLES = int(os.environ.get("MODEL_EXAMPLES", "90"))
+MIN_STEPS = int(os.environ.get("MODEL_MIN_STEPS", "2000"))
 STEPS_PER_EXAMPLE = 30
 
 
@@ -263,6 +265,9 @@ class ManagerMachine(RuleBasedStateMachine):
         # the Secret last named it.
         self.may_let_go: set[tuple[ClusterRef, str]] = set()
         self.violations: list[str] = []
+        # uids of Cluster objects that some Environment selected at some moment of their life:
+        # nothing may ever register a Cluster object outside this set.
+        self.ever_selected: set[str] = set()
         self.history: list[str] = []  # the rules run so far, for a failure that will not replay
         self.tokens = 0
 
@@ -284,6 +289,7 @@ class ManagerMachine(RuleBasedStateMachine):
         def put() -> None:
             self.world.fake.put(obj)
             self._mark_stopped_wanting()
+            self._note_selected()
 
         self.world.run(put)
 
@@ -293,6 +299,7 @@ class ManagerMachine(RuleBasedStateMachine):
         def remove() -> None:
             self.world.fake.remove(resource, name, namespace)
             self._mark_stopped_wanting()
+            self._note_selected()
 
         self.world.run(remove)
 
@@ -390,8 +397,19 @@ class ManagerMachine(RuleBasedStateMachine):
             self._put(existing)
         self._step()
 
-    @rule(ns=st.sampled_from(WORKSPACES), name=st.sampled_from(NAMES))
-    def delete_cluster(self, ns: str, name: str) -> None:
+    @rule(
+        ns=st.sampled_from(WORKSPACES),
+        name=st.sampled_from(NAMES),
+        refused=st.sampled_from((None, None, None, 403, 500, 0)),
+    )
+    def delete_cluster(self, ns: str, name: str, refused: int | None = None) -> None:
+        """Deleted as a user would; perhaps with the next deletes in Argo CD's namespace (the
+        release of its Secret) refused or cut, which must keep it Terminating until done."""
+        fake = self.world.fake
+        if refused == 0:
+            self.world.run(lambda: fake.reset(verb="delete", namespace=ARGOCD, times=2))
+        elif refused is not None:
+            self.world.run(lambda: fake.fail(refused, verb="delete", namespace=ARGOCD, times=2))
         self._delete(api.CLUSTERS, name, ns)
         self._step()
 
@@ -552,10 +570,17 @@ class ManagerMachine(RuleBasedStateMachine):
             self.world.run(self.world.fake.restart)
         self._step()
 
-    @rule()
-    def restart_manager(self) -> None:
+    @rule(refused=st.sampled_from((None, None, 403, 500, 0)))
+    def restart_manager(self, refused: int | None) -> None:
+        """A crash and a new start, its memory gone; perhaps with the start-up's clean-up of
+        Argo CD's Secrets refused or cut (it must be retried, never end the manager)."""
         SEEN["restarts"] += 1
+        fake = self.world.fake
         self.world.arun(self.world.stop_manager)
+        if refused == 0:
+            self.world.run(lambda: fake.reset(verb="delete", namespace=ARGOCD, times=2))
+        elif refused is not None:
+            self.world.run(lambda: fake.fail(refused, verb="delete", namespace=ARGOCD, times=2))
         self.world.arun(self.world.start_manager)
         self._step()
 
@@ -613,6 +638,62 @@ class ManagerMachine(RuleBasedStateMachine):
                     out.add(normal)
         return out
 
+    def _note_selected(self) -> None:
+        """Record the Cluster objects an Environment selects now, whatever their kubeconfig."""
+        environments: dict[str, list[selectors.Selector]] = {}
+        for env in self.world.fake.objects(api.ENVIRONMENTS):
+            parsed = api.parse_environment(env)
+            if isinstance(parsed, api.Environment):
+                selector = selectors.parse(parsed.spec.cluster_selector)
+                if isinstance(selector, selectors.Selector):
+                    environments.setdefault(parsed.metadata.namespace, []).append(selector)
+        for obj in self.world.fake.objects(api.CLUSTERS):
+            meta = obj["metadata"]
+            labels = meta.get("labels") or {}
+            if any(sel.matches(labels) for sel in environments.get(meta["namespace"], ())):
+                self.ever_selected.add(meta["uid"])
+
+    def _check_acts_for(self, holder: ClusterRef, verb: str, name: str) -> None:
+        """A write that names ``holder`` acts for a Cluster object an Environment selected, and
+        for the object the manager knows to be the live one of that name (items: a Cluster
+        created again must not inherit its predecessor's selection or claim)."""
+        manager = self.world.manager
+        obj = self.world.fake.object(api.CLUSTERS, holder.name, holder.namespace)
+        if manager is None or obj is None:
+            return  # deleted meanwhile: the manager acts on a view a moment old
+        uid = obj["metadata"]["uid"]
+        claim = manager.registry._claims.get(holder)
+        if claim == uid and uid not in self.ever_selected:
+            self.violations.append(
+                f"{verb} of Secret {name} registers {holder} (uid {uid}), which no Environment "
+                "ever selected"
+            )
+        if claim is not None and claim != uid and manager.dispatcher.is_current(holder, uid):
+            self.violations.append(
+                f"{verb} of Secret {name} registers {holder} for its old object {claim}, though "
+                f"the manager already knows the live one, {uid}"
+            )
+
+    def _check_finalizer_write(self, request: httpx.Request) -> None:
+        """Our finalizer leaves a Cluster only once no Secret of Kokumi's names it."""
+        parts = request.url.path.rstrip("/").split("/")
+        if request.method not in ("PATCH", "PUT") or "clusters" not in parts[-2:-1]:
+            return
+        namespace, name = parts[-3], parts[-1]
+        current = self.world.fake.object(api.CLUSTERS, name, namespace)
+        if current is None or api.FINALIZER not in (current["metadata"].get("finalizers") or []):
+            return
+        body = json.loads(request.content)
+        finalizers = (body.get("metadata") or {}).get("finalizers")
+        if finalizers is None or api.FINALIZER in finalizers:
+            return
+        ref = ClusterRef(namespace, name)
+        for secret_name, secret in self.ours().items():
+            if argocd.holder_of(secret) == ref:
+                self.violations.append(
+                    f"{ref}'s finalizer was removed while Secret {secret_name} still names it"
+                )
+
     def ours(self) -> dict[str, dict[str, Any]]:
         return {
             secret["metadata"]["name"]: secret
@@ -620,32 +701,36 @@ class ManagerMachine(RuleBasedStateMachine):
             if argocd.is_ours(secret)
         }
 
-    def _mark_stopped_wanting(self, extra: list[dict[str, Any]] | None = None) -> None:
-        """Note which holders may now be let go: they no longer want their Secret's server."""
+    def _mark_stopped_wanting(self) -> None:
+        """Note which (Cluster, server) pairs may now be let go: the Cluster does not want the
+        server at this moment. Every pair is noted, not only those a Secret names now: a write
+        in flight (a slow hub) may name a Cluster only once it has already stopped wanting."""
         wants = self.wants()
         blocked = self.blocked()
-        for secret in [*self.ours().values(), *(extra or [])]:
-            holder = argocd.holder_of(secret)
-            server = argocd.server_of(secret)
-            if holder is None or server is None:
-                continue
-            server = normalise_server(server)
-            if wants.get(holder, ("", None))[0] != server or server in blocked:
-                self.may_let_go.add((holder, server))
+        for ns in WORKSPACES:
+            for name in NAMES:
+                ref = ClusterRef(ns, name)
+                for server in SERVERS:
+                    normal = normalise_server(server)
+                    if wants.get(ref, ("", None))[0] != normal or normal in blocked:
+                        self.may_let_go.add((ref, normal))
 
     def _observe(self, request: httpx.Request) -> None:
         """Before the fake handles a write to an Argo CD Secret: may its holder be let go?"""
         path = request.url.path
+        self._check_finalizer_write(request)
         if f"/namespaces/{ARGOCD}/secrets/" not in path or request.method not in ("PUT", "DELETE"):
             if f"/namespaces/{ARGOCD}/secrets" in path and request.method == "POST":
                 body = json.loads(request.content)
                 holder = argocd.holder_of(body)
                 server = argocd.server_of(body)
+                if holder is not None:
+                    self._check_acts_for(holder, "POST", body["metadata"]["name"])
                 if holder is not None and server is not None:
                     # A Secret for a holder that already stopped wanting (the manager acting
                     # on a view a moment old) may go again; else it now names a real holder.
                     self.may_let_go.discard((holder, normalise_server(server)))
-                    self._mark_stopped_wanting(extra=[body])
+                    self._mark_stopped_wanting()
             return
         name = path.rsplit("/", 1)[1]
         current = self.world.fake.object(SECRETS, name, ARGOCD)
@@ -661,6 +746,8 @@ class ManagerMachine(RuleBasedStateMachine):
             new_holder = argocd.holder_of(json.loads(request.content))
         if new_holder == holder:
             return  # the same holder: a copied kubeconfig or a new waiting order
+        if new_holder is not None:
+            self._check_acts_for(new_holder, "PUT", name)
         if (holder, server) not in self.may_let_go:
             self.violations.append(
                 f"{request.method} of Secret {name} let go of {holder}, which never stopped "
@@ -670,7 +757,7 @@ class ManagerMachine(RuleBasedStateMachine):
             # Handed to a Cluster that may itself have stopped wanting meanwhile (both let go
             # in one change; the registry hears of them one after the other).
             self.may_let_go.discard((new_holder, server))
-            self._mark_stopped_wanting(extra=[json.loads(request.content)])
+            self._mark_stopped_wanting()
 
     # --- invariants ---------------------------------------------------------------------------
 
@@ -713,11 +800,20 @@ class ManagerMachine(RuleBasedStateMachine):
     # --- convergence --------------------------------------------------------------------------
 
     def converge(self) -> None:
+        """Faults stop and the clock runs: first with the watches merely resumed, so that only
+        the manager's own retries can bring it in step (a relist would paper over anything it
+        forgot); then after a hub restart, whose relists must change nothing that matters."""
         world = self.world
         world.run(world.fake.clear_faults)
-        world.run(world.fake.restart)  # up again, whatever state it was left in
-        if any(argocd.holder_of(secret) is None for secret in self.ours().values()):
-            # Strays go at the registry's start; the running manager leaves them be.
+        world.run(lambda: setattr(world.fake, "down", False))
+        world.run(world.fake.drop_watches)  # stalled ones too: each resumes where it was
+        strays = any(argocd.holder_of(secret) is None for secret in self.ours().values())
+        if not strays:  # strays go only at the registry's start: the running manager keeps them
+            world.arun(world.advance, 400.0)
+            assert world.crash is None, world.crash
+            self.check_converged()
+        world.run(world.fake.restart)
+        if strays:
             world.arun(world.advance, 5.0)
             world.arun(world.stop_manager)
             world.arun(world.start_manager)
@@ -807,7 +903,7 @@ def test_the_manager_survives_faults_and_converges() -> None:
     )
     elapsed = time.monotonic() - started
     print(f"model test: {SEEN['steps']} steps in {elapsed:.0f} s; counted {SEEN}")
-    assert min(2000, EXAMPLES * 20) <= SEEN["steps"], f"only {SEEN['steps']} steps ran"
+    assert min(MIN_STEPS, EXAMPLES * 20) <= SEEN["steps"], f"only {SEEN['steps']} steps ran"
     # A run that never converged on a holder, a waiter or a foreign block proved nothing of them.
     if EXAMPLES >= 50:
         assert all(SEEN[k] > 0 for k in ("holders", "waiters", "blocked", "restarts")), SEEN
@@ -850,6 +946,92 @@ def test_an_outage_costs_a_few_requests_and_one_log_line_per_cluster(
         for ref in ("ws1/a", "ws1/b", "ws2/a"):
             mine = [line for line in lines if line.startswith(f"Cluster {ref}:")]
             assert 1 <= len(mine) <= 2, mine  # the failure, perhaps once more when it changes
+    finally:
+        machine.world.close()
+        api.now_rfc3339 = machine._wall_clock
+
+
+def test_a_waiter_created_again_mid_check_does_not_inherit_the_old_claim() -> None:
+    """The waiting Cluster is deleted while its actor is inside a check, and created again
+    before that check ends: the old actor then stays silent (its claims are the new object's),
+    and the holder lets go before the new object's first check and selection have spoken. The
+    server must not be handed over on the old object's claim and connection."""
+    machine = ManagerMachine()
+    try:
+        server = SERVERS[0]
+        machine.start(layout=[("ws1", "a", server), ("ws1", "b", server)], before=True)
+        machine.world.arun(machine.world.advance, 5.0)
+        (secret,) = machine.ours().values()
+        holder = argocd.holder_of(secret)
+        assert holder is not None
+        waiter = "b" if holder.name == "a" else "a"
+        machine.spoke(server, "hang")
+        machine.put_kubeconfig("ws1", waiter, server, None)  # a check that hangs for 10 s
+        machine.delete_cluster("ws1", waiter)
+        machine.put_cluster("ws1", waiter, TIERS[0], in_cluster=False)
+        machine.delete_cluster("ws1", holder.name)
+        machine.world.arun(machine.world.advance, 1.0)
+        assert machine.violations == [], machine.violations
+        machine.spoke(server, "ok")
+        machine.converge()
+        assert machine.violations == [], machine.violations
+        (secret,) = machine.ours().values()
+        assert argocd.holder_of(secret) == ClusterRef("ws1", waiter)
+    finally:
+        machine.world.close()
+        api.now_rfc3339 = machine._wall_clock
+
+
+def test_a_release_whose_delete_fails_keeps_the_finalizer_until_it_is_done() -> None:
+    """The hub refuses the DELETE of a leaving holder's Secret: the Cluster stays Terminating
+    with its finalizer, the registry retries, and only once the Secret is gone does the
+    Cluster go (a forgotten delete would leave Argo CD the credential of a deleted Cluster)."""
+    machine = ManagerMachine()
+    try:
+        machine.start(layout=[("ws1", "a", SERVERS[0])], before=True)
+        machine.world.arun(machine.world.advance, 5.0)
+        assert len(machine.ours()) == 1
+        fake = machine.world.fake
+        machine.world.run(
+            lambda: fake.fail(500, verb="delete", resource="secrets", namespace=ARGOCD, times=3)
+        )
+        machine.delete_cluster("ws1", "a")
+        machine.world.arun(machine.world.advance, 2.0)
+        assert machine.violations == [], machine.violations
+        cluster = machine._object(api.CLUSTERS, "a", "ws1")
+        assert cluster is not None and api.FINALIZER in cluster["metadata"]["finalizers"]
+        assert len(machine.ours()) == 1  # still there: the deletes were refused
+        machine.world.arun(machine.world.advance, 60.0)
+        assert machine.violations == [], machine.violations
+        assert machine.ours() == {}
+        assert machine._object(api.CLUSTERS, "a", "ws1") is None
+    finally:
+        machine.world.close()
+        api.now_rfc3339 = machine._wall_clock
+
+
+def test_a_cluster_created_again_is_not_selected_by_its_predecessors_environment() -> None:
+    """A selected holder is deleted and created again under its name with labels that no
+    Environment selects, while the Environments actor lags (its status write refused, it waits
+    before retrying, as during a long pass over many namespaces): the new object must not
+    register, not even before that pass speaks; the selection was the deleted object's."""
+    machine = ManagerMachine()
+    try:
+        machine.start(layout=[("ws1", "a", SERVERS[0])], before=True)
+        machine.put_environment("ws1", TIERS[0])
+        machine.world.arun(machine.world.advance, 5.0)
+        assert len(machine.ours()) == 1
+        fake = machine.world.fake
+        for verb in ("patch", "update"):
+            machine.world.run(
+                lambda verb=verb: fake.fail(500, verb=verb, resource="environments", times=1)
+            )
+        machine.delete_cluster("ws1", "a")  # released and gone; the pass that follows fails
+        assert machine._object(api.CLUSTERS, "a", "ws1") is None
+        machine.put_cluster("ws1", "a", TIERS[1], in_cluster=False)
+        machine.world.arun(machine.world.advance, 5.0)
+        assert machine.violations == [], machine.violations
+        assert machine.ours() == {}
     finally:
         machine.world.close()
         api.now_rfc3339 = machine._wall_clock

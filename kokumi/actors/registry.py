@@ -423,6 +423,15 @@ class Registry:
             if existing is not None:
                 await self._delete(name, existing)
             return set()
+        claim = self._claims.get(holder)
+        if claim is not None and not self._is_current(holder, claim):
+            # The object that made this claim is gone (deleted, perhaps created again under its
+            # name while its actor was busy, which then stays silent): the claim goes with it,
+            # and the server to the next in line, never on the old object's connection.
+            self._claims.pop(holder, None)
+            self._connections.pop(holder, None)
+            touched = self._step(ownership.Release(holder))
+            return {s for s in touched if s is not None} | {server}
         connection = self._connections.get(holder)
         waiting = self._table.waiting(server)
         if connection is None:
