@@ -32,6 +32,7 @@ from kokumi.leader import (
     parse_record,
     spec_of,
 )
+from tests.strategies import examples
 
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 TIMING = Timing()
@@ -255,7 +256,7 @@ class ElectionModel(RuleBasedStateMachine):
                 assert self.lease.holder == name
 
 
-ElectionModel.TestCase.settings = settings(max_examples=500, stateful_step_count=40)
+ElectionModel.TestCase.settings = settings(max_examples=examples(500), stateful_step_count=40)
 TestElectionModel = ElectionModel.TestCase
 
 

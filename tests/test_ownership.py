@@ -42,6 +42,7 @@ from kokumi.ownership import (
     seed,
     step,
 )
+from tests.strategies import examples
 
 SPOKE = ClusterRef("platform", "spoke")
 TEAM = ClusterRef("team-a", "spoke")
@@ -462,7 +463,7 @@ def test_the_table_against_its_model() -> None:
     started, before = time.monotonic(), Steps.count
     run_state_machine_as_test(
         TableMachine,
-        settings=settings(max_examples=400, stateful_step_count=75, deadline=None),
+        settings=settings(max_examples=examples(400), stateful_step_count=75, deadline=None),
     )
     ran = Steps.count - before
     print(f"ownership state machine: {ran} steps in {time.monotonic() - started:.1f} s")
