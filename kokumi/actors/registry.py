@@ -28,6 +28,7 @@ never acts for its successor.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
@@ -179,13 +180,13 @@ class Registry:
         send, receive = trio.open_memory_channel[WatchEvent | Resync](64)
         async with trio.open_nursery() as nursery:
             await nursery.start(
-                lambda task_status: watch(
+                functools.partial(
+                    watch,
                     self._client,
                     SECRETS,
                     send,
                     namespace=self._namespace,
                     label_selector=CLUSTER_SECRETS,
-                    task_status=task_status,
                 )
             )
             first = await receive.receive()

@@ -20,6 +20,7 @@ Secret is what is refused). Once the binding exists, the first list wakes them.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 from collections.abc import Callable, MutableMapping
@@ -169,7 +170,8 @@ class SecretWatches:
             send, receive = trio.open_memory_channel[WatchEvent | Resync](64)
             async with trio.open_nursery() as nursery:
                 await nursery.start(
-                    lambda task_status: watch(
+                    functools.partial(
+                        watch,
                         self._client,
                         SECRETS,
                         send,
@@ -178,7 +180,6 @@ class SecretWatches:
                         # A binding removed later shows as refused relists: retried (and
                         # logged) at most every two minutes. The Clusters' own reads report it.
                         backoff_max=120.0,
-                        task_status=task_status,
                     )
                 )
                 first = True
