@@ -23,9 +23,9 @@ from kokumi.ownership import ClusterRef
 
 # The tests' helpers register the spoke and drive a manager exactly as the tests do.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.conftest import run_kubectl
+from kokumi.testing import run_kubectl
+from kokumi.testing.spoke import register
 from tests.manager_support import Workspace, manager, wait_for, workspace
-from tests.spoke import register
 
 CLUSTERS = 20
 HANDOVERS = 10

@@ -16,7 +16,7 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
-from kokumi.kube.client import Resource
+from kokumi.kube.objects import Resource
 
 __all__ = [
     "CLUSTERS",

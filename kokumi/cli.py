@@ -5,15 +5,13 @@ from __future__ import annotations
 import argparse
 import logging
 import secrets
-import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 
 import trio
 
 from kokumi.actors.context import Options
-from kokumi.actors.secretwatch import SecretScope
 from kokumi.clustercli import add_parser as add_cluster_commands
 from kokumi.egress import DEFAULT_DENY, EgressPolicy
 from kokumi.election import LeadershipLost
@@ -22,6 +20,8 @@ from kokumi.kube.errors import ConfigError
 from kokumi.leader import DEFAULT_LEASE_NAME, LeaderElection, Timing
 from kokumi.logs import FORMATS
 from kokumi.logs import configure as configure_logs
+from kokumi.secretaccess import SecretScope
+from kokumi.signals import until_signalled
 
 __all__ = ["main"]
 
@@ -79,31 +79,6 @@ def _leader_election(args: argparse.Namespace) -> LeaderElection | None:
     # The pod's name, and a suffix so that a restarted pod is a new candidate, as in client-go.
     identity = f"{socket.gethostname()}_{secrets.token_hex(4)}"
     return LeaderElection(identity, lease_name=args.leader_elect_lease_name, timing=timing)
-
-
-async def until_signalled(async_fn: Callable[..., Awaitable[object]], *args: object) -> object:
-    """Run ``async_fn`` until it returns, or until SIGINT or SIGTERM stops it cleanly.
-
-    Kubernetes stops a pod with SIGTERM: cancelling lets every actor, watch and check end inside
-    its own nursery, instead of a KeyboardInterrupt tearing through them.
-    """
-    result: object = None
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-
-            async def run() -> None:
-                nonlocal result
-                result = await async_fn(*args)
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(run)
-            async for signum in signals:
-                logging.getLogger("kokumi").info(
-                    "%s received: stopping", signal.Signals(signum).name
-                )
-                nursery.cancel_scope.cancel()
-                break
-    return result
 
 
 def _uninstall(args: argparse.Namespace) -> int:

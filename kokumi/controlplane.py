@@ -2,7 +2,7 @@
 
 The tests and ``kokumi demo`` need real API servers with RBAC and admission on; a mocked API server
 would only confirm our own assumptions. The binaries are built from Go modules (the wrapper modules
-under ``tests/controlplane/``) and cached outside the repository, keyed by version, so that a second
+under ``kokumi/testing/go/``) and cached outside the repository, keyed by version, so that a second
 run builds nothing.
 
 Everything here is synchronous on purpose: the control plane outlives many Trio runs (pytest-trio
@@ -15,6 +15,7 @@ import base64
 import contextlib
 import ctypes
 import datetime
+import fcntl
 import ipaddress
 import json
 import os
@@ -29,7 +30,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import attrs
@@ -40,8 +41,8 @@ from cryptography.x509.oid import NameOID
 
 __all__ = ["APIServer", "Binaries", "BuildError", "ControlPlane", "ensure_binaries"]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-GO_MODULES = REPO_ROOT / "tests" / "controlplane"
+# Package data of kokumi.testing: found the same way in a checkout and in an installed wheel.
+GO_MODULES = Path(__file__).resolve().parent / "testing" / "go"
 
 
 class BuildError(RuntimeError):
@@ -72,34 +73,67 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kokumi"
 
 
+def _cached_build(out: Path, names: Sequence[str], build: Callable[[Path], None]) -> None:
+    """Make ``out`` hold the files ``names``, calling ``build(folder)`` only if they are missing.
+
+    Two processes may need the binaries at once (a test run and a demo started together). A lock
+    file beside ``out`` lets one build at a time, and the one that waited finds the other's result
+    instead of building again. Each build writes into a folder of its own, renamed into place only
+    once complete: a reader never sees half a cache, and no builder can delete another's result.
+    """
+
+    def complete() -> bool:
+        return all((out / name).exists() for name in names)
+
+    if complete():
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with (out.parent / f"{out.name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, even on a crash
+        if complete():
+            return
+        tmp = Path(tempfile.mkdtemp(prefix=f"{out.name}.partial-", dir=out.parent))
+        try:
+            tmp.chmod(0o755)
+            build(tmp)
+            if out.exists():
+                # Incomplete, so nobody runs from it: a folder left by hand or by an older layout.
+                # Moved aside first, so that the rename below is one step.
+                aside = Path(tempfile.mkdtemp(prefix=f"{out.name}.stale-", dir=out.parent))
+                out.rename(aside / out.name)
+                shutil.rmtree(aside, ignore_errors=True)
+            tmp.rename(out)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _go_build(
     module_dir: Path, out: Path, binaries: Sequence[tuple[str, str]], ldflags: str
 ) -> None:
-    """Build each (package, name) into ``out`` atomically: a broken build leaves no cache."""
+    """Build each (package, name) into ``out`` unless there: a broken build leaves no cache."""
     go = shutil.which("go")
-    if go is None:
-        raise BuildError(
-            "the test control plane is built from Go modules: install Go 1.26 or newer "
-            "(https://go.dev/doc/install) and put `go` on PATH"
-        )
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    env = {**os.environ, "CGO_ENABLED": "0"}
-    started = time.monotonic()
-    for package, name in binaries:
-        print(f"kokumi: building {package} (once; cached in {out})", file=sys.stderr)
-        # No VCS stamping: the wrapper module sits inside the project's own git checkout.
-        cmd = [go, "build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags]
-        cmd += ["-o", str(tmp / name), package]
-        result = subprocess.run(
-            cmd, cwd=module_dir, env=env, capture_output=True, text=True, check=False
-        )
-        if result.returncode != 0:
-            raise BuildError(f"go build in {module_dir} failed:\n{result.stderr[-4000:]}")
-    print(f"kokumi: built in {time.monotonic() - started:.0f} s", file=sys.stderr)
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+
+    def build(tmp: Path) -> None:
+        if go is None:
+            raise BuildError(
+                "the test control plane is built from Go modules: install Go 1.26 or newer "
+                "(https://go.dev/doc/install) and put `go` on PATH"
+            )
+        env = {**os.environ, "CGO_ENABLED": "0"}
+        started = time.monotonic()
+        for package, name in binaries:
+            print(f"kokumi: building {package} (once; cached in {out})", file=sys.stderr)
+            # No VCS stamping: the wrapper module sits inside the project's own git checkout.
+            cmd = [go, "build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags]
+            cmd += ["-o", str(tmp / name), package]
+            result = subprocess.run(
+                cmd, cwd=module_dir, env=env, capture_output=True, text=True, check=False
+            )
+            if result.returncode != 0:
+                raise BuildError(f"go build in {module_dir} failed:\n{result.stderr[-4000:]}")
+        print(f"kokumi: built in {time.monotonic() - started:.0f} s", file=sys.stderr)
+
+    _cached_build(out, [name for _, name in binaries], build)
 
 
 def ensure_binaries() -> Binaries:
@@ -108,27 +142,21 @@ def ensure_binaries() -> Binaries:
     etcd_version = _required_version(GO_MODULES / "etcd" / "go.mod", "go.etcd.io/etcd/server/v3")
     kube_dir = cache_root() / f"kubernetes-{kube_version}"
     etcd_dir = cache_root() / f"etcd-{etcd_version}"
-    if (
-        not (kube_dir / "kube-apiserver").exists()
-        or not (kube_dir / "kube-controller-manager").exists()
-    ):
-        minor = kube_version.split(".")[1]
-        pkg = "k8s.io/component-base/version"
-        ldflags = (
-            f"-s -w -X {pkg}.gitVersion={kube_version}"
-            f" -X {pkg}.gitMajor=1 -X {pkg}.gitMinor={minor}"
-        )
-        _go_build(
-            GO_MODULES / "kube",
-            kube_dir,
-            [
-                ("k8s.io/kubernetes/cmd/kube-apiserver", "kube-apiserver"),
-                ("k8s.io/kubernetes/cmd/kube-controller-manager", "kube-controller-manager"),
-            ],
-            ldflags,
-        )
-    if not (etcd_dir / "etcd").exists():
-        _go_build(GO_MODULES / "etcd", etcd_dir, [("go.etcd.io/etcd/server/v3", "etcd")], "-s -w")
+    minor = kube_version.split(".")[1]
+    pkg = "k8s.io/component-base/version"
+    ldflags = (
+        f"-s -w -X {pkg}.gitVersion={kube_version} -X {pkg}.gitMajor=1 -X {pkg}.gitMinor={minor}"
+    )
+    _go_build(
+        GO_MODULES / "kube",
+        kube_dir,
+        [
+            ("k8s.io/kubernetes/cmd/kube-apiserver", "kube-apiserver"),
+            ("k8s.io/kubernetes/cmd/kube-controller-manager", "kube-controller-manager"),
+        ],
+        ldflags,
+    )
+    _go_build(GO_MODULES / "etcd", etcd_dir, [("go.etcd.io/etcd/server/v3", "etcd")], "-s -w")
     return Binaries(
         kube_apiserver=kube_dir / "kube-apiserver",
         kube_controller_manager=kube_dir / "kube-controller-manager",
@@ -266,6 +294,10 @@ class _Process:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 preexec_fn=_die_with_parent if on_main else None,  # noqa: PLW1509
+                # A Ctrl-C (or `timeout -s INT`) signals the whole process group: the servers
+                # must not die under a manager that is still stopping, so only Python decides
+                # when they stop.
+                start_new_session=True,
             )
 
     def stop(self, timeout: float = 10.0) -> None:

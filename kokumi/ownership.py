@@ -170,15 +170,6 @@ class Table:
     _foreign: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
     _wants: dict[ClusterRef, str] = attrs.field(factory=dict)
 
-    @classmethod
-    def from_holders(cls, holders: Mapping[str, ClusterRef]) -> Table:
-        """The table as Kokumi's own Secrets describe it after a restart.
-
-        A Cluster found on several servers keeps only the first; :func:`seed` also says which
-        Secrets must go, and is what the registry should call.
-        """
-        return seed(holders)[0]
-
     def holder(self, server: str) -> ClusterRef | None:
         """The Cluster whose Secret registers ``server``, if any."""
         server = normalise_server(server)

@@ -11,24 +11,24 @@ the server logs are attached to the report: an apiserver's own words usually say
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Generator, Iterator
 
 import httpx
+import hypothesis
 import pytest
 
 from kokumi.controlplane import APIServer, ControlPlane, tail
-from tests import canary
+from kokumi.testing import Kubectl, canary, run_kubectl
 
 pytest_plugins = ["tests.fixtures_deploy", "tests.fixtures_spoke"]
 
-KUBECTL = str(Path(sys.executable).with_name("kubectl"))
-
-Kubectl = Callable[..., "subprocess.CompletedProcess[str]"]
+# No per-example deadline: on a shared machine it measures the neighbours, not Kokumi, and speed
+# is for benchmarks/, never an assertion in a test.
+hypothesis.settings.register_profile("kokumi", deadline=None)
+hypothesis.settings.load_profile("kokumi")
+# The fast loop's (`nox -s unit`): fewer examples where a test does not set its own count.
+hypothesis.settings.register_profile("unit", deadline=None, max_examples=25)
 
 
 @pytest.fixture(scope="session")
@@ -48,30 +48,6 @@ def hub(control_plane: ControlPlane) -> APIServer:
 @pytest.fixture
 def spoke(control_plane: ControlPlane) -> APIServer:
     return control_plane.spoke
-
-
-def run_kubectl(
-    server: APIServer | Path,
-    *args: str,
-    input: str | None = None,
-    check: bool = True,
-) -> subprocess.CompletedProcess[str]:
-    """kubectl with a server's admin kubeconfig (or the kubeconfig path given)."""
-    kubeconfig = server if isinstance(server, Path) else server.admin_kubeconfig
-    result = subprocess.run(
-        [KUBECTL, "--kubeconfig", str(kubeconfig), *args],
-        input=input,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "KUBECACHEDIR": str(Path(kubeconfig).parent / ".kube-cache")},
-    )
-    if check and result.returncode != 0:
-        raise AssertionError(
-            f"kubectl {' '.join(args)} failed ({result.returncode}):\n{result.stderr}"
-        )
-    return result
 
 
 @pytest.fixture
@@ -126,8 +102,21 @@ def _no_canary_on_the_hub(request: pytest.FixtureRequest) -> Iterator[None]:
     assert leaks == [], f"the canary leaked into {leaks}"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``cluster`` every test that needs the control plane, through any fixture.
+
+    Marking by fixture use keeps the mark true without anyone remembering it: ``nox -s unit``
+    (``-m "not cluster"``) runs the rest with no Go, no binaries and no server.
+    """
+    for item in items:
+        if "control_plane" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
+
+
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:  # type: ignore[misc]
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     # Captured output, logs and exception text: no test-made credential may show in any.
     leaked = [

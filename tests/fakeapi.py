@@ -384,7 +384,9 @@ Requirement = tuple[str, str, tuple[str, ...]]  # key, operator, values
 
 
 def _split_top(text: str) -> list[str]:
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         if char == "(":
             depth += 1
@@ -410,6 +412,7 @@ def parse_label_selector(text: str) -> tuple[Requirement, ...]:
         return ()
     for raw in _split_top(text):
         part = raw.strip()
+        values: tuple[str, ...]
         if not part:
             raise ValueError("found ',', expected: !, identifier, or 'end of string'")
         if part.startswith("!"):

@@ -25,7 +25,7 @@ from typing import TypeVar
 import pytest
 
 from kokumi.controlplane import APIServer, ControlPlane
-from tests.conftest import run_kubectl
+from kokumi.testing import run_kubectl
 
 __all__ = [
     "CRD_NAMES",

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from kokumi.controlplane import ControlPlane
-from tests.conftest import run_kubectl
-from tests.spoke import Registration, register
+from kokumi.testing import run_kubectl
+from kokumi.testing.spoke import Registration, register
 
 
 @pytest.fixture(scope="session")

@@ -141,6 +141,7 @@ def _settled(kubeconfig: Path, baseline_kubeconfig: Path, namespace: str) -> set
 
 def _bind(hub: APIServer, user: str, binding: Binding, made: list[tuple[str, ...]]) -> None:
     name = f"rbac-docs-{user}"
+    args: tuple[str, ...]
     if binding.namespace is None:
         args = ("create", "clusterrolebinding", name, f"--clusterrole={binding.name}")
         made.append(("delete", "clusterrolebinding", name))

@@ -16,6 +16,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+import hypothesis
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -634,3 +635,14 @@ from typing import TYPE_CHECKING  # noqa: E402 - appended section, see above
 if TYPE_CHECKING:
     from kokumi.ownership import ClusterRef
     from kokumi.targets import SelectedCluster
+
+
+def examples(full: int) -> int:
+    """A test's own example count in the full loop; at most the fast loop's 25 in ``nox -s unit``.
+
+    A count set on a test outranks the profile, so without this the fast loop would still run a
+    thousand examples where a test asks for them.
+    """
+    if hypothesis.settings.get_current_profile_name() == "unit":
+        return min(full, hypothesis.settings().max_examples)
+    return full

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from kokumi.controlplane import APIServer
-from tests.conftest import Kubectl
+from kokumi.testing import Kubectl
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

@@ -24,16 +24,16 @@ import pytest
 import trio
 import yaml
 
-from kokumi import argocd, clustercli
+from kokumi import argocd, clustercli, kubeconfig
 from kokumi.controlplane import APIServer, CertificateAuthority
 from kokumi.kube.client import SECRETS
 from kokumi.kube.config import ExecToken, flatten_context
 from kokumi.kube.errors import ConfigError
 from kokumi.ownership import ClusterRef
-from tests.conftest import Kubectl
+from kokumi.testing import Kubectl
+from kokumi.testing.spoke import Registration
 from tests.fixtures_deploy import wait_until
 from tests.manager_support import manager, wait_for, wait_reason, workspace
-from tests.spoke import Registration
 
 
 @attrs.frozen
@@ -818,7 +818,7 @@ def _argocd_secret(config: dict[str, Any], server: str = "https://c.example") ->
 
 
 def test_argocd_entries_kokumi_cannot_carry_over_say_why() -> None:
-    why = {
+    why: dict[str, dict[str, object] | str] = {
         "basic": {"username": "admin", "password": "secret"},
         "aws": {"awsAuthConfig": {"clusterName": "x"}, "bearerToken": "t"},
         "exec": {"execProviderConfig": {"command": "x"}},
@@ -840,7 +840,7 @@ def test_argocd_entries_kokumi_cannot_carry_over_say_why() -> None:
     connection = clustercli.argocd_connection(
         _argocd_secret({"bearerToken": "t", "tlsClientConfig": {"insecure": True}})
     )
-    assert connection == clustercli.kubeconfig.Connection(
+    assert connection == kubeconfig.Connection(
         server="https://c.example", token="t", insecure_skip_tls_verify=True
     )
     assert clustercli.cluster_name_for("Prod EU/1") == "prod-eu-1"

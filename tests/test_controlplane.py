@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from kokumi.controlplane import APIServer, ControlPlane
-from tests.conftest import Kubectl
+from kokumi.testing import Kubectl
 
 CRD = """
 apiVersion: apiextensions.k8s.io/v1

@@ -40,7 +40,7 @@ from kokumi.controlplane import APIServer
 from kokumi.kube import Client, Config
 from kokumi.kube.client import EVENTS, LEASES, SECRETS
 from kokumi.kube.watch import Resync, WatchEvent, watch
-from tests import canary
+from kokumi.testing import canary
 from tests.fixtures_deploy import DEPLOY, ensure_namespace, run, service_account_kubeconfig
 from tests.test_deploy_manager import bind_manager_secrets, unreachable_kubeconfig
 
@@ -60,7 +60,7 @@ class Replica:
     """One manager process, its health port and its log file."""
 
     name: str
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | subprocess.Popen[str]
     port: int
     log: Path
 

@@ -34,8 +34,8 @@ from kokumi.kube import errors
 from kokumi.kube.client import EVENTS, NAMESPACES, SECRETS, Client
 from kokumi.kube.config import Config
 from kokumi.manager import run_manager
+from kokumi.testing.spoke import Registration
 from tests.fixtures_deploy import DEPLOY, ensure_namespace, run, service_account_kubeconfig
-from tests.spoke import Registration
 
 MANAGER = "system:serviceaccount:kokumi:kokumi"
 
@@ -143,7 +143,7 @@ async def test_manager_reads_secrets_only_where_bound_and_says_how(
             ),
         }
         for secret_name, text in secrets.items():
-            body = {"metadata": {"name": secret_name}, "data": secret_data(text)}
+            body: dict[str, Any] = {"metadata": {"name": secret_name}, "data": secret_data(text)}
             await admin.create(SECRETS, body, namespace=workspace)
         for cluster_name in ("spoke", "metadata"):
             body = {

@@ -445,7 +445,7 @@ def test_registrar_role_alone_reads_no_secret(hub: APIServer, tmp_path: Path) ->
 
 def kokumi_secret(name: str, **changes: Any) -> dict[str, Any]:
     """A Secret shaped as Kokumi writes one; ``changes`` override stringData keys or the type."""
-    body = secret(name, LABELS)
+    body: dict[str, Any] = secret(name, LABELS)
     config = changes.pop("config", '{"bearerToken":"t","tlsClientConfig":{"insecure":false}}')
     body["stringData"]["config"] = config
     if "type" in changes:

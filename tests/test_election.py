@@ -5,7 +5,7 @@ Short timings (a 2 s lease) keep the tests quick; the rules are the same as with
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import attrs
 import pytest
@@ -15,7 +15,7 @@ from kokumi.controlplane import APIServer
 from kokumi.election import LeadershipLost, LeaseElector
 from kokumi.kube import LEASES, SERVICE_ACCOUNTS, Client, Config
 from kokumi.leader import LeaderElection, Timing
-from tests.conftest import run_kubectl
+from kokumi.testing import run_kubectl
 
 TIMING = Timing(lease_duration=2.0, renew_deadline=1.5, retry_period=0.25)
 LEASE = "kokumi-clusters"
@@ -42,7 +42,7 @@ async def test_one_leads_the_other_waits_and_takes_over_when_it_stops(
     a, b = candidate(admin, namespace, "a"), candidate(admin, namespace, "b")
     running: list[str] = []
 
-    def body(name: str) -> object:
+    def body(name: str) -> Callable[[], Awaitable[None]]:
         async def work() -> None:
             running.append(name)
             await trio.sleep_forever()

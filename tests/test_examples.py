@@ -21,7 +21,7 @@ from kokumi.actors.incluster import in_cluster_cluster, local_environment
 from kokumi.controlplane import APIServer
 from kokumi.kubeconfig import Connection
 from kokumi.ownership import ClusterRef
-from tests.conftest import Kubectl
+from kokumi.testing import Kubectl
 from tests.fixtures_deploy import crds  # noqa: F401  (the session fixture installing the CRDs)
 
 REPO = Path(__file__).resolve().parent.parent

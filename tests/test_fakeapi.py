@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import pytest
@@ -331,7 +331,7 @@ async def first_event(client: Client, version: str) -> str:
     params = {"watch": "true", "resourceVersion": version, "timeoutSeconds": "1"}
     async with (
         client.stream("GET", CONFIG_MAPS.path(namespace=NS), params=params) as response,
-        contextlib.aclosing(response.aiter_lines()) as lines,
+        contextlib.aclosing(cast("AsyncGenerator[str, None]", response.aiter_lines())) as lines,
     ):
         async for line in lines:
             return str(json.loads(line)["type"])
@@ -384,7 +384,7 @@ async def test_bookmarks_and_the_server_side_timeout(
             version = event["object"]["metadata"]["resourceVersion"]
             seen.append((trio.current_time() - start, event["type"], version))
     current = str(fake.resource_version)
-    assert seen == [
+    assert seen == [  # type: ignore[comparison-overlap]  # approx compares equal to floats
         (pytest.approx(60), "BOOKMARK", current),
         (pytest.approx(120), "BOOKMARK", current),
         (pytest.approx(148), "BOOKMARK", current),

@@ -25,7 +25,7 @@ from kokumi.actors.incluster import (
 )
 from kokumi.controlplane import APIServer
 from kokumi.kube import Client, Config, NotFound
-from tests.conftest import Kubectl
+from kokumi.testing import Kubectl
 from tests.fixtures_deploy import crds  # noqa: F401  (the session fixture installing the CRDs)
 
 pytestmark = pytest.mark.usefixtures("crds")

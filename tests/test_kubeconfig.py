@@ -1101,7 +1101,7 @@ def test_minimise_another_context() -> None:
 
 
 @given(st.lists(st.text(min_size=1, max_size=12), min_size=3, max_size=3, unique=True))
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=s.examples(200), deadline=None)
 def test_minimise_keeps_any_name(names: list[str]) -> None:
     """Names with line separators, quotes or YAML's indicators come back as they were."""
     context_name, cluster_name, user_name = names
@@ -1124,7 +1124,7 @@ def test_minimise_refuses_what_parse_refuses() -> None:
 
 
 @given(s.valid_kubeconfigs(), st.sampled_from(["yaml", "json"]))
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=s.examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_valid_kubeconfigs_give_their_connection_and_survive_minimise(
     case: tuple[Document, Connection], style: str
 ) -> None:
@@ -1157,7 +1157,7 @@ FUZZ_EXAMPLES = int(os.environ.get("KUBECONFIG_FUZZ_EXAMPLES", "0"))
 
 @given(st.data())
 @settings(
-    max_examples=FUZZ_EXAMPLES or 1000,
+    max_examples=FUZZ_EXAMPLES or s.examples(1000),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
@@ -1168,14 +1168,14 @@ def test_any_yaml_or_json_value_gives_a_connection_or_a_refusal(data: st.DataObj
 
 
 @given(st.text(max_size=200) | st.binary(max_size=200))
-@settings(max_examples=FUZZ_EXAMPLES or 500, deadline=None)
+@settings(max_examples=FUZZ_EXAMPLES or s.examples(500), deadline=None)
 def test_any_text_gives_a_connection_or_a_refusal(text: str | bytes) -> None:
     assert_well_formed(parse(text))
 
 
 @given(s.mutated_kubeconfigs())
 @settings(
-    max_examples=FUZZ_EXAMPLES or 1000,
+    max_examples=FUZZ_EXAMPLES or s.examples(1000),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

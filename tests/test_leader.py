@@ -32,6 +32,7 @@ from kokumi.leader import (
     parse_record,
     spec_of,
 )
+from tests.strategies import examples
 
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 TIMING = Timing()
@@ -255,7 +256,7 @@ class ElectionModel(RuleBasedStateMachine):
                 assert self.lease.holder == name
 
 
-ElectionModel.TestCase.settings = settings(max_examples=500, stateful_step_count=40)
+ElectionModel.TestCase.settings = settings(max_examples=examples(500), stateful_step_count=40)
 TestElectionModel = ElectionModel.TestCase
 
 
@@ -264,7 +265,7 @@ def test_the_pure_modules_import_no_io(module: str) -> None:
     """Decisions stay testable without a server: no Trio, no HTTP, no kube client."""
     source = pathlib.Path(kokumi.__file__).with_name(f"{module}.py").read_text()
     imported = {
-        (node.module if isinstance(node, ast.ImportFrom) else alias.name).split(".")[0]
+        ((node.module or "") if isinstance(node, ast.ImportFrom) else alias.name).split(".")[0]
         for node in ast.walk(ast.parse(source))
         if isinstance(node, ast.Import | ast.ImportFrom)
         for alias in node.names

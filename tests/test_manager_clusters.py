@@ -9,10 +9,9 @@ import trio
 from kokumi import api
 from kokumi.controlplane import APIServer
 from kokumi.kube.client import SECRETS
-from tests import canary
-from tests.conftest import Kubectl
+from kokumi.testing import Kubectl, canary
+from kokumi.testing.spoke import Registration, closed_port_server, foreign_ca_pem
 from tests.manager_support import manager, ready_of, wait_for, wait_reason, workspace
-from tests.spoke import Registration, closed_port_server, foreign_ca_pem
 
 
 async def test_kubeconfig_cluster_becomes_ready_with_version_and_server(

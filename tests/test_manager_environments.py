@@ -6,7 +6,8 @@ from typing import Any
 
 from kokumi import api
 from kokumi.controlplane import APIServer
-from tests.conftest import Kubectl
+from kokumi.testing import Kubectl
+from kokumi.testing.spoke import Registration
 from tests.manager_support import (
     Workspace,
     holder_labels,
@@ -15,7 +16,6 @@ from tests.manager_support import (
     wait_reason,
     workspace,
 )
-from tests.spoke import Registration
 
 
 async def _environment(ws: Workspace, namespace: str, name: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ talk to the real spoke over real sockets (each answers in milliseconds, well ins
 from __future__ import annotations
 
 import base64
+import functools
 import socket
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -19,8 +20,8 @@ import trio.testing
 from kokumi import api
 from kokumi.controlplane import APIServer
 from kokumi.kube.client import SECRETS
+from kokumi.testing.spoke import Registration
 from tests.manager_support import manager, ready_of, wait_for, wait_reason, workspace
-from tests.spoke import Registration
 
 
 @pytest.fixture
@@ -59,7 +60,7 @@ async def test_quiet_fleet_writes_nothing_and_checks_eight_at_a_time(
             await running.wait_checked()
             for name in names:
                 await wait_for(
-                    lambda name=name: ws.get_cluster(ns, name),
+                    functools.partial(ws.get_cluster, ns, name),
                     lambda c: ready_of(c).get("reason") in ("Ready", "Unreachable"),
                     f"{name} to be checked",
                     timeout=120,

@@ -15,6 +15,7 @@ from kokumi.actors.registry import HANDOVER_REASON
 from kokumi.controlplane import APIServer
 from kokumi.kube.client import EVENTS, SECRETS
 from kokumi.ownership import ClusterRef
+from kokumi.testing.spoke import Registration
 from tests.manager_support import (
     Workspace,
     holder_labels,
@@ -24,7 +25,6 @@ from tests.manager_support import (
     wait_reason,
     workspace,
 )
-from tests.spoke import Registration
 
 
 async def _registered(ws: Workspace, namespace: str, name: str) -> dict[str, Any]:

@@ -178,7 +178,7 @@ class World:
         return trio.from_thread.run(afn, *args, trio_token=self._token)
 
     def close(self) -> None:
-        trio.to_thread.run_sync = self._to_thread  # type: ignore[assignment]
+        trio.to_thread.run_sync = self._to_thread
         if self._thread.is_alive():
             self.run(self._done.set)
             self._thread.join(30)

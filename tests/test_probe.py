@@ -23,10 +23,9 @@ from kokumi.controlplane import APIServer, CertificateAuthority
 from kokumi.kube import Client, Config, FileToken, StaticToken
 from kokumi.kubeconfig import Connection, parse
 from kokumi.probe import Finding, Reason, check, check_client, check_config
-from tests import canary
-from tests.spoke import (
+from kokumi.testing import Kubectl, canary
+from kokumi.testing.spoke import (
     BAD_TOKEN,
-    Kubectl,
     Registration,
     closed_port_server,
     foreign_ca_pem,

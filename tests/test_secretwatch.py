@@ -19,8 +19,8 @@ from kokumi.actors.secretwatch import (
 from kokumi.controlplane import APIServer
 from kokumi.kube.client import SECRETS
 from kokumi.kube.watch import Resync, WatchEvent
+from kokumi.testing.spoke import BAD_TOKEN, Registration
 from tests.manager_support import manager, wait_reason, workspace
-from tests.spoke import BAD_TOKEN, Registration
 
 
 def secret(namespace: str, name: str, version: str) -> dict[str, Any]:

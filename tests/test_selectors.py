@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from kokumi.controlplane import APIServer
 from kokumi.selectors import EVERYTHING, Operator, Requirement, Selector, SelectorError, parse
+from tests.strategies import examples
 
 # --- strategies ---------------------------------------------------------------------------------
 
@@ -367,7 +368,7 @@ def test_json_form_round_trips(body: dict[str, Any]) -> None:
 
 
 @given(json_values | near_misses)
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 def test_parse_never_raises(obj: object) -> None:
     result = parse(obj)
     if isinstance(result, SelectorError):

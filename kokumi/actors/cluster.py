@@ -20,14 +20,14 @@ import trio
 
 from kokumi import api, kubeconfig, probe
 from kokumi.actors.context import Context, write_status
-from kokumi.actors.registry import NOT_REGISTERED, Registration
-from kokumi.actors.secretwatch import not_readable_message
+from kokumi.actors.registration import NOT_REGISTERED, Registration
 from kokumi.argocd import normalise_server
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.client import SECRETS
 from kokumi.kube.objects import secret_data
 from kokumi.ownership import IN_CLUSTER_SERVER, ClusterRef
+from kokumi.secretaccess import not_readable_message
 
 __all__ = ["NOT_REGISTERED", "Check", "ClusterActor", "Outcome", "Registration"]
 

@@ -15,7 +15,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from kokumi import api, probe
-from kokumi.actors.secretwatch import SecretScope
 from kokumi.availability import Change, Fleet
 from kokumi.egress import EgressPolicy
 from kokumi.kube import errors
@@ -23,9 +22,10 @@ from kokumi.kube.backoff import Backoff
 from kokumi.kube.client import EVENTS, Client, Resource
 from kokumi.kube.watch import Resync, WatchEvent
 from kokumi.leader import LeaderElection
+from kokumi.secretaccess import SecretScope
 
 if TYPE_CHECKING:
-    from kokumi.actors.registry import Registration
+    from kokumi.actors.registration import Registration
     from kokumi.kubeconfig import Connection
     from kokumi.ownership import ClusterRef
 

@@ -9,6 +9,7 @@ watches and the registry.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import defaultdict
 from collections.abc import Callable
@@ -95,7 +96,9 @@ class Dispatcher:
             for resource, store, follow, metadata_only in watches:
                 send, receive = trio.open_memory_channel[WatchEvent | Resync](256)
                 await nursery.start(
-                    _watch_task(client, resource, send, store, metadata_only=metadata_only)
+                    functools.partial(
+                        watch, client, resource, send, store=store, metadata_only=metadata_only
+                    )
                 )
                 nursery.start_soon(follow, receive)
             nursery.start_soon(self.environments_actor.run)
@@ -217,22 +220,6 @@ class Dispatcher:
                     running.actor.wake()
                 else:
                     running.actor.secret_changed()
-
-
-def _watch_task(
-    client: Any, resource: Any, send: Any, store: Store | None, *, metadata_only: bool
-) -> Callable[..., Any]:
-    async def task(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        await watch(
-            client,
-            resource,
-            send,
-            store=store,
-            metadata_only=metadata_only,
-            task_status=task_status,
-        )
-
-    return task
 
 
 def _uid(obj: dict[str, Any]) -> str:

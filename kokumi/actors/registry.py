@@ -28,6 +28,7 @@ never acts for its successor.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
@@ -38,6 +39,7 @@ import trio
 
 from kokumi import argocd, ownership
 from kokumi.actors.context import EventRecorder, Metrics
+from kokumi.actors.registration import NOT_REGISTERED, Registration
 from kokumi.api import CLUSTERS, Meta
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
@@ -55,23 +57,6 @@ CLUSTER_SECRETS = f"{argocd.LABEL_SECRET_TYPE}=cluster"
 HANDOVER_REASON = "ArgoCDNameChanged"
 """The Event on a Cluster that took a server over: Argo CD's name for the cluster changed."""
 
-
-@attrs.frozen
-class Registration:
-    """The registry's word on one Cluster.
-
-    ``holding``: a Secret of Kokumi's names this Cluster now (its finalizer must stay).
-    ``conflict``: why the Cluster is not registered as it should be, for its Ready condition;
-    ``None`` when it is (or when it wants nothing). ``reason`` goes with ``conflict``.
-    """
-
-    holding: bool
-    server: str | None = None
-    conflict: str | None = None
-    reason: str = "ClusterConflict"
-
-
-NOT_REGISTERED = Registration(holding=False)
 
 Liveness = Callable[[ClusterRef, str], bool]
 """Whether ``uid`` is the Cluster object that exists now under that namespace and name."""
@@ -201,13 +186,13 @@ class Registry:
         send, receive = trio.open_memory_channel[WatchEvent | Resync](64)
         async with trio.open_nursery() as nursery:
             await nursery.start(
-                lambda task_status: watch(
+                functools.partial(
+                    watch,
                     self._client,
                     SECRETS,
                     send,
                     namespace=self._namespace,
                     label_selector=CLUSTER_SECRETS,
-                    task_status=task_status,
                 )
             )
             first = await receive.receive()

@@ -20,7 +20,7 @@ Secret is what is refused). Once the binding exists, the first list wakes them.
 
 from __future__ import annotations
 
-import enum
+import functools
 import logging
 import random
 from collections.abc import Callable, MutableMapping
@@ -32,6 +32,14 @@ import trio
 from kokumi.kube import errors
 from kokumi.kube.client import METADATA_LIST, SECRETS, Client
 from kokumi.kube.watch import Resync, WatchEvent, watch
+from kokumi.secretaccess import (
+    MANAGER_SECRETS_ROLE,
+    PROTECTED_NAMESPACES,
+    SecretScope,
+    binding_command,
+    not_readable_message,
+    subject_flag,
+)
 
 __all__ = [
     "MANAGER_SECRETS_ROLE",
@@ -45,62 +53,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-MANAGER_SECRETS_ROLE = "kokumi-manager-secrets"
 
 Key = tuple[str, str]  # (namespace, name) of a Secret
-
-
-class SecretScope(enum.StrEnum):
-    """Where the manager follows Secrets: ``kokumi manager --secrets-scope``."""
-
-    NAMESPACE = "namespace"
-    CLUSTER = "cluster"
-
-
-_SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
-
-
-def subject_flag(username: str | None) -> str:
-    """The ``kubectl create rolebinding`` flag that names the manager's identity."""
-    if username and username.startswith(_SERVICE_ACCOUNT_PREFIX):
-        namespace, _, name = username.removeprefix(_SERVICE_ACCOUNT_PREFIX).partition(":")
-        if namespace and name:
-            return f"--serviceaccount={namespace}:{name}"
-    if username:
-        return f"--user={username}"
-    return "--serviceaccount=kokumi:kokumi"
-
-
-def binding_command(namespace: str, username: str | None) -> str:
-    """The one command that lets the manager read Secrets in ``namespace``."""
-    return (
-        f"kubectl -n {namespace} create rolebinding {MANAGER_SECRETS_ROLE}"
-        f" --clusterrole={MANAGER_SECRETS_ROLE} {subject_flag(username)}"
-    )
-
-
-PROTECTED_NAMESPACES = frozenset({"kokumi-signing"})
-"""Where no Secret role is ever bound (kokumi-secret-role-bindings), besides Kokumi's own."""
-
-
-def not_readable_message(
-    secret: str, namespace: str, username: str | None, own_namespace: str = "kokumi"
-) -> str:
-    """The Ready message of a Cluster whose kubeconfig Secret the manager may not read.
-
-    In Kokumi's own namespace and kokumi-signing the binding is refused on purpose (the signing
-    key and login Secrets live there), so the fix there is to move the Cluster, not to bind.
-    """
-    if namespace == own_namespace or namespace in PROTECTED_NAMESPACES:
-        return (
-            f"Kokumi may not read Secret {secret} in namespace {namespace}, and never will: the"
-            " session signing key and login Secrets live there; keep Kubeconfig Clusters and"
-            " their Secrets in a workspace of their own"
-        )
-    return (
-        f"Kokumi may not read Secret {secret} in namespace {namespace}: bind it the ClusterRole"
-        f" {MANAGER_SECRETS_ROLE} there: {binding_command(namespace, username)}"
-    )
 
 
 async def who_am_i(client: Client) -> str | None:
@@ -216,7 +170,8 @@ class SecretWatches:
             send, receive = trio.open_memory_channel[WatchEvent | Resync](64)
             async with trio.open_nursery() as nursery:
                 await nursery.start(
-                    lambda task_status: watch(
+                    functools.partial(
+                        watch,
                         self._client,
                         SECRETS,
                         send,
@@ -225,7 +180,6 @@ class SecretWatches:
                         # A binding removed later shows as refused relists: retried (and
                         # logged) at most every two minutes. The Clusters' own reads report it.
                         backoff_max=120.0,
-                        task_status=task_status,
                     )
                 )
                 first = True

@@ -14,9 +14,7 @@ import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, Self
-from urllib.parse import quote
 
-import attrs
 import httpx
 import trio
 
@@ -30,6 +28,7 @@ from .errors import (
     TransportError,
     error_from_status,
 )
+from .objects import Resource  # pure, so the pure core can name resources; re-exported
 
 __all__ = [
     "CONFIG_MAPS",
@@ -45,6 +44,7 @@ __all__ = [
     "Resource",
 ]
 
+
 logger = logging.getLogger(__name__)
 
 JSON = "application/json"
@@ -52,50 +52,6 @@ METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v
 METADATA_OBJECT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 Obj = dict[str, Any]
-
-
-@attrs.frozen
-class Resource:
-    """One resource type of the API: enough to build its paths and name its objects."""
-
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def path(
-        self,
-        *,
-        namespace: str | None = None,
-        name: str | None = None,
-        subresource: str | None = None,
-    ) -> str:
-        """The URL path of the collection (``name`` unset) or of one object or its subresource.
-
-        A namespaced collection without ``namespace`` spans all namespaces; one namespaced object
-        always needs its namespace, and a cluster-scoped one never has one.
-        """
-        prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.namespaced:
-            if namespace:
-                prefix += f"/namespaces/{_segment(namespace)}"
-            elif name is not None:
-                raise ValueError(f"{self.kind} {name!r} is namespaced: give its namespace")
-        elif namespace:
-            raise ValueError(f"{self.kind} is cluster-scoped: it has no namespace")
-        path = f"{prefix}/{self.plural}"
-        if name is not None:
-            path += f"/{_segment(name)}"
-        if subresource:
-            if name is None:
-                raise ValueError("a subresource belongs to one object: give its name")
-            path += f"/{_segment(subresource)}"
-        return path
 
 
 CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap")
@@ -634,10 +590,6 @@ def _name_of(body: Mapping[str, Any]) -> str:
     if not isinstance(name, str) or not name:
         raise ValueError("the object has no metadata.name")
     return name
-
-
-def _segment(value: str) -> str:
-    return quote(value, safe="")
 
 
 def _describe(exc: httpx.HTTPError) -> str:

@@ -1,4 +1,8 @@
-"""Reading API objects' plain-dict forms, as every caller of the client has to."""
+"""Resource types and reading API objects' plain-dict forms: pure, no I/O.
+
+The pure core names its resources and reads Secrets through this module alone, so that it never
+imports the client, Trio or httpx.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,59 @@ import base64
 import binascii
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
-__all__ = ["secret_data"]
+import attrs
+
+__all__ = ["Resource", "secret_data"]
+
+
+@attrs.frozen
+class Resource:
+    """One resource type of the API: enough to build its paths and name its objects."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(
+        self,
+        *,
+        namespace: str | None = None,
+        name: str | None = None,
+        subresource: str | None = None,
+    ) -> str:
+        """The URL path of the collection (``name`` unset) or of one object or its subresource.
+
+        A namespaced collection without ``namespace`` spans all namespaces; one namespaced object
+        always needs its namespace, and a cluster-scoped one never has one.
+        """
+        prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced:
+            if namespace:
+                prefix += f"/namespaces/{_segment(namespace)}"
+            elif name is not None:
+                raise ValueError(f"{self.kind} {name!r} is namespaced: give its namespace")
+        elif namespace:
+            raise ValueError(f"{self.kind} is cluster-scoped: it has no namespace")
+        path = f"{prefix}/{self.plural}"
+        if name is not None:
+            path += f"/{_segment(name)}"
+        if subresource:
+            if name is None:
+                raise ValueError("a subresource belongs to one object: give its name")
+            path += f"/{_segment(subresource)}"
+        return path
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
 
 
 def secret_data(secret: Mapping[str, Any], key: str) -> bytes | None:

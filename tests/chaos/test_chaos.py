@@ -52,9 +52,10 @@ from kokumi.kube.client import EVENTS, NAMESPACES, SECRETS, Client
 from kokumi.kube.watch import Resync, WatchEvent, watch
 from kokumi.kubeconfig import Connection
 from kokumi.ownership import ClusterRef, normalise_server
-from tests import canary, prediction
+from kokumi.testing import canary
+from kokumi.testing.spoke import Registration, closed_port_server
+from tests import prediction
 from tests.manager_support import hub_client, make_namespace
-from tests.spoke import Registration, closed_port_server
 
 SEED = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(2**32))
 OPERATIONS = int(os.environ.get("CHAOS_OPS", "200"))

@@ -1,9 +1,9 @@
-"""Register the spoke as the spec's "Register a cluster" steps do, for tests that need a Cluster.
+"""Register the spoke as the spec's "Register a cluster" steps do, for the tests and the demo.
 
 The steps are run for real with kubectl against the spoke: a ServiceAccount, a ClusterRoleBinding to
 cluster-admin, a service-account-token Secret that the spoke's token controller fills in, and a
-self-contained kubeconfig written with ``kubectl config ... --embed-certs``. Tests then hold exactly
-what a user would put into the kubeconfig Secret, not something we assembled by hand.
+self-contained kubeconfig written with ``kubectl config ... --embed-certs``. Tests and the demo then
+hold exactly what a user would put into the kubeconfig Secret, not something we assembled by hand.
 """
 
 from __future__ import annotations
@@ -11,31 +11,27 @@ from __future__ import annotations
 import base64
 import copy
 import socket
-import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import attrs
 import yaml
 
 from kokumi.controlplane import APIServer, CertificateAuthority
-from tests import canary
+from kokumi.testing import canary
+from kokumi.testing.kubectl import Kubectl, KubectlError
 
 __all__ = [
     "BAD_TOKEN",
-    "Kubectl",
     "Registration",
     "closed_port_server",
     "foreign_ca_pem",
     "register",
 ]
 
-Kubectl = Callable[..., "subprocess.CompletedProcess[str]"]
-
 BAD_TOKEN = canary.token("not-a-valid-token")  # the spoke answers 401 to it
 
-_SECRET = """\
+_SERVICE_ACCOUNT_MANIFEST = """\
 apiVersion: v1
 kind: Secret
 metadata:
@@ -116,7 +112,7 @@ def register(
         "apply",
         "-f",
         "-",
-        input=_SECRET.format(name=secret, service_account=service_account),
+        input=_SERVICE_ACCOUNT_MANIFEST.format(name=secret, service_account=service_account),
     )
     token, ca_pem = _wait_for_token(spoke, kubectl, secret, timeout)
 
@@ -170,7 +166,7 @@ def _create(kubectl: Kubectl, spoke: APIServer, *args: str) -> None:
     """``kubectl create``, where "already exists" is success: registering twice is fine."""
     result = kubectl(spoke, "create", *args, check=False)
     if result.returncode != 0 and "already exists" not in result.stderr:
-        raise AssertionError(f"kubectl create {' '.join(args)} failed:\n{result.stderr}")
+        raise KubectlError(f"kubectl create {' '.join(args)} failed:\n{result.stderr}")
 
 
 def _wait_for_token(
