@@ -395,20 +395,24 @@ def step(table: Table, event: Event) -> tuple[Table, tuple[Effect, ...]]:
 def seed(
     holders: Mapping[str, ClusterRef],
     waiting: Mapping[str, Sequence[ClusterRef]] | None = None,
+    written: Mapping[str, int] | None = None,
 ) -> tuple[Table, tuple[Effect, ...]]:
     """Rebuild the table from the holders that Kokumi's Secrets name, and say which Secrets must go.
 
     The registry keeps no memory that a crash could lose; the Secrets are the memory. A Cluster
-    found on several servers (a move interrupted half way) keeps the first server in sorted order,
-    and a Secret for the in-cluster server is never Kokumi's to keep: both are deleted. Foreign
-    Secrets are fed in afterwards as :class:`Foreign` events, which step a holder back where one
-    blocks it.
+    found on several servers (a move interrupted half way: the new server's Secret written, the
+    old one's delete refused) keeps the server whose Secret was written last, by ``written``
+    (each server's Secret's resourceVersion), since that is where it was moving to; without it,
+    or on a tie, the first in sorted order. The others, and a Secret for the in-cluster server,
+    which is never Kokumi's to keep, are deleted. Foreign Secrets are fed in afterwards as
+    :class:`Foreign` events, which step a holder back where one blocks it.
 
     ``waiting`` is each server's waiting order as its Secret recorded it: the line is rebuilt
     behind the holder, so that a holder that lets go right after a restart hands over to the
     Cluster that waited first. A Cluster that holds a server, or already waits for another, is
     not queued again (it wants one server only).
     """
+    rank = {normalise_server(s): n for s, n in (written or {}).items()}
     lines: dict[str, tuple[ClusterRef, ...]] = {}
     wants: dict[ClusterRef, str] = {}
     effects: list[Effect] = []
@@ -418,9 +422,16 @@ def seed(
         if server in seen:
             continue
         seen.add(server)
-        if server == IN_CLUSTER_SERVER or cluster in wants:
+        if server == IN_CLUSTER_SERVER:
             effects.append(DeleteSecret(server))
             continue
+        kept = wants.get(cluster)
+        if kept is not None and rank.get(server, 0) <= rank.get(kept, 0):
+            effects.append(DeleteSecret(server))
+            continue
+        if kept is not None:
+            effects.append(DeleteSecret(kept))
+            del lines[kept]
         lines[server] = (cluster,)
         wants[cluster] = server
     for server, queue in sorted((normalise_server(s), q) for s, q in (waiting or {}).items()):

@@ -779,6 +779,12 @@ class ManagerMachine(RuleBasedStateMachine):
             registration = actor._registration
             if not registration.holding or registration.server is None:
                 continue
+            if registration.conflict is not None:
+                # Waiting for (or refused) the server it wants, while a Secret of an earlier
+                # server still names it (a release not done yet): that Secret is what it holds.
+                named = [s for s in ours.values() if argocd.holder_of(s) == actor.ref]
+                assert named or out_of_step, f"{actor.ref} believes a Secret names it; none does"
+                continue
             if registration.server in out_of_step:
                 continue
             secret = ours.get(argocd.secret_name(registration.server))

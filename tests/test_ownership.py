@@ -209,6 +209,16 @@ def test_seed_deletes_what_kokumi_cannot_keep() -> None:
     assert table.wanted_by(TEAM) is None
 
 
+def test_seed_keeps_the_server_a_cluster_was_moving_to() -> None:
+    """A move interrupted half way: the new server's Secret was written last, and stays."""
+    table, effects = seed({Y: SPOKE, X: SPOKE}, written={X: 7, Y: 3})
+    assert effects == (DeleteSecret(Y),)
+    assert table.holders() == {X: SPOKE}
+    table, effects = seed({Y: SPOKE, X: SPOKE}, written={X: 3, Y: 7})
+    assert effects == (DeleteSecret(X),)
+    assert table.holders() == {Y: SPOKE}
+
+
 def test_messages_show_no_credentials_and_stay_on_one_line() -> None:
     server = "https://kokumi:hunter2@spoke.example:6443"
     table, _ = run(Table(), Want(SPOKE, server), Want(TEAM, server))

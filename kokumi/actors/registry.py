@@ -568,6 +568,7 @@ class Registry:
     async def _rebuild(self, secrets: Iterable[Mapping[str, Any]]) -> None:
         holders: dict[str, ClusterRef] = {}
         waiting: dict[str, tuple[ClusterRef, ...]] = {}
+        written: dict[str, int] = {}
         foreign: list[tuple[str, str]] = []
         strays: list[str] = []
         for secret in secrets:
@@ -577,6 +578,7 @@ class Registry:
             if holder is not None and server is not None and argocd.secret_name(server) == name:
                 holders[server] = holder
                 waiting[server] = argocd.waiting_of(secret)
+                written[server] = _version(secret)
                 self._remember(name, secret)
             elif argocd.is_ours(secret):
                 # Ours, but naming no holder or not named after its server: nothing can hold it,
@@ -585,7 +587,7 @@ class Registry:
                 strays.append(name)
             elif server is not None:
                 foreign.append((server, name))
-        self._table, effects = ownership.seed(holders, waiting)
+        self._table, effects = ownership.seed(holders, waiting, written)
         touched: set[str | None] = {e.server for e in effects}
         for server, name in foreign:
             self._foreign_names[name] = server
