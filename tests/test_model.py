@@ -131,6 +131,7 @@ class World:
         self.manager: Manager | None = None
         self.crash: BaseException | None = None
         self.observer: Callable[[httpx.Request], None] = lambda request: None
+        self.in_flight: dict[str, int] = {}  # Argo CD Secret name -> writes awaiting a reply
         self._token: trio.lowlevel.TrioToken | None = None
         self._scope: trio.CancelScope | None = None
         self._stopped: trio.Event | None = None
@@ -269,7 +270,31 @@ class _Observed(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         self._world.observer(request)
-        return await self._fake.handle_async_request(request)
+        name = _argocd_secret_written(request)
+        if name is None:
+            return await self._fake.handle_async_request(request)
+        # A write to Argo CD's Secrets whose reply has not come back (a slow hub): the fake may
+        # have done it already while the registry cannot know yet.
+        in_flight = self._world.in_flight
+        in_flight[name] = in_flight.get(name, 0) + 1
+        try:
+            return await self._fake.handle_async_request(request)
+        finally:
+            in_flight[name] -= 1
+            if not in_flight[name]:
+                del in_flight[name]
+
+
+def _argocd_secret_written(request: httpx.Request) -> str | None:
+    path = request.url.path
+    if request.method not in ("POST", "PUT", "PATCH", "DELETE"):
+        return None
+    if path.endswith(f"/namespaces/{ARGOCD}/secrets") and request.method == "POST":
+        name: str = json.loads(request.content)["metadata"]["name"]
+        return name
+    if f"/namespaces/{ARGOCD}/secrets/" in path:
+        return path.rsplit("/", 1)[1]
+    return None
 
 
 class ManagerMachine(RuleBasedStateMachine):
@@ -783,10 +808,13 @@ class ManagerMachine(RuleBasedStateMachine):
                 # Waiting for (or refused) the server it wants, while a Secret of an earlier
                 # server still names it (a release not done yet): that Secret is what it holds.
                 named = [s for s in ours.values() if argocd.holder_of(s) == actor.ref]
-                assert named or out_of_step, f"{actor.ref} believes a Secret names it; none does"
+                unsure = out_of_step or self.world.in_flight
+                assert named or unsure, f"{actor.ref} believes a Secret names it; none does"
                 continue
             if registration.server in out_of_step:
                 continue
+            if argocd.secret_name(registration.server) in self.world.in_flight:
+                continue  # the registry has not heard back yet: it tells the Cluster then
             secret = ours.get(argocd.secret_name(registration.server))
             holder = argocd.holder_of(secret) if secret is not None else None
             assert holder == actor.ref, (
