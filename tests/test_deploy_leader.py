@@ -67,7 +67,8 @@ def _remove_workspace(hub: APIServer, workspace: str) -> None:
         run(admin, "-n", workspace, "patch", name, "--type=merge", "-p", patch, check=False)
     held = f"delivery.kokumi.dev/cluster-namespace={workspace}"
     run(admin, "-n", "argocd", "delete", "secrets", "-l", held, check=False)
-    run(admin, "delete", "namespace", workspace, "--wait=false", check=False)
+    # Waited for: a namespace still Terminating is seen by the next test's managers.
+    run(admin, "delete", "namespace", workspace, "--wait=true", "--timeout=90s", check=False)
 
 
 @attrs.define
