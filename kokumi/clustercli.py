@@ -801,7 +801,7 @@ def environment_targets(
     name = cluster["metadata"]["name"]
     parsed = [c for c in map(api.parse_cluster, clusters) if isinstance(c, api.Cluster)]
     parsed.sort(key=lambda c: c.metadata.name)
-    rows = []
+    rows: list[tuple[str, str, str]] = []
     for obj in sorted(environments, key=lambda e: e["metadata"]["name"]):
         environment = api.parse_environment(obj)
         if isinstance(environment, api.Invalid):

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import enum
 import errno
 import json
 import logging
@@ -47,8 +46,9 @@ from .kube.config import Config
 from .kube.errors import ConfigError
 from .kube.tls import ssl_context
 from .kubeconfig import Connection
+from .reasons import Reason
 
-__all__ = ["Finding", "Reason", "check", "check_client", "check_config"]
+__all__ = ["Finding", "check", "check_client", "check_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,24 +63,6 @@ _ACCESS_REVIEW = {
     "kind": "SelfSubjectAccessReview",
     "spec": {"nonResourceAttributes": {"path": "/version", "verb": "get"}},
 }
-
-
-class Reason(enum.StrEnum):
-    """The Ready condition's reason: what kind of problem, so that people know where to look."""
-
-    READY = "Ready"
-    UNREACHABLE = "Unreachable"
-    """No HTTP answer: refused, DNS, timeout, proxy, reset. The network or the URL is wrong."""
-    TLS_ERROR = "TLSError"
-    """The TLS handshake failed or could not start: CA, server name, client certificate."""
-    UNAUTHORIZED = "Unauthorized"
-    """The server refuses the credential (401), or there is none to send."""
-    FORBIDDEN = "Forbidden"
-    """The credential authenticates, but its user may not create even a SelfSubjectReview."""
-    SERVER_ERROR = "ServerError"
-    """Something answered, but not as a healthy Kubernetes API server does."""
-    EGRESS_DENIED = "EgressDenied"
-    """The server (or its proxy) is, or resolves to, an address the manager does not connect to."""
 
 
 @attrs.frozen

@@ -15,6 +15,7 @@ import attrs
 
 from kokumi import api
 from kokumi.ownership import IN_CLUSTER_SERVER, normalise_server
+from kokumi.reasons import Reason
 
 __all__ = [
     "CLUSTER_CONFLICT",
@@ -27,7 +28,7 @@ __all__ = [
     "targets",
 ]
 
-CLUSTER_CONFLICT = "ClusterConflict"
+CLUSTER_CONFLICT = Reason.CLUSTER_CONFLICT
 """The Ready reason of a Cluster that cannot register its server; it must not deploy either."""
 
 ConnectionKind: TypeAlias = Literal["Kubeconfig", "InCluster"]
@@ -65,7 +66,7 @@ def selected_cluster(cluster: api.Cluster) -> SelectedCluster:
 class Deploy:
     """The Serving deploys to this Cluster's server."""
 
-    reason: ClassVar[str] = "Deploy"
+    reason: ClassVar[Reason] = Reason.DEPLOY
     cluster: str
     server: str
     message: str
@@ -75,7 +76,7 @@ class Deploy:
 class ClusterNotReady:
     """The Serving holds this target until the Cluster is Ready."""
 
-    reason: ClassVar[str] = "ClusterNotReady"
+    reason: ClassVar[Reason] = Reason.CLUSTER_NOT_READY
     cluster: str
     message: str
 
@@ -84,7 +85,7 @@ class ClusterNotReady:
 class ClusterConflict:
     """The Serving holds this target: ``winner`` deploys to the same server for this Environment."""
 
-    reason: ClassVar[str] = "ClusterConflict"
+    reason: ClassVar[Reason] = Reason.CLUSTER_CONFLICT
     cluster: str
     server: str
     winner: str

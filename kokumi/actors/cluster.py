@@ -27,6 +27,7 @@ from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.client import SECRETS
 from kokumi.kube.objects import secret_data
 from kokumi.ownership import IN_CLUSTER_SERVER, ClusterRef
+from kokumi.reasons import PROBE_REASONS, Reason
 from kokumi.secretaccess import not_readable_message
 
 __all__ = ["NOT_REGISTERED", "Check", "ClusterActor", "Outcome", "Registration"]
@@ -236,7 +237,9 @@ class ClusterActor:
             released = await self._release()
             self._doing = "writing its status"
             await self._write(
-                self._status(Outcome(False, "InvalidSpec", cluster.message, None, None), None),
+                self._status(
+                    Outcome(False, Reason.INVALID_SPEC, cluster.message, None, None), None
+                ),
                 cluster.metadata,
             )
             self.checked.set()
@@ -381,7 +384,7 @@ class ClusterActor:
             message = not_readable_message(
                 ref.name, namespace, self._context.username, self._context.options.namespace
             )
-            outcome = Outcome(False, "SecretNotReadable", message, None, None)
+            outcome = Outcome(False, Reason.SECRET_NOT_READABLE, message, None, None)
             return _Read(version, now, None, outcome)
         # The version read, not the one the watch last saw: the watch may not have listed yet.
         version = f"{ref.name}/{ref.key}@{secret.get('metadata', {}).get('resourceVersion')}"
@@ -393,7 +396,7 @@ class ClusterActor:
                 f"under {ref.key}, or set spec.kubeconfig.secretRef.key"
             )
             self._read = _Read(
-                version, now, None, Outcome(False, "SecretKeyNotFound", message, None, None)
+                version, now, None, Outcome(False, Reason.SECRET_KEY_NOT_FOUND, message, None, None)
             )
             return self._read
         if len(text) > INLINE_PARSE_LIMIT:
@@ -404,7 +407,7 @@ class ClusterActor:
             parsed = kubeconfig.parse(text)
         if isinstance(parsed, kubeconfig.Refusal):
             message = f"Secret {ref.name} key {ref.key}: {parsed.message}"
-            outcome = Outcome(False, "InvalidKubeconfig", message)
+            outcome = Outcome(False, Reason.INVALID_KUBECONFIG, message)
             self._read = _Read(version, now, None, outcome)
             return self._read
         server = normalise_server(parsed.server)
@@ -414,7 +417,7 @@ class ClusterActor:
                 "registering it would replace that connection for every Application; "
                 "use connection: InCluster instead"
             )
-            outcome = Outcome(False, "ClusterConflict", message, parsed.server)
+            outcome = Outcome(False, Reason.CLUSTER_CONFLICT, message, parsed.server)
             self._read = _Read(version, now, parsed, outcome)
             return self._read
         self._read = _Read(version, now, parsed, None)
@@ -437,7 +440,7 @@ class ClusterActor:
         )
         if self._superseded:
             return True
-        if check.finding.reason == "SecretNotReadable":
+        if check.finding.reason == Reason.SECRET_NOT_READABLE:
             # Kokumi may not read the Secret just now (RBAC, or the API server said no): that
             # says nothing about the kubeconfig, so the claim stands, as through an outage. A
             # registration that came and went with a RoleBinding would make Argo CD see the
@@ -533,7 +536,7 @@ class ClusterActor:
         elif registration is not None and registration.conflict:
             status, reason, message = "False", registration.reason, registration.conflict
         else:
-            status, reason, message = "True", "Ready", finding.message
+            status, reason, message = "True", Reason.READY, finding.message
         server = finding.server
         if isinstance(cluster, api.Cluster) and cluster.spec.connection == "InCluster":
             server = IN_CLUSTER_SERVER
@@ -613,10 +616,7 @@ def _secret_not_found(name: str, namespace: str) -> Outcome:
         f"Secret {name} not found in namespace {namespace}: create it with the kubeconfig under "
         f"key value (kubectl create secret generic {name} -n {namespace} --from-file=value=...)"
     )
-    return Outcome(False, "SecretNotFound", message, None, None)
-
-
-_PROBE_REASONS = frozenset(str(reason) for reason in probe.Reason)
+    return Outcome(False, Reason.SECRET_NOT_FOUND, message, None, None)
 
 
 def _seed_of(cluster: api.Cluster | api.Invalid) -> Outcome | None:
@@ -625,11 +625,11 @@ def _seed_of(cluster: api.Cluster | api.Invalid) -> Outcome | None:
         return None
     ready = cluster.ready
     status = cluster.status
-    if ready is None or ready.reason not in _PROBE_REASONS or status.server is None:
+    if ready is None or ready.reason not in PROBE_REASONS or status.server is None:
         return None
     if ready.observed_generation != cluster.metadata.generation:
         return None
     ok = ready.status == "True"
-    if ok != (ready.reason == str(probe.Reason.READY)):
+    if ok != (ready.reason == Reason.READY):
         return None
     return Outcome(ok, ready.reason, ready.message, status.server, status.kubernetes_version)

@@ -22,6 +22,7 @@ from kokumi.kube.backoff import Backoff
 from kokumi.kube.client import EVENTS, Client, Resource
 from kokumi.kube.watch import Resync, WatchEvent
 from kokumi.leader import LeaderElection
+from kokumi.reasons import Reason
 from kokumi.secretaccess import SecretScope
 
 if TYPE_CHECKING:
@@ -193,7 +194,7 @@ class _FleetCollector(Collector):
         yield GaugeMetricFamily(
             "kokumi_registration_conflicts",
             "Clusters whose Ready reason is ClusterConflict",
-            value=fleet.by_reason().get("ClusterConflict", 0),
+            value=fleet.by_reason().get(Reason.CLUSTER_CONFLICT, 0),
         )
         availability = GaugeMetricFamily(
             "kokumi_cluster_availability_ratio",

@@ -19,6 +19,7 @@ from kokumi.actors.context import write_status
 from kokumi.kube import errors
 from kokumi.kube.client import Client
 from kokumi.kube.watch import Store
+from kokumi.reasons import Reason
 
 __all__ = ["LISTED", "EnvironmentsActor", "environment_status"]
 
@@ -171,11 +172,11 @@ def environment_status(
     generation = environment.metadata.generation
     old = _status_of(environment).conditions
     if isinstance(environment, api.Invalid):
-        condition = api.Condition("Ready", "False", "InvalidSpec", environment.message)
+        condition = api.Condition("Ready", "False", Reason.INVALID_SPEC, environment.message)
         return _body(generation, api.set_condition(old, _gen(condition, generation)), [])
     selector = selectors.parse(environment.spec.cluster_selector)
     if isinstance(selector, selectors.SelectorError):
-        condition = api.Condition("Ready", "False", "InvalidSelector", selector.message)
+        condition = api.Condition("Ready", "False", Reason.INVALID_SELECTOR, selector.message)
         return _body(generation, api.set_condition(old, _gen(condition, generation)), [])
     selected = [c for c in clusters if selector.matches(c.metadata.labels)]
     found = targets.targets([targets.selected_cluster(c) for c in selected])
@@ -199,7 +200,7 @@ def environment_status(
         condition = api.Condition(
             "Ready",
             "False",
-            "NoClusters",
+            Reason.NO_CLUSTERS,
             f"no Cluster of namespace {environment.metadata.namespace} matches the selector "
             f"{selector}: label Clusters to match, or change spec.clusterSelector",
         )
@@ -212,12 +213,15 @@ def environment_status(
         condition = api.Condition(
             "Ready",
             "False",
-            "NoClusterReady",
+            Reason.NO_CLUSTER_READY,
             f"none of the {len(selected)} selected Clusters can be deployed to; {where}",
         )
     else:
         condition = api.Condition(
-            "Ready", "True", "Ready", f"{deploying} of {len(selected)} selected Clusters deploy"
+            "Ready",
+            "True",
+            Reason.READY,
+            f"{deploying} of {len(selected)} selected Clusters deploy",
         )
     body = _body(generation, api.set_condition(old, _gen(condition, generation)), rows)
     body["selected"] = len(selected)
