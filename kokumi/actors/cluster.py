@@ -120,7 +120,6 @@ class ClusterActor:
         self._stopping = False
         self._superseded = False
         self.checked = trio.Event()  # set after the first check: "all Clusters checked once"
-        self.checks = 0  # how many checks this Cluster has had; read by tests and benchmarks
 
     # --- the mailbox: every method returns at once ----------------------------------------------
 
@@ -256,8 +255,7 @@ class ClusterActor:
         elif self._needs_check(now):
             self._doing = "reading its kubeconfig Secret"
             self._check = await self._run_check(cluster)
-            self._context.metrics.check_finished(self._check.finding.reason)
-            self.checks += 1
+            self._context.metrics.check_finished(self.ref, self._check.finding.reason)
             self._secret_dirty = False
             # Counted from when the check began, so that waiting for the limiter or a silent
             # cluster's full 10 s does not stretch "about once a minute".

@@ -53,7 +53,7 @@ class Dispatcher:
         self._selected: set[ClusterRef] = set()
         self._nursery: trio.Nursery | None = None
         self.environments_actor = EnvironmentsActor(
-            context.client, self.clusters, self.environments, self._select
+            context.client, self.clusters, self.environments, self._select, context.metrics
         )
         self._clusters_synced = trio.Event()
         self.secret_watches = SecretWatches(

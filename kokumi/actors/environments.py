@@ -15,7 +15,7 @@ from typing import Any
 import trio
 
 from kokumi import api, selectors, targets
-from kokumi.actors.context import write_status
+from kokumi.actors.context import Metrics, write_status
 from kokumi.kube import errors
 from kokumi.kube.client import Client
 from kokumi.kube.watch import Store
@@ -46,8 +46,10 @@ class EnvironmentsActor:
         clusters: Store,
         environments: Store,
         select: Callable[[str, str, bool], None],
+        metrics: Metrics,
     ) -> None:
         self._client = client
+        self._metrics = metrics
         self._clusters = clusters
         self._environments = environments
         self._select = select
@@ -55,7 +57,6 @@ class EnvironmentsActor:
         self._wake = trio.Event()
         self._written: dict[tuple[str, str], dict[str, Any]] = {}
         self._parsed: dict[str, dict[str, tuple[str, api.Cluster | api.Invalid]]] = {}
-        self.status_writes = 0
 
     def changed(self, namespace: str) -> None:
         """Something in ``namespace`` changed: recompute it soon. Never blocks."""
@@ -139,7 +140,7 @@ class EnvironmentsActor:
         ):
             return
         self._written[key] = status
-        self.status_writes += 1
+        self._metrics.environment_status_writes += 1
 
 
 def _chosen(
