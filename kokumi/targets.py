@@ -19,11 +19,11 @@ from kokumi.reasons import Reason
 
 __all__ = [
     "CLUSTER_CONFLICT",
-    "ClusterConflict",
     "ClusterNotReady",
     "Deploy",
     "SelectedCluster",
     "Target",
+    "TargetTaken",
     "selected_cluster",
     "targets",
 ]
@@ -82,7 +82,7 @@ class ClusterNotReady:
 
 
 @attrs.frozen
-class ClusterConflict:
+class TargetTaken:
     """The Serving holds this target: ``winner`` deploys to the same server for this Environment."""
 
     reason: ClassVar[Reason] = Reason.CLUSTER_CONFLICT
@@ -92,7 +92,7 @@ class ClusterConflict:
     message: str
 
 
-Target: TypeAlias = Deploy | ClusterNotReady | ClusterConflict
+Target: TypeAlias = Deploy | ClusterNotReady | TargetTaken
 
 
 def _server(cluster: SelectedCluster) -> str | None:
@@ -147,5 +147,5 @@ def targets(clusters: Sequence[SelectedCluster]) -> tuple[Target, ...]:
                 f"Cluster {cluster.name} connects to server {server} as Cluster {winner} does, "
                 f"which deploys there for this Environment; only the first by name deploys"
             )
-            result.append(ClusterConflict(cluster.name, server, winner, message))
+            result.append(TargetTaken(cluster.name, server, winner, message))
     return tuple(result)
