@@ -60,7 +60,7 @@ class Outcome:
 class Check:
     """What one check found, when, and from which version of the kubeconfig Secret."""
 
-    finding: Outcome
+    outcome: Outcome
     at: float
     secret_version: str | None
     connection: kubeconfig.Connection | None = attrs.field(default=None, repr=False)
@@ -255,7 +255,7 @@ class ClusterActor:
         elif self._needs_check(now):
             self._doing = "reading its kubeconfig Secret"
             self._check = await self._run_check(cluster)
-            self._context.metrics.check_finished(self.ref, self._check.finding.reason)
+            self._context.metrics.check_finished(self.ref, self._check.outcome.reason)
             self._secret_dirty = False
             # Counted from when the check began, so that waiting for the limiter or a silent
             # cluster's full 10 s does not stretch "about once a minute".
@@ -271,7 +271,7 @@ class ClusterActor:
         self._doing = "updating its finalizer"
         await self._ensure_finalizer(cluster)
         self._doing = "writing its status"
-        await self._write(self._status(self._check.finding, self._registration), cluster.metadata)
+        await self._write(self._status(self._check.outcome, self._registration), cluster.metadata)
         if not settled:
             self._retry_later("releasing its Argo CD registration")
 
@@ -438,7 +438,7 @@ class ClusterActor:
         )
         if self._superseded:
             return True
-        if check.finding.reason == Reason.SECRET_NOT_READABLE:
+        if check.outcome.reason == Reason.SECRET_NOT_READABLE:
             # Kokumi may not read the Secret just now (RBAC, or the API server said no): that
             # says nothing about the kubeconfig, so the claim stands, as through an outage. A
             # registration that came and went with a RoleBinding would make Argo CD see the
@@ -525,17 +525,17 @@ class ClusterActor:
 
     # --- status ---------------------------------------------------------------------------------
 
-    def _status(self, finding: Outcome, registration: Registration | None) -> dict[str, Any]:
+    def _status(self, outcome: Outcome, registration: Registration | None) -> dict[str, Any]:
         cluster = self._cluster
         generation = cluster.metadata.generation
         status: api.ConditionStatus
-        if not finding.ok:
-            status, reason, message = "False", finding.reason, finding.message
+        if not outcome.ok:
+            status, reason, message = "False", outcome.reason, outcome.message
         elif registration is not None and registration.conflict:
             status, reason, message = "False", registration.reason, registration.conflict
         else:
-            status, reason, message = "True", Reason.READY, finding.message
-        server = finding.server
+            status, reason, message = "True", Reason.READY, outcome.message
+        server = outcome.server
         if isinstance(cluster, api.Cluster) and cluster.spec.connection == "InCluster":
             server = IN_CLUSTER_SERVER
         condition = api.Condition(
@@ -548,7 +548,7 @@ class ClusterActor:
         conditions = api.set_condition(_status_of(cluster).conditions, condition)
         return {
             "server": server,
-            "kubernetesVersion": finding.kubernetes_version,
+            "kubernetesVersion": outcome.kubernetes_version,
             "observedGeneration": generation,
             "conditions": [api.converter.unstructure(c) for c in conditions],
         }
