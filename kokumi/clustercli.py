@@ -801,7 +801,7 @@ def environment_targets(
     name = cluster["metadata"]["name"]
     parsed = [c for c in map(api.parse_cluster, clusters) if isinstance(c, api.Cluster)]
     parsed.sort(key=lambda c: c.metadata.name)
-    rows = []
+    rows: list[tuple[str, str, str]] = []
     for obj in sorted(environments, key=lambda e: e["metadata"]["name"]):
         environment = api.parse_environment(obj)
         if isinstance(environment, api.Invalid):
@@ -938,7 +938,7 @@ def describe_text(
 
 
 @attrs.frozen
-class Outcome:
+class ImportResult:
     """What became of one Secret found by ``import``: imported, kept, or why not."""
 
     source: str  # namespace/name of the Secret
@@ -959,7 +959,7 @@ class Outcome:
         return lines
 
 
-async def import_cluster_api(hub: Client, namespace: str, *, dry_run: bool) -> list[Outcome]:
+async def import_cluster_api(hub: Client, namespace: str, *, dry_run: bool) -> list[ImportResult]:
     """Each Cluster API ``<cluster>-kubeconfig`` Secret becomes a Cluster that references it.
 
     The Secret stays where it is and whose it is: Cluster API rotates it, and the Cluster reads
@@ -981,7 +981,7 @@ async def import_cluster_api(hub: Client, namespace: str, *, dry_run: bool) -> l
         checked = kubeconfig.parse(text) if text is not None else None
         if not isinstance(checked, kubeconfig.Connection):
             why = checked.message if checked is not None else f"it has no key {SECRET_KEY}"
-            outcomes.append(Outcome(source, None, "not importable", why))
+            outcomes.append(ImportResult(source, None, "not importable", why))
             continue
         outcomes.append(await _import_reference(hub, namespace, name, meta["name"], dry_run))
     return outcomes
@@ -1012,23 +1012,23 @@ async def _in_the_way(
 
 async def _import_reference(
     hub: Client, namespace: str, name: str, secret: str, dry_run: bool
-) -> Outcome:
+) -> ImportResult:
     source = f"{namespace}/{secret}"
     where = f"{namespace}/{name}"
     exists, blocked = await _in_the_way(hub, namespace, name, secret)
     if blocked is not None:
-        return Outcome(source, where, "failed", blocked)
+        return ImportResult(source, where, "failed", blocked)
     if exists:
-        return Outcome(source, where, "exists", f"Cluster {where} already reads it")
+        return ImportResult(source, where, "exists", f"Cluster {where} already reads it")
     body = cluster_object(name, namespace, secret=secret, description=f"Cluster API cluster {name}")
     if dry_run:
-        return Outcome(source, where, "imported", f"it reads Secret {secret}")
+        return ImportResult(source, where, "imported", f"it reads Secret {secret}")
     try:
         await hub.create(api.CLUSTERS, body, namespace=namespace)
     except KubeError as exc:
         error = _api_error(f"cannot create Cluster {where}", exc)
-        return Outcome(source, where, "failed", str(error))
-    return Outcome(source, where, "imported", f"it reads Secret {secret}")
+        return ImportResult(source, where, "failed", str(error))
+    return ImportResult(source, where, "imported", f"it reads Secret {secret}")
 
 
 _ARGOCD_LABELS: Final = "argocd.argoproj.io/"
@@ -1088,7 +1088,7 @@ def cluster_name_for(text: str) -> str:
 
 async def import_argocd(
     hub: Client, namespace: str, argocd_namespace: str, *, dry_run: bool
-) -> list[Outcome]:
+) -> list[ImportResult]:
     """Each cluster Secret of Argo CD's that Kokumi did not write becomes a kubeconfig + Cluster.
 
     The old Secret is left alone: Kokumi never takes over a cluster Argo CD already knows. Until
@@ -1112,7 +1112,7 @@ async def import_argocd(
         source = f"{argocd_namespace}/{meta['name']}"
         found = argocd_connection(secret)
         if isinstance(found, str):
-            outcomes.append(Outcome(source, None, "not importable", found))
+            outcomes.append(ImportResult(source, None, "not importable", found))
             continue
         label = (secret_data(secret, "name") or b"").decode("utf-8", "replace")
         name = base = cluster_name_for(label or meta["name"])
@@ -1126,7 +1126,7 @@ async def import_argocd(
                 kubeconfig.render(found, context=name, cluster=name, user=name)
             )
         except kubeconfig.KubeconfigRefused as refused:
-            outcomes.append(Outcome(source, None, "not importable", refused.refusal.message))
+            outcomes.append(ImportResult(source, None, "not importable", refused.refusal.message))
             continue
         labels = {
             k: v for k, v in (meta.get("labels") or {}).items() if not k.startswith(_ARGOCD_LABELS)
@@ -1138,7 +1138,7 @@ async def import_argocd(
         )
         _, blocked = await _in_the_way(hub, namespace, name, secret_name(name))
         if blocked is not None:
-            outcomes.append(Outcome(source, where, "failed", blocked))
+            outcomes.append(ImportResult(source, where, "failed", blocked))
             continue
         state = "imported"
         if not dry_run:
@@ -1152,7 +1152,7 @@ async def import_argocd(
                     description=f"Imported from Argo CD Secret {source}",
                 )
             except CliError as error:
-                outcomes.append(Outcome(source, where, "failed", str(error)))
+                outcomes.append(ImportResult(source, where, "failed", str(error)))
                 continue
             state = "imported" if added.cluster_created else "updated"
         detail = f"Secret {secret_name(name)}, server {found.server}"
@@ -1160,7 +1160,7 @@ async def import_argocd(
         if scoped:
             # Kokumi registers clusters for every namespace; the credential may not reach them.
             detail += f" (Argo CD limited it to namespaces {scoped}; Kokumi does not)"
-        outcomes.append(Outcome(source, where, state, detail, next_step))
+        outcomes.append(ImportResult(source, where, state, detail, next_step))
     return outcomes
 
 

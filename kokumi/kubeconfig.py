@@ -29,6 +29,8 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 
+from kokumi.reasons import Reason
+
 __all__ = [
     "Code",
     "Connection",
@@ -41,7 +43,7 @@ __all__ = [
     "render",
 ]
 
-REASON: Final = "InvalidKubeconfig"
+REASON: Final = Reason.INVALID_KUBECONFIG
 """The Reason of a Cluster's Ready condition for every refusal; the message tells them apart."""
 
 MAX_SIZE: Final = 1024 * 1024
@@ -125,7 +127,7 @@ class Refusal:
     message: str
 
     @property
-    def reason(self) -> str:
+    def reason(self) -> Reason:
         """Users look for one Reason in ``kubectl get``; the message carries the detail."""
         return REASON
 

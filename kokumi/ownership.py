@@ -22,7 +22,7 @@ import attrs
 __all__ = [
     "IN_CLUSTER_SERVER",
     "ClusterRef",
-    "Conflict",
+    "ServerTaken",
     "DeleteSecret",
     "Effect",
     "Event",
@@ -140,7 +140,7 @@ class Holding:
 
 
 @attrs.frozen
-class Conflict:
+class ServerTaken:
     """Tell the Cluster it cannot register the server, and why, in one line without credentials."""
 
     cluster: ClusterRef
@@ -148,7 +148,7 @@ class Conflict:
     message: str
 
 
-Effect: TypeAlias = WriteSecret | DeleteSecret | Holding | Conflict
+Effect: TypeAlias = WriteSecret | DeleteSecret | Holding | ServerTaken
 
 
 # The table
@@ -305,14 +305,14 @@ class _Draft:
             self.effects.append(WriteSecret(server, cluster))
             self.effects.append(Holding(cluster, server))
         else:
-            self.effects.append(Conflict(cluster, server, self.message(server)))
+            self.effects.append(ServerTaken(cluster, server, self.message(server)))
 
     def tell_waiting(self, server: str) -> None:
         """Conflict messages name whoever blocks the server; when that changes, they must too."""
         table = self.table()
         message = table.message(server)
         for cluster in table.waiting(server):
-            self.effects.append(Conflict(cluster, server, message))
+            self.effects.append(ServerTaken(cluster, server, message))
 
     def take_over(self, server: str) -> None:
         holder = self.holder(server)

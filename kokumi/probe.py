@@ -1,8 +1,9 @@
 """One check of one cluster connection: can Kokumi reach it, and does it accept the credential?
 
 The check is all I/O and no policy: it asks the API server two questions and maps what it finds
-to a :class:`Finding` whose reason and one-line message go into the Cluster's Ready condition. When
-to check, how often and what to do with the answer is the Cluster actor's business.
+to a :class:`Finding` whose reason and one-line message go into the Cluster's Ready condition.
+Which Reason a failure or an answer is, and what its message says, is :mod:`kokumi.diagnosis`'s,
+a pure module; when to check, how often and what to do with the answer is the Cluster actor's.
 
 Two requests, over one connection:
 
@@ -27,13 +28,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import enum
-import errno
-import json
 import logging
 import socket
 import ssl
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -41,14 +39,16 @@ import httpcore
 import httpx
 import trio
 
+from . import diagnosis
 from .egress import EgressPolicy, Network, parse_address
 from .kube.client import Client
 from .kube.config import Config
 from .kube.errors import ConfigError
 from .kube.tls import ssl_context
 from .kubeconfig import Connection
+from .reasons import Reason
 
-__all__ = ["Finding", "Reason", "check", "check_client", "check_config"]
+__all__ = ["Finding", "check", "check_client", "check_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,24 +63,6 @@ _ACCESS_REVIEW = {
     "kind": "SelfSubjectAccessReview",
     "spec": {"nonResourceAttributes": {"path": "/version", "verb": "get"}},
 }
-
-
-class Reason(enum.StrEnum):
-    """The Ready condition's reason: what kind of problem, so that people know where to look."""
-
-    READY = "Ready"
-    UNREACHABLE = "Unreachable"
-    """No HTTP answer: refused, DNS, timeout, proxy, reset. The network or the URL is wrong."""
-    TLS_ERROR = "TLSError"
-    """The TLS handshake failed or could not start: CA, server name, client certificate."""
-    UNAUTHORIZED = "Unauthorized"
-    """The server refuses the credential (401), or there is none to send."""
-    FORBIDDEN = "Forbidden"
-    """The credential authenticates, but its user may not create even a SelfSubjectReview."""
-    SERVER_ERROR = "ServerError"
-    """Something answered, but not as a healthy Kubernetes API server does."""
-    EGRESS_DENIED = "EgressDenied"
-    """The server (or its proxy) is, or resolves to, an address the manager does not connect to."""
 
 
 @attrs.frozen
@@ -407,82 +389,33 @@ class _Findings:
         return self.fail(Reason.UNREACHABLE, message)
 
     def timed_out(self, where: str = "") -> Finding:
-        where = where or _host_port(httpx.URL(self.server))
-        return self.unreachable(
-            f"timed out after {self.timeout:g} s: {where} did not answer in time; check"
-            " firewalls, the network path and the server URL's port"
+        return self.of(
+            diagnosis.timed_out(self.timeout, where or _host_port(httpx.URL(self.server)))
         )
 
     def tls(self, message: str) -> Finding:
         return self.fail(Reason.TLS_ERROR, message)
 
     def egress_denied(self, refused: _Refused) -> Finding:
-        where = (
-            f"{refused.address} is in {refused.network}"
-            if refused.host == refused.address
-            else f"{refused.host} resolves to {refused.address}, in {refused.network}"
-        )
-        return self.fail(
-            Reason.EGRESS_DENIED,
-            f"{where}, where the manager does not connect ({_why(refused.network)}): use the API"
-            " server's routable address, or allow it with kokumi manager --probe-allow-cidr",
-        )
+        return self.of(diagnosis.egress_denied(refused.host, refused.address, refused.network))
 
     def unauthorized(self, has_credential: bool) -> Finding:
-        if not has_credential:
-            return self.fail(
-                Reason.UNAUTHORIZED,
-                "Kokumi runs without a credential: give the manager a ServiceAccount token"
-                if self.own
-                else "the kubeconfig has no credential: add a token, or a client certificate and"
-                " key",
-            )
-        fix = (
-            "check the manager's ServiceAccount token, or the kubeconfig it runs with"
-            if self.own
-            else "write a current credential into the kubeconfig Secret"
-        )
-        return self.fail(
-            Reason.UNAUTHORIZED,
-            "the API server refuses the credential (401): the token is invalid or expired, or the"
-            f" client certificate is not signed by a CA it trusts; {fix}",
-        )
+        return self.of(diagnosis.unauthorized(has_credential, own=self.own))
 
     def anonymous(self) -> Finding:
-        return self.fail(
-            Reason.UNAUTHORIZED,
-            "the API server takes the credential for system:anonymous: use the token or client"
-            " certificate of a ServiceAccount or user",
-        )
+        return self.of(diagnosis.anonymous())
 
     def forbidden(self) -> Finding:
-        fix = (
-            "restore the system:basic-user binding"
-            if self.own
-            else "bind it the roles Argo CD needs there (cluster-admin, or less)"
-        )
-        return self.fail(
-            Reason.FORBIDDEN,
-            "the credential authenticates, but its user may not create a SelfSubjectReview (403),"
-            f" which every user may: {fix}",
-        )
+        return self.of(diagnosis.forbidden(own=self.own))
 
     def not_kubernetes(self, what: str) -> Finding:
-        return self.fail(
-            Reason.SERVER_ERROR,
-            f"{what}: this is not a Kubernetes API server; check the server URL and its path",
-        )
+        return self.of(diagnosis.not_kubernetes(what))
 
     def answered(self, what: str, status: int, body: bytes) -> Finding:
-        """Any answer that is neither success nor 401/403: say what answered and how."""
-        phrase = f"{status} {_phrase(status)}".strip()
-        if status >= 500 or status == 429:
-            said = _status_message(body)
-            text = f"the API server failed {what} with {phrase}" + (f" ({said})" if said else "")
-            return self.fail(
-                Reason.SERVER_ERROR, f"{text}; look at the API server's health and load"
-            )
-        return self.not_kubernetes(f"{what} answered {phrase}")
+        return self.of(diagnosis.answered(what, status, _phrase(status), body))
+
+    def of(self, verdict: diagnosis.Verdict) -> Finding:
+        return self.fail(*verdict)
 
 
 async def _ask(client: httpx.AsyncClient, question: _Question, findings: _Findings) -> Finding:
@@ -490,7 +423,7 @@ async def _ask(client: httpx.AsyncClient, question: _Question, findings: _Findin
     if status == 401:
         return findings.unauthorized(question.has_credential)
     if 200 <= status < 300:
-        version = _json(body).get("gitVersion")
+        version = diagnosis.json_object(body).get("gitVersion")
         if not isinstance(version, str) or not version:
             return findings.not_kubernetes("GET /version answered without a gitVersion")
         findings.version = version
@@ -508,7 +441,7 @@ async def _ask(client: httpx.AsyncClient, question: _Question, findings: _Findin
         return findings.forbidden()
     if not 200 <= status < 300:
         return findings.answered("POST selfsubjectreviews", status, body)
-    review_status = _json(body).get("status")
+    review_status = diagnosis.json_object(body).get("status")
     user = review_status.get("userInfo") if isinstance(review_status, Mapping) else None
     username = user.get("username") if isinstance(user, Mapping) else None
     if username == "system:anonymous":
@@ -554,125 +487,31 @@ def _from_failure(
     proxy_url: str | None,
     ca_pem: bytes | None,
 ) -> Finding:
-    """Map a failed request to a Finding by the most telling exception in its chain.
-
-    httpx wraps what went wrong (trio wraps it too, and happy eyeballs groups the attempts), so
-    the cause is looked for in the whole chain, most specific kind first.
-    """
-    chain = list(_chain(exc))
-    where = _host_port(base)
-    for cause in chain:
-        if isinstance(cause, ssl.SSLCertVerificationError):
-            return findings.tls(_verify_message(cause, base, tls_server_name, ca_pem))
-    for cause in chain:
-        if isinstance(cause, ssl.SSLError):
-            return findings.tls(_handshake_message(cause, where))
-    proxy = _host_port(httpx.URL(proxy_url)) if proxy_url else ""
-    for cause in chain:
-        if isinstance(cause, httpx.ProxyError):
-            return findings.unreachable(
-                f"proxy failed: the proxy {proxy} would not connect to {where} ({cause});"
-                " check proxy-url and the proxy's rules"
-            )
-    # Before any TLS, with a proxy, everything that fails is the way to the proxy.
-    prefix = f"proxy failed: the proxy {proxy} is unreachable, " if proxy else ""
-    for cause in chain:
-        if isinstance(cause, socket.gaierror):
-            host = httpx.URL(proxy_url).host if proxy_url else base.host
-            fix = "check proxy-url" if proxy else "check the host name in the server URL and DNS"
-            return findings.unreachable(f"{prefix}DNS lookup failed for {host}: {fix}")
-    for cause in chain:
-        if isinstance(cause, ConnectionRefusedError) or (
-            isinstance(cause, OSError) and cause.errno == errno.ECONNREFUSED
-        ):
-            fix = (
-                "check proxy-url"
-                if proxy
-                else "check the port in the server URL and that the API server runs"
-            )
-            return findings.unreachable(f"{prefix}connection refused by {proxy or where}: {fix}")
-    for cause in chain:
-        if isinstance(cause, httpx.TimeoutException | TimeoutError | trio.TooSlowError):
-            return findings.timed_out(proxy or where)
-    for cause in chain:
-        if isinstance(cause, httpx.RemoteProtocolError):
-            return findings.unreachable(
-                f"{where} closed the connection without an HTTP answer: check that the server URL"
-                " points at the API server"
-            )
-    for cause in chain:
-        if isinstance(cause, OSError) and cause.strerror:
-            return findings.unreachable(
-                f"{prefix}{cause.strerror.lower()} ({proxy or where}): check the network path"
-            )
-    return findings.unreachable(
-        f"{prefix}the connection to {proxy or where} failed ({type(exc).__name__}): check the"
-        " server URL and the network path"
+    """Map a failed request to a Finding: :mod:`kokumi.diagnosis` decides, from plain values."""
+    proxy = httpx.URL(proxy_url) if proxy_url else None
+    verdict = diagnosis.from_failure(
+        [_marker(cause) for cause in diagnosis.chain(exc)],
+        failed=type(exc).__name__,
+        where=_host_port(base),
+        host=base.host,
+        proxy=_host_port(proxy) if proxy is not None else "",
+        proxy_host=proxy.host if proxy is not None else "",
+        tls_server_name=tls_server_name,
+        ca_pem=ca_pem,
+        timeout=findings.timeout,
     )
+    return findings.of(verdict)
 
 
-def _verify_message(
-    exc: ssl.SSLCertVerificationError, base: httpx.URL, name: str | None, ca_pem: bytes | None
-) -> str:
-    code = exc.verify_code
-    if code in (62, 64):  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
-        if name:
-            return (
-                f"the server's certificate is not valid for the TLS server name {name}: set"
-                " tls-server-name to a name the certificate holds"
-            )
-        return (
-            f"the server's certificate is not valid for {base.host}: use a host the certificate"
-            " holds in the server URL, or set tls-server-name to one"
-        )
-    if code in (9, 10):  # X509_V_ERR_CERT_NOT_YET_VALID, X509_V_ERR_CERT_HAS_EXPIRED
-        return (
-            f"the server's certificate {exc.verify_message}: renew the API server's certificate"
-            " or correct the clock"
-        )
-    if ca_pem is None:
-        return (
-            f"the server's certificate is not trusted ({exc.verify_message}) and no CA is"
-            " configured: add the cluster's CA as certificate-authority-data"
-        )
-    return (
-        f"the server's certificate is not signed by the configured CA ({exc.verify_message}):"
-        " put the cluster's CA into certificate-authority-data"
-    )
-
-
-def _handshake_message(exc: ssl.SSLError, where: str) -> str:
-    reason = exc.reason or ""
-    if reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG"):
-        return f"{where} does not speak TLS: check the server URL's scheme and port"
-    text = reason.replace("_", " ").lower() if reason else type(exc).__name__
-    if "CERTIFICATE" in reason:
-        return (
-            f"the TLS handshake with {where} failed ({text}): the server does not accept the"
-            " client certificate; use one its client CA signed"
-        )
-    return (
-        f"the TLS handshake with {where} failed ({text}): check that the server URL points at"
-        " the API server's HTTPS port"
-    )
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    """``exc`` and everything it was raised from, exception groups included, breadth first."""
-    seen: set[int] = set()
-    queue = [exc]
-    while queue:
-        current = queue.pop(0)
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        yield current
-        if isinstance(current, BaseExceptionGroup):
-            queue.extend(current.exceptions)
-        if current.__cause__ is not None:
-            queue.append(current.__cause__)
-        if current.__context__ is not None:
-            queue.append(current.__context__)
+def _marker(cause: BaseException) -> BaseException:
+    """httpx's and Trio's exceptions as the diagnosis knows them; the standard library's as is."""
+    if isinstance(cause, httpx.ProxyError):
+        return diagnosis.ProxyRefused(str(cause))
+    if isinstance(cause, httpx.TimeoutException | trio.TooSlowError):
+        return diagnosis.TimedOut()
+    if isinstance(cause, httpx.RemoteProtocolError):
+        return diagnosis.NoHTTPAnswer()
+    return cause
 
 
 def _host_port(url: httpx.URL) -> str:
@@ -680,21 +519,6 @@ def _host_port(url: httpx.URL) -> str:
     host = f"[{url.host}]" if ":" in url.host else url.host
     port = url.port or (443 if url.scheme == "https" else 80)
     return f"{host}:{port}"
-
-
-def _json(body: bytes) -> Mapping[str, Any]:
-    try:
-        value = json.loads(body)
-    except ValueError:
-        return {}
-    return value if isinstance(value, Mapping) else {}
-
-
-def _status_message(body: bytes) -> str:
-    """The server's own sentence from a ``Status``, short, on one line; nothing else of the body."""
-    status = _json(body)
-    message = status.get("message") if status.get("kind") == "Status" else None
-    return " ".join(message.split())[:160] if isinstance(message, str) else ""
 
 
 def _phrase(status: int) -> str:
@@ -712,12 +536,6 @@ class _Refused(Exception):
         self.host = host
         self.address = address
         self.network = network
-
-
-def _why(network: Network) -> str:
-    if network.is_link_local or str(network) == "fd00:ec2::254/128":
-        return "link-local, where clouds serve instance metadata and credentials"
-    return "denied by --probe-deny-cidr"
 
 
 class _GuardedBackend(httpcore.AsyncNetworkBackend):

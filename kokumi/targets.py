@@ -15,19 +15,20 @@ import attrs
 
 from kokumi import api
 from kokumi.ownership import IN_CLUSTER_SERVER, normalise_server
+from kokumi.reasons import Reason
 
 __all__ = [
     "CLUSTER_CONFLICT",
-    "ClusterConflict",
     "ClusterNotReady",
     "Deploy",
     "SelectedCluster",
     "Target",
+    "TargetTaken",
     "selected_cluster",
     "targets",
 ]
 
-CLUSTER_CONFLICT = "ClusterConflict"
+CLUSTER_CONFLICT = Reason.CLUSTER_CONFLICT
 """The Ready reason of a Cluster that cannot register its server; it must not deploy either."""
 
 ConnectionKind: TypeAlias = Literal["Kubeconfig", "InCluster"]
@@ -65,7 +66,7 @@ def selected_cluster(cluster: api.Cluster) -> SelectedCluster:
 class Deploy:
     """The Serving deploys to this Cluster's server."""
 
-    reason: ClassVar[str] = "Deploy"
+    reason: ClassVar[Reason] = Reason.DEPLOY
     cluster: str
     server: str
     message: str
@@ -75,23 +76,23 @@ class Deploy:
 class ClusterNotReady:
     """The Serving holds this target until the Cluster is Ready."""
 
-    reason: ClassVar[str] = "ClusterNotReady"
+    reason: ClassVar[Reason] = Reason.CLUSTER_NOT_READY
     cluster: str
     message: str
 
 
 @attrs.frozen
-class ClusterConflict:
+class TargetTaken:
     """The Serving holds this target: ``winner`` deploys to the same server for this Environment."""
 
-    reason: ClassVar[str] = "ClusterConflict"
+    reason: ClassVar[Reason] = Reason.CLUSTER_CONFLICT
     cluster: str
     server: str
     winner: str
     message: str
 
 
-Target: TypeAlias = Deploy | ClusterNotReady | ClusterConflict
+Target: TypeAlias = Deploy | ClusterNotReady | TargetTaken
 
 
 def _server(cluster: SelectedCluster) -> str | None:
@@ -146,5 +147,5 @@ def targets(clusters: Sequence[SelectedCluster]) -> tuple[Target, ...]:
                 f"Cluster {cluster.name} connects to server {server} as Cluster {winner} does, "
                 f"which deploys there for this Environment; only the first by name deploys"
             )
-            result.append(ClusterConflict(cluster.name, server, winner, message))
+            result.append(TargetTaken(cluster.name, server, winner, message))
     return tuple(result)

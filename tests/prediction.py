@@ -212,7 +212,7 @@ def check_environments(objects: Objects) -> int:
         found = targets.targets([targets.selected_cluster(c) for c in selected])
         expected = []
         for target, cluster in zip(found, selected, strict=True):
-            reason_of = target.reason
+            reason_of: str = target.reason
             if isinstance(target, targets.ClusterNotReady):
                 reason_of = cluster.ready.reason if cluster.ready is not None else "Unknown"
             expected.append((target.cluster, target.reason, reason_of))

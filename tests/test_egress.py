@@ -23,7 +23,8 @@ from hypothesis import given
 from kokumi import cli
 from kokumi.egress import DEFAULT_DENY, EgressPolicy, parse_address
 from kokumi.kubeconfig import Connection
-from kokumi.probe import Reason, check
+from kokumi.probe import check
+from kokumi.reasons import Reason
 
 METADATA = "169.254.169.254"
 
@@ -206,30 +207,3 @@ async def test_an_allowed_address_is_connected_to_the_address_judged(sockets: So
     assert finding.reason is Reason.UNREACHABLE
     assert resolver.asked == ["spoke.example"]  # resolved once, by the guard
     assert sockets.opened == [(socket.AF_INET, socket.SOCK_STREAM)]
-
-
-# --- docs/reasons.md, both ways --------------------------------------------------------------
-
-REPO = Path(__file__).resolve().parent.parent
-# Reasons the Cluster actor and the registry give themselves, beyond the probe's.
-ACTOR_REASONS = {
-    "InvalidKubeconfig",
-    "SecretNotFound",
-    "SecretKeyNotFound",
-    "SecretNotReadable",
-    "ClusterConflict",
-    "RegistrationFailed",
-    "RegistrationPending",
-    "InvalidSpec",
-}
-
-
-def test_the_cluster_reasons_table_lists_every_reason_and_only_those() -> None:
-    text = (REPO / "docs" / "reasons.md").read_text()
-    table = text.split("## Cluster: the Ready condition", 1)[1].split("\n## ", 1)[0]
-    documented = set(re.findall(r"^\| `(\w+)` \| (?:True|False) \|", table, re.MULTILINE))
-    assert documented == {str(reason) for reason in Reason} | ACTOR_REASONS
-    source = "".join(path.read_text() for path in (REPO / "kokumi").rglob("*.py"))
-    for reason in ACTOR_REASONS:
-        assert f'"{reason}"' in source, reason
-    assert "| `EgressDenied` | False |" in table

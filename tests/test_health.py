@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kokumi import health
 from kokumi.actors.context import Metrics
 from kokumi.kube.watch import Resync, WatchEvent
+from kokumi.ownership import ClusterRef
 
 
 def families(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -44,7 +45,7 @@ async def test_healthz_readyz_and_metrics() -> None:
         metrics.clusters_seen(WatchEvent("MODIFIED", edge))
     metrics.request("GET", "200")
     metrics.watch_restarted("clusters", "gone")
-    metrics.check_finished("Unreachable")
+    metrics.check_finished(ClusterRef("team", "edge"), "Unreachable")
     metrics.check_seconds.observe(0.3)
     async with trio.open_nursery() as nursery:
         port = await nursery.start(
@@ -102,3 +103,22 @@ async def test_a_silent_client_is_dropped_and_others_still_answered() -> None:
             assert (await http.get("/healthz")).status_code == 200
         await silent.aclose()
         nursery.cancel_scope.cancel()
+
+
+def test_checks_per_cluster_last_as_long_as_the_cluster_is_watched() -> None:
+    metrics = Metrics()
+    edge, core = ClusterRef("team", "edge"), ClusterRef("team", "core")
+
+    def obj(ref: ClusterRef) -> dict[str, object]:
+        return {"metadata": {"namespace": ref.namespace, "name": ref.name}}
+
+    metrics.clusters_seen(Resync((obj(edge), obj(core))))
+    for _ in range(3):
+        metrics.check_finished(edge, "Ready")
+    metrics.check_finished(core, "Unreachable")
+    assert (metrics.checks_of(edge), metrics.checks_of(core)) == (3, 1)
+    metrics.clusters_seen(WatchEvent("DELETED", obj(edge)))
+    assert (metrics.checks_of(edge), metrics.checks_of(core)) == (0, 1)
+    metrics.check_finished(edge, "Ready")
+    metrics.clusters_seen(Resync((obj(core),)))  # edge went while the watch was away
+    assert (metrics.checks_of(edge), metrics.checks_of(core)) == (0, 1)

@@ -818,7 +818,8 @@ def test_a_bug_becomes_a_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_every_refusal_shows_as_invalid_kubeconfig() -> None:
-    assert Refusal("ExecPlugin", "…").reason == REASON == "InvalidKubeconfig"
+    assert Refusal("ExecPlugin", "…").reason == REASON
+    assert f"{REASON}" == "InvalidKubeconfig"
 
 
 # --- the reasons document -----------------------------------------------------------------------

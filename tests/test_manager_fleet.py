@@ -72,12 +72,12 @@ async def test_quiet_fleet_writes_nothing_and_checks_eight_at_a_time(
             versions = {
                 n: (await ws.get_cluster(ns, n))["metadata"]["resourceVersion"] for n in names
             }
-            checks = {a.ref.name: a.checks for a in actors}
+            checks = {a.ref.name: running.metrics.checks_of(a.ref) for a in actors}
             await trio.sleep(600)  # ten simulated minutes
             after = {n: (await ws.get_cluster(ns, n))["metadata"]["resourceVersion"] for n in names}
             assert after == versions, "a quiet fleet costs no writes"
             # About once a minute each: ten minutes less the jitter make at least nine rounds.
-            assert all(a.checks - checks[a.ref.name] >= 9 for a in actors)
+            assert all(running.metrics.checks_of(a.ref) - checks[a.ref.name] >= 9 for a in actors)
             assert running.metrics.max_concurrent_checks == 8
             await ws.cleanup()
 
@@ -101,7 +101,7 @@ async def test_a_label_change_reuses_a_check_younger_than_half_a_minute(
             "spoke to be Ready",
         )
         actor = next(a for a in running.dispatcher.actors if a.ref.namespace == ns)
-        checks = actor.checks
+        checks = running.metrics.checks_of(actor.ref)
 
         async def relabel(value: str) -> None:
             await ws.client.patch_merge(
@@ -116,10 +116,10 @@ async def test_a_label_change_reuses_a_check_younger_than_half_a_minute(
 
         autojump_clock.jump(20)
         await relabel("a")
-        assert actor.checks == checks, "a check 20 s old is reused"
+        assert running.metrics.checks_of(actor.ref) == checks, "a check 20 s old is reused"
         autojump_clock.jump(11)
         await relabel("b")
-        assert actor.checks == checks + 1, "a check 31 s old is not"
+        assert running.metrics.checks_of(actor.ref) == checks + 1, "a check 31 s old is not"
         await ws.cleanup()
 
 
@@ -150,10 +150,12 @@ async def test_steady_checks_reuse_the_kubeconfig_until_its_secret_changes(
                 "the Secret watch of the namespace",
                 timeout=120,
             )
-            first_read, checks = actor._read, actor.checks
+            first_read, checks = actor._read, running.metrics.checks_of(actor.ref)
             assert first_read is not None
             await trio.sleep(300)  # five simulated minutes: about five checks
-            assert actor.checks - checks >= 4, "still checked about once a minute"
+            assert running.metrics.checks_of(actor.ref) - checks >= 4, (
+                "still checked about once a minute"
+            )
             # Each check still asked the spoke (a new connection, the credential); only the
             # kubeconfig's read and parse were reused, since the watch saw the same version.
             assert actor._read is first_read
@@ -204,9 +206,13 @@ async def test_a_restart_writes_nothing_and_spreads_its_first_checks(
             await running.wait_checked()  # every actor has its first check: the status's
             actors = [a for a in running.dispatcher.actors if a.ref.namespace == ns]
             assert len(actors) == len(names)
-            assert all(a.checks == 0 for a in actors), "no check at once after a restart"
+            assert all(running.metrics.checks_of(a.ref) == 0 for a in actors), (
+                "no check at once after a restart"
+            )
             await trio.sleep(70)
-            assert all(a.checks >= 1 for a in actors), "each checked within the interval"
+            assert all(running.metrics.checks_of(a.ref) >= 1 for a in actors), (
+                "each checked within the interval"
+            )
             after = {n: (await ws.get_cluster(ns, n))["metadata"]["resourceVersion"] for n in names}
             assert after == versions, "a restart with nothing changed writes nothing"
             assert [s["metadata"]["resourceVersion"] for s in await ws.argocd_secrets()] == secrets

@@ -64,7 +64,8 @@ from kokumi.kube.config import Config
 from kokumi.kubeconfig import Connection
 from kokumi.manager import Manager
 from kokumi.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
-from kokumi.probe import Finding, Reason
+from kokumi.probe import Finding
+from kokumi.reasons import Reason
 from tests import prediction
 from tests import strategies as s
 from tests.fakeapi import EPOCH, FakeApi

@@ -27,7 +27,6 @@ from hypothesis.stateful import (
 from kokumi.ownership import (
     IN_CLUSTER_SERVER,
     ClusterRef,
-    Conflict,
     DeleteSecret,
     Effect,
     Event,
@@ -35,6 +34,7 @@ from kokumi.ownership import (
     ForeignGone,
     Holding,
     Release,
+    ServerTaken,
     Table,
     Want,
     WriteSecret,
@@ -74,7 +74,7 @@ def test_the_first_cluster_holds_the_server() -> None:
 def test_the_second_waits_and_is_told_who_holds_it() -> None:
     table, effects = run(Table(), Want(SPOKE, X), Want(TEAM, X + "/"))
     assert effects == (
-        Conflict(
+        ServerTaken(
             TEAM,
             X,
             f"server {X} is held by Cluster platform/spoke; "
@@ -101,7 +101,7 @@ def test_waiters_take_over_in_the_order_they_came() -> None:
     assert effects == (
         WriteSecret(X, OTHER),
         Holding(OTHER, X),
-        Conflict(TEAM, X, table.message(X)),
+        ServerTaken(TEAM, X, table.message(X)),
     )
     assert "team-b/edge" in table.message(X)
     table, effects = step(table, Release(OTHER))
@@ -132,7 +132,7 @@ def test_moving_to_another_server_lets_go_of_the_old_one_first() -> None:
     )
     assert table.holders() == {Y: SPOKE, X: TEAM}
     table, effects = step(table, Want(SPOKE, X))
-    assert effects == (DeleteSecret(Y), Conflict(SPOKE, X, table.message(X)))
+    assert effects == (DeleteSecret(Y), ServerTaken(SPOKE, X, table.message(X)))
     assert table.waiting(X) == (SPOKE,)
 
 
@@ -146,19 +146,19 @@ def test_the_in_cluster_server_is_never_registered(server: str) -> None:
     table, effects = run(Table(), Want(SPOKE, X), Want(SPOKE, server))
     assert effects[0] == DeleteSecret(X)
     (conflict,) = effects[1:]
-    assert isinstance(conflict, Conflict)
+    assert isinstance(conflict, ServerTaken)
     assert conflict.server == IN_CLUSTER_SERVER
     assert conflict.message.endswith("use connection: InCluster")
     assert table.holder(server) is None
     assert table.waiting(server) == ()
     assert table.wanted_by(SPOKE) == IN_CLUSTER_SERVER
     table, effects = step(table, Want(TEAM, server))
-    assert [type(effect) for effect in effects] == [Conflict]
+    assert [type(effect) for effect in effects] == [ServerTaken]
 
 
 def test_a_foreign_secret_is_left_alone_and_named() -> None:
     table, effects = run(Table(), Foreign(X, "cluster-spoke"), Want(SPOKE, X))
-    assert effects == (Conflict(SPOKE, X, table.message(X)),)
+    assert effects == (ServerTaken(SPOKE, X, table.message(X)),)
     assert "Secret cluster-spoke" in table.message(X)
     assert "Kokumi did not write" in table.message(X)
     assert table.holder(X) is None
@@ -168,14 +168,18 @@ def test_a_foreign_secret_is_left_alone_and_named() -> None:
 def test_when_the_foreign_secret_goes_the_earliest_waiter_takes_the_server() -> None:
     table, _ = run(Table(), Foreign(X, "hand"), Want(TEAM, X), Want(SPOKE, X))
     table, effects = step(table, ForeignGone(X, "hand"))
-    assert effects == (WriteSecret(X, TEAM), Holding(TEAM, X), Conflict(SPOKE, X, table.message(X)))
+    assert effects == (
+        WriteSecret(X, TEAM),
+        Holding(TEAM, X),
+        ServerTaken(SPOKE, X, table.message(X)),
+    )
     assert "team-a/spoke" in table.message(X)
 
 
 def test_the_last_of_several_foreign_secrets_frees_the_server() -> None:
     table, _ = run(Table(), Foreign(X, "one"), Foreign(X, "two"), Want(SPOKE, X))
     table, effects = step(table, ForeignGone(X, "one"))
-    assert effects == (Conflict(SPOKE, X, table.message(X)),)
+    assert effects == (ServerTaken(SPOKE, X, table.message(X)),)
     assert "Secret two" in table.message(X)
     table, effects = step(table, ForeignGone(X, "two"))
     assert effects == (WriteSecret(X, SPOKE), Holding(SPOKE, X))
@@ -185,7 +189,11 @@ def test_a_foreign_secret_for_a_held_server_steps_the_holder_back() -> None:
     table, _ = run(Table(), Want(SPOKE, X), Want(TEAM, X))
     table, effects = step(table, Foreign(X, "hand"))
     message = table.message(X)
-    assert effects == (DeleteSecret(X), Conflict(SPOKE, X, message), Conflict(TEAM, X, message))
+    assert effects == (
+        DeleteSecret(X),
+        ServerTaken(SPOKE, X, message),
+        ServerTaken(TEAM, X, message),
+    )
     assert table.waiting(X) == (SPOKE, TEAM)
     assert step(table, Foreign(X, "hand")) == (table, ())
     table, effects = step(table, ForeignGone(X))
@@ -268,7 +276,7 @@ class TableMachine(RuleBasedStateMachine):
         self.wanted: dict[ClusterRef, str] = {}
         self.since: dict[ClusterRef, int] = {}
         self.foreign: dict[str, list[str]] = {}
-        self.told: dict[ClusterRef, Holding | Conflict] = {}
+        self.told: dict[ClusterRef, Holding | ServerTaken] = {}
         self.clock = 0
 
     # Model.
@@ -372,7 +380,7 @@ class TableMachine(RuleBasedStateMachine):
                 case DeleteSecret(server=server):
                     assert server in self.api, "deleted a Secret that Kokumi does not have"
                     del self.api[server]
-                case Holding(cluster=cluster) | Conflict(cluster=cluster):
+                case Holding(cluster=cluster) | ServerTaken(cluster=cluster):
                     self.told[cluster] = effect
         assert self.api == after.holders(), "Argo CD's Secrets differ from the table"
 
@@ -453,7 +461,7 @@ class TableMachine(RuleBasedStateMachine):
                 assert told == Holding(cluster, server)
             else:
                 message = self.table.message(server)
-                assert told == Conflict(cluster, server, message)
+                assert told == ServerTaken(cluster, server, message)
                 assert "\n" not in message
                 assert "hunter2" not in message
                 holder = self.table.holder(server)

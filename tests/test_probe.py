@@ -22,7 +22,8 @@ import yaml
 from kokumi.controlplane import APIServer, CertificateAuthority
 from kokumi.kube import Client, Config, FileToken, StaticToken
 from kokumi.kubeconfig import Connection, parse
-from kokumi.probe import Finding, Reason, check, check_client, check_config
+from kokumi.probe import Finding, check, check_client, check_config
+from kokumi.reasons import Reason
 from kokumi.testing import Kubectl, canary
 from kokumi.testing.spoke import (
     BAD_TOKEN,
@@ -375,9 +376,3 @@ async def test_own_rotated_token_is_reread_after_401(
     config = attrs.evolve(Config.from_kubeconfig(spoke_kubeconfig.path), token=provider)
     finding = await check_config(config)
     assert finding.ok, finding
-
-
-def test_every_reason_is_documented() -> None:
-    reasons = (Path(__file__).parent.parent / "docs" / "reasons.md").read_text()
-    for reason in Reason:
-        assert f"| `{reason}` | {'True' if reason is Reason.READY else 'False'} |" in reasons

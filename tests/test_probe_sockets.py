@@ -15,7 +15,8 @@ import pytest
 import trio
 
 from kokumi.kubeconfig import Connection
-from kokumi.probe import Reason, check
+from kokumi.probe import check
+from kokumi.reasons import Reason
 
 
 @pytest.fixture

@@ -9,11 +9,11 @@ from hypothesis import strategies as st
 
 from kokumi.ownership import IN_CLUSTER_SERVER, normalise_server
 from kokumi.targets import (
-    ClusterConflict,
     ClusterNotReady,
     Deploy,
     SelectedCluster,
     Target,
+    TargetTaken,
     targets,
 )
 from tests import strategies as s
@@ -49,7 +49,7 @@ def test_two_in_cluster_clusters_only_the_first_by_name_deploys() -> None:
         [_ready("local", connection="InCluster"), _ready("in-cluster", connection="InCluster")]
     )
     assert result[1] == Deploy("in-cluster", IN_CLUSTER_SERVER, f"deploys to {IN_CLUSTER_SERVER}")
-    assert isinstance(result[0], ClusterConflict)
+    assert isinstance(result[0], TargetTaken)
     assert result[0].winner == "in-cluster"
     assert result[0].server == IN_CLUSTER_SERVER
     assert "in-cluster" in result[0].message
@@ -59,7 +59,7 @@ def test_two_in_cluster_clusters_only_the_first_by_name_deploys() -> None:
 def test_a_trailing_slash_is_the_same_server() -> None:
     result = targets([_ready("b", "https://spoke.example/"), _ready("a", "https://spoke.example")])
     assert result[1] == Deploy("a", "https://spoke.example", "deploys to https://spoke.example")
-    assert result[0] == ClusterConflict("b", "https://spoke.example", "a", result[0].message)
+    assert result[0] == TargetTaken("b", "https://spoke.example", "a", result[0].message)
 
 
 def test_a_cluster_reporting_cluster_conflict_is_not_ready_even_if_marked_ready() -> None:
@@ -114,7 +114,7 @@ def test_a_cluster_not_ready_or_in_conflict_never_deploys(clusters: list[Selecte
         if not _eligible(cluster):
             assert isinstance(target, ClusterNotReady)
         else:
-            assert isinstance(target, Deploy | ClusterConflict)
+            assert isinstance(target, Deploy | TargetTaken)
 
 
 @given(clusters=environments)
@@ -137,7 +137,7 @@ def test_a_conflict_names_the_cluster_that_deploys(clusters: list[SelectedCluste
     result = targets(clusters)
     deploying = {target.server: target.cluster for target in result if isinstance(target, Deploy)}
     for cluster, target in zip(clusters, result, strict=True):
-        if isinstance(target, ClusterConflict):
+        if isinstance(target, TargetTaken):
             assert target.server == _server(cluster)
             assert deploying[target.server] == target.winner
             assert target.winner < target.cluster

@@ -27,6 +27,7 @@ from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.client import SECRETS
 from kokumi.kube.objects import secret_data
 from kokumi.ownership import IN_CLUSTER_SERVER, ClusterRef
+from kokumi.reasons import PROBE_REASONS, Reason
 from kokumi.secretaccess import not_readable_message
 
 __all__ = ["NOT_REGISTERED", "Check", "ClusterActor", "Outcome", "Registration"]
@@ -59,7 +60,7 @@ class Outcome:
 class Check:
     """What one check found, when, and from which version of the kubeconfig Secret."""
 
-    finding: Outcome
+    outcome: Outcome
     at: float
     secret_version: str | None
     connection: kubeconfig.Connection | None = attrs.field(default=None, repr=False)
@@ -119,7 +120,6 @@ class ClusterActor:
         self._stopping = False
         self._superseded = False
         self.checked = trio.Event()  # set after the first check: "all Clusters checked once"
-        self.checks = 0  # how many checks this Cluster has had; read by tests and benchmarks
 
     # --- the mailbox: every method returns at once ----------------------------------------------
 
@@ -236,7 +236,9 @@ class ClusterActor:
             released = await self._release()
             self._doing = "writing its status"
             await self._write(
-                self._status(Outcome(False, "InvalidSpec", cluster.message, None, None), None),
+                self._status(
+                    Outcome(False, Reason.INVALID_SPEC, cluster.message, None, None), None
+                ),
                 cluster.metadata,
             )
             self.checked.set()
@@ -253,8 +255,7 @@ class ClusterActor:
         elif self._needs_check(now):
             self._doing = "reading its kubeconfig Secret"
             self._check = await self._run_check(cluster)
-            self._context.metrics.check_finished(self._check.finding.reason)
-            self.checks += 1
+            self._context.metrics.check_finished(self.ref, self._check.outcome.reason)
             self._secret_dirty = False
             # Counted from when the check began, so that waiting for the limiter or a silent
             # cluster's full 10 s does not stretch "about once a minute".
@@ -270,7 +271,7 @@ class ClusterActor:
         self._doing = "updating its finalizer"
         await self._ensure_finalizer(cluster)
         self._doing = "writing its status"
-        await self._write(self._status(self._check.finding, self._registration), cluster.metadata)
+        await self._write(self._status(self._check.outcome, self._registration), cluster.metadata)
         if not settled:
             self._retry_later("releasing its Argo CD registration")
 
@@ -381,7 +382,7 @@ class ClusterActor:
             message = not_readable_message(
                 ref.name, namespace, self._context.username, self._context.options.namespace
             )
-            outcome = Outcome(False, "SecretNotReadable", message, None, None)
+            outcome = Outcome(False, Reason.SECRET_NOT_READABLE, message, None, None)
             return _Read(version, now, None, outcome)
         # The version read, not the one the watch last saw: the watch may not have listed yet.
         version = f"{ref.name}/{ref.key}@{secret.get('metadata', {}).get('resourceVersion')}"
@@ -393,7 +394,7 @@ class ClusterActor:
                 f"under {ref.key}, or set spec.kubeconfig.secretRef.key"
             )
             self._read = _Read(
-                version, now, None, Outcome(False, "SecretKeyNotFound", message, None, None)
+                version, now, None, Outcome(False, Reason.SECRET_KEY_NOT_FOUND, message, None, None)
             )
             return self._read
         if len(text) > INLINE_PARSE_LIMIT:
@@ -404,7 +405,7 @@ class ClusterActor:
             parsed = kubeconfig.parse(text)
         if isinstance(parsed, kubeconfig.Refusal):
             message = f"Secret {ref.name} key {ref.key}: {parsed.message}"
-            outcome = Outcome(False, "InvalidKubeconfig", message)
+            outcome = Outcome(False, Reason.INVALID_KUBECONFIG, message)
             self._read = _Read(version, now, None, outcome)
             return self._read
         server = normalise_server(parsed.server)
@@ -414,7 +415,7 @@ class ClusterActor:
                 "registering it would replace that connection for every Application; "
                 "use connection: InCluster instead"
             )
-            outcome = Outcome(False, "ClusterConflict", message, parsed.server)
+            outcome = Outcome(False, Reason.CLUSTER_CONFLICT, message, parsed.server)
             self._read = _Read(version, now, parsed, outcome)
             return self._read
         self._read = _Read(version, now, parsed, None)
@@ -437,7 +438,7 @@ class ClusterActor:
         )
         if self._superseded:
             return True
-        if check.finding.reason == "SecretNotReadable":
+        if check.outcome.reason == Reason.SECRET_NOT_READABLE:
             # Kokumi may not read the Secret just now (RBAC, or the API server said no): that
             # says nothing about the kubeconfig, so the claim stands, as through an outage. A
             # registration that came and went with a RoleBinding would make Argo CD see the
@@ -524,17 +525,17 @@ class ClusterActor:
 
     # --- status ---------------------------------------------------------------------------------
 
-    def _status(self, finding: Outcome, registration: Registration | None) -> dict[str, Any]:
+    def _status(self, outcome: Outcome, registration: Registration | None) -> dict[str, Any]:
         cluster = self._cluster
         generation = cluster.metadata.generation
         status: api.ConditionStatus
-        if not finding.ok:
-            status, reason, message = "False", finding.reason, finding.message
+        if not outcome.ok:
+            status, reason, message = "False", outcome.reason, outcome.message
         elif registration is not None and registration.conflict:
             status, reason, message = "False", registration.reason, registration.conflict
         else:
-            status, reason, message = "True", "Ready", finding.message
-        server = finding.server
+            status, reason, message = "True", Reason.READY, outcome.message
+        server = outcome.server
         if isinstance(cluster, api.Cluster) and cluster.spec.connection == "InCluster":
             server = IN_CLUSTER_SERVER
         condition = api.Condition(
@@ -547,7 +548,7 @@ class ClusterActor:
         conditions = api.set_condition(_status_of(cluster).conditions, condition)
         return {
             "server": server,
-            "kubernetesVersion": finding.kubernetes_version,
+            "kubernetesVersion": outcome.kubernetes_version,
             "observedGeneration": generation,
             "conditions": [api.converter.unstructure(c) for c in conditions],
         }
@@ -613,10 +614,7 @@ def _secret_not_found(name: str, namespace: str) -> Outcome:
         f"Secret {name} not found in namespace {namespace}: create it with the kubeconfig under "
         f"key value (kubectl create secret generic {name} -n {namespace} --from-file=value=...)"
     )
-    return Outcome(False, "SecretNotFound", message, None, None)
-
-
-_PROBE_REASONS = frozenset(str(reason) for reason in probe.Reason)
+    return Outcome(False, Reason.SECRET_NOT_FOUND, message, None, None)
 
 
 def _seed_of(cluster: api.Cluster | api.Invalid) -> Outcome | None:
@@ -625,11 +623,11 @@ def _seed_of(cluster: api.Cluster | api.Invalid) -> Outcome | None:
         return None
     ready = cluster.ready
     status = cluster.status
-    if ready is None or ready.reason not in _PROBE_REASONS or status.server is None:
+    if ready is None or ready.reason not in PROBE_REASONS or status.server is None:
         return None
     if ready.observed_generation != cluster.metadata.generation:
         return None
     ok = ready.status == "True"
-    if ok != (ready.reason == str(probe.Reason.READY)):
+    if ok != (ready.reason == Reason.READY):
         return None
     return Outcome(ok, ready.reason, ready.message, status.server, status.kubernetes_version)

@@ -22,6 +22,7 @@ from kokumi.kube.backoff import Backoff
 from kokumi.kube.client import EVENTS, Client, Resource
 from kokumi.kube.watch import Resync, WatchEvent
 from kokumi.leader import LeaderElection
+from kokumi.reasons import Reason
 from kokumi.secretaccess import SecretScope
 
 if TYPE_CHECKING:
@@ -88,6 +89,7 @@ class Metrics:
     """
 
     status_writes: int = 0
+    environment_status_writes: int = 0
     checks: int = 0
     in_cluster_checks: int = 0
     registry_writes: int = 0
@@ -96,6 +98,8 @@ class Metrics:
     registry: CollectorRegistry = attrs.field(factory=CollectorRegistry, eq=False, repr=False)
     fleet: Fleet = attrs.field(factory=lambda: Fleet(api.FINALIZER), eq=False, repr=False)
     clock: Callable[[], float] = attrs.field(default=time.monotonic, eq=False, repr=False)
+    cluster_checks: dict[tuple[str, str], int] = attrs.field(factory=dict, eq=False, repr=False)
+    """Checks per Cluster (namespace, name), for as long as the Cluster watch sees it."""
     check_results: Counter = attrs.field(init=False, eq=False, repr=False)
     check_seconds: Histogram = attrs.field(init=False, eq=False, repr=False)
     checks_waiting: Gauge = attrs.field(init=False, eq=False, repr=False)
@@ -152,16 +156,27 @@ class Metrics:
     def watch_restarted(self, resource: str, reason: str) -> None:
         self.watch_restarts.labels(resource, reason).inc()
 
-    def check_finished(self, result: str) -> None:
+    def check_finished(self, cluster: ClusterRef, result: str) -> None:
         self.check_results.labels(result).inc()
+        key = (cluster.namespace, cluster.name)
+        self.cluster_checks[key] = self.cluster_checks.get(key, 0) + 1
+
+    def checks_of(self, cluster: ClusterRef) -> int:
+        """How many checks ``cluster`` has had since this manager began watching it."""
+        return self.cluster_checks.get((cluster.namespace, cluster.name), 0)
 
     def clusters_seen(self, event: WatchEvent | Resync) -> None:
         """The dispatcher's Cluster watch brought ``event``: follow Ready, log each change once."""
         now = self.clock()
         if isinstance(event, Resync):
             changes = self.fleet.resync(event.objects, now)
+            for key in set(self.cluster_checks) - set(self.fleet.clusters):
+                del self.cluster_checks[key]
         elif event.type == "DELETED":
             self.fleet.delete(event.object)
+            meta = event.object.get("metadata") or {}
+            key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+            self.cluster_checks.pop(key, None)
             changes = []
         else:
             changes = self.fleet.update(event.object, now)
@@ -193,7 +208,7 @@ class _FleetCollector(Collector):
         yield GaugeMetricFamily(
             "kokumi_registration_conflicts",
             "Clusters whose Ready reason is ClusterConflict",
-            value=fleet.by_reason().get("ClusterConflict", 0),
+            value=fleet.by_reason().get(Reason.CLUSTER_CONFLICT, 0),
         )
         availability = GaugeMetricFamily(
             "kokumi_cluster_availability_ratio",

@@ -15,7 +15,6 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-import attrs
 import trio
 
 from kokumi import api
@@ -34,26 +33,20 @@ log = logging.getLogger(__name__)
 Events = trio.MemoryReceiveChannel[WatchEvent | Resync]
 
 
-@attrs.define
-class _Running:
-    actor: ClusterActor
-    cancel: trio.CancelScope
-
-
 class Dispatcher:
     def __init__(self, context: Context, registry: Registry) -> None:
         self._context = context
         self._registry = registry
         self.clusters = Store()
         self.environments = Store()
-        self._actors: dict[str, _Running] = {}  # uid -> actor
+        self._actors: dict[str, ClusterActor] = {}  # uid -> actor
         self._by_ref: dict[ClusterRef, str] = {}
         self._ending: dict[ClusterRef, ClusterActor] = {}  # stopped, still releasing
         self._by_secret: defaultdict[tuple[str, str], set[str]] = defaultdict(set)
         self._selected: set[ClusterRef] = set()
         self._nursery: trio.Nursery | None = None
         self.environments_actor = EnvironmentsActor(
-            context.client, self.clusters, self.environments, self._select
+            context.client, self.clusters, self.environments, self._select, context.metrics
         )
         self._clusters_synced = trio.Event()
         self.secret_watches = SecretWatches(
@@ -75,7 +68,7 @@ class Dispatcher:
 
     @property
     def actors(self) -> list[ClusterActor]:
-        return [running.actor for running in self._actors.values()]
+        return list(self._actors.values())
 
     async def wait_checked(self) -> None:
         """Return once every Cluster that exists now has been checked at least once."""
@@ -134,8 +127,8 @@ class Dispatcher:
         cluster = api.parse_cluster(obj)
         running = self._actors.get(uid)
         if running is not None:
-            self._index_secret(uid, running.actor.cluster, cluster)
-            running.actor.update(cluster)
+            self._index_secret(uid, running.cluster, cluster)
+            running.update(cluster)
             return
         actor = ClusterActor(self._context, cluster)
         ending = self._ending.pop(actor.ref, None)
@@ -144,27 +137,25 @@ class Dispatcher:
         # Selection is left unknown: the Environments pass that this change triggers says it, so
         # a Cluster created again under an old name never starts out "selected" by its
         # predecessor's Environments.
-        scope = trio.CancelScope()
-        self._actors[uid] = _Running(actor, scope)
+        self._actors[uid] = actor
         self._by_ref[actor.ref] = uid
         self._index_secret(uid, None, cluster)
         assert self._nursery is not None
-        self._nursery.start_soon(self._run_actor, uid, actor, scope)
+        self._nursery.start_soon(self._run_actor, uid, actor)
 
-    async def _run_actor(self, uid: str, actor: ClusterActor, scope: trio.CancelScope) -> None:
-        with scope:
-            await actor.run()
+    async def _run_actor(self, uid: str, actor: ClusterActor) -> None:
+        # An actor ends on its own after stop(), once it has released its server; the manager's
+        # shutdown cancels the nursery. Nothing else ends an actor, so it needs no scope of its own.
+        await actor.run()
         if self._ending.get(actor.ref) is actor:
             del self._ending[actor.ref]
-        running = self._actors.get(uid)
-        if running is not None and running.actor is actor:
+        if self._actors.get(uid) is actor:
             del self._actors[uid]
 
     def _stop(self, uid: str) -> None:
-        running = self._actors.pop(uid, None)
-        if running is None:
+        actor = self._actors.pop(uid, None)
+        if actor is None:
             return
-        actor = running.actor
         if self._by_ref.get(actor.ref) == uid:
             del self._by_ref[actor.ref]
         self._selected.discard(actor.ref)
@@ -197,7 +188,7 @@ class Dispatcher:
             self._selected.discard(ref)
         uid = self._by_ref.get(ref)
         if uid is not None and uid in self._actors:
-            self._actors[uid].actor.set_selected(selected)
+            self._actors[uid].set_selected(selected)
 
     # --- Environments and Secrets -------------------------------------------------------------
 
@@ -214,12 +205,12 @@ class Dispatcher:
     def _secret_changed(self, key: tuple[str, str], first: bool) -> None:
         """A followed Secret changed: the Clusters naming it check again (see SecretWatches)."""
         for uid in self._by_secret.get(key, ()):
-            running = self._actors.get(uid)
-            if running is not None:
+            actor = self._actors.get(uid)
+            if actor is not None:
                 if first:
-                    running.actor.wake()
+                    actor.wake()
                 else:
-                    running.actor.secret_changed()
+                    actor.secret_changed()
 
 
 def _uid(obj: dict[str, Any]) -> str:

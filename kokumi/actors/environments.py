@@ -15,10 +15,11 @@ from typing import Any
 import trio
 
 from kokumi import api, selectors, targets
-from kokumi.actors.context import write_status
+from kokumi.actors.context import Metrics, write_status
 from kokumi.kube import errors
 from kokumi.kube.client import Client
 from kokumi.kube.watch import Store
+from kokumi.reasons import Reason
 
 __all__ = ["LISTED", "EnvironmentsActor", "environment_status"]
 
@@ -45,8 +46,10 @@ class EnvironmentsActor:
         clusters: Store,
         environments: Store,
         select: Callable[[str, str, bool], None],
+        metrics: Metrics,
     ) -> None:
         self._client = client
+        self._metrics = metrics
         self._clusters = clusters
         self._environments = environments
         self._select = select
@@ -54,7 +57,6 @@ class EnvironmentsActor:
         self._wake = trio.Event()
         self._written: dict[tuple[str, str], dict[str, Any]] = {}
         self._parsed: dict[str, dict[str, tuple[str, api.Cluster | api.Invalid]]] = {}
-        self.status_writes = 0
 
     def changed(self, namespace: str) -> None:
         """Something in ``namespace`` changed: recompute it soon. Never blocks."""
@@ -138,7 +140,7 @@ class EnvironmentsActor:
         ):
             return
         self._written[key] = status
-        self.status_writes += 1
+        self._metrics.environment_status_writes += 1
 
 
 def _chosen(
@@ -171,11 +173,11 @@ def environment_status(
     generation = environment.metadata.generation
     old = _status_of(environment).conditions
     if isinstance(environment, api.Invalid):
-        condition = api.Condition("Ready", "False", "InvalidSpec", environment.message)
+        condition = api.Condition("Ready", "False", Reason.INVALID_SPEC, environment.message)
         return _body(generation, api.set_condition(old, _gen(condition, generation)), [])
     selector = selectors.parse(environment.spec.cluster_selector)
     if isinstance(selector, selectors.SelectorError):
-        condition = api.Condition("Ready", "False", "InvalidSelector", selector.message)
+        condition = api.Condition("Ready", "False", Reason.INVALID_SELECTOR, selector.message)
         return _body(generation, api.set_condition(old, _gen(condition, generation)), [])
     selected = [c for c in clusters if selector.matches(c.metadata.labels)]
     found = targets.targets([targets.selected_cluster(c) for c in selected])
@@ -199,7 +201,7 @@ def environment_status(
         condition = api.Condition(
             "Ready",
             "False",
-            "NoClusters",
+            Reason.NO_CLUSTERS,
             f"no Cluster of namespace {environment.metadata.namespace} matches the selector "
             f"{selector}: label Clusters to match, or change spec.clusterSelector",
         )
@@ -212,12 +214,15 @@ def environment_status(
         condition = api.Condition(
             "Ready",
             "False",
-            "NoClusterReady",
+            Reason.NO_CLUSTER_READY,
             f"none of the {len(selected)} selected Clusters can be deployed to; {where}",
         )
     else:
         condition = api.Condition(
-            "Ready", "True", "Ready", f"{deploying} of {len(selected)} selected Clusters deploy"
+            "Ready",
+            "True",
+            Reason.READY,
+            f"{deploying} of {len(selected)} selected Clusters deploy",
         )
     body = _body(generation, api.set_condition(old, _gen(condition, generation)), rows)
     body["selected"] = len(selected)

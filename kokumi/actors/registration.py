@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import attrs
 
+from kokumi.reasons import Reason
+
 __all__ = ["NOT_REGISTERED", "Registration"]
 
 
@@ -23,7 +25,7 @@ class Registration:
     holding: bool
     server: str | None = None
     conflict: str | None = None
-    reason: str = "ClusterConflict"
+    reason: Reason = Reason.CLUSTER_CONFLICT
 
 
 NOT_REGISTERED = Registration(holding=False)

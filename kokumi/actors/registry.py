@@ -47,6 +47,7 @@ from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.watch import Resync, WatchEvent, watch
 from kokumi.kubeconfig import Connection
 from kokumi.ownership import IN_CLUSTER_SERVER, ClusterRef
+from kokumi.reasons import Reason
 
 __all__ = ["NOT_REGISTERED", "Registration", "Registry"]
 
@@ -54,7 +55,7 @@ log = logging.getLogger(__name__)
 
 CLUSTER_SECRETS = f"{argocd.LABEL_SECRET_TYPE}=cluster"
 
-HANDOVER_REASON = "ArgoCDNameChanged"
+HANDOVER_REASON = Reason.ARGOCD_NAME_CHANGED
 """The Event on a Cluster that took a server over: Argo CD's name for the cluster changed."""
 
 
@@ -298,7 +299,7 @@ class Registry:
         if server is None:
             return Registration(holding=named)
         if server == IN_CLUSTER_SERVER or self._table.holder(server) != cluster:
-            return Registration(named, server, self._table.message(server), "ClusterConflict")
+            return Registration(named, server, self._table.message(server), Reason.CLUSTER_CONFLICT)
         secret = self._secrets.get(argocd.secret_name(server))
         registers = secret is not None and argocd.holder_of(secret) == cluster
         connection = self._connections.get(cluster)
@@ -312,7 +313,7 @@ class Registry:
             return Registration(holding=True, server=server)
         retry = self._retries.get(server)
         if retry is not None and retry.error is not None:
-            return Registration(named, server, retry.error, "RegistrationFailed")
+            return Registration(named, server, retry.error, Reason.REGISTRATION_FAILED)
         if registers:
             return Registration(holding=True, server=server)
         # Handed over to a Cluster whose kubeconfig the registry has not seen since a restart:
@@ -321,7 +322,7 @@ class Registry:
             f"server {server} is handed to this Cluster; Kokumi copies its kubeconfig to Argo CD "
             "at its next check"
         )
-        return Registration(named, server, message, "RegistrationPending")
+        return Registration(named, server, message, Reason.REGISTRATION_PENDING)
 
     def _released(self, cluster: ClusterRef) -> bool:
         return self._table.wanted_by(cluster) is None and not self._named.get(cluster)

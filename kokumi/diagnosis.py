@@ -1,0 +1,286 @@
+"""What a check's failure means, in one line: the probe's decisions, apart from its I/O.
+
+:mod:`kokumi.probe` asks the API server and catches what goes wrong; this module decides which
+Reason that is and what the message says, from plain values: the exception chain (with the HTTP
+client's and Trio's own exceptions turned into the small markers below), host and port strings,
+HTTP status codes and bodies. Keeping it free of Trio and httpx lets every message be tested
+without a socket, and keeps a library upgrade from changing a message unnoticed.
+
+Messages name hosts, ports and reasons only: a server URL may carry user info and a proxy URL a
+password, so callers pass ``host:port`` strings, never URLs.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import socket
+import ssl
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, TypeAlias
+
+from kokumi.egress import Network
+from kokumi.reasons import Reason
+
+__all__ = [
+    "NoHTTPAnswer",
+    "ProxyRefused",
+    "TimedOut",
+    "Verdict",
+    "anonymous",
+    "answered",
+    "chain",
+    "egress_denied",
+    "forbidden",
+    "from_failure",
+    "json_object",
+    "not_kubernetes",
+    "status_message",
+    "timed_out",
+    "unauthorized",
+]
+
+Verdict: TypeAlias = tuple[Reason, str]
+"""A check's Reason and its one-line message."""
+
+
+class ProxyRefused(Exception):
+    """The proxy answered, but would not connect onward; the text is the proxy's answer."""
+
+
+class TimedOut(Exception):
+    """The HTTP client or a Trio deadline gave up waiting."""
+
+
+class NoHTTPAnswer(Exception):
+    """The connection closed without an HTTP answer."""
+
+
+def chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and everything it was raised from, exception groups included, breadth first."""
+    seen: set[int] = set()
+    queue = [exc]
+    while queue:
+        current = queue.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        if isinstance(current, BaseExceptionGroup):
+            queue.extend(current.exceptions)
+        if current.__cause__ is not None:
+            queue.append(current.__cause__)
+        if current.__context__ is not None:
+            queue.append(current.__context__)
+
+
+def from_failure(
+    causes: Sequence[BaseException],
+    *,
+    failed: str,
+    where: str,
+    host: str,
+    proxy: str,
+    proxy_host: str,
+    tls_server_name: str | None,
+    ca_pem: bytes | None,
+    timeout: float,
+) -> Verdict:
+    """A failed request's Verdict, by the most telling exception in its chain.
+
+    The HTTP client wraps what went wrong (Trio wraps it too, and happy eyeballs groups the
+    attempts), so the cause is looked for in the whole chain, most specific kind first.
+    ``failed`` is the outermost exception's type name, ``where`` the server's ``host:port``,
+    ``proxy`` the proxy's ``host:port`` or ``""``.
+    """
+    for cause in causes:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return Reason.TLS_ERROR, _verify_message(cause, host, tls_server_name, ca_pem)
+    for cause in causes:
+        if isinstance(cause, ssl.SSLError):
+            return Reason.TLS_ERROR, _handshake_message(cause, where)
+    for cause in causes:
+        if isinstance(cause, ProxyRefused):
+            return Reason.UNREACHABLE, (
+                f"proxy failed: the proxy {proxy} would not connect to {where} ({cause});"
+                " check proxy-url and the proxy's rules"
+            )
+    # Before any TLS, with a proxy, everything that fails is the way to the proxy.
+    prefix = f"proxy failed: the proxy {proxy} is unreachable, " if proxy else ""
+    for cause in causes:
+        if isinstance(cause, socket.gaierror):
+            name = proxy_host if proxy else host
+            fix = "check proxy-url" if proxy else "check the host name in the server URL and DNS"
+            return Reason.UNREACHABLE, f"{prefix}DNS lookup failed for {name}: {fix}"
+    for cause in causes:
+        if isinstance(cause, ConnectionRefusedError) or (
+            isinstance(cause, OSError) and cause.errno == errno.ECONNREFUSED
+        ):
+            fix = (
+                "check proxy-url"
+                if proxy
+                else "check the port in the server URL and that the API server runs"
+            )
+            return Reason.UNREACHABLE, f"{prefix}connection refused by {proxy or where}: {fix}"
+    for cause in causes:
+        if isinstance(cause, TimedOut | TimeoutError):
+            return timed_out(timeout, proxy or where)
+    for cause in causes:
+        if isinstance(cause, NoHTTPAnswer):
+            return Reason.UNREACHABLE, (
+                f"{where} closed the connection without an HTTP answer: check that the server URL"
+                " points at the API server"
+            )
+    for cause in causes:
+        if isinstance(cause, OSError) and cause.strerror:
+            return Reason.UNREACHABLE, (
+                f"{prefix}{cause.strerror.lower()} ({proxy or where}): check the network path"
+            )
+    return Reason.UNREACHABLE, (
+        f"{prefix}the connection to {proxy or where} failed ({failed}): check the"
+        " server URL and the network path"
+    )
+
+
+def timed_out(timeout: float, where: str) -> Verdict:
+    return Reason.UNREACHABLE, (
+        f"timed out after {timeout:g} s: {where} did not answer in time; check"
+        " firewalls, the network path and the server URL's port"
+    )
+
+
+def egress_denied(host: str, address: str, network: Network) -> Verdict:
+    where = (
+        f"{address} is in {network}"
+        if host == address
+        else f"{host} resolves to {address}, in {network}"
+    )
+    return Reason.EGRESS_DENIED, (
+        f"{where}, where the manager does not connect ({_why(network)}): use the API"
+        " server's routable address, or allow it with kokumi manager --probe-allow-cidr"
+    )
+
+
+def unauthorized(has_credential: bool, *, own: bool) -> Verdict:
+    """A 401, or no credential at all; ``own``: the manager's own connection, not a kubeconfig's."""
+    if not has_credential:
+        return Reason.UNAUTHORIZED, (
+            "Kokumi runs without a credential: give the manager a ServiceAccount token"
+            if own
+            else "the kubeconfig has no credential: add a token, or a client certificate and key"
+        )
+    fix = (
+        "check the manager's ServiceAccount token, or the kubeconfig it runs with"
+        if own
+        else "write a current credential into the kubeconfig Secret"
+    )
+    return Reason.UNAUTHORIZED, (
+        "the API server refuses the credential (401): the token is invalid or expired, or the"
+        f" client certificate is not signed by a CA it trusts; {fix}"
+    )
+
+
+def anonymous() -> Verdict:
+    return Reason.UNAUTHORIZED, (
+        "the API server takes the credential for system:anonymous: use the token or client"
+        " certificate of a ServiceAccount or user"
+    )
+
+
+def forbidden(*, own: bool) -> Verdict:
+    fix = (
+        "restore the system:basic-user binding"
+        if own
+        else "bind it the roles Argo CD needs there (cluster-admin, or less)"
+    )
+    return Reason.FORBIDDEN, (
+        "the credential authenticates, but its user may not create a SelfSubjectReview (403),"
+        f" which every user may: {fix}"
+    )
+
+
+def not_kubernetes(what: str) -> Verdict:
+    return Reason.SERVER_ERROR, (
+        f"{what}: this is not a Kubernetes API server; check the server URL and its path"
+    )
+
+
+def answered(what: str, status: int, phrase: str, body: bytes) -> Verdict:
+    """Any answer that is neither success nor 401/403: say what answered and how.
+
+    ``phrase`` is the status's reason phrase, ``""`` when the code has none.
+    """
+    said_status = f"{status} {phrase}".strip()
+    if status >= 500 or status == 429:
+        said = status_message(body)
+        text = f"the API server failed {what} with {said_status}" + (f" ({said})" if said else "")
+        return Reason.SERVER_ERROR, f"{text}; look at the API server's health and load"
+    return not_kubernetes(f"{what} answered {said_status}")
+
+
+def json_object(body: bytes) -> Mapping[str, Any]:
+    """The body as a JSON object, or ``{}``: an answer that is not one says nothing."""
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return {}
+    return value if isinstance(value, Mapping) else {}
+
+
+def status_message(body: bytes) -> str:
+    """The server's own sentence from a ``Status``, short, on one line; nothing else of the body."""
+    status = json_object(body)
+    message = status.get("message") if status.get("kind") == "Status" else None
+    return " ".join(message.split())[:160] if isinstance(message, str) else ""
+
+
+def _verify_message(
+    exc: ssl.SSLCertVerificationError, host: str, name: str | None, ca_pem: bytes | None
+) -> str:
+    code = exc.verify_code
+    if code in (62, 64):  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
+        if name:
+            return (
+                f"the server's certificate is not valid for the TLS server name {name}: set"
+                " tls-server-name to a name the certificate holds"
+            )
+        return (
+            f"the server's certificate is not valid for {host}: use a host the certificate"
+            " holds in the server URL, or set tls-server-name to one"
+        )
+    if code in (9, 10):  # X509_V_ERR_CERT_NOT_YET_VALID, X509_V_ERR_CERT_HAS_EXPIRED
+        return (
+            f"the server's certificate {exc.verify_message}: renew the API server's certificate"
+            " or correct the clock"
+        )
+    if ca_pem is None:
+        return (
+            f"the server's certificate is not trusted ({exc.verify_message}) and no CA is"
+            " configured: add the cluster's CA as certificate-authority-data"
+        )
+    return (
+        f"the server's certificate is not signed by the configured CA ({exc.verify_message}):"
+        " put the cluster's CA into certificate-authority-data"
+    )
+
+
+def _handshake_message(exc: ssl.SSLError, where: str) -> str:
+    reason = exc.reason or ""
+    if reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG"):
+        return f"{where} does not speak TLS: check the server URL's scheme and port"
+    text = reason.replace("_", " ").lower() if reason else type(exc).__name__
+    if "CERTIFICATE" in reason:
+        return (
+            f"the TLS handshake with {where} failed ({text}): the server does not accept the"
+            " client certificate; use one its client CA signed"
+        )
+    return (
+        f"the TLS handshake with {where} failed ({text}): check that the server URL points at"
+        " the API server's HTTPS port"
+    )
+
+
+def _why(network: Network) -> str:
+    if network.is_link_local or str(network) == "fd00:ec2::254/128":
+        return "link-local, where clouds serve instance metadata and credentials"
+    return "denied by --probe-deny-cidr"

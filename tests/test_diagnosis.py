@@ -1,0 +1,137 @@
+"""The probe's diagnosis, without a socket: exception chains and answers in, Reason and message out.
+
+The probe's own tests reach real servers, proxies and sockets for each of these; here the
+decisions alone, including the orders of precedence that a real failure rarely shows together.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import json
+import socket
+import ssl
+from collections.abc import Sequence
+
+import pytest
+
+from kokumi import diagnosis
+from kokumi.reasons import Reason
+
+
+def diagnose(causes: Sequence[BaseException], proxy: str = "") -> diagnosis.Verdict:
+    return diagnosis.from_failure(
+        causes,
+        failed="ConnectError",
+        where="spoke.example:6443",
+        host="spoke.example",
+        proxy=proxy,
+        proxy_host=proxy.rsplit(":", 1)[0],
+        tls_server_name=None,
+        ca_pem=None,
+        timeout=10,
+    )
+
+
+def test_the_chain_walks_causes_contexts_and_groups_once_each() -> None:
+    refused = ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
+    group = ExceptionGroup("happy eyeballs", [OSError(errno.ENETUNREACH, "unreachable"), refused])
+    try:
+        try:
+            raise group
+        except ExceptionGroup as exc:
+            raise RuntimeError("wrapped") from exc
+    except RuntimeError as outer:
+        found = list(diagnosis.chain(outer))
+    assert found[:2] == [found[0], group]
+    assert refused in found
+    assert len(found) == len({id(e) for e in found})
+
+
+@pytest.mark.parametrize(
+    ("causes", "proxy", "message"),
+    [
+        (
+            [diagnosis.ProxyRefused("403 Forbidden")],
+            "proxy.example:3128",
+            "proxy failed: the proxy proxy.example:3128 would not connect to spoke.example:6443"
+            " (403 Forbidden); check proxy-url and the proxy's rules",
+        ),
+        (
+            [socket.gaierror(socket.EAI_NONAME, "Name or service not known")],
+            "",
+            "DNS lookup failed for spoke.example: check the host name in the server URL and DNS",
+        ),
+        (
+            [socket.gaierror(socket.EAI_NONAME, "Name or service not known")],
+            "proxy.example:3128",
+            "proxy failed: the proxy proxy.example:3128 is unreachable, DNS lookup failed for"
+            " proxy.example: check proxy-url",
+        ),
+        (
+            [OSError(errno.ECONNREFUSED, "Connection refused")],
+            "",
+            "connection refused by spoke.example:6443: check the port in the server URL and that"
+            " the API server runs",
+        ),
+        (
+            [diagnosis.TimedOut()],
+            "",
+            "timed out after 10 s: spoke.example:6443 did not answer in time; check firewalls,"
+            " the network path and the server URL's port",
+        ),
+        (
+            [diagnosis.NoHTTPAnswer()],
+            "",
+            "spoke.example:6443 closed the connection without an HTTP answer: check that the"
+            " server URL points at the API server",
+        ),
+        (
+            [OSError(errno.EHOSTUNREACH, "No route to host")],
+            "",
+            "no route to host (spoke.example:6443): check the network path",
+        ),
+        (
+            [RuntimeError("odd")],
+            "",
+            "the connection to spoke.example:6443 failed (ConnectError): check the server URL and"
+            " the network path",
+        ),
+    ],
+)
+def test_each_failure_has_its_message(
+    causes: list[BaseException], proxy: str, message: str
+) -> None:
+    assert diagnose(causes, proxy) == (Reason.UNREACHABLE, message)
+
+
+def test_tls_comes_before_anything_else_in_the_chain() -> None:
+    handshake = ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number")
+    handshake.reason = "WRONG_VERSION_NUMBER"
+    reason, message = diagnose([diagnosis.TimedOut(), handshake])
+    assert reason is Reason.TLS_ERROR
+    assert (
+        message == "spoke.example:6443 does not speak TLS: check the server URL's scheme and port"
+    )
+
+
+def test_a_server_error_quotes_only_the_status_message_on_one_line() -> None:
+    body = json.dumps({"kind": "Status", "message": "etcd\n  is   down", "token": "t0k3n"}).encode()
+    assert diagnosis.answered("GET /version", 503, "Service Unavailable", body) == (
+        Reason.SERVER_ERROR,
+        "the API server failed GET /version with 503 Service Unavailable (etcd is down); look at"
+        " the API server's health and load",
+    )
+    assert diagnosis.answered("GET /version", 404, "Not Found", b"<html>") == (
+        Reason.SERVER_ERROR,
+        "GET /version answered 404 Not Found: this is not a Kubernetes API server; check the"
+        " server URL and its path",
+    )
+
+
+def test_egress_names_the_address_and_why() -> None:
+    network = ipaddress.ip_network("169.254.0.0/16")
+    reason, message = diagnosis.egress_denied("meta.example", "169.254.169.254", network)
+    assert reason is Reason.EGRESS_DENIED
+    assert message.startswith("meta.example resolves to 169.254.169.254, in 169.254.0.0/16, where")
+    assert "link-local" in message
