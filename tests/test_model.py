@@ -528,6 +528,8 @@ class ManagerMachine(RuleBasedStateMachine):
                 "data": {"server": base64.b64encode(normal.encode()).decode()},
             }
         )
+        if any(wanted == normal for wanted, _ in self.wants().values()):
+            SEEN["blocked"] += 1  # a server somebody wants is blocked now, whatever comes next
         self._step()
 
     @rule(server=st.sampled_from(SERVERS))
