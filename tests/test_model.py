@@ -1039,3 +1039,23 @@ def test_a_deleted_cluster_whose_deleted_event_is_late_does_not_spin() -> None:
     finally:
         machine.world.close()
         api.now_rfc3339 = machine._wall_clock
+
+
+def test_a_cluster_valid_again_after_an_invalid_spell_is_checked_afresh() -> None:
+    """Invalid for a moment, then valid with a new spec (here switched to InCluster): the
+    old check, made for the old spec, must not be served again, and the check timer the Invalid
+    spell stopped must run again (found by the soak: a stale SecretNotFound for ever)."""
+    machine = ManagerMachine()
+    try:
+        machine.start(layout=[("ws1", "a", SERVERS[0])], before=False)
+        machine.delete_kubeconfig("ws1", "a")
+        machine.invalidate_cluster("ws1", "a")
+        machine.put_cluster("ws1", "a", TIERS[0], in_cluster=True)
+        machine.world.arun(machine.world.advance, 5.0)
+        cluster = api.parse_cluster(machine._object(api.CLUSTERS, "a", "ws1") or {})
+        assert isinstance(cluster, api.Cluster)
+        assert cluster.ready is not None and cluster.ready.reason == "Ready", cluster.ready
+        machine.converge()
+    finally:
+        machine.world.close()
+        api.now_rfc3339 = machine._wall_clock

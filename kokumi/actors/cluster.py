@@ -107,6 +107,9 @@ class ClusterActor:
         # a restart the registry's table, rebuilt from Argo CD's Secrets, may name it.
         self._may_hold = True
         self._check: Check | None = None
+        # The spec generation the check above was made for: a new spec (a connection switched,
+        # or valid again after an Invalid spell) is checked afresh, never served an old check.
+        self._checked_generation: int | None = None
         self._read: _Read | None = None
         # What the status said when this actor started: a manager that restarts takes it as
         # its first check and spreads its own first checks over the interval (see _seed_check).
@@ -255,6 +258,7 @@ class ClusterActor:
         elif self._needs_check(now):
             self._doing = "reading its kubeconfig Secret"
             self._check = await self._run_check(cluster)
+            self._checked_generation = cluster.metadata.generation
             self._context.metrics.check_finished(self.ref, self._check.outcome.reason)
             self._secret_dirty = False
             # Counted from when the check began, so that waiting for the limiter or a silent
@@ -278,12 +282,14 @@ class ClusterActor:
     def _needs_check(self, now: float) -> bool:
         """A reconcile for another reason reuses a check under half a minute old.
 
-        The timer, a changed kubeconfig Secret, or a new Secret reference check again.
+        The timer, a changed kubeconfig Secret, a new Secret reference or a new spec check again.
         """
         check = self._check
         if check is None or now >= self._next_check or self._secret_dirty:
             return True
         cluster = self._cluster
+        if cluster.metadata.generation != self._checked_generation:
+            return True
         watched = (
             self._context.secret_versions.get((cluster.metadata.namespace, cluster.secret_ref.name))
             if isinstance(cluster, api.Cluster) and cluster.secret_ref is not None
@@ -323,6 +329,7 @@ class ClusterActor:
         if read.connection.server != seed.server:
             return False
         self._check = Check(seed, now, read.version, read.connection)
+        self._checked_generation = cluster.metadata.generation
         options = self._context.options
         self._next_check = now + random.uniform(0.0, options.check_interval)  # noqa: S311
         self.checked.set()
