@@ -22,7 +22,6 @@ how the runner measures the gap between two checks of one Cluster, from outside 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import resource
 import ssl
@@ -33,10 +32,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import trio
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+
+from kokumi.controlplane import CertificateAuthority
 
 SERVER_NAME = "fleet.kokumi.test"
 PORT = 6443
@@ -51,59 +48,12 @@ def address(index: int) -> str:
 
 def make_pki(directory: Path) -> tuple[Path, Path]:
     """A CA and one server certificate for SERVER_NAME; returns (ca.pem, server chain+key)."""
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fleet-ca")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, SERVER_NAME)]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(SERVER_NAME)]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
-        )
-        .add_extension(x509.ExtendedKeyUsage([x509.OID_SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    pem = serialization.Encoding.PEM
+    authority = CertificateAuthority.create("fleet-ca")
+    cert, key = authority.issue(SERVER_NAME, server_names=[SERVER_NAME])
     ca_path = directory / "ca.pem"
-    ca_path.write_bytes(ca.public_bytes(pem))
+    ca_path.write_bytes(authority.pem)
     chain = directory / "server.pem"
-    chain.write_bytes(
-        cert.public_bytes(pem)
-        + key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
+    chain.write_bytes(cert + key)
     chain.chmod(0o600)
     return ca_path, chain
 
