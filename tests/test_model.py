@@ -1059,3 +1059,27 @@ def test_a_cluster_valid_again_after_an_invalid_spell_is_checked_afresh() -> Non
     finally:
         machine.world.close()
         api.now_rfc3339 = machine._wall_clock
+
+
+def test_a_restart_after_a_move_cut_short_keeps_the_new_server() -> None:
+    """A Cluster moves to another server while the old Secret's delete is refused, so two
+    Secrets name it; a restart then keeps the one it moved to (written last) and deletes the
+    old one, never the other way round (found by the soak)."""
+    machine = ManagerMachine()
+    try:
+        machine.start(layout=[("ws2", "b", SERVERS[0])], before=True)
+        machine.world.arun(machine.world.advance, 5.0)
+        fake = machine.world.fake
+        machine.world.run(
+            lambda: fake.fail(403, verb="delete", resource="secrets", namespace=ARGOCD, times=4)
+        )
+        machine.put_kubeconfig("ws2", "b", SERVERS[2], None)
+        assert len(machine.ours()) == 2  # the old one's delete was refused
+        machine.restart_manager(None)
+        assert machine.violations == [], machine.violations
+        machine.converge()
+        (secret,) = machine.ours().values()
+        assert argocd.server_of(secret) == normalise_server(SERVERS[2])
+    finally:
+        machine.world.close()
+        api.now_rfc3339 = machine._wall_clock
