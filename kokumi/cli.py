@@ -21,6 +21,7 @@ from kokumi.leader import DEFAULT_LEASE_NAME, LeaderElection, Timing
 from kokumi.logs import FORMATS
 from kokumi.logs import configure as configure_logs
 from kokumi.secretaccess import SecretScope
+from kokumi.shards import Sharding
 from kokumi.signals import until_signalled
 
 __all__ = ["main"]
@@ -31,6 +32,9 @@ def _manager(args: argparse.Namespace) -> int:
 
     try:
         election = _leader_election(args)
+        sharding = _sharding(args)
+        if sharding is not None:
+            election = None  # the shard Leases replace the single leader Lease
         if args.kubeconfig or args.context:
             config = Config.from_kubeconfig(args.kubeconfig, context=args.context)
         else:
@@ -50,6 +54,7 @@ def _manager(args: argparse.Namespace) -> int:
         secrets_scope=SecretScope(args.secrets_scope),
         probe_egress=egress,
         leader_election=election,
+        sharding=sharding,
         health_port=args.health_port or None,
         field_manager=args.field_manager,
     )
@@ -79,6 +84,21 @@ def _leader_election(args: argparse.Namespace) -> LeaderElection | None:
     # The pod's name, and a suffix so that a restarted pod is a new candidate, as in client-go.
     identity = f"{socket.gethostname()}_{secrets.token_hex(4)}"
     return LeaderElection(identity, lease_name=args.leader_elect_lease_name, timing=timing)
+
+
+def _sharding(args: argparse.Namespace) -> Sharding | None:
+    """``--shards``/``--max-shards`` as :class:`Sharding` (None: one shard, today's manager)."""
+    if args.shards == 1:
+        if args.max_shards is not None:
+            raise ValueError("--max-shards needs --shards above 1: set both, or neither")
+        return None
+    timing = Timing(
+        lease_duration=args.leader_elect_lease_duration,
+        renew_deadline=args.leader_elect_renew_deadline,
+        retry_period=args.leader_elect_retry_period,
+    )
+    identity = f"{socket.gethostname()}_{secrets.token_hex(4)}"
+    return Sharding(identity, args.shards, args.max_shards, timing)
 
 
 def _uninstall(args: argparse.Namespace) -> int:
@@ -159,6 +179,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         manager.add_argument(
             f"--leader-elect-{flag}", type=float, default=default, help=f"{what} ({default:g})"
         )
+    manager.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        help="split the Clusters among the replicas in this many shards, one Lease each"
+        " (kokumi-clusters-shard-<i>); 1: one leader does everything (default 1)",
+    )
+    manager.add_argument(
+        "--max-shards",
+        type=int,
+        default=None,
+        help="hold at most this many shards at once (default: all); see docs/operations.md",
+    )
     manager.add_argument(
         "--health-port",
         type=int,

@@ -23,7 +23,7 @@ from kokumi import leader
 from kokumi.kube import errors
 from kokumi.kube.client import LEASES, Client
 
-__all__ = ["LeadershipLost", "LeaseElector"]
+__all__ = ["Admission", "LeadershipLost", "LeaseElector"]
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,22 @@ RELEASE_TIMEOUT = 5.0
 
 class LeadershipLost(Exception):
     """The leader could not renew its Lease in time, or somebody else holds it now."""
+
+
+class Admission:
+    """What the electors of one replica share when it stands for several Leases (shards).
+
+    At most ``limit`` of them may hold their Lease at once, and they try to take one at a time,
+    in the order they asked, so the bound is exact even when several Leases are free together.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.lock = trio.Lock()
+        self.electors: list[LeaseElector] = []
+
+    def room(self) -> bool:
+        return sum(e.state.leading for e in self.electors) < self.limit
 
 
 class LeaseElector:
@@ -51,6 +67,7 @@ class LeaseElector:
         *,
         on_change: Callable[[bool], None] | None = None,
         wall: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        admission: Admission | None = None,
     ) -> None:
         self._client = client
         self.namespace = namespace
@@ -62,6 +79,9 @@ class LeaseElector:
         self._lease: dict[str, Any] | None = None
         self._last_problem = ""
         self.leading = trio.Event()
+        self._admission = admission
+        if admission is not None:
+            admission.electors.append(self)
 
     @property
     def identity(self) -> str:
@@ -112,7 +132,7 @@ class LeaseElector:
             self.identity,
         )
         # Polled, as client-go does: a watch would not tell when a silent holder's lease expires.
-        while not await self._attempt():  # noqa: ASYNC110
+        while not await self._admitted_attempt():  # noqa: ASYNC110
             await trio.sleep(self._retry_delay())
         log.info("leading: Lease %s/%s is held by %s", *self._where(), self.identity)
 
@@ -130,6 +150,21 @@ class LeaseElector:
                 f"could not renew the Lease {'/'.join(self._where())} within"
                 f" {self.timing.renew_deadline:g} s"
             )
+
+    async def _admitted_attempt(self) -> bool:
+        """One try to take the Lease, if this replica has room for one more."""
+        admission = self._admission
+        if admission is None:
+            return await self._attempt()
+        async with admission.lock:
+            return admission.room() and await self._attempt()
+
+    def serving_until(self) -> float | None:
+        """Until when (Trio time) the holder may write: the renew deadline; None if not held."""
+        if not self.state.leading:
+            return None
+        until = self.state.stop_by()
+        return until if until > trio.current_time() else None
 
     async def _attempt(self) -> bool:
         """One read and, if the rules say so, one write of the Lease; whether we hold it now."""

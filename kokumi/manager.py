@@ -10,10 +10,15 @@ nursery and stops it by cancelling that nursery (or a scope around it)::
 With ``Options.leader_election`` set, everything that reads or writes Clusters runs only while
 this process holds the Lease (:mod:`kokumi.election`); the health server, when asked for, runs
 from the start, so a standby answers its probes.
+
+With ``Options.sharding`` set instead, the watches run from the start and this replica stands
+for every shard's Lease (:mod:`kokumi.shards`): the Cluster actors of a shard run only inside
+that shard's Lease, and Environments' status and the in-cluster defaults only inside shard 0's.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -32,9 +37,12 @@ from kokumi.actors.context import (
 from kokumi.actors.dispatcher import Dispatcher
 from kokumi.actors.incluster import keep_in_cluster
 from kokumi.actors.registry import Registry
-from kokumi.election import LeadershipLost, LeaseElector
+from kokumi.election import Admission, LeadershipLost, LeaseElector
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
+from kokumi.leader import LeaderElection
+from kokumi.ownership import ClusterRef
+from kokumi.shards import lease_name, preference
 
 __all__ = ["LeadershipLost", "Manager", "Options", "run_manager"]
 
@@ -91,8 +99,43 @@ class Manager:
                 options.leader_election,
                 on_change=lambda leading: self.metrics.leader.set(int(leading)),
             )
+        #: shard -> this replica's candidate for its Lease (empty without sharding).
+        self.shard_electors: dict[int, LeaseElector] = {}
+        sharding = options.sharding
+        if sharding is not None:
+            admission = Admission(sharding.limit)
+            for shard in preference(sharding.identity, sharding.shards):
+                self.shard_electors[shard] = LeaseElector(
+                    client,
+                    options.namespace,
+                    LeaderElection(
+                        sharding.identity, lease_name=lease_name(shard), timing=sharding.timing
+                    ),
+                    on_change=self._shards_changed,
+                    admission=admission,
+                )
+            self.registry.follow_shards(self._serves)
+            self.dispatcher.environments_actor.writes_until = functools.partial(
+                self._serving_until, 0
+            )
         self.health_port: int | None = None
         self.started = trio.Event()
+
+    def held_shards(self) -> set[int]:
+        """The shards whose Lease this replica holds now."""
+        return {s for s, e in self.shard_electors.items() if e.serving_until() is not None}
+
+    def _shards_changed(self, _leading: bool) -> None:
+        self.metrics.leader.set(int(any(e.state.leading for e in self.shard_electors.values())))
+
+    def _serving_until(self, shard: int) -> float | None:
+        elector = self.shard_electors.get(shard)
+        return elector.serving_until() if elector is not None else None
+
+    def _serves(self, cluster: ClusterRef) -> float | None:
+        sharding = self.options.sharding
+        assert sharding is not None
+        return self._serving_until(sharding.shard_of(cluster.namespace, cluster.name))
 
     async def wait_checked(self) -> None:
         """Return once every Cluster that exists now has been checked at least once."""
@@ -124,14 +167,37 @@ class Manager:
         """The controller itself, without election or health server (see :meth:`serve`)."""
         async with trio.open_nursery() as nursery:
             await nursery.start(self.registry.run)
-            if self.options.keep_in_cluster:
+            if self.options.keep_in_cluster and not self.shard_electors:
                 await nursery.start(keep_in_cluster, self.client, self.options.namespace)
             await nursery.start(self.dispatcher.run)
             log.info("manager started (namespace %s)", self.options.namespace)
-            if self.elector is None:
+            if self.elector is None and not self.shard_electors:
                 self.metrics.leader.set(1)
+            for shard in self.shard_electors:  # in this replica's order of preference
+                nursery.start_soon(self._stand_for, shard)
             self.started.set()
             task_status.started(self)
+
+    async def _stand_for(self, shard: int) -> None:
+        """Be a candidate for ``shard``'s Lease for ever; serve the shard while holding it."""
+        elector = self.shard_electors[shard]
+        while True:
+            try:
+                await elector.run(functools.partial(self._serve_shard, shard))
+            except LeadershipLost as lost:
+                # Its Cluster actors have stopped already: stand again, as a fresh candidate.
+                log.warning("shard %d: %s; standing for it again", shard, lost)
+
+    async def _serve_shard(self, shard: int) -> None:
+        async with trio.open_nursery() as nursery:
+            if shard == 0:
+                if self.options.keep_in_cluster:
+                    await nursery.start(keep_in_cluster, self.client, self.options.namespace)
+                # Environments' status is this replica's to write now: compute every namespace.
+                for environment in self.dispatcher.environments.values():
+                    namespace = str(environment.get("metadata", {}).get("namespace", ""))
+                    self.dispatcher.environments_actor.changed(namespace)
+            await self.dispatcher.serve_shard(shard)
 
     async def serve(
         self, *, task_status: trio.TaskStatus[Manager] = trio.TASK_STATUS_IGNORED

@@ -21,6 +21,10 @@ import attrs
 
 __all__ = [
     "IN_CLUSTER_SERVER",
+    "Adopt",
+    "Disown",
+    "Remote",
+    "RemoteGone",
     "ClusterRef",
     "ServerTaken",
     "DeleteSecret",
@@ -106,7 +110,51 @@ class ForeignGone:
     secret_name: str | None = None
 
 
-Event: TypeAlias = Want | Release | Foreign | ForeignGone
+@attrs.frozen
+class Remote:
+    """A Secret of Kokumi's registers ``holder``, a Cluster of a shard another replica serves.
+
+    The server is held, by a holder this table does not act for: the Clusters here that want it
+    wait, and nothing here writes its Secret. A local holder found in this position lost the
+    API server's atomic create to the other replica and waits first in line.
+    """
+
+    server: str = attrs.field(converter=normalise_server)
+    holder: ClusterRef
+
+
+@attrs.frozen
+class RemoteGone:
+    """The Secret of a server held elsewhere is gone: the first here in line creates it."""
+
+    server: str = attrs.field(converter=normalise_server)
+
+
+@attrs.frozen
+class Adopt:
+    """This replica now serves the shard of ``holder``, which the server's Secret registers.
+
+    As after a restart: the holder keeps the server (no write for that), and the Clusters the
+    Secret records as waiting (``waiting``, those of shards served here) queue behind it, before
+    the Clusters already waiting here.
+    """
+
+    server: str = attrs.field(converter=normalise_server)
+    holder: ClusterRef
+    waiting: tuple[ClusterRef, ...] = ()
+
+
+@attrs.frozen
+class Disown:
+    """Another replica serves ``cluster``'s shard now: it leaves this table without a write.
+
+    A server it held stays held, elsewhere (as :class:`Remote`); its place in a line is gone.
+    """
+
+    cluster: ClusterRef
+
+
+Event: TypeAlias = Want | Release | Foreign | ForeignGone | Remote | RemoteGone | Adopt | Disown
 
 
 # Effects
@@ -169,12 +217,13 @@ class Table:
     _lines: dict[str, tuple[ClusterRef, ...]] = attrs.field(factory=dict)
     _foreign: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
     _wants: dict[ClusterRef, str] = attrs.field(factory=dict)
+    _remote: dict[str, ClusterRef] = attrs.field(factory=dict)
 
     def holder(self, server: str) -> ClusterRef | None:
-        """The Cluster whose Secret registers ``server``, if any."""
+        """The Cluster whose Secret registers ``server``, if any, among those served here."""
         server = normalise_server(server)
         line = self._lines.get(server, ())
-        if not line or server in self._foreign:
+        if not line or server in self._foreign or server in self._remote:
             return None
         return line[0]
 
@@ -182,9 +231,17 @@ class Table:
         """The Clusters waiting for ``server``, the next holder first."""
         server = normalise_server(server)
         line = self._lines.get(server, ())
-        if server in self._foreign:
+        if server in self._foreign or server in self._remote:
             return line
         return line[1:]
+
+    def remote(self, server: str) -> ClusterRef | None:
+        """The holder of ``server`` when it is a Cluster another replica serves."""
+        return self._remote.get(normalise_server(server))
+
+    def remotes(self) -> dict[str, ClusterRef]:
+        """Every server held by a Cluster another replica serves, and that holder."""
+        return dict(self._remote)
 
     def wanted_by(self, cluster: ClusterRef) -> str | None:
         """The one server ``cluster`` holds, waits for, or was refused."""
@@ -206,7 +263,7 @@ class Table:
         return {
             server: line[0]
             for server, line in sorted(self._lines.items())
-            if line and server not in self._foreign
+            if line and server not in self._foreign and server not in self._remote
         }
 
     def foreign(self, server: str) -> tuple[str, ...]:
@@ -230,7 +287,7 @@ class Table:
                 "which Kokumi did not write and leaves alone; "
                 "this Cluster registers it once that Secret is gone"
             )
-        holder = self.holder(server)
+        holder = self.holder(server) or self._remote.get(server)
         if holder is not None:
             return (
                 f"server {shown} is held by Cluster {_shown(str(holder))}; "
@@ -267,6 +324,7 @@ class _Draft:
         self.lines = table._lines
         self.foreign = table._foreign
         self.wants = table._wants
+        self.remote = table._remote
         self._copied: set[str] = set()
         self.effects: list[Effect] = []
 
@@ -288,12 +346,18 @@ class _Draft:
             self._copied.add("wants")
         return self.wants
 
+    def _remote(self) -> dict[str, ClusterRef]:
+        if "remote" not in self._copied:
+            self.remote = dict(self.remote)
+            self._copied.add("remote")
+        return self.remote
+
     def table(self) -> Table:
-        return Table(lines=self.lines, foreign=self.foreign, wants=self.wants)
+        return Table(lines=self.lines, foreign=self.foreign, wants=self.wants, remote=self.remote)
 
     def holder(self, server: str) -> ClusterRef | None:
         line = self.lines.get(server, ())
-        if not line or server in self.foreign:
+        if not line or server in self.foreign or server in self.remote:
             return None
         return line[0]
 
@@ -372,6 +436,67 @@ class _Draft:
             del self._foreign()[server]
             self.take_over(server)
 
+    def forget(self, cluster: ClusterRef) -> str | None:
+        """Take ``cluster`` out of the table without a word: the server it wanted, if any."""
+        if cluster not in self.wants:
+            return None
+        server = self._wants().pop(cluster)
+        if server == IN_CLUSTER_SERVER:
+            return None
+        line = tuple(other for other in self.lines[server] if other != cluster)
+        if line:
+            self._lines()[server] = line
+        else:
+            del self._lines()[server]
+        return server
+
+    def add_remote(self, server: str, holder: ClusterRef) -> None:
+        if self.remote.get(server) == holder:
+            return
+        self.forget(holder)  # served elsewhere now: not ours to queue
+        self._remote()[server] = holder
+        self.tell_waiting(server)
+
+    def remove_remote(self, server: str) -> None:
+        if server not in self.remote:
+            return
+        del self._remote()[server]
+        if server in self.foreign:
+            self.tell_waiting(server)
+        else:
+            self.take_over(server)
+
+    def adopt(self, server: str, holder: ClusterRef, waiting: tuple[ClusterRef, ...]) -> None:
+        if self.wants.get(holder, server) != server:
+            # The Cluster wants another server here already: this Secret is a move cut short.
+            if server in self.remote:
+                del self._remote()[server]
+            if self.lines.get(server):
+                self.take_over(server)
+            elif server not in self.foreign:
+                self.effects.append(DeleteSecret(server))
+            return
+        if server in self.remote:
+            del self._remote()[server]
+        current = tuple(c for c in self.lines.get(server, ()) if c != holder)
+        queued = tuple(dict.fromkeys(c for c in waiting if c != holder and c not in self.wants))
+        self._lines()[server] = (holder, *queued, *current)
+        for cluster in (holder, *queued):
+            self._wants()[cluster] = server
+        if server in self.foreign:
+            self.tell_waiting(server)
+        else:
+            self.take_over(server)
+
+    def disown(self, cluster: ClusterRef) -> None:
+        server = self.wants.get(cluster)
+        if server is None:
+            return
+        held = self.holder(server) == cluster
+        self.forget(cluster)
+        if held:
+            self._remote()[server] = cluster
+
 
 def step(table: Table, event: Event) -> tuple[Table, tuple[Effect, ...]]:
     """Apply one event; return the new table and what the registry must do, in that order.
@@ -389,6 +514,14 @@ def step(table: Table, event: Event) -> tuple[Table, tuple[Effect, ...]]:
             draft.add_foreign(server, secret_name)
         case ForeignGone(server=server, secret_name=secret_name):
             draft.remove_foreign(server, secret_name)
+        case Remote(server=server, holder=holder):
+            draft.add_remote(server, holder)
+        case RemoteGone(server=server):
+            draft.remove_remote(server)
+        case Adopt(server=server, holder=holder, waiting=waiting):
+            draft.adopt(server, holder, waiting)
+        case Disown(cluster=cluster):
+            draft.disown(cluster)
     return draft.table(), tuple(draft.effects)
 
 

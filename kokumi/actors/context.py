@@ -24,6 +24,7 @@ from kokumi.kube.watch import Resync, WatchEvent
 from kokumi.leader import LeaderElection
 from kokumi.reasons import Reason
 from kokumi.secretaccess import SecretScope
+from kokumi.shards import Sharding
 
 if TYPE_CHECKING:
     from kokumi.actors.registration import Registration
@@ -67,6 +68,9 @@ class Options:
     probe_egress: EgressPolicy = attrs.field(factory=EgressPolicy)
     # Run only while holding a Lease in ``namespace`` (None: always, the embedding default).
     leader_election: LeaderElection | None = None
+    # Share the Clusters with other replicas through one Lease per shard (None: one process
+    # serves them all, inside ``leader_election`` if set). See docs/architecture.md, Shards.
+    sharding: Sharding | None = None
     # Serve /healthz, /readyz and /metrics on this port (None: not at all; 0: any free port).
     health_port: int | None = None
 

@@ -3,8 +3,12 @@
 Secrets are followed by :class:`SecretWatches`, per namespace that holds Kubeconfig Clusters.
 
 It alone decides when a Cluster actor starts and ends, so no message can go to an actor that is
-closing. Everything it tells an actor is a non-blocking mailbox call; the only awaits are for the
-watches and the registry.
+closing. With shards (``--shards``), it starts actors only for the Clusters of the shards this
+replica holds, each shard's in a nursery of its own that :meth:`Dispatcher.serve_shard` runs inside
+the shard's Lease: losing the Lease cancels exactly those actors.
+
+Everything it tells an actor is a non-blocking mailbox call; the only awaits are for the watches
+and the registry.
 """
 
 from __future__ import annotations
@@ -44,7 +48,15 @@ class Dispatcher:
         self._ending: dict[ClusterRef, ClusterActor] = {}  # stopped, still releasing
         self._by_secret: defaultdict[tuple[str, str], set[str]] = defaultdict(set)
         self._selected: set[ClusterRef] = set()
-        self._nursery: trio.Nursery | None = None
+        # shard -> the nursery its Cluster actors run in; without shards, shard 0 is everything.
+        self._nurseries: dict[int, trio.Nursery] = {}
+        sharding = context.options.sharding
+        self._sharded = sharding is not None
+        self._shard_of: Callable[[ClusterRef], int] = (
+            (lambda ref: sharding.shard_of(ref.namespace, ref.name))
+            if sharding is not None
+            else (lambda _ref: 0)
+        )
         self.environments_actor = EnvironmentsActor(
             context.client, self.clusters, self.environments, self._select, context.metrics
         )
@@ -79,7 +91,8 @@ class Dispatcher:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         client = self._context.client
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
+            if not self._sharded:
+                self._nurseries[0] = nursery
             await nursery.start(self.secret_watches.run)
             self._context.username = self.secret_watches.username
             watches: list[tuple[Any, Store | None, Callable[[Events], Any], bool]] = [
@@ -130,6 +143,9 @@ class Dispatcher:
             self._index_secret(uid, running.cluster, cluster)
             running.update(cluster)
             return
+        nursery = self._nurseries.get(self._shard_of(_ref(obj)))
+        if nursery is None:
+            return  # another replica serves this Cluster's shard
         actor = ClusterActor(self._context, cluster)
         ending = self._ending.pop(actor.ref, None)
         if ending is not None:
@@ -140,8 +156,7 @@ class Dispatcher:
         self._actors[uid] = actor
         self._by_ref[actor.ref] = uid
         self._index_secret(uid, None, cluster)
-        assert self._nursery is not None
-        self._nursery.start_soon(self._run_actor, uid, actor)
+        nursery.start_soon(self._run_actor, uid, actor)
 
     async def _run_actor(self, uid: str, actor: ClusterActor) -> None:
         # An actor ends on its own after stop(), once it has released its server; the manager's
@@ -151,6 +166,45 @@ class Dispatcher:
             del self._ending[actor.ref]
         if self._actors.get(uid) is actor:
             del self._actors[uid]
+
+    async def serve_shard(
+        self, shard: int, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Run the Cluster actors of ``shard`` until cancelled (the shard's Lease body).
+
+        The registry adopts the shard's Secrets first, so a holder's first claim finds its
+        server held; on the way out the actors have stopped (the nursery is closed) before the
+        registry disowns their claims, and this replica writes nothing for them any more.
+        """
+        await self._clusters_synced.wait()
+        try:
+            async with trio.open_nursery() as nursery:
+                await self._registry.reshard()
+                self._nurseries[shard] = nursery
+                objects = [o for o in self.clusters.values() if self._shard_of(_ref(o)) == shard]
+                await self._registry.prune([_ref(o) for o in self.clusters.values()])
+                for obj in objects:
+                    self._upsert(obj)
+                for namespace in {_ref(o).namespace for o in objects}:
+                    self.environments_actor.changed(namespace)
+                log.info("serving shard %d: %d Clusters", shard, len(objects))
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._nurseries.pop(shard, None)
+            for uid, actor in list(self._actors.items()):
+                if self._shard_of(actor.ref) == shard:
+                    self._forget(uid, actor)
+            for ref in [r for r in self._ending if self._shard_of(r) == shard]:
+                del self._ending[ref]
+            self._registry.reshard_soon()
+            log.info("stopped serving shard %d", shard)
+
+    def _forget(self, uid: str, actor: ClusterActor) -> None:
+        del self._actors[uid]
+        if self._by_ref.get(actor.ref) == uid:
+            del self._by_ref[actor.ref]
+        self._index_secret(uid, actor.cluster, None)
 
     def _stop(self, uid: str) -> None:
         actor = self._actors.pop(uid, None)

@@ -9,6 +9,7 @@ when it differs from what the object says.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -57,6 +58,9 @@ class EnvironmentsActor:
         self._wake = trio.Event()
         self._written: dict[tuple[str, str], dict[str, Any]] = {}
         self._parsed: dict[str, dict[str, tuple[str, api.Cluster | api.Invalid]]] = {}
+        #: Until when this replica may write Environments' status (None: another one does;
+        #: with shards, the holder of shard 0, under that Lease's renew deadline).
+        self.writes_until: Callable[[], float | None] = lambda: math.inf
 
     def changed(self, namespace: str) -> None:
         """Something in ``namespace`` changed: recompute it soon. Never blocks."""
@@ -135,9 +139,15 @@ class EnvironmentsActor:
         status_now = _status_of(environment)
         observed = None if status_now == api.EnvironmentStatus() else _observed(status_now)
         unchanged = (observed, self._written.get(key))
-        if not await write_status(
-            self._client, api.ENVIRONMENTS, meta, status, unchanged=unchanged
-        ):
+        until = self.writes_until()
+        if until is None:
+            return
+        written = False
+        with trio.move_on_at(until):
+            written = await write_status(
+                self._client, api.ENVIRONMENTS, meta, status, unchanged=unchanged
+            )
+        if not written:
             return
         self._written[key] = status
         self._metrics.environment_status_writes += 1

@@ -62,6 +62,14 @@ HANDOVER_REASON = Reason.ARGOCD_NAME_CHANGED
 Liveness = Callable[[ClusterRef, str], bool]
 """Whether ``uid`` is the Cluster object that exists now under that namespace and name."""
 
+Serves = Callable[[ClusterRef], float | None]
+"""Until when (Trio time) this replica may write for the Cluster; None: another replica serves it.
+
+Without shards every Cluster is served for ever (``math.inf``). With shards it is the renew
+deadline of the Lease of the Cluster's shard, so a write for a shard whose Lease was not renewed
+in time ends when the shard's Cluster actors are cancelled, before another replica may take it.
+"""
+
 
 @attrs.frozen
 class _Want:
@@ -85,12 +93,17 @@ class _Prune:
 
 
 @attrs.frozen
+class _Reshard:
+    reply: trio.MemorySendChannel[Any] | None = None
+
+
+@attrs.frozen
 class _Note:
     event: WatchEvent | Resync
     reply: trio.MemorySendChannel[Any] | None = None
 
 
-_Request = _Want | _Release | _Prune | _Note
+_Request = _Want | _Release | _Prune | _Note | _Reshard
 
 
 @attrs.define
@@ -133,11 +146,25 @@ class Registry:
         self._foreign_names: dict[str, str] = {}
         self._retries: dict[str, _Retry] = {}
         self._is_current: Liveness = lambda _ref, _uid: True
+        self._serves: Serves = lambda _ref: math.inf
+        self._reshard_wanted = trio.Event()
         self._inbox_send, self._inbox = trio.open_memory_channel[_Request](64)
 
     def follow_liveness(self, is_current: Liveness) -> None:
         """Let the registry ask which Cluster object is the live one (the dispatcher knows)."""
         self._is_current = is_current
+
+    def follow_shards(self, serves: Serves) -> None:
+        """Act only for the Clusters ``serves`` names (the shards this replica holds)."""
+        self._serves = serves
+
+    async def reshard(self) -> None:
+        """The shards served here changed: adopt or disown Secrets and claims; wait till done."""
+        await self._ask(_Reshard)
+
+    def reshard_soon(self) -> None:
+        """As :meth:`reshard`, without waiting (from a scope being cancelled)."""
+        self._reshard_wanted.set()
 
     def out_of_step(self) -> frozenset[str]:
         """Servers whose Secret the registry knows to differ from its table, and retries."""
@@ -200,6 +227,7 @@ class Registry:
             assert isinstance(first, Resync)
             await self._guarded(self._rebuild(first.objects))
             nursery.start_soon(self._forward, receive)
+            nursery.start_soon(self._forward_reshards)
             task_status.started()
             while True:
                 request: _Request | None = None
@@ -219,6 +247,12 @@ class Registry:
         """The Secret watch feeds the same inbox as the Clusters: one order for everything."""
         async for event in receive:
             await self._inbox_send.send(_Note(event))
+
+    async def _forward_reshards(self) -> None:
+        while True:
+            await self._reshard_wanted.wait()
+            self._reshard_wanted = trio.Event()
+            await self._inbox_send.send(_Reshard())
 
     async def _guarded(self, work: Any) -> Any:
         try:
@@ -270,6 +304,9 @@ class Registry:
             case _Note(event=event):
                 await self._settle(await self._note(event))
                 return None
+            case _Reshard():
+                await self._settle(self._reshard())
+                return None
         raise AssertionError(request)  # pragma: no cover
 
     # --- the table and the facts --------------------------------------------------------------
@@ -286,9 +323,12 @@ class Registry:
                 ownership.Want(server=server)
                 | ownership.Foreign(server=server)
                 | ownership.ForeignGone(server=server)
+                | ownership.Remote(server=server)
+                | ownership.RemoteGone(server=server)
+                | ownership.Adopt(server=server)
             ):
                 touched.add(server)
-            case ownership.Release(cluster=cluster):
+            case ownership.Release(cluster=cluster) | ownership.Disown(cluster=cluster):
                 touched.add(before.wanted_by(cluster))
         return touched
 
@@ -388,12 +428,20 @@ class Registry:
         A refused or failed write leaves the server in ``_retries`` with its next attempt; a
         success removes it.
         """
+        until = self._deadline(server)
+        if until is None:
+            # Another replica serves this server's holder: nothing here to write, nor retry.
+            self._retries.pop(server, None)
+            return set()
         try:
-            try:
-                touched = await self._write(server)
-            except errors.Conflict:
-                # Changed by somebody meanwhile and read again: one more try from that version.
-                touched = await self._write(server)
+            with trio.move_on_at(until) as scope:
+                try:
+                    touched = await self._write(server)
+                except errors.Conflict:
+                    # Changed by somebody meanwhile and read again: one more try from that version.
+                    touched = await self._write(server)
+            if scope.cancelled_caught:
+                raise errors.KubeError("the shard's Lease was not renewed in time")
         except errors.KubeError as exc:
             self._failed(server, exc)
             return set()
@@ -401,6 +449,25 @@ class Registry:
         if retry is not None:
             retry.failures.recovered()
         return touched
+
+    def _deadline(self, server: str) -> float | None:
+        """Until when the registry may write ``server``'s Secret; None: not this replica's.
+
+        A server held elsewhere is never written here; otherwise the write acts for the holder
+        in the table and for the Cluster the Secret names now, and must end by both deadlines.
+        """
+        if self._table.remote(server) is not None:
+            return None
+        secret = self._secrets.get(argocd.secret_name(server))
+        acting = {self._table.holder(server), argocd.holder_of(secret) if secret else None}
+        until = math.inf
+        for cluster in acting - {None}:
+            assert cluster is not None
+            served = self._serves(cluster)
+            if served is None:
+                return None
+            until = min(until, served)
+        return until
 
     def _failed(self, server: str, exc: errors.KubeError) -> None:
         retry = self._retries.get(server)
@@ -457,6 +524,10 @@ class Registry:
                 if not argocd.is_ours(found):
                     return self._found_foreign(server, name)
                 self._remember(name, found)
+                other = argocd.holder_of(found)
+                if other is not None and self._serves(other) is None:
+                    # Another replica's Cluster created it first: the API server decided.
+                    return {s for s in self._step(ownership.Remote(server, other)) if s}
                 existing = self._secrets[name]
             else:
                 self._remember(name, created)
@@ -571,16 +642,20 @@ class Registry:
         waiting: dict[str, tuple[ClusterRef, ...]] = {}
         written: dict[str, int] = {}
         foreign: list[tuple[str, str]] = []
+        remote: list[tuple[str, ClusterRef]] = []
         strays: list[str] = []
         for secret in secrets:
             name = _name(secret)
             server = argocd.server_of(secret)
             holder = argocd.holder_of(secret)
             if holder is not None and server is not None and argocd.secret_name(server) == name:
-                holders[server] = holder
-                waiting[server] = argocd.waiting_of(secret)
-                written[server] = _version(secret)
                 self._remember(name, secret)
+                if self._serves(holder) is None:
+                    remote.append((server, holder))
+                    continue
+                holders[server] = holder
+                waiting[server] = self._served(argocd.waiting_of(secret))
+                written[server] = _version(secret)
             elif argocd.is_ours(secret):
                 # Ours, but naming no holder or not named after its server: nothing can hold it,
                 # so it would block its server for ever. It goes (retried like any write).
@@ -590,6 +665,8 @@ class Registry:
                 foreign.append((server, name))
         self._table, effects = ownership.seed(holders, waiting, written)
         touched: set[str | None] = {e.server for e in effects}
+        for server, holder in remote:
+            touched |= self._step(ownership.Remote(server, holder))
         for server, name in foreign:
             self._foreign_names[name] = server
             touched |= self._step(ownership.Foreign(server, name))
@@ -622,16 +699,14 @@ class Registry:
                 if argocd.is_ours(found):
                     gone.add(name)
             for name in set(self._secrets) - present:
-                touched.add(self._server_named(name))
-                self._remember(name, None)
+                touched |= self._forget(name)
         elif event.type == "DELETED":
             objects, gone = (), {_name(event.object)}
         else:
             objects, gone = (event.object,), set()
         for name in gone:
             if name in self._secrets:
-                touched.add(self._server_named(name))
-                self._remember(name, None)
+                touched |= self._forget(name)
             for server in (known.pop(name, None), self._blocking_names.pop(name, None)):
                 if server is not None:
                     touched |= self._step(ownership.ForeignGone(server, name))
@@ -643,11 +718,11 @@ class Registry:
                     touched.add(self._server_named(name))
                     self._remember(name, secret)
                     touched.add(self._server_named(name))
+                    touched |= self._classify(name)
                 continue
             # Relabelled away from us, or never ours: not ours to delete either.
             if name in self._secrets:
-                touched.add(self._server_named(name))
-                self._remember(name, None)
+                touched |= self._forget(name)
             previous = known.get(name)
             if previous is not None and previous != server:
                 known.pop(name)
@@ -656,6 +731,48 @@ class Registry:
                 known[name] = server
                 touched |= self._step(ownership.Foreign(server, name))
         return touched
+
+    def _forget(self, name: str) -> set[str | None]:
+        """The Secret ``name`` is gone (or no longer ours); a server held elsewhere is free."""
+        server = self._server_named(name)
+        self._remember(name, None)
+        touched: set[str | None] = {server}
+        if server is not None and self._table.remote(server) is not None:
+            touched |= self._step(ownership.RemoteGone(server))
+        return touched
+
+    def _classify(self, name: str) -> set[str | None]:
+        """Tell the table whether the Secret ``name`` registers a Cluster served here or not."""
+        secret = self._secrets.get(name)
+        server = argocd.server_of(secret) if secret is not None else None
+        holder = argocd.holder_of(secret) if secret is not None else None
+        if server is None or holder is None or argocd.secret_name(server) != name:
+            return set()
+        remote = self._table.remote(server)
+        if self._serves(holder) is None:
+            if remote != holder:
+                return self._step(ownership.Remote(server, holder))
+        elif remote is not None:
+            assert secret is not None
+            waiting = self._served(argocd.waiting_of(secret))
+            return self._step(ownership.Adopt(server, holder, waiting))
+        return set()
+
+    def _reshard(self) -> set[str | None]:
+        """Disown the claims of Clusters served elsewhere now, classify every Secret again."""
+        touched: set[str | None] = set()
+        for cluster in self._table.wanting():
+            if self._serves(cluster) is None:
+                self._claims.pop(cluster, None)
+                self._connections.pop(cluster, None)
+                self._told.pop(cluster, None)
+                touched |= self._step(ownership.Disown(cluster))
+        for name in list(self._secrets):
+            touched |= self._classify(name)
+        return touched
+
+    def _served(self, clusters: Iterable[ClusterRef]) -> tuple[ClusterRef, ...]:
+        return tuple(c for c in clusters if self._serves(c) is not None)
 
     def _server_named(self, name: str) -> str | None:
         """The server the Secret ``name`` declares, as last seen; read before forgetting it."""
