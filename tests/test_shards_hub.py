@@ -1,0 +1,329 @@
+"""Two replicas with ``--shards 2`` on the real hub: each Cluster has exactly one replica.
+
+Short Lease timings (2 s lease) keep the tests quick; the rules are the ones of leader election.
+Each replica is a manager of its own in this process, with its own hub client and field manager.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+
+from kokumi import api, argocd
+from kokumi.controlplane import APIServer
+from kokumi.kube import LEASES
+from kokumi.kube.client import SECRETS, Client, Resource
+from kokumi.kube.config import Config
+from kokumi.kube.watch import Resync, WatchEvent, watch
+from kokumi.leader import Timing
+from kokumi.manager import Manager, run_manager
+from kokumi.ownership import ClusterRef
+from kokumi.shards import Sharding, lease_name, shard_of
+from kokumi.testing.spoke import Registration, closed_port_server
+from tests.manager_support import (
+    Workspace,
+    holder_labels,
+    ready_of,
+    wait_for,
+    wait_reason,
+    workspace,
+)
+
+TIMING = Timing(lease_duration=2.0, renew_deadline=1.5, retry_period=0.25)
+SHARDS = 2
+
+
+@attrs.define
+class Replica:
+    name: str
+    manager: Manager
+    scope: trio.CancelScope
+
+    def serves(self, ref: ClusterRef) -> bool:
+        return shard_of(ref.namespace, ref.name, SHARDS) in self.manager.held_shards()
+
+
+@asynccontextmanager
+async def replicas(
+    hub: APIServer, ws: Workspace, limits: dict[str, int | None]
+) -> AsyncIterator[dict[str, Replica]]:
+    """Start one sharded manager per name, in order, each holding at most its limit of shards."""
+    config = Config.from_kubeconfig(hub.admin_kubeconfig)
+    running: dict[str, Replica] = {}
+    async with trio.open_nursery() as nursery:
+        for name, limit in limits.items():
+            options = ws.options(
+                keep_in_cluster=False,
+                check_interval=3.0,
+                check_jitter=0.3,
+                field_manager=f"kokumi-{name}",
+                sharding=Sharding(f"replica-{name}", SHARDS, limit, TIMING),
+            )
+            scope = trio.CancelScope()
+
+            async def run(
+                options: Any = options,
+                scope: trio.CancelScope = scope,
+                *,
+                task_status: trio.TaskStatus[Manager],
+            ) -> None:
+                with scope:
+                    await run_manager(config, options, task_status=task_status)
+
+            free = SHARDS - sum(len(r.manager.held_shards()) for r in running.values())
+            manager: Manager = await nursery.start(run)
+            running[name] = Replica(name, manager, scope)
+            # Let this one take what it may before the next one starts.
+            want = min(limit or SHARDS, free)
+            await wait_for(
+                lambda m=manager: _async(len(m.held_shards())),
+                lambda held, want=want: held == want,
+                f"replica {name} to take its shards",
+                timeout=10,
+            )
+        try:
+            yield running
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+async def _async(value: Any) -> Any:
+    return value
+
+
+def named_in_shard(namespace: str, prefix: str, shard: int, skip: int = 0) -> str:
+    """The first name ``prefix-<k>`` whose Cluster falls in ``shard`` (after ``skip`` such)."""
+    found = 0
+    for k in range(1000):
+        name = f"{prefix}-{k}"
+        if shard_of(namespace, name, SHARDS) == shard:
+            if found == skip:
+                return name
+            found += 1
+    raise AssertionError("no name found")  # pragma: no cover
+
+
+async def kubeconfig_cluster(
+    ws: Workspace, reg: Registration, namespace: str, name: str, server: str | None = None
+) -> None:
+    text = reg.variant(server=server) if server is not None else reg.kubeconfig
+    await ws.kubeconfig_secret(namespace, f"{name}-kubeconfig", text)
+    await ws.cluster(namespace, name, secret=f"{name}-kubeconfig", labels={"fleet": "edge"})
+
+
+async def secrets_by_holder(ws: Workspace) -> dict[tuple[str, str], dict[str, Any]]:
+    return {holder_labels(s): s for s in await ws.argocd_secrets()}
+
+
+async def drain(ws: Workspace) -> None:
+    """Delete the Clusters while a replica runs, and wait until no finalizer or Secret is left."""
+    await ws.cleanup()
+    for namespace in ws.namespaces:
+        await wait_for(
+            lambda ns=namespace: ws.client.list(api.CLUSTERS, namespace=ns),
+            lambda listing: not listing["items"],
+            f"the Clusters of {namespace} to be gone",
+        )
+    await wait_for(ws.argocd_secrets, lambda items: not items, "Argo CD's Secrets to be gone")
+
+
+@attrs.define
+class Writes:
+    """Every change the watches saw, with when, which object and its resourceVersion."""
+
+    seen: list[tuple[float, str, str, str]] = attrs.field(factory=list)
+
+    def after(self, start: float, names: set[str]) -> list[tuple[float, str, str, str]]:
+        return [w for w in self.seen if w[0] >= start and w[1] in names]
+
+
+async def follow(
+    client: Client, resource: Resource, namespace: str, writes: Writes, *, task_status: Any
+) -> None:
+    send, receive = trio.open_memory_channel[WatchEvent | Resync](100)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(functools.partial(watch, client, resource, send, namespace=namespace))
+        task_status.started()
+        async for event in receive:
+            if isinstance(event, Resync):
+                continue
+            meta = event.object["metadata"]
+            writes.seen.append(
+                (trio.current_time(), meta["name"], event.type, str(meta["resourceVersion"]))
+            )
+
+
+async def test_each_cluster_has_one_replica_and_a_stopped_replicas_shards_move(
+    hub: APIServer, crds: object, spoke_kubeconfig: Registration
+) -> None:
+    async with workspace(hub) as ws:
+        ns = await ws.namespace()
+        refs = [ClusterRef(ns, f"edge-{k}") for k in range(8)]
+        assert {shard_of(r.namespace, r.name, SHARDS) for r in refs} == {0, 1}
+        async with replicas(hub, ws, {"a": 1, "b": None}) as running:
+            a, b = running["a"], running["b"]
+            assert len(a.manager.held_shards()) == len(b.manager.held_shards()) == 1
+            for ref in refs:
+                await kubeconfig_cluster(ws, spoke_kubeconfig, ns, ref.name, closed_port_server())
+            await ws.environment(ns, "edge", {"fleet": "edge"})
+            every = {(r.namespace, r.name) for r in refs}
+            before = await wait_for(
+                functools.partial(secrets_by_holder, ws),
+                lambda found: set(found) == every,
+                "every Cluster to be registered",
+            )
+            for ref in refs:
+                serving = a if a.serves(ref) else b
+                other = b if serving is a else a
+                await wait_for(
+                    lambda ref=ref, m=serving.manager: _async(m.metrics.checks_of(ref)),
+                    lambda n: n > 0,
+                    f"{ref} to be checked by replica {serving.name}",
+                )
+                assert other.manager.metrics.checks_of(ref) == 0, f"{ref} checked twice"
+                assert ref in serving.manager.registry._table.wanting()
+                assert ref not in other.manager.registry._table.wanting()
+            created = {r.name: r.manager.metrics.registry_writes for r in running.values()}
+            served = {r.name: sum(r.serves(ref) for ref in refs) for r in running.values()}
+            assert created == served, "each Secret was written once, by its Cluster's replica"
+
+            a_refs = [ref for ref in refs if a.serves(ref)]
+            stopped = trio.current_time()
+            a.scope.cancel()  # as on SIGTERM: it hands its Lease back
+            await wait_for(
+                lambda: _async(len(b.manager.held_shards())),
+                lambda held: held == SHARDS,
+                "replica b to take replica a's shard",
+                timeout=TIMING.lease_duration * 2,
+            )
+            took = trio.current_time() - stopped
+            for ref in a_refs:
+                await wait_for(
+                    lambda ref=ref: _async(b.manager.metrics.checks_of(ref)),
+                    lambda n: n > 0,
+                    f"{ref} to be checked by replica b",
+                )
+                assert ref in b.manager.registry._table.wanting(), "b's registry acts for it"
+            after = await secrets_by_holder(ws)
+            assert {k: s["metadata"]["uid"] for k, s in after.items()} == {
+                k: s["metadata"]["uid"] for k, s in before.items()
+            }, "nothing was lost or written again"
+            for ref in refs:
+                cluster = await ws.get_cluster(ref.namespace, ref.name)
+                assert api.FINALIZER in cluster["metadata"].get("finalizers", [])
+            print(f"shard taken over {took:.2f} s after its replica stopped")
+            await drain(ws)
+
+
+async def test_a_replica_that_loses_a_shard_lease_writes_nothing_for_it(
+    hub: APIServer, crds: object, spoke_kubeconfig: Registration
+) -> None:
+    async with workspace(hub) as ws:
+        ns = await ws.namespace()
+        async with replicas(hub, ws, {"a": 1, "b": 1}) as running:
+            a, b = running["a"], running["b"]
+            (shard,) = a.manager.held_shards()
+            name = named_in_shard(ns, "lost", shard)
+            await kubeconfig_cluster(ws, spoke_kubeconfig, ns, name, closed_port_server())
+            await ws.environment(ns, "edge", {"fleet": "edge"})
+            registered = await wait_for(
+                functools.partial(secrets_by_holder, ws),
+                lambda found: (ns, name) in found,
+                "the Cluster to be registered",
+            )
+            await wait_for(
+                lambda: ws.get_cluster(ns, name),
+                lambda c: (
+                    api.FINALIZER in c["metadata"].get("finalizers", [])
+                    and ready_of(c).get("reason") == "Unreachable"
+                ),
+                "the Cluster to be checked and hold its finalizer",
+            )
+            secret_name = registered[(ns, name)]["metadata"]["name"]
+            writes = Writes()
+            async with trio.open_nursery() as watching:
+                await watching.start(follow, ws.client, api.CLUSTERS, ns, writes)
+                await watching.start(follow, ws.client, SECRETS, ws.argocd, writes)
+
+                # Somebody else takes the shard's Lease: replica a must stop at once.
+                lease = await ws.client.get(LEASES, lease_name(shard), namespace=ws.own)
+                lease["spec"]["holderIdentity"] = "intruder"
+                lease["spec"]["leaseDurationSeconds"] = 30
+                await ws.client.replace(LEASES, lease, namespace=ws.own)
+                await wait_for(
+                    lambda: _async(a.manager.held_shards()),
+                    lambda held: not held,
+                    "replica a to step down",
+                    timeout=TIMING.renew_deadline + 1,
+                )
+                # A change that a serving replica would act on at once: nobody selects it.
+                changed = await ws.client.patch_merge(
+                    api.CLUSTERS, name, {"metadata": {"labels": {"fleet": "none"}}}, namespace=ns
+                )
+                since = trio.current_time()
+                await trio.sleep(TIMING.lease_duration * 2)
+                late = [
+                    w
+                    for w in writes.after(since, {name, secret_name})
+                    if not (w[1] == name and w[3] == changed["metadata"]["resourceVersion"])
+                ]
+                assert late == [], "a replica wrote for a shard it does not hold"
+                assert b.manager.held_shards() != {shard}
+                assert (ns, name) in await secrets_by_holder(ws), "still registered meanwhile"
+
+                # The intruder lets go: a replica serves the shard again and catches up.
+                lease = await ws.client.get(LEASES, lease_name(shard), namespace=ws.own)
+                lease["spec"]["holderIdentity"] = ""
+                lease["spec"]["leaseDurationSeconds"] = 1
+                await ws.client.replace(LEASES, lease, namespace=ws.own)
+                await wait_for(
+                    functools.partial(secrets_by_holder, ws),
+                    lambda found: (ns, name) not in found,
+                    "the unselected Cluster's registration to go",
+                )
+                watching.cancel_scope.cancel()
+            await drain(ws)
+
+
+async def test_a_server_held_in_one_shard_is_waited_for_and_taken_over_from_another(
+    hub: APIServer, crds: object, spoke_kubeconfig: Registration
+) -> None:
+    async with workspace(hub) as ws:
+        ns = await ws.namespace()
+        async with replicas(hub, ws, {"a": 1, "b": 1}) as running:
+            a, b = running["a"], running["b"]
+            (shard_a,), (shard_b,) = a.manager.held_shards(), b.manager.held_shards()
+            first = named_in_shard(ns, "spoke", shard_a)
+            second = named_in_shard(ns, "spoke", shard_b)
+            await ws.environment(ns, "edge", {"fleet": "edge"})
+            await kubeconfig_cluster(ws, spoke_kubeconfig, ns, first)
+            held = await wait_for(
+                functools.partial(secrets_by_holder, ws),
+                lambda found: (ns, first) in found,
+                "the first Cluster to hold the server",
+            )
+            await wait_reason(ws, ns, first, "Ready")
+            await kubeconfig_cluster(ws, spoke_kubeconfig, ns, second)
+            waiting = ready_of(await wait_reason(ws, ns, second, "ClusterConflict"))
+            assert f"held by Cluster {ns}/{first}" in waiting["message"]
+            assert waiting["status"] == "False"
+            assert set(await secrets_by_holder(ws)) == {(ns, first)}
+
+            started = trio.current_time()
+            await ws.client.delete(api.CLUSTERS, first, namespace=ns)
+            taken = await wait_for(
+                functools.partial(secrets_by_holder, ws),
+                lambda found: set(found) == {(ns, second)},
+                "the waiter in the other shard to take the server over",
+            )
+            handover = trio.current_time() - started
+            await wait_reason(ws, ns, second, "Ready")
+            server = argocd.server_of(taken[(ns, second)])
+            assert server == argocd.server_of(held[(ns, first)])
+            print(f"taken over across shards {handover:.2f} s after the holder's deletion")
+            await drain(ws)
