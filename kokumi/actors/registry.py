@@ -147,6 +147,7 @@ class Registry:
         self._retries: dict[str, _Retry] = {}
         self._is_current: Liveness = lambda _ref, _uid: True
         self._serves: Serves = lambda _ref: math.inf
+        self._sharded = False
         self._reshard_wanted = trio.Event()
         self._inbox_send, self._inbox = trio.open_memory_channel[_Request](64)
 
@@ -157,6 +158,7 @@ class Registry:
     def follow_shards(self, serves: Serves) -> None:
         """Act only for the Clusters ``serves`` names (the shards this replica holds)."""
         self._serves = serves
+        self._sharded = True
 
     async def reshard(self) -> None:
         """The shards served here changed: adopt or disown Secrets and claims; wait till done."""
@@ -715,10 +717,12 @@ class Registry:
             server = argocd.server_of(secret)
             if argocd.is_ours(secret):
                 if self._newer(secret):
+                    before = self._secrets.get(name)
                     touched.add(self._server_named(name))
                     self._remember(name, secret)
                     touched.add(self._server_named(name))
-                    touched |= self._classify(name)
+                    fresh = before is None or argocd.holder_of(before) != argocd.holder_of(secret)
+                    touched |= self._classify(name, fresh=fresh)
                 continue
             # Relabelled away from us, or never ours: not ours to delete either.
             if name in self._secrets:
@@ -741,8 +745,13 @@ class Registry:
             touched |= self._step(ownership.RemoteGone(server))
         return touched
 
-    def _classify(self, name: str) -> set[str | None]:
-        """Tell the table whether the Secret ``name`` registers a Cluster served here or not."""
+    def _classify(self, name: str, *, fresh: bool = False) -> set[str | None]:
+        """Tell the table whether the Secret ``name`` registers a Cluster served here or not.
+
+        ``fresh``: the Secret names a holder the registry had not seen it name. With shards that
+        happens when this replica took the holder's shard before its watch brought the Secret:
+        the Secret is the fact, and the table adopts it rather than overwrite it.
+        """
         secret = self._secrets.get(name)
         server = argocd.server_of(secret) if secret is not None else None
         holder = argocd.holder_of(secret) if secret is not None else None
@@ -752,7 +761,9 @@ class Registry:
         if self._serves(holder) is None:
             if remote != holder:
                 return self._step(ownership.Remote(server, holder))
-        elif remote is not None:
+        elif (remote is not None or (fresh and self._sharded)) and self._table.holder(
+            server
+        ) != holder:
             assert secret is not None
             waiting = self._served(argocd.waiting_of(secret))
             return self._step(ownership.Adopt(server, holder, waiting))
