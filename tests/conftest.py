@@ -67,6 +67,16 @@ def namespace(hub: APIServer) -> Iterator[str]:
 _HUB_READERS: dict[int, httpx.Client] = {}
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _close_hub_readers() -> Iterator[None]:
+    """The canary scan keeps one connection per hub for the whole run: closed at its end, not
+    left to the interpreter's exit (which reported it as an unclosed socket)."""
+    yield
+    for reader in _HUB_READERS.values():
+        reader.close()
+    _HUB_READERS.clear()
+
+
 def _hub_reader(hub: APIServer) -> httpx.Client:
     reader = _HUB_READERS.get(hub.port)
     if reader is None:

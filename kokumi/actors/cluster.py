@@ -453,7 +453,8 @@ class ClusterActor:
             return True
         if self._selected and usable and connection is not None:
             self._may_hold = True
-            self.registration(await self._context.registry.want(self.ref, self.uid, connection))
+            # The answer comes to self.registration, as every word of the registry does.
+            await self._context.registry.want(self.ref, self.uid, connection)
             return True
         return await self._release()
 

@@ -145,6 +145,8 @@ class Registry:
         # Foreign cluster Secrets as the watch shows them: name -> the server each declares.
         self._foreign_names: dict[str, str] = {}
         self._retries: dict[str, _Retry] = {}
+        # Handovers written but not yet told as an Event: (server, previous, holder).
+        self._handovers: list[tuple[str, ClusterRef, ClusterRef]] = []
         self._is_current: Liveness = lambda _ref, _uid: True
         self._serves: Serves = lambda _ref: math.inf
         self._sharded = False
@@ -177,7 +179,13 @@ class Registry:
     def subscribe(
         self, cluster: ClusterRef, uid: str, notify: Callable[[Registration], None]
     ) -> None:
+        """Send ``cluster``'s registration to ``notify``: the only way a Cluster learns it.
+
+        A new listener (a Cluster created again under its name) starts from nothing told, so
+        its first answer reaches it even when it equals what its predecessor was told.
+        """
         self._subscribers[cluster] = (uid, notify)
+        self._told.pop(cluster, None)
 
     def unsubscribe(self, cluster: ClusterRef, uid: str) -> None:
         """Forget the listener of ``uid``; a newer Cluster's listener of the same name stays."""
@@ -185,16 +193,22 @@ class Registry:
         if current is not None and current[0] == uid:
             del self._subscribers[cluster]
 
-    async def want(self, cluster: ClusterRef, uid: str, connection: Connection) -> Registration:
-        """Claim the connection's server for ``cluster``; the answer says whether it holds it."""
-        answer: Registration = await self._ask(lambda r: _Want(cluster, uid, connection, r))
-        return answer
+    async def want(self, cluster: ClusterRef, uid: str, connection: Connection) -> None:
+        """Claim the connection's server for ``cluster``.
+
+        Returns once the registry has served the claim; by then the answer (holding, waiting,
+        or why not) has gone to the Cluster's listener, the same path as the news of a handover,
+        so there is one place where a Cluster takes in its registration.
+        """
+        await self._ask(lambda r: _Want(cluster, uid, connection, r))
 
     async def release(self, cluster: ClusterRef, uid: str) -> bool:
         """Let go of whatever ``cluster`` holds or waits for; whether that is done.
 
         Done means the API server has it: no Secret of Kokumi's names the Cluster any more. Until
-        then the Cluster keeps its finalizer and asks again; the registry retries meanwhile.
+        then the Cluster keeps its finalizer and asks again; the registry retries meanwhile. The
+        registration itself goes to the listener, as for :meth:`want`; ``False`` also when the
+        registry could not serve the request, so a finalizer never goes on a guess.
         """
         done: bool = await self._ask(lambda r: _Release(cluster, uid, r))
         return done
@@ -277,13 +291,14 @@ class Registry:
         match request:
             case _Want(cluster=cluster, uid=uid, connection=connection):
                 if not self._is_current(cluster, uid):
-                    return NOT_REGISTERED  # a Cluster that no longer exists wants nothing
+                    return None  # a Cluster that no longer exists wants nothing
                 self._claims[cluster] = uid
                 self._connections[cluster] = connection
                 before = self._table.wanted_by(cluster)
                 server = ownership.normalise_server(connection.server)
                 await self._settle(self._step(ownership.Want(cluster, server)) | {before})
-                return self._registration(cluster)
+                self._tell(cluster, asked=True)
+                return None
             case _Release(cluster=cluster, uid=uid):
                 claim = self._claims.get(cluster)
                 if claim is not None and claim != uid and self._is_current(cluster, claim):
@@ -293,6 +308,7 @@ class Registry:
                 self._connections.pop(cluster, None)
                 before = self._table.wanted_by(cluster)
                 await self._settle(self._step(ownership.Release(cluster)) | {before})
+                self._tell(cluster, asked=True)
                 return self._released(cluster)
             case _Prune(existing=existing):
                 gone = {c for c in self._table.wanting() if c not in existing}
@@ -400,6 +416,10 @@ class Registry:
                 break
         for cluster in concerned:
             self._tell(cluster)
+        # Events only after every Cluster concerned knows: an Event is a courtesy, and a slow
+        # hub must not leave the old holder believing it still holds the server meanwhile.
+        while self._handovers:
+            await self._record_handover(*self._handovers.pop(0))
 
     def _line(self, server: str) -> set[ClusterRef]:
         holder = self._table.holder(server)
@@ -413,9 +433,10 @@ class Registry:
         holder = argocd.holder_of(secret) if secret is not None else None
         return {holder} if holder is not None else set()
 
-    def _tell(self, cluster: ClusterRef) -> None:
+    def _tell(self, cluster: ClusterRef, *, asked: bool = False) -> None:
+        """Send ``cluster`` its registration if it changed, or whenever it asked."""
         registration = self._registration(cluster)
-        if self._told.get(cluster) == registration:
+        if self._told.get(cluster) == registration and not asked:
             return
         self._told[cluster] = registration
         if registration == NOT_REGISTERED:
@@ -542,7 +563,7 @@ class Registry:
         await self._replace(name, existing, desired)
         log.info("Secret %s now registers %s", name, holder)
         if previous is not None and previous != holder:
-            await self._record_handover(server, previous, holder)
+            self._handovers.append((server, previous, holder))
         return set()
 
     async def _record_handover(self, server: str, previous: ClusterRef, holder: ClusterRef) -> None:
