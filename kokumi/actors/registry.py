@@ -419,7 +419,12 @@ class Registry:
         # Events only after every Cluster concerned knows: an Event is a courtesy, and a slow
         # hub must not leave the old holder believing it still holds the server meanwhile.
         while self._handovers:
-            await self._record_handover(*self._handovers.pop(0))
+            server, previous, holder = self._handovers.pop(0)
+            until = self._serves(holder)
+            if until is None:
+                continue  # another replica serves the holder now: not ours to write about
+            with trio.move_on_at(until):
+                await self._record_handover(server, previous, holder)
 
     def _line(self, server: str) -> set[ClusterRef]:
         holder = self._table.holder(server)
