@@ -93,3 +93,25 @@ def test_manager_command_refuses_timings_that_could_let_two_replicas_write(
         "kokumi: the lease duration (15 s) must be more than the renew deadline (20 s),"
         " or a standby could take over while the leader still writes"
     ]
+
+
+NEEDS_BOTH = "kokumi: --max-shards needs --shards above 1: set both, or neither"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--shards", "0"], "kokumi: --shards must be 1 or more, not 0"),
+        (["--max-shards", "2"], NEEDS_BOTH),
+        (["--shards", "3", "--max-shards", "0"], "kokumi: --max-shards must be 1 or more, not 0"),
+    ],
+)
+def test_manager_command_refuses_shard_flags_that_make_no_sense(
+    flags: list[str], message: str
+) -> None:
+    command = [sys.executable, "-m", "kokumi", "manager", "--kubeconfig", "/nonexistent/kubeconfig"]
+    result = subprocess.run(
+        [*command, *flags], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [message]
