@@ -109,7 +109,7 @@ class Replica:
 
 
 @contextmanager
-def replicas(hub: APIServer, root: Path, lease: str) -> Iterator[Any]:
+def replicas(hub: APIServer, root: Path, lease: str, extra: tuple[str, ...] = ()) -> Iterator[Any]:
     started: list[Replica] = []
 
     def start(name: str) -> Replica:
@@ -138,6 +138,7 @@ def replicas(hub: APIServer, root: Path, lease: str) -> Iterator[Any]:
                     f"--health-port={port}",
                     "--log-format=json",
                     f"--field-manager=kokumi-{name}",
+                    *extra,
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
