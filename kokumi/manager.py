@@ -114,7 +114,8 @@ class Manager:
                     on_change=self._shards_changed,
                     admission=admission,
                 )
-            self.registry.follow_shards(self._serves)
+            # A waiter of a dead replica is served again once its shard has moved.
+            self.registry.follow_shards(self._serves, grace=2 * sharding.timing.lease_duration)
             self.dispatcher.environments_actor.writes_until = functools.partial(
                 self._serving_until, 0
             )

@@ -327,3 +327,64 @@ async def test_a_server_held_in_one_shard_is_waited_for_and_taken_over_from_anot
             assert server == argocd.server_of(held[(ns, first)])
             print(f"taken over across shards {handover:.2f} s after the holder's deletion")
             await drain(ws)
+
+
+async def test_the_first_to_wait_takes_over_whichever_replica_serves_it(
+    hub: APIServer, crds: object, spoke_kubeconfig: Registration
+) -> None:
+    """Holder in shard A; a waiter in shard B comes first, one in shard A second. When the
+    holder goes, B's waiter takes the server, though A could have handed it over in place."""
+    async with workspace(hub) as ws:
+        ns = await ws.namespace()
+        async with replicas(hub, ws, {"a": 1, "b": 1}) as running:
+            a, b = running["a"], running["b"]
+            (shard_a,), (shard_b,) = a.manager.held_shards(), b.manager.held_shards()
+            holder = named_in_shard(ns, "spoke", shard_a)
+            early = named_in_shard(ns, "spoke", shard_b)
+            late = named_in_shard(ns, "spoke", shard_a, skip=1)
+            await ws.environment(ns, "edge", {"fleet": "edge"})
+            await kubeconfig_cluster(ws, spoke_kubeconfig, ns, holder)
+            await wait_reason(ws, ns, holder, "Ready")
+            await kubeconfig_cluster(ws, spoke_kubeconfig, ns, early)
+            await wait_reason(ws, ns, early, "ClusterConflict")
+
+            def recorded(found: dict[tuple[str, str], dict[str, Any]]) -> str:
+                secret = found.get((ns, holder)) or {}
+                annotations = secret.get("metadata", {}).get("annotations") or {}
+                return str(annotations.get(argocd.ANNOTATION_WAITING, ""))
+
+            await wait_for(
+                functools.partial(secrets_by_holder, ws),
+                lambda found: recorded(found) == f"{ns}/{early}",
+                "the waiter of the other replica to be recorded on the holder's Secret",
+            )
+            await kubeconfig_cluster(ws, spoke_kubeconfig, ns, late)
+            await wait_reason(ws, ns, late, "ClusterConflict")
+            await wait_for(
+                functools.partial(secrets_by_holder, ws),
+                lambda found: recorded(found) == f"{ns}/{early},{ns}/{late}",
+                "both waiters recorded, in the order they came",
+            )
+
+            started = trio.current_time()
+            await ws.client.delete(api.CLUSTERS, holder, namespace=ns)
+            taken = await wait_for(
+                functools.partial(secrets_by_holder, ws),
+                lambda found: set(found) == {(ns, early)},
+                "the first waiter, of the other replica, to take the server over",
+            )
+            handover = trio.current_time() - started
+            assert argocd.waiting_of(taken[(ns, early)]) == (ClusterRef(ns, late),)
+            await wait_reason(ws, ns, early, "Ready")
+            waiting = ready_of(await wait_reason(ws, ns, late, "ClusterConflict"))
+            assert f"held by Cluster {ns}/{early}" in waiting["message"]
+
+            await ws.client.delete(api.CLUSTERS, early, namespace=ns)
+            await wait_for(
+                functools.partial(secrets_by_holder, ws),
+                lambda found: set(found) == {(ns, late)},
+                "the second waiter to take it over next",
+            )
+            await wait_reason(ws, ns, late, "Ready")
+            print(f"first waiter of the other replica took over after {handover:.2f} s")
+            await drain(ws)

@@ -37,7 +37,7 @@ from typing import Any
 import attrs
 import trio
 
-from kokumi import argocd, ownership
+from kokumi import argocd, ownership, shards
 from kokumi.actors.context import EventRecorder, Metrics
 from kokumi.actors.registration import NOT_REGISTERED, Registration
 from kokumi.api import CLUSTERS, Meta
@@ -150,6 +150,12 @@ class Registry:
         self._is_current: Liveness = lambda _ref, _uid: True
         self._serves: Serves = lambda _ref: math.inf
         self._sharded = False
+        # With shards: how long waiters wait for the first in line, served elsewhere, to create
+        # a Secret its holder gave up for it, before any of them may (the atomic create decides).
+        self._grace = 30.0
+        self._pending: dict[str, float] = {}  # server -> end of that wait
+        # The waiting order the last Secret of a server recorded, for the Secret created next.
+        self._last_line: dict[str, tuple[ClusterRef, ...]] = {}
         self._reshard_wanted = trio.Event()
         self._inbox_send, self._inbox = trio.open_memory_channel[_Request](64)
 
@@ -157,10 +163,19 @@ class Registry:
         """Let the registry ask which Cluster object is the live one (the dispatcher knows)."""
         self._is_current = is_current
 
-    def follow_shards(self, serves: Serves) -> None:
-        """Act only for the Clusters ``serves`` names (the shards this replica holds)."""
+    def follow_shards(self, serves: Serves, grace: float = 30.0) -> None:
+        """Act only for the Clusters ``serves`` names (the shards this replica holds).
+
+        ``grace``: how long a server given up for a waiter of another replica waits for that
+        replica to create its Secret before this replica's waiters may (a dead replica's waiter
+        is served again once its shard has moved, within a lease duration).
+        """
         self._serves = serves
         self._sharded = True
+        self._grace = grace
+
+    def _is_served(self, cluster: ClusterRef) -> bool:
+        return self._serves(cluster) is not None
 
     async def reshard(self) -> None:
         """The shards served here changed: adopt or disown Secrets and claims; wait till done."""
@@ -280,11 +295,22 @@ class Registry:
             return None
 
     def _next_retry(self) -> float:
-        return min((r.at for r in self._retries.values()), default=math.inf)
+        return min(
+            min((r.at for r in self._retries.values()), default=math.inf),
+            min(self._pending.values(), default=math.inf),
+        )
 
     async def _retry_due(self) -> None:
         now = trio.current_time()
-        due = [server for server, r in self._retries.items() if r.at <= now]
+        due: set[str | None] = {server for server, r in self._retries.items() if r.at <= now}
+        for server in [s for s, at in self._pending.items() if at <= now]:
+            del self._pending[server]
+            if self._table.remote(server) is not None and not self._secrets.get(
+                argocd.secret_name(server)
+            ):
+                # The first in line, served elsewhere, never took it: the next ones may now.
+                log.info("registry: nobody took %s in time; the next in line may", server)
+                due |= self._step(ownership.RemoteGone(server))
         await self._settle(due)
 
     async def _serve(self, request: _Request) -> Any:
@@ -484,10 +510,17 @@ class Registry:
         A server held elsewhere is never written here; otherwise the write acts for the holder
         in the table and for the Cluster the Secret names now, and must end by both deadlines.
         """
-        if self._table.remote(server) is not None:
-            return None
         secret = self._secrets.get(argocd.secret_name(server))
-        acting = {self._table.holder(server), argocd.holder_of(secret) if secret else None}
+        if self._table.remote(server) is not None:
+            if not self._sharded or secret is None:
+                return None
+            # Only this replica's waiters' places in the line are written, for them.
+            acting: set[ClusterRef | None] = set(self._table.waiting(server))
+            acting |= {c for c in argocd.waiting_of(secret) if self._is_served(c)}
+            if not acting:
+                return None
+        else:
+            acting = {self._table.holder(server), argocd.holder_of(secret) if secret else None}
         until = math.inf
         for cluster in acting - {None}:
             assert cluster is not None
@@ -522,8 +555,13 @@ class Registry:
         name = argocd.secret_name(server)
         holder = self._table.holder(server)
         existing = self._secrets.get(name)
+        if self._table.remote(server) is not None:
+            return await self._join(server, name)
         if holder is None:
             if existing is not None:
+                first = self._first_elsewhere(existing, None)
+                if first is not None:
+                    return await self._give_up_for(server, name, existing, first)
                 await self._delete(name, existing)
             return set()
         claim = self._claims.get(holder)
@@ -536,7 +574,7 @@ class Registry:
             touched = self._step(ownership.Release(holder))
             return {s for s in touched if s is not None} | {server}
         connection = self._connections.get(holder)
-        waiting = self._table.waiting(server)
+        waiting = self._to_record(server, existing, holder)
         if connection is None:
             # Seeded from a Secret after a restart, or handed to a waiter the registry has not
             # heard from since: only the waiting order can be kept up to date meanwhile.
@@ -553,22 +591,83 @@ class Registry:
                     return self._found_foreign(server, name)
                 self._remember(name, found)
                 other = argocd.holder_of(found)
+                self._pending.pop(server, None)
                 if other is not None and self._serves(other) is None:
                     # Another replica's Cluster created it first: the API server decided.
                     return {s for s in self._step(ownership.Remote(server, other)) if s}
                 existing = self._secrets[name]
             else:
                 self._remember(name, created)
+                self._last_line.pop(server, None)
                 self._metrics.registry_writes += 1
                 log.info("registered %s with Argo CD as Secret %s", holder, name)
                 return set()
         if _same(existing, desired):
             return set()
         previous = argocd.holder_of(existing)
+        if previous is not None and previous != holder:
+            first = self._first_elsewhere(existing, holder)
+            if first is not None:
+                return await self._give_up_for(server, name, existing, first)
         await self._replace(name, existing, desired)
         log.info("Secret %s now registers %s", name, holder)
         if previous is not None and previous != holder:
             self._handovers.append((server, previous, holder))
+        return set()
+
+    # --- the waiting order across replicas (shards) ---------------------------------------------
+
+    def _to_record(
+        self, server: str, existing: Mapping[str, Any] | None, holder: ClusterRef
+    ) -> tuple[ClusterRef, ...]:
+        """The waiting order for the server's Secret: this table's, or with shards, the order
+        the Secret records with this replica's waiters in their places."""
+        local = self._table.waiting(server)
+        if not self._sharded:
+            return local
+        recorded = argocd.waiting_of(existing) if existing else self._last_line.get(server, ())
+        line = shards.merged_line(recorded, local, self._is_served)
+        return tuple(c for c in line if c != holder)
+
+    def _first_elsewhere(
+        self, existing: Mapping[str, Any], holder: ClusterRef | None
+    ) -> ClusterRef | None:
+        """The first waiter, if it is another replica's and comes before ``holder`` (the next
+        holder in this table, None if there is none here)."""
+        server = argocd.server_of(existing)
+        if not self._sharded or (server is not None and self._table.foreign(server)):
+            return None
+        local = (*([holder] if holder else []), *(self._table.waiting(server) if server else ()))
+        first = shards.first_waiting(
+            argocd.waiting_of(existing), argocd.holder_of(existing), local, self._is_served
+        )
+        return first if first is not None and not self._is_served(first) else None
+
+    async def _give_up_for(
+        self, server: str, name: str, existing: Mapping[str, Any], first: ClusterRef
+    ) -> set[str]:
+        """The holder let go and the first in line is another replica's Cluster: delete the
+        Secret (at the version read), which that replica's watch sees; it creates the Secret
+        for its Cluster, and this replica's waiters wait behind it."""
+        previous = argocd.holder_of(existing)
+        line = tuple(c for c in argocd.waiting_of(existing) if c != previous)
+        await self._delete(name, existing)
+        log.info("Secret %s given up for %s, first in line", name, first)
+        self._last_line[server] = line
+        self._pending[server] = trio.current_time() + self._grace
+        return {s for s in self._step(ownership.Remote(server, first)) if s}
+
+    async def _join(self, server: str, name: str) -> set[str]:
+        """A server held elsewhere: keep this replica's waiters' places on its Secret, with a
+        write guarded by the resourceVersion read (another replica may be writing too)."""
+        existing = self._secrets.get(name)
+        if existing is None or not self._sharded:
+            return set()
+        holder = argocd.holder_of(existing)
+        line = shards.merged_line(
+            argocd.waiting_of(existing), self._table.waiting(server), self._is_served
+        )
+        await self._keep_waiting(name, existing, tuple(c for c in line if c != holder))
         return set()
 
     async def _record_handover(self, server: str, previous: ClusterRef, holder: ClusterRef) -> None:
@@ -765,10 +864,19 @@ class Registry:
     def _forget(self, name: str) -> set[str | None]:
         """The Secret ``name`` is gone (or no longer ours); a server held elsewhere is free."""
         server = self._server_named(name)
+        secret = self._secrets.get(name)
         self._remember(name, None)
         touched: set[str | None] = {server}
-        if server is not None and self._table.remote(server) is not None:
-            touched |= self._step(ownership.RemoteGone(server))
+        if server is not None and secret is not None and self._table.remote(server) is not None:
+            previous = argocd.holder_of(secret)
+            self._last_line[server] = tuple(c for c in argocd.waiting_of(secret) if c != previous)
+            first = self._first_elsewhere(secret, None)
+            if first is not None and argocd.is_ours(secret):
+                # Another replica's Cluster came first: it creates the Secret; ours wait.
+                self._pending[server] = trio.current_time() + self._grace
+                touched |= self._step(ownership.Remote(server, first))
+            else:
+                touched |= self._step(ownership.RemoteGone(server))
         return touched
 
     def _classify(self, name: str, *, fresh: bool = False) -> set[str | None]:
@@ -784,6 +892,7 @@ class Registry:
         if server is None or holder is None or argocd.secret_name(server) != name:
             return set()
         remote = self._table.remote(server)
+        self._pending.pop(server, None)
         if self._serves(holder) is None:
             if remote != holder:
                 return self._step(ownership.Remote(server, holder))
