@@ -6,6 +6,7 @@ Each replica is a manager of its own in this process, with its own hub client an
 
 from __future__ import annotations
 
+import base64
 import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -94,6 +95,11 @@ async def replicas(
 
 async def _async(value: Any) -> Any:
     return value
+
+
+def argo_name(secret: dict[str, Any]) -> str:
+    """The cluster's name in Argo CD, as the Secret's data says (the holder's replica writes it)."""
+    return base64.b64decode(secret["data"]["name"]).decode()
 
 
 def named_in_shard(namespace: str, prefix: str, shard: int, skip: int = 0) -> str:
@@ -345,6 +351,8 @@ async def test_the_first_to_wait_takes_over_whichever_replica_serves_it(
             await ws.environment(ns, "edge", {"fleet": "edge"})
             await kubeconfig_cluster(ws, spoke_kubeconfig, ns, holder)
             await wait_reason(ws, ns, holder, "Ready")
+            (first_secret,) = await ws.argocd_secrets()
+            server_hash = argocd.server_hash(str(argocd.server_of(first_secret)))
             await kubeconfig_cluster(ws, spoke_kubeconfig, ns, early)
             await wait_reason(ws, ns, early, "ClusterConflict")
 
@@ -366,15 +374,26 @@ async def test_the_first_to_wait_takes_over_whichever_replica_serves_it(
                 "both waiters recorded, in the order they came",
             )
 
-            started = trio.current_time()
-            await ws.client.delete(api.CLUSTERS, holder, namespace=ns)
-            taken = await wait_for(
-                functools.partial(secrets_by_holder, ws),
-                lambda found: set(found) == {(ns, early)},
-                "the first waiter, of the other replica, to take the server over",
-            )
-            handover = trio.current_time() - started
+            writes = Writes()
+            async with trio.open_nursery() as watching:
+                await watching.start(follow, ws.client, SECRETS, ws.argocd, writes)
+                started = trio.current_time()
+                await ws.client.delete(api.CLUSTERS, holder, namespace=ns)
+                taken = await wait_for(
+                    functools.partial(secrets_by_holder, ws),
+                    lambda found: (
+                        set(found) == {(ns, early)}
+                        and argo_name(found[(ns, early)]) == f"kokumi-{ns}-{early}-{server_hash}"
+                    ),
+                    "the first waiter, of the other replica, to take the server over",
+                )
+                handover = trio.current_time() - started
+                await wait_reason(ws, ns, early, "Ready")
+                watching.cancel_scope.cancel()
+            assert [w for w in writes.seen if w[2] == "DELETED"] == [], "never vanished"
             assert argocd.waiting_of(taken[(ns, early)]) == (ClusterRef(ns, late),)
+            uid = first_secret["metadata"]["uid"]
+            assert taken[(ns, early)]["metadata"]["uid"] == uid, "handed over in place"
             await wait_reason(ws, ns, early, "Ready")
             waiting = ready_of(await wait_reason(ws, ns, late, "ClusterConflict"))
             assert f"held by Cluster {ns}/{early}" in waiting["message"]

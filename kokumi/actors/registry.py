@@ -646,15 +646,29 @@ class Registry:
     async def _give_up_for(
         self, server: str, name: str, existing: Mapping[str, Any], first: ClusterRef
     ) -> set[str]:
-        """The holder let go and the first in line is another replica's Cluster: delete the
-        Secret (at the version read), which that replica's watch sees; it creates the Secret
-        for its Cluster, and this replica's waiters wait behind it."""
+        """The holder let go and the first in line is another replica's Cluster: hand the
+        Secret to it in place, at the version read (relabelled to name it, the rest of the line
+        recorded), so Argo CD never sees the cluster vanish. That replica's watch sees its
+        Cluster named and copies its kubeconfig in, as after a restart; this replica's waiters
+        wait behind it."""
         previous = argocd.holder_of(existing)
-        line = tuple(c for c in argocd.waiting_of(existing) if c != previous)
-        await self._delete(name, existing)
-        log.info("Secret %s given up for %s, first in line", name, first)
-        self._last_line[server] = line
-        self._pending[server] = trio.current_time() + self._grace
+        line = tuple(c for c in argocd.waiting_of(existing) if c not in (previous, first))
+        metadata = dict(existing.get("metadata") or {})
+        labels = {
+            **(metadata.get("labels") or {}),
+            argocd.LABEL_CLUSTER: first.name,
+            argocd.LABEL_CLUSTER_NAMESPACE: first.namespace,
+        }
+        annotations = dict(metadata.get("annotations") or {})
+        annotations.pop(argocd.ANNOTATION_WAITING, None)
+        if line:
+            annotations[argocd.ANNOTATION_WAITING] = ",".join(str(c) for c in line)
+        desired = {
+            **existing,
+            "metadata": {**metadata, "labels": labels, "annotations": annotations},
+        }
+        await self._replace(name, existing, desired)
+        log.info("Secret %s handed to %s, first in line, served by another replica", name, first)
         return {s for s in self._step(ownership.Remote(server, first)) if s}
 
     async def _join(self, server: str, name: str) -> set[str]:
