@@ -19,6 +19,7 @@ from kokumi.reasons import Reason
 
 __all__ = [
     "CLUSTER_CONFLICT",
+    "NOT_CHECKED_MESSAGE",
     "ClusterNotReady",
     "Deploy",
     "SelectedCluster",
@@ -30,6 +31,12 @@ __all__ = [
 
 CLUSTER_CONFLICT = Reason.CLUSTER_CONFLICT
 """The Ready reason of a Cluster that cannot register its server; it must not deploy either."""
+
+NOT_CHECKED_MESSAGE = (
+    "no check has reported on it yet, which Kokumi does within a minute of a new Cluster: "
+    "if it stays so, check that the Kokumi manager runs"
+)
+"""The message of a Cluster without a Ready condition (reason NotChecked): why, and what to do."""
 
 ConnectionKind: TypeAlias = Literal["Kubeconfig", "InCluster"]
 
@@ -56,9 +63,9 @@ def selected_cluster(cluster: api.Cluster) -> SelectedCluster:
         name=cluster.metadata.name,
         connection=cluster.spec.connection,
         ready=ready is not None and ready.status == "True",
-        reason=ready.reason if ready is not None else "Unknown",
+        reason=ready.reason if ready is not None else Reason.NOT_CHECKED,
         server=cluster.status.server,
-        message=ready.message if ready is not None else "not checked yet",
+        message=ready.message if ready is not None else NOT_CHECKED_MESSAGE,
     )
 
 

@@ -85,3 +85,19 @@ def test_a_conflict_inside_the_environment_is_listed() -> None:
     status = environment_status(_environment(), clusters)
     assert status["deploying"] == 1
     assert [(r["name"], r["target"]) for r in status["clusters"]] == [("b", "ClusterConflict")]
+
+
+def test_a_cluster_never_checked_is_listed_as_not_checked() -> None:
+    """A selected Cluster without a Ready condition gets a Reason of the API, not a placeholder."""
+    fresh = api.parse_cluster(
+        {
+            "metadata": {"name": "new", "namespace": "fleet", "labels": {"f": "x"}},
+            "spec": {"connection": "Kubeconfig", "kubeconfig": {"secretRef": {"name": "new"}}},
+        }
+    )
+    assert isinstance(fresh, api.Cluster)
+    status = environment_status(_environment(), [fresh, _cluster("old", ready=True)])
+    assert [(r["name"], r["target"], r["reason"]) for r in status["clusters"]] == [
+        ("new", "ClusterNotReady", "NotChecked")
+    ]
+    assert status["clusters"][0]["message"].startswith("Cluster new is not ready (NotChecked): ")

@@ -280,5 +280,5 @@ def _reason(target: targets.Target, cluster: api.Cluster) -> str:
     """The Cluster's own reason where it is held (so a reader sees why), else the target's."""
     if isinstance(target, targets.ClusterNotReady):
         ready = cluster.ready
-        return ready.reason if ready is not None else "Unknown"
+        return ready.reason if ready is not None else Reason.NOT_CHECKED
     return target.reason
