@@ -73,7 +73,7 @@ def selected_cluster(cluster: api.Cluster) -> SelectedCluster:
 class Deploy:
     """The Serving deploys to this Cluster's server."""
 
-    reason: ClassVar[Reason] = Reason.DEPLOY
+    reason: ClassVar[Literal[Reason.DEPLOY]] = Reason.DEPLOY
     cluster: str
     server: str
     message: str
@@ -83,7 +83,7 @@ class Deploy:
 class ClusterNotReady:
     """The Serving holds this target until the Cluster is Ready."""
 
-    reason: ClassVar[Reason] = Reason.CLUSTER_NOT_READY
+    reason: ClassVar[Literal[Reason.CLUSTER_NOT_READY]] = Reason.CLUSTER_NOT_READY
     cluster: str
     message: str
 
@@ -92,7 +92,7 @@ class ClusterNotReady:
 class TargetTaken:
     """The Serving holds this target: ``winner`` deploys to the same server for this Environment."""
 
-    reason: ClassVar[Reason] = Reason.CLUSTER_CONFLICT
+    reason: ClassVar[Literal[Reason.CLUSTER_CONFLICT]] = Reason.CLUSTER_CONFLICT
     cluster: str
     server: str
     winner: str

@@ -57,7 +57,7 @@ def test_two_in_cluster_clusters_only_the_first_by_name_deploys() -> None:
     assert result[0].winner == "in-cluster"
     assert result[0].server == IN_CLUSTER_SERVER
     assert "in-cluster" in result[0].message
-    assert result[0].reason == "ClusterConflict"
+    assert result[0].reason is Reason.CLUSTER_CONFLICT
 
 
 def test_a_trailing_slash_is_the_same_server() -> None:
@@ -82,7 +82,7 @@ def test_not_ready_names_the_reason_on_one_line() -> None:
     assert result == ClusterNotReady(
         "spoke", "Cluster spoke is not ready (Unreachable): dial tcp 10.0.0.1: timeout"
     )
-    assert result.reason == "ClusterNotReady"
+    assert result.reason is Reason.CLUSTER_NOT_READY
 
 
 def test_a_cluster_never_checked_is_held_as_not_checked() -> None:
