@@ -1041,6 +1041,26 @@ def test_a_deleted_cluster_whose_deleted_event_is_late_does_not_spin() -> None:
         api.now_rfc3339 = machine._wall_clock
 
 
+def test_the_old_holder_knows_it_let_go_before_the_handover_event_is_written() -> None:
+    """A slow hub holds each request 3 s: the handover's Secret update goes through, then the
+    ArgoCDNameChanged Event is slow too. The Cluster that let go must be told at once, not
+    after the Event (found by the soak, seed 175073822265342411781423786753786991841: it went
+    on believing it held a server whose Secret named its successor)."""
+    machine = ManagerMachine()
+    try:
+        layout = [("ws2", "a", SERVERS[0]), ("ws1", "a", SERVERS[0])]
+        machine.start(layout=layout, before=False)
+        machine.slow_hub(seconds=3.0)
+        machine.delete_environment(ns="ws2")
+        for _ in range(20):
+            machine.time_passes(seconds=0.5)
+            machine.no_false_holder()
+        assert machine.violations == [], machine.violations
+    finally:
+        machine.world.close()
+        api.now_rfc3339 = machine._wall_clock
+
+
 def test_a_cluster_valid_again_after_an_invalid_spell_is_checked_afresh() -> None:
     """Invalid for a moment, then valid with a new spec (here switched to InCluster): the
     old check, made for the old spec, must not be served again, and the check timer the Invalid

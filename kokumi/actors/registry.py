@@ -132,6 +132,8 @@ class Registry:
         # Foreign cluster Secrets as the watch shows them: name -> the server each declares.
         self._foreign_names: dict[str, str] = {}
         self._retries: dict[str, _Retry] = {}
+        # Handovers written but not yet told as an Event: (server, previous, holder).
+        self._handovers: list[tuple[str, ClusterRef, ClusterRef]] = []
         self._is_current: Liveness = lambda _ref, _uid: True
         self._inbox_send, self._inbox = trio.open_memory_channel[_Request](64)
 
@@ -372,6 +374,10 @@ class Registry:
                 break
         for cluster in concerned:
             self._tell(cluster)
+        # Events only after every Cluster concerned knows: an Event is a courtesy, and a slow
+        # hub must not leave the old holder believing it still holds the server meanwhile.
+        while self._handovers:
+            await self._record_handover(*self._handovers.pop(0))
 
     def _line(self, server: str) -> set[ClusterRef]:
         holder = self._table.holder(server)
@@ -484,7 +490,7 @@ class Registry:
         await self._replace(name, existing, desired)
         log.info("Secret %s now registers %s", name, holder)
         if previous is not None and previous != holder:
-            await self._record_handover(server, previous, holder)
+            self._handovers.append((server, previous, holder))
         return set()
 
     async def _record_handover(self, server: str, previous: ClusterRef, holder: ClusterRef) -> None:
