@@ -11,25 +11,17 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from typing import Any
 
 import trio
 
-from kokumi import api, selectors, targets
+from kokumi import api, selectors
 from kokumi.actors.context import Metrics, write_status
 from kokumi.kube import errors
 from kokumi.kube.client import Client
 from kokumi.kube.watch import Store
-from kokumi.reasons import Reason
+from kokumi.status import LISTED, environment_status, observed_environment_status
 
 __all__ = ["LISTED", "EnvironmentsActor", "environment_status"]
-
-LISTED = 50
-"""At most this many Clusters that do not deploy are named in an Environment's status.
-
-The status must stay far under the API server's object limit (about 1.5 MB) however many Clusters
-are selected, and a rewrite must stay cheap: every Cluster's own Ready condition has the detail,
-so the Environment counts and names only the first few by name of those that do not deploy."""
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +48,7 @@ class EnvironmentsActor:
         self._select = select
         self._dirty: set[str] = set()
         self._wake = trio.Event()
-        self._written: dict[tuple[str, str], dict[str, Any]] = {}
+        self._written: dict[tuple[str, str], api.EnvironmentStatus] = {}
         self._parsed: dict[str, dict[str, tuple[str, api.Cluster | api.Invalid]]] = {}
         #: Until when this replica may write Environments' status (None: another one does;
         #: with shards, the holder of shard 0, under that Lease's renew deadline).
@@ -129,16 +121,15 @@ class EnvironmentsActor:
         for cluster in clusters:
             self._select(namespace, cluster.metadata.name, cluster.metadata.name in chosen)
         for environment in environments:
-            await self._write(environment, environment_status(environment, clusters))
+            status = environment_status(environment, clusters, now=api.now_rfc3339())
+            await self._write(environment, status)
 
     async def _write(
-        self, environment: api.Environment | api.Invalid, status: dict[str, Any]
+        self, environment: api.Environment | api.Invalid, status: api.EnvironmentStatus
     ) -> None:
         meta = environment.metadata
         key = (meta.namespace, meta.name)
-        status_now = _status_of(environment)
-        observed = None if status_now == api.EnvironmentStatus() else _observed(status_now)
-        unchanged = (observed, self._written.get(key))
+        unchanged = (observed_environment_status(environment), self._written.get(key))
         until = self.writes_until()
         if until is None:
             return
@@ -165,130 +156,3 @@ def _chosen(
         if isinstance(selector, selectors.Selector):
             chosen.update(c.metadata.name for c in clusters if selector.matches(c.metadata.labels))
     return chosen
-
-
-def environment_status(
-    environment: api.Environment | api.Invalid,
-    clusters: list[api.Cluster],
-    *,
-    listed: int = LISTED,
-) -> dict[str, Any]:
-    """The status ``environment`` should have, given the Clusters of its namespace (by name).
-
-    Bounded whatever the fleet: counts of the selected and deploying Clusters, and the first
-    ``listed`` by name of those that do not deploy with why, plus how many more there are.
-    Clusters that deploy are not listed: their number says it, and each Cluster's own Ready
-    condition is what a reader looks at for one Cluster.
-    """
-    generation = environment.metadata.generation
-    old = _status_of(environment).conditions
-    if isinstance(environment, api.Invalid):
-        condition = api.Condition("Ready", "False", Reason.INVALID_SPEC, environment.message)
-        return _body(generation, api.set_condition(old, _gen(condition, generation)), [])
-    selector = selectors.parse(environment.spec.cluster_selector)
-    if isinstance(selector, selectors.SelectorError):
-        condition = api.Condition("Ready", "False", Reason.INVALID_SELECTOR, selector.message)
-        return _body(generation, api.set_condition(old, _gen(condition, generation)), [])
-    selected = [c for c in clusters if selector.matches(c.metadata.labels)]
-    found = targets.targets([targets.selected_cluster(c) for c in selected])
-    held = [
-        (t, cluster)
-        for t, cluster in zip(found, selected, strict=True)
-        if not isinstance(t, targets.Deploy)
-    ]
-    rows = [
-        {
-            "name": t.cluster,
-            "target": t.reason,
-            "reason": _reason(t, cluster),
-            "message": t.message,
-        }
-        for t, cluster in held[:listed]
-    ]
-    deploying = len(selected) - len(held)
-    more = len(held) - len(rows)
-    if not selected:
-        condition = api.Condition(
-            "Ready",
-            "False",
-            Reason.NO_CLUSTERS,
-            f"no Cluster of namespace {environment.metadata.namespace} matches the selector "
-            f"{selector}: label Clusters to match, or change spec.clusterSelector",
-        )
-    elif deploying == 0:
-        where = (
-            f"the first {len(rows)} in status.clusters, and {more} more"
-            if more
-            else ("see status.clusters")
-        )
-        condition = api.Condition(
-            "Ready",
-            "False",
-            Reason.NO_CLUSTER_READY,
-            f"none of the {len(selected)} selected Clusters can be deployed to; {where}",
-        )
-    else:
-        condition = api.Condition(
-            "Ready",
-            "True",
-            Reason.READY,
-            f"{deploying} of {len(selected)} selected Clusters deploy",
-        )
-    body = _body(generation, api.set_condition(old, _gen(condition, generation)), rows)
-    body["selected"] = len(selected)
-    body["deploying"] = deploying
-    body["more"] = more
-    return body
-
-
-def _gen(condition: api.Condition, generation: int) -> api.Condition:
-    return api.Condition(
-        condition.type,
-        condition.status,
-        condition.reason,
-        condition.message,
-        observed_generation=generation,
-    )
-
-
-def _body(
-    generation: int, conditions: tuple[api.Condition, ...], rows: list[dict[str, str]]
-) -> dict[str, Any]:
-    return {
-        "observedGeneration": generation,
-        "conditions": [api.converter.unstructure(c) for c in conditions],
-        "selected": 0,
-        "deploying": 0,
-        "clusters": rows,
-        "more": 0,
-    }
-
-
-def _status_of(environment: api.Environment | api.Invalid) -> api.EnvironmentStatus:
-    """The status the object has; an invalid one's too, so its transition time is kept."""
-    if isinstance(environment, api.Environment):
-        return environment.status
-    status = environment.status
-    return status if isinstance(status, api.EnvironmentStatus) else api.EnvironmentStatus()
-
-
-def _observed(status: api.EnvironmentStatus) -> dict[str, Any]:
-    return {
-        "observedGeneration": status.observed_generation,
-        "conditions": [api.converter.unstructure(c) for c in status.conditions],
-        "selected": status.selected,
-        "deploying": status.deploying,
-        "clusters": [
-            {"name": t.name, "target": t.target, "reason": t.reason, "message": t.message}
-            for t in status.clusters
-        ],
-        "more": status.more,
-    }
-
-
-def _reason(target: targets.Target, cluster: api.Cluster) -> str:
-    """The Cluster's own reason where it is held (so a reader sees why), else the target's."""
-    if isinstance(target, targets.ClusterNotReady):
-        ready = cluster.ready
-        return ready.reason if ready is not None else "Unknown"
-    return target.reason
