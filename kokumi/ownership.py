@@ -135,13 +135,15 @@ class Adopt:
     """This replica now serves the shard of ``holder``, which the server's Secret registers.
 
     As after a restart: the holder keeps the server (no write for that), and the Clusters the
-    Secret records as waiting (``waiting``, those of shards served here) queue behind it, before
-    the Clusters already waiting here.
+    Secret records as waiting (``waiting``, those of shards served here) queue behind it. The
+    line follows ``recorded``, the order the Secret records (default: ``waiting``'s), with
+    Clusters waiting here that it does not record at the end.
     """
 
     server: str = attrs.field(converter=normalise_server)
     holder: ClusterRef
     waiting: tuple[ClusterRef, ...] = ()
+    recorded: tuple[ClusterRef, ...] | None = None
 
 
 @attrs.frozen
@@ -406,6 +408,10 @@ class _Draft:
             self.take_over(server)
 
     def want(self, cluster: ClusterRef, server: str) -> None:
+        if self.remote.get(server) == cluster:
+            # Its Secret names it, and its shard is served here now: it holds the server.
+            self.adopt(server, cluster, ())
+            return
         if self.wants.get(cluster) != server:
             self.leave(cluster)
             self._wants()[cluster] = server
@@ -466,7 +472,13 @@ class _Draft:
         else:
             self.take_over(server)
 
-    def adopt(self, server: str, holder: ClusterRef, waiting: tuple[ClusterRef, ...]) -> None:
+    def adopt(
+        self,
+        server: str,
+        holder: ClusterRef,
+        waiting: tuple[ClusterRef, ...],
+        recorded: tuple[ClusterRef, ...] | None = None,
+    ) -> None:
         if self.wants.get(holder, server) != server:
             # The Cluster wants another server here already: this Secret is a move cut short.
             if server in self.remote:
@@ -480,7 +492,9 @@ class _Draft:
             del self._remote()[server]
         current = tuple(c for c in self.lines.get(server, ()) if c != holder)
         queued = tuple(dict.fromkeys(c for c in waiting if c != holder and c not in self.wants))
-        self._lines()[server] = (holder, *queued, *current)
+        rank = {c: n for n, c in enumerate(waiting if recorded is None else recorded)}
+        members = sorted(dict.fromkeys((*queued, *current)), key=lambda c: rank.get(c, len(rank)))
+        self._lines()[server] = (holder, *members)
         for cluster in (holder, *queued):
             self._wants()[cluster] = server
         if server in self.foreign:
@@ -518,8 +532,8 @@ def step(table: Table, event: Event) -> tuple[Table, tuple[Effect, ...]]:
             draft.add_remote(server, holder)
         case RemoteGone(server=server):
             draft.remove_remote(server)
-        case Adopt(server=server, holder=holder, waiting=waiting):
-            draft.adopt(server, holder, waiting)
+        case Adopt(server=server, holder=holder, waiting=waiting, recorded=recorded):
+            draft.adopt(server, holder, waiting, recorded)
         case Disown(cluster=cluster):
             draft.disown(cluster)
     return draft.table(), tuple(draft.effects)

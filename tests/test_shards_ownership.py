@@ -10,6 +10,9 @@ server nobody holds.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import attrs
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -35,6 +38,7 @@ from kokumi.ownership import (
     WriteSecret,
     step,
 )
+from kokumi.shards import first_waiting, merged_line
 
 A = ClusterRef("team-a", "spoke")
 B = ClusterRef("team-b", "spoke")
@@ -116,18 +120,39 @@ def shard(cluster: ClusterRef) -> int:
     return CLUSTERS.index(cluster) % 2
 
 
+@attrs.frozen
+class Secret:
+    """A server's Secret as the stand-in API server keeps it."""
+
+    holder: ClusterRef  # whom the labels name
+    line: tuple[ClusterRef, ...] = ()  # the waiting annotation
+    connection: ClusterRef | None = None  # whose kubeconfig the data holds
+
+
 class Replicas(RuleBasedStateMachine):
+    """Two registries, as ``kokumi.actors.registry`` acts with shards, on one API server.
+
+    Each write is decided on the Secret as the API server has it now, which is what a write
+    guarded by the resourceVersion read amounts to once its 409s are retried.
+    """
+
     def __init__(self) -> None:
         super().__init__()
         self.tables = [Table(), Table()]
         self.serves: list[set[int]] = [{0}, {1}]
-        self.secrets: dict[str, ClusterRef] = {}  # server -> holder: the API server
+        self.secrets: dict[str, Secret] = {}  # the API server
         self.news: list[set[str]] = [set(), set()]  # servers each replica has not heard of yet
-        self.known: list[dict[str, ClusterRef | None]] = [{}, {}]  # holder each last saw
+        self.known: list[dict[str, Secret | None]] = [{}, {}]  # the Secret each last saw
         # Clusters whose connection each replica has (they wanted since it serves them): only
-        # for those may it write a Secret; an adopted holder has none until its actor wants.
+        # for those may it write a Secret's data; an adopted holder has none until it wants.
         self.connections: list[set[ClusterRef]] = [set(), set()]
         self.intent: dict[ClusterRef, str | None] = {}  # what each Cluster's actor asks for
+        self.handovers = 0
+        # Clusters each replica serves that let go and have not wanted since.
+        self.released: list[set[ClusterRef]] = [set(), set()]
+        # Servers each replica leaves to another's first waiter, until that creates the Secret
+        # or the grace runs out (the registry's ``_pending``).
+        self.pending: list[set[str]] = [set(), set()]
 
     # --- what the registry does ---
 
@@ -137,44 +162,124 @@ class Replicas(RuleBasedStateMachine):
                 return r
         return None
 
+    def served(self, r: int) -> Callable[[ClusterRef], bool]:
+        return lambda cluster: self.served_by(cluster) == r
+
     def apply(self, r: int, event: Event) -> None:
         match event:
             case Want(cluster=cluster):
                 self.connections[r].add(cluster)
-            case Release(cluster=cluster) | Disown(cluster=cluster):
+                self.released[r].discard(cluster)
+            case Release(cluster=cluster):
                 self.connections[r].discard(cluster)
-        self.tables[r], effects = step(self.tables[r], event)
+                self.released[r].add(cluster)
+            case Disown(cluster=cluster):
+                self.connections[r].discard(cluster)
+        before = self.tables[r]
+        self.tables[r], effects = step(before, event)
         touched = {e.server for e in effects if hasattr(e, "server")}
         if hasattr(event, "server"):
             touched.add(event.server)
-        for server in sorted(touched):
+        if hasattr(event, "cluster") and before.wanted_by(event.cluster) is not None:
+            touched.add(before.wanted_by(event.cluster))
+        for server in sorted(s for s in touched if s is not None):
             self.sync(r, server)
 
-    def changed(self, server: str) -> None:
+    def write(self, r: int, server: str, secret: Secret | None) -> None:
+        old = self.secrets.get(server)
+        if old is not None and secret is not None and old.holder != secret.holder:
+            # A handover: to the first recorded waiter that still wants the server.
+            self.handovers += 1
+            expected = next(
+                (c for c in old.line if c != old.holder and self.intent.get(c) == server), None
+            )
+            assert secret.holder == expected, (old, secret, self.intent)
+        if secret is None:
+            del self.secrets[server]
+        else:
+            self.secrets[server] = secret
+        self.known[r][server] = secret
         for heard in self.news:
             heard.add(server)
 
     def sync(self, r: int, server: str) -> None:
-        table = self.tables[r]
+        table, served = self.tables[r], self.served(r)
+        existing = self.secrets.get(server)
+        seen = self.known[r].get(server)
+        self.known[r][server] = existing  # read before writing (or a create refused, then read)
+        if (
+            seen is None
+            and existing is not None
+            and served(existing.holder)
+            and table.holder(server) not in (None, existing.holder)
+        ):
+            # A Secret this registry had not seen names a Cluster of a shard it took lately.
+            self.adopt(r, server, existing)
+            return
         if table.remote(server) is not None:
+            if existing is None:
+                return
+            line = merged_line(existing.line, table.waiting(server), served)
+            line = tuple(c for c in line if c != existing.holder)
+            if line != existing.line:
+                self.write(r, server, attrs.evolve(existing, line=line))
             return
-        holder, existing = table.holder(server), self.secrets.get(server)
-        if existing is not None and self.served_by(existing) != r:
-            if holder is not None:
+        if existing is not None and not served(existing.holder):
+            if table.holder(server) is not None:
                 # The atomic create refused: the other replica's Cluster holds it.
-                self.apply(r, Remote(server, existing))
+                self.known[r][server] = existing
+                self.apply(r, Remote(server, existing.holder))
             return
+        holder = table.holder(server)
         if holder is None:
             if existing is not None:
-                del self.secrets[server]
-                self.changed(server)
+                first = self.first_elsewhere(r, server, existing, None)
+                if first is not None:
+                    self.give_up_for(r, server, existing, first)
+                else:
+                    self.write(r, server, None)
             return
+        recorded = existing.line if existing is not None else ()
+        line = tuple(c for c in merged_line(recorded, table.waiting(server), served) if c != holder)
         if holder not in self.connections[r]:
-            return  # adopted, or handed to a Cluster not heard from since: nothing to copy
-        if existing != holder:
-            self.secrets[server] = holder  # create, or hand over in place
-            self.known[r][server] = holder
-            self.changed(server)
+            if existing is not None and existing.holder == holder and existing.line != line:
+                self.write(r, server, attrs.evolve(existing, line=line))
+            return
+        desired = Secret(holder, line, holder)
+        if existing is None:
+            self.write(r, server, desired)
+            return
+        if existing.holder != holder:
+            first = self.first_elsewhere(r, server, existing, holder)
+            if first is not None:
+                self.give_up_for(r, server, existing, first)
+                return
+        if existing != desired:
+            self.write(r, server, desired)
+
+    def first_elsewhere(
+        self, r: int, server: str, existing: Secret, holder: ClusterRef | None
+    ) -> ClusterRef | None:
+        local = (*([holder] if holder else []), *self.tables[r].waiting(server))
+        first = first_waiting(existing.line, existing.holder, local, self.served(r))
+        return first if first is not None and not self.served(r)(first) else None
+
+    def give_up_for(self, r: int, server: str, existing: Secret, first: ClusterRef) -> None:
+        line = tuple(c for c in existing.line if c not in (existing.holder, first))
+        self.write(r, server, attrs.evolve(existing, holder=first, line=line))
+        self.apply(r, Remote(server, first))
+
+    def adopt(self, r: int, server: str, existing: Secret) -> None:
+        served, table = self.served(r), self.tables[r]
+        waiting = tuple(
+            c
+            for c in existing.line
+            if served(c) and c not in self.connections[r] and c not in self.released[r]
+        )
+        recorded = tuple(c for c in existing.line if served(c))
+        self.apply(r, Adopt(server, existing.holder, waiting, recorded))
+        if existing.holder in self.released[r] and table is not None:
+            self.apply(r, Release(existing.holder))
 
     def hear(self, r: int, server: str, *, watched: bool = True) -> None:
         """The replica's Secret watch brings the server's Secret as it is now.
@@ -182,20 +287,34 @@ class Replicas(RuleBasedStateMachine):
         ``watched=False``: the registry looks again at what it knows (a shard taken), as its
         ``_reshard`` does, without news from the watch.
         """
-        table = self.tables[r]
-        existing = self.secrets.get(server) if watched else self.known[r].get(server)
+        table, served = self.tables[r], self.served(r)
+        seen = self.known[r].get(server)
+        existing = self.secrets.get(server) if watched else seen
         remote = table.remote(server)
-        fresh = watched and self.known[r].get(server) != existing
+        fresh = (watched and (seen is None) != (existing is None)) or (
+            watched and seen is not None and existing is not None and seen.holder != existing.holder
+        )
         self.known[r][server] = existing
+        if existing is not None:
+            self.pending[r].discard(server)
         if existing is None:
-            if remote is not None:
-                self.apply(r, RemoteGone(server))
+            if remote is not None and seen is not None:
+                first = first_waiting(seen.line, seen.holder, table.waiting(server), served)
+                if first is not None and not served(first):
+                    self.pending[r].add(server)
+                    self.apply(r, Remote(server, first))  # it creates it; ours wait (grace)
+                else:
+                    self.apply(r, RemoteGone(server))
+            elif remote is not None and watched:
+                self.apply(r, RemoteGone(server))  # held by a Secret never seen here: gone
             return
-        if self.served_by(existing) != r:
-            if remote != existing:
-                self.apply(r, Remote(server, existing))
-        elif (remote is not None or fresh) and table.holder(server) != existing:
-            self.apply(r, Adopt(server, existing))
+        if not served(existing.holder):
+            if remote != existing.holder:
+                self.apply(r, Remote(server, existing.holder))
+        elif (remote is not None or fresh) and table.holder(server) != existing.holder:
+            self.adopt(r, server, existing)
+        else:
+            self.sync(r, server)
 
     # --- what happens ---
 
@@ -220,12 +339,21 @@ class Replicas(RuleBasedStateMachine):
             self.news[r].discard(server)
             self.hear(r, server)
 
+    @rule(r=st.sampled_from([0, 1]), server=st.sampled_from(SERVERS))
+    def grace_runs_out(self, r: int, server: str) -> None:
+        """Nobody created the Secret left to another replica's waiter: the next may."""
+        if server in self.pending[r]:
+            self.pending[r].discard(server)
+            if self.tables[r].remote(server) is not None and self.known[r].get(server) is None:
+                self.apply(r, RemoteGone(server))
+
     @rule(moved=st.sampled_from([0, 1]))
     def move_shard(self, moved: int) -> None:
         """The shard's Lease goes to the other replica: disowned there, adopted here."""
         old = next(r for r, shards in enumerate(self.serves) if moved in shards)
         new = 1 - old
         self.serves[old].discard(moved)
+        self.released[new] = {c for c in self.released[new] if shard(c) != moved}
         for cluster in self.tables[old].wanting():
             if shard(cluster) == moved:
                 self.apply(old, Disown(cluster))
@@ -241,39 +369,38 @@ class Replicas(RuleBasedStateMachine):
     # --- what must hold ---
 
     def quiet(self) -> bool:
-        return not any(self.news)
+        """All news is in, and no replica waits out a grace."""
+        return not any(self.news) and not any(self.pending)
 
     @invariant()
     def one_replica_believes_it_holds_each_server(self) -> None:
+        if not self.quiet():
+            return
         for server in SERVERS:
             believers = [r for r in (0, 1) if self.tables[r].holder(server) is not None]
-            if self.quiet():
-                assert len(believers) <= 1, (server, believers)
+            assert len(believers) <= 1, (server, believers)
 
     @invariant()
     def once_all_news_is_in_the_secrets_and_tables_agree(self) -> None:
         if not self.quiet():
             return
         for server in SERVERS:
-            holder = self.secrets.get(server)
-            wanting = [
-                c
-                for r in (0, 1)
-                for c in self.tables[r].wanting()
-                if self.tables[r].wanted_by(c) == server
-            ]
-            if holder is None:
+            secret = self.secrets.get(server)
+            wanting = [c for c, s in self.intent.items() if s == server]
+            if secret is None:
                 assert not wanting, f"{wanting} wait for {server}, which nobody holds"
                 continue
-            r = self.served_by(holder)
+            assert self.intent.get(secret.holder) == server, (server, secret)
+            assert secret.connection == secret.holder, "the holder's own connection"
+            r = self.served_by(secret.holder)
             assert r is not None
-            assert self.tables[r].holder(server) == holder
-            assert self.tables[1 - r].remote(server) in (holder, None)
-            for c in wanting:
-                other = self.served_by(c)
-                assert other is not None
-                if other != r:
-                    assert self.tables[other].remote(server) == holder
+            assert self.tables[r].holder(server) == secret.holder
+            assert self.tables[1 - r].remote(server) in (secret.holder, None)
+            waiting = [c for c in wanting if c != secret.holder]
+            assert list(secret.line) == waiting or set(secret.line) == set(waiting), (
+                secret,
+                waiting,
+            )
 
 
 def test_two_replicas_against_one_api_server() -> None:

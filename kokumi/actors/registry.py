@@ -156,6 +156,9 @@ class Registry:
         self._pending: dict[str, float] = {}  # server -> end of that wait
         # The waiting order the last Secret of a server recorded, for the Secret created next.
         self._last_line: dict[str, tuple[ClusterRef, ...]] = {}
+        # Clusters served here that let go and have not wanted since: a Secret handed to one of
+        # them by another replica meanwhile is passed on, never kept for it.
+        self._let_go: set[ClusterRef] = set()
         self._reshard_wanted = trio.Event()
         self._inbox_send, self._inbox = trio.open_memory_channel[_Request](64)
 
@@ -320,6 +323,7 @@ class Registry:
                     return None  # a Cluster that no longer exists wants nothing
                 self._claims[cluster] = uid
                 self._connections[cluster] = connection
+                self._let_go.discard(cluster)
                 before = self._table.wanted_by(cluster)
                 server = ownership.normalise_server(connection.server)
                 await self._settle(self._step(ownership.Want(cluster, server)) | {before})
@@ -332,6 +336,8 @@ class Registry:
                     return True
                 self._claims.pop(cluster, None)
                 self._connections.pop(cluster, None)
+                if self._sharded:
+                    self._let_go.add(cluster)
                 before = self._table.wanted_by(cluster)
                 await self._settle(self._step(ownership.Release(cluster)) | {before})
                 self._tell(cluster, asked=True)
@@ -595,6 +601,10 @@ class Registry:
                 if other is not None and self._serves(other) is None:
                     # Another replica's Cluster created it first: the API server decided.
                     return {s for s in self._step(ownership.Remote(server, other)) if s}
+                if self._sharded and other is not None and other != holder:
+                    # A Secret this registry had not seen names a Cluster of a shard it took
+                    # lately: that Cluster holds the server, whatever this table thought.
+                    return {s for s in self._adopt(server, other, found) if s}
                 existing = self._secrets[name]
             else:
                 self._remember(name, created)
@@ -841,6 +851,10 @@ class Registry:
                     gone.add(name)
             for name in set(self._secrets) - present:
                 touched |= self._forget(name)
+            for held in self._table.remotes():
+                name = argocd.secret_name(held)
+                if name not in present and name not in self._secrets and held not in self._pending:
+                    gone.add(name)
         elif event.type == "DELETED":
             objects, gone = (), {_name(event.object)}
         else:
@@ -848,6 +862,12 @@ class Registry:
         for name in gone:
             if name in self._secrets:
                 touched |= self._forget(name)
+            else:
+                # Held elsewhere, by a Secret this registry never saw itself (a shard it gave
+                # up): gone now, the server is free here too.
+                for held in self._table.remotes():
+                    if argocd.secret_name(held) == name:
+                        touched |= self._step(ownership.RemoteGone(held))
             for server in (known.pop(name, None), self._blocking_names.pop(name, None)):
                 if server is not None:
                     touched |= self._step(ownership.ForeignGone(server, name))
@@ -914,13 +934,29 @@ class Registry:
             server
         ) != holder:
             assert secret is not None
-            waiting = self._served(argocd.waiting_of(secret))
-            return self._step(ownership.Adopt(server, holder, waiting))
+            return self._adopt(server, holder, secret)
         return set()
+
+    def _adopt(self, server: str, holder: ClusterRef, secret: Mapping[str, Any]) -> set[str | None]:
+        """Take in a Secret naming a Cluster served here, with the waiters it records whose
+        actors have not told this registry what they want (those that have are in the table
+        already, or let go). A holder that let go since passes the server on at once."""
+        waiting = tuple(
+            c
+            for c in argocd.waiting_of(secret)
+            if self._is_served(c) and c not in self._claims and c not in self._let_go
+        )
+        recorded = self._served(argocd.waiting_of(secret))
+        touched = self._step(ownership.Adopt(server, holder, waiting, recorded))
+        if holder in self._let_go:
+            touched |= self._step(ownership.Release(holder))
+        return touched
 
     def _reshard(self) -> set[str | None]:
         """Disown the claims of Clusters served elsewhere now, classify every Secret again."""
         touched: set[str | None] = set()
+        # The actors of a shard taken say afresh what they want; those of a shard lost, nothing.
+        self._let_go = {c for c in self._let_go if self._is_served(c)}
         for cluster in self._table.wanting():
             if self._serves(cluster) is None:
                 self._claims.pop(cluster, None)
