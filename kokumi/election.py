@@ -82,6 +82,9 @@ class LeaseElector:
         self._admission = admission
         if admission is not None:
             admission.electors.append(self)
+        #: Set once this candidate has made its first try: a replica standing for several
+        #: Leases starts them one after another, so its first choice is tried first.
+        self.tried = trio.Event()
 
     @property
     def identity(self) -> str:
@@ -132,8 +135,10 @@ class LeaseElector:
             self.identity,
         )
         # Polled, as client-go does: a watch would not tell when a silent holder's lease expires.
-        while not await self._admitted_attempt():  # noqa: ASYNC110
+        while not await self._admitted_attempt():
+            self.tried.set()
             await trio.sleep(self._retry_delay())
+        self.tried.set()
         log.info("leading: Lease %s/%s is held by %s", *self._where(), self.identity)
 
     async def _renew_until_lost(self) -> str:

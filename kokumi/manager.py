@@ -174,10 +174,17 @@ class Manager:
             log.info("manager started (namespace %s)", self.options.namespace)
             if self.elector is None and not self.shard_electors:
                 self.metrics.leader.set(1)
-            for shard in self.shard_electors:  # in this replica's order of preference
-                nursery.start_soon(self._stand_for, shard)
+            if self.shard_electors:
+                nursery.start_soon(self._stand_for_all, nursery)
             self.started.set()
             task_status.started(self)
+
+    async def _stand_for_all(self, nursery: trio.Nursery) -> None:
+        """Stand for every shard in this replica's order of preference, each first try made
+        before the next shard's (Trio does not run tasks in the order they were started)."""
+        for shard, elector in self.shard_electors.items():
+            nursery.start_soon(self._stand_for, shard)
+            await elector.tried.wait()
 
     async def _stand_for(self, shard: int) -> None:
         """Be a candidate for ``shard``'s Lease for ever; serve the shard while holding it."""

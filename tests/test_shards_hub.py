@@ -17,18 +17,21 @@ import trio
 
 from kokumi import api, argocd
 from kokumi.controlplane import APIServer
+from kokumi.election import Admission, LeaseElector
 from kokumi.kube import LEASES
-from kokumi.kube.client import SECRETS, Client, Resource
+from kokumi.kube.client import NAMESPACES, SECRETS, Client, Resource
 from kokumi.kube.config import Config
 from kokumi.kube.watch import Resync, WatchEvent, watch
-from kokumi.leader import Timing
+from kokumi.leader import LeaderElection, Timing
 from kokumi.manager import Manager, run_manager
 from kokumi.ownership import ClusterRef
-from kokumi.shards import Sharding, lease_name, shard_of
+from kokumi.shards import Sharding, lease_name, preference, shard_of
 from kokumi.testing.spoke import Registration, closed_port_server
 from tests.manager_support import (
     Workspace,
     holder_labels,
+    hub_client,
+    make_namespace,
     ready_of,
     wait_for,
     wait_reason,
@@ -407,3 +410,42 @@ async def test_the_first_to_wait_takes_over_whichever_replica_serves_it(
             await wait_reason(ws, ns, late, "Ready")
             print(f"first waiter of the other replica took over after {handover:.2f} s")
             await drain(ws)
+
+
+async def test_a_replica_holds_no_more_shards_than_it_may(hub: APIServer) -> None:
+    """Three free shard Leases, a replica that may hold two: it takes exactly two, in its own
+    order, and another replica takes the third."""
+    async with hub_client(hub) as client:
+        namespace = await make_namespace(client, "shards")
+
+        def electors(identity: str, limit: int) -> list[LeaseElector]:
+            admission = Admission(limit)
+            return [
+                LeaseElector(
+                    client,
+                    namespace,
+                    LeaderElection(identity, lease_name=lease_name(shard), timing=TIMING),
+                    admission=admission,
+                )
+                for shard in preference(identity, 3)
+            ]
+
+        first, second = electors("replica-a", 2), electors("replica-b", 2)
+        async with trio.open_nursery() as nursery:
+            for elector in first:
+                nursery.start_soon(elector.run, trio.sleep_forever)
+                await elector.tried.wait()  # as the manager does: its first choice first
+            await trio.sleep(TIMING.lease_duration * 2)  # ample time to take more, if it could
+            held = [e.config.lease_name for e in first if e.leading.is_set()]
+            assert len(held) == 2
+            assert held == [lease_name(s) for s in preference("replica-a", 3)[:2]]
+            for elector in second:
+                nursery.start_soon(elector.run, trio.sleep_forever)
+            await wait_for(
+                lambda: _async([e.config.lease_name for e in second if e.leading.is_set()]),
+                lambda names: names == [lease_name(preference("replica-a", 3)[2])],
+                "the other replica to take the third shard",
+                timeout=10,
+            )
+            nursery.cancel_scope.cancel()
+        await client.delete(NAMESPACES, namespace)
