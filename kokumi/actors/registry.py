@@ -151,7 +151,7 @@ class Registry:
         self._serves: Serves = lambda _ref: math.inf
         self._sharded = False
         # With shards: how long waiters wait for the first in line, served elsewhere, to create
-        # a Secret its holder gave up for it, before any of them may (the atomic create decides).
+        # a Secret deleted under it, before any of them may (the atomic create decides).
         self._grace = 30.0
         self._pending: dict[str, float] = {}  # server -> end of that wait
         # The waiting order the last Secret of a server recorded, for the Secret created next.
@@ -169,9 +169,10 @@ class Registry:
     def follow_shards(self, serves: Serves, grace: float = 30.0) -> None:
         """Act only for the Clusters ``serves`` names (the shards this replica holds).
 
-        ``grace``: how long a server given up for a waiter of another replica waits for that
-        replica to create its Secret before this replica's waiters may (a dead replica's waiter
-        is served again once its shard has moved, within a lease duration).
+        ``grace``: when a Secret whose line puts another replica's Cluster first is deleted,
+        how long this replica's waiters leave it to that replica to create the Secret before
+        they may (a dead replica's Cluster wants again once its shard has moved, within a
+        lease duration).
         """
         self._serves = serves
         self._sharded = True
@@ -567,7 +568,7 @@ class Registry:
             if existing is not None:
                 first = self._first_elsewhere(existing, None)
                 if first is not None:
-                    return await self._give_up_for(server, name, existing, first)
+                    return await self._hand_over_elsewhere(server, name, existing, first)
                 await self._delete(name, existing)
             return set()
         claim = self._claims.get(holder)
@@ -618,7 +619,7 @@ class Registry:
         if previous is not None and previous != holder:
             first = self._first_elsewhere(existing, holder)
             if first is not None:
-                return await self._give_up_for(server, name, existing, first)
+                return await self._hand_over_elsewhere(server, name, existing, first)
         await self._replace(name, existing, desired)
         log.info("Secret %s now registers %s", name, holder)
         if previous is not None and previous != holder:
@@ -653,7 +654,7 @@ class Registry:
         )
         return first if first is not None and not self._is_served(first) else None
 
-    async def _give_up_for(
+    async def _hand_over_elsewhere(
         self, server: str, name: str, existing: Mapping[str, Any], first: ClusterRef
     ) -> set[str]:
         """The holder let go and the first in line is another replica's Cluster: hand the
