@@ -408,10 +408,6 @@ class _Draft:
             self.take_over(server)
 
     def want(self, cluster: ClusterRef, server: str) -> None:
-        if self.remote.get(server) == cluster:
-            # Its Secret names it, and its shard is served here now: it holds the server.
-            self.adopt(server, cluster, ())
-            return
         if self.wants.get(cluster) != server:
             self.leave(cluster)
             self._wants()[cluster] = server

@@ -127,6 +127,7 @@ class Secret:
     holder: ClusterRef  # whom the labels name
     line: tuple[ClusterRef, ...] = ()  # the waiting annotation
     connection: ClusterRef | None = None  # whose kubeconfig the data holds
+    version: int = attrs.field(default=0, eq=False)  # the resourceVersion
 
 
 class Replicas(RuleBasedStateMachine):
@@ -148,6 +149,7 @@ class Replicas(RuleBasedStateMachine):
         self.connections: list[set[ClusterRef]] = [set(), set()]
         self.intent: dict[ClusterRef, str | None] = {}  # what each Cluster's actor asks for
         self.handovers = 0
+        self.versions = 0
         # Clusters each replica serves that let go and have not wanted since.
         self.released: list[set[ClusterRef]] = [set(), set()]
         # Servers each replica leaves to another's first waiter, until that creates the Secret
@@ -164,6 +166,14 @@ class Replicas(RuleBasedStateMachine):
 
     def served(self, r: int) -> Callable[[ClusterRef], bool]:
         return lambda cluster: self.served_by(cluster) == r
+
+    def knows(self, r: int) -> Callable[[ClusterRef], bool]:
+        """Served by ``r``, and its actor has said there what it wants (the registry's
+        ``_knows``)."""
+        return lambda c: (
+            self.served_by(c) == r
+            and (self.tables[r].wanted_by(c) is not None or c in self.released[r])
+        )
 
     def apply(self, r: int, event: Event) -> None:
         match event:
@@ -197,6 +207,8 @@ class Replicas(RuleBasedStateMachine):
         if secret is None:
             del self.secrets[server]
         else:
+            self.versions += 1
+            secret = attrs.evolve(secret, version=self.versions)
             self.secrets[server] = secret
         self.known[r][server] = secret
         for heard in self.news:
@@ -206,20 +218,15 @@ class Replicas(RuleBasedStateMachine):
         table, served = self.tables[r], self.served(r)
         existing = self.secrets.get(server)
         seen = self.known[r].get(server)
-        self.known[r][server] = existing  # read before writing (or a create refused, then read)
-        if (
-            seen is None
-            and existing is not None
-            and served(existing.holder)
-            and table.holder(server) not in (None, existing.holder)
-        ):
-            # A Secret this registry had not seen names a Cluster of a shard it took lately.
-            self.adopt(r, server, existing)
+        if seen != existing:
+            # The write would go at a version that is not the API server's: refused (409, or
+            # AlreadyExists for a create), the registry reads the Secret, and decides again.
+            self.hear(r, server)
             return
         if table.remote(server) is not None:
             if existing is None:
                 return
-            line = merged_line(existing.line, table.waiting(server), served)
+            line = merged_line(existing.line, table.waiting(server), self.knows(r))
             line = tuple(c for c in line if c != existing.holder)
             if line != existing.line:
                 self.write(r, server, attrs.evolve(existing, line=line))
@@ -240,7 +247,9 @@ class Replicas(RuleBasedStateMachine):
                     self.write(r, server, None)
             return
         recorded = existing.line if existing is not None else ()
-        line = tuple(c for c in merged_line(recorded, table.waiting(server), served) if c != holder)
+        line = tuple(
+            c for c in merged_line(recorded, table.waiting(server), self.knows(r)) if c != holder
+        )
         if holder not in self.connections[r]:
             if existing is not None and existing.holder == holder and existing.line != line:
                 self.write(r, server, attrs.evolve(existing, line=line))
@@ -253,6 +262,12 @@ class Replicas(RuleBasedStateMachine):
             first = self.first_elsewhere(r, server, existing, holder)
             if first is not None:
                 self.give_up_for(r, server, existing, first)
+                return
+            local = (holder, *table.waiting(server))
+            first = first_waiting(existing.line, existing.holder, local, served)
+            if first is not None and first != holder and first in local:
+                recorded = tuple(c for c in existing.line if served(c))
+                self.apply(r, Adopt(server, first, (), recorded))
                 return
         if existing != desired:
             self.write(r, server, desired)
@@ -307,14 +322,13 @@ class Replicas(RuleBasedStateMachine):
                     self.apply(r, RemoteGone(server))
             elif remote is not None and watched:
                 self.apply(r, RemoteGone(server))  # held by a Secret never seen here: gone
-            return
-        if not served(existing.holder):
+        elif not served(existing.holder):
             if remote != existing.holder:
                 self.apply(r, Remote(server, existing.holder))
         elif (remote is not None or fresh) and table.holder(server) != existing.holder:
             self.adopt(r, server, existing)
-        else:
-            self.sync(r, server)
+        # The registry settles every server its news touched.
+        self.sync(r, server)
 
     # --- what happens ---
 
@@ -358,7 +372,13 @@ class Replicas(RuleBasedStateMachine):
             if shard(cluster) == moved:
                 self.apply(old, Disown(cluster))
         self.serves[new].add(moved)
+        known = {s: k for s, k in self.known[new].items() if k is not None}
         for server in SERVERS:
+            secret = known.get(server)
+            if secret is not None and any(
+                k.holder == secret.holder and k.version > secret.version for k in known.values()
+            ):
+                continue  # named again by a newer Secret: adopted there, as the registry does
             self.hear(new, server, watched=False)
         # The shard's Cluster actors start there and say what they want, as at every check.
         for cluster in CLUSTERS:

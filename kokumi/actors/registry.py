@@ -181,6 +181,14 @@ class Registry:
     def _is_served(self, cluster: ClusterRef) -> bool:
         return self._serves(cluster) is not None
 
+    def _knows(self, cluster: ClusterRef) -> bool:
+        """Whether this registry may say where ``cluster`` stands in a line: it serves it and
+        its actor has said what it wants since (a shard just taken: not yet, so a Cluster the
+        Secret records keeps its place until its actor speaks)."""
+        return self._is_served(cluster) and (
+            self._table.wanted_by(cluster) is not None or cluster in self._let_go
+        )
+
     async def reshard(self) -> None:
         """The shards served here changed: adopt or disown Secrets and claims; wait till done."""
         await self._ask(_Reshard)
@@ -494,13 +502,26 @@ class Registry:
             # Another replica serves this server's holder: nothing here to write, nor retry.
             self._retries.pop(server, None)
             return set()
+        name = argocd.secret_name(server)
         try:
             with trio.move_on_at(until) as scope:
+                before = self._secrets.get(name)
                 try:
                     touched = await self._write(server)
                 except errors.Conflict:
                     # Changed by somebody meanwhile and read again: one more try from that version.
+                    news: set[str | None] = set()
+                    if self._sharded:
+                        # Perhaps by another replica: what the Secret says now is the fact.
+                        after = self._secrets.get(name)
+                        fresh = (before is None) != (after is None) or (
+                            before is not None
+                            and after is not None
+                            and argocd.holder_of(before) != argocd.holder_of(after)
+                        )
+                        news = self._classify(name, fresh=fresh)
                     touched = await self._write(server)
+                    touched |= {s for s in news if s is not None and s != server}
             if scope.cancelled_caught:
                 raise errors.KubeError("the shard's Lease was not renewed in time")
         except errors.KubeError as exc:
@@ -620,6 +641,13 @@ class Registry:
             first = self._first_elsewhere(existing, holder)
             if first is not None:
                 return await self._hand_over_elsewhere(server, name, existing, first)
+            first = self._first_here(existing, holder)
+            if first is not None:
+                # This table heard of its waiters in another order than the Secret records
+                # (a shard taken lately): the Secret's order decides who comes next.
+                recorded = self._served(argocd.waiting_of(existing))
+                adopted = self._step(ownership.Adopt(server, first, (), recorded))
+                return {s for s in adopted if s is not None} | {server}
         await self._replace(name, existing, desired)
         log.info("Secret %s now registers %s", name, holder)
         if previous is not None and previous != holder:
@@ -637,7 +665,7 @@ class Registry:
         if not self._sharded:
             return local
         recorded = argocd.waiting_of(existing) if existing else self._last_line.get(server, ())
-        line = shards.merged_line(recorded, local, self._is_served)
+        line = shards.merged_line(recorded, local, self._knows)
         return tuple(c for c in line if c != holder)
 
     def _first_elsewhere(
@@ -653,6 +681,17 @@ class Registry:
             argocd.waiting_of(existing), argocd.holder_of(existing), local, self._is_served
         )
         return first if first is not None and not self._is_served(first) else None
+
+    def _first_here(self, existing: Mapping[str, Any], holder: ClusterRef) -> ClusterRef | None:
+        """The first recorded waiter when it is another of this replica's than ``holder``."""
+        if not self._sharded:
+            return None
+        server = argocd.server_of(existing)
+        local = (holder, *(self._table.waiting(server) if server else ()))
+        first = shards.first_waiting(
+            argocd.waiting_of(existing), argocd.holder_of(existing), local, self._is_served
+        )
+        return first if first is not None and first != holder and first in local else None
 
     async def _hand_over_elsewhere(
         self, server: str, name: str, existing: Mapping[str, Any], first: ClusterRef
@@ -690,7 +729,7 @@ class Registry:
             return set()
         holder = argocd.holder_of(existing)
         line = shards.merged_line(
-            argocd.waiting_of(existing), self._table.waiting(server), self._is_served
+            argocd.waiting_of(existing), self._table.waiting(server), self._knows
         )
         await self._keep_waiting(name, existing, tuple(c for c in line if c != holder))
         return set()
@@ -964,7 +1003,20 @@ class Registry:
                 self._connections.pop(cluster, None)
                 self._told.pop(cluster, None)
                 touched |= self._step(ownership.Disown(cluster))
+        # A Cluster named by several Secrets as last seen (a move this registry has not seen
+        # finish) is adopted where it was written last, as after a restart.
+        newest: dict[ClusterRef, str] = {}
+        for name, secret in self._secrets.items():
+            holder = argocd.holder_of(secret)
+            if holder is None:
+                continue
+            kept = newest.get(holder)
+            if kept is None or _version(secret) > _version(self._secrets[kept]):
+                newest[holder] = name
         for name in list(self._secrets):
+            holder = argocd.holder_of(self._secrets[name])
+            if holder is not None and newest.get(holder) != name and self._is_served(holder):
+                continue
             touched |= self._classify(name)
         return touched
 
