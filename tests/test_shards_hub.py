@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import operator
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -85,8 +86,8 @@ async def replicas(
             # Let this one take what it may before the next one starts.
             want = min(limit or SHARDS, free)
             await wait_for(
-                lambda m=manager: _async(len(m.held_shards())),
-                lambda held, want=want: held == want,
+                functools.partial(_held, manager),
+                functools.partial(operator.eq, want),
                 f"replica {name} to take its shards",
                 timeout=10,
             )
@@ -98,6 +99,14 @@ async def replicas(
 
 async def _async(value: Any) -> Any:
     return value
+
+
+async def _held(manager: Manager) -> int:
+    return len(manager.held_shards())
+
+
+async def _checks(manager: Manager, ref: ClusterRef) -> int:
+    return manager.metrics.checks_of(ref)
 
 
 def argo_name(secret: dict[str, Any]) -> str:
@@ -134,7 +143,7 @@ async def drain(ws: Workspace) -> None:
     await ws.cleanup()
     for namespace in ws.namespaces:
         await wait_for(
-            lambda ns=namespace: ws.client.list(api.CLUSTERS, namespace=ns),
+            functools.partial(ws.client.list, api.CLUSTERS, namespace=namespace),
             lambda listing: not listing["items"],
             f"the Clusters of {namespace} to be gone",
         )
@@ -190,7 +199,7 @@ async def test_each_cluster_has_one_replica_and_a_stopped_replicas_shards_move(
                 serving = a if a.serves(ref) else b
                 other = b if serving is a else a
                 await wait_for(
-                    lambda ref=ref, m=serving.manager: _async(m.metrics.checks_of(ref)),
+                    functools.partial(_checks, serving.manager, ref),
                     lambda n: n > 0,
                     f"{ref} to be checked by replica {serving.name}",
                 )
@@ -213,7 +222,7 @@ async def test_each_cluster_has_one_replica_and_a_stopped_replicas_shards_move(
             took = trio.current_time() - stopped
             for ref in a_refs:
                 await wait_for(
-                    lambda ref=ref: _async(b.manager.metrics.checks_of(ref)),
+                    functools.partial(_checks, b.manager, ref),
                     lambda n: n > 0,
                     f"{ref} to be checked by replica b",
                 )

@@ -190,8 +190,9 @@ class Replicas(RuleBasedStateMachine):
         touched = {e.server for e in effects if hasattr(e, "server")}
         if hasattr(event, "server"):
             touched.add(event.server)
-        if hasattr(event, "cluster") and before.wanted_by(event.cluster) is not None:
-            touched.add(before.wanted_by(event.cluster))
+        wanted = before.wanted_by(event.cluster) if hasattr(event, "cluster") else None
+        if wanted is not None:
+            touched.add(wanted)
         for server in sorted(s for s in touched if s is not None):
             self.sync(r, server)
 
