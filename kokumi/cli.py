@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import trio
 
+from kokumi import heap
 from kokumi.actors.context import Options
 from kokumi.clustercli import add_parser as add_cluster_commands
 from kokumi.egress import DEFAULT_DENY, EgressPolicy
@@ -52,7 +53,9 @@ def _manager(args: argparse.Namespace) -> int:
         leader_election=election,
         health_port=args.health_port or None,
         field_manager=args.field_manager,
+        freeze_heap=True,
     )
+    heap.tune()
     lost: BaseException | None = None
     try:
         trio.run(until_signalled, run_manager, config, options)

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from kokumi import health, probe
+from kokumi import health, heap, probe
 from kokumi.actors.context import (
     Context,
     CountingLimiter,
@@ -127,6 +127,8 @@ class Manager:
             if self.options.keep_in_cluster:
                 await nursery.start(keep_in_cluster, self.client, self.options.namespace)
             await nursery.start(self.dispatcher.run)
+            if self.options.freeze_heap:
+                nursery.start_soon(heap.freeze_as_it_grows, lambda: len(self.dispatcher.clusters))
             log.info("manager started (namespace %s)", self.options.namespace)
             if self.elector is None:
                 self.metrics.leader.set(1)
