@@ -245,6 +245,9 @@ def loop_steps(path: Path, start: float, end: float) -> dict[str, float]:
         "slot_ok_mean_ms": statistics.fmean([s for s in slots if s < 1.0] or [math.nan]) * 1000,
         "slot_all_mean_ms": statistics.fmean(slots or [math.nan]) * 1000,
         "slots": len(slots),
+        # Slots busy on average (8 at most): all checks, and those of healthy spokes only.
+        "slots_busy": sum(slots) / (end - start),
+        "slots_busy_ok": sum(s for s in slots if s < 1.0) / (end - start),
     }
 
 
@@ -768,7 +771,8 @@ def report(r: dict[str, Any]) -> str:
                 f"{p['checks_per_s']:.1f} / {p['loop']['slot_ok_p50_ms']:.0f}"
                 f" / {p['loop']['slot_ok_mean_ms']:.0f} ms",
                 f"bare loop {bc['per_s']:.1f}/s, {bc['slot_p50_ms']:.0f} / {bc['slot_mean_ms']:.0f}"
-                f" ms; all kinds mean {p['loop']['slot_all_mean_ms']:.0f} ms;"
+                f" ms; all kinds mean {p['loop']['slot_all_mean_ms']:.0f} ms; slots busy"
+                f" {p['loop']['slots_busy']:.1f} of 8, healthy {p['loop']['slots_busy_ok']:.1f};"
                 f" full GCs {p['loop']['gc_full']}, longest {p['loop']['gc_max_ms']:.0f} ms",
             ),
             (
