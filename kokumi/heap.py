@@ -5,7 +5,7 @@ while it does: with Python's defaults, the fleet benchmark saw one every 30 to 5
 state, each 300 to 600 ms at 1,000 to 3,000 Clusters, the longest steps of the loop by far
 (checks in flight time out falsely meanwhile). Two settings take them away:
 
-- Young collections run after 50,000 allocations instead of 700. A check's objects live for
+- Young collections run after 10,000 allocations instead of 700. A check's objects live for
   the check, are freed by their reference counts, and so no longer survive a young collection
   by chance and pile up in the oldest generation, which is what made full collections come.
 - :func:`freeze_as_it_grows` moves what the process holds into the permanent generation, which
@@ -28,7 +28,7 @@ import trio
 
 __all__ = ["GROWTH", "YOUNG", "freeze_as_it_grows", "tune"]
 
-YOUNG = 50_000
+YOUNG = 10_000
 """Allocations between two young collections (Python's default: 700)."""
 
 GROWTH = 1.25

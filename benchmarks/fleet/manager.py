@@ -5,12 +5,13 @@ command line, plus one instrument that times every task step (a step is the code
 between two awaits, during which nothing else on the loop can run). Every two seconds the
 steps longer than 10 ms are appended to the file named by ``KOKUMI_BENCH_LOOP`` as JSON lines
 ``[unix time, wall seconds, CPU seconds, task name]``, with ``["steps", count, total seconds]``
-for the totals, ``["gc", unix time, seconds, 2]`` for each full collection of the cyclic
-garbage collector, and ``["slots", unix time, [seconds, ...]]`` for the checks that released
-one of the eight check slots in those two seconds: the time from acquiring the slot to releasing
-it, which bounds the checks per second at 8 / (mean slot time). Wall time is what other
-tasks waited; on a machine shared by many processes it also holds the time the OS ran others,
-which the step's own CPU time (the thread's) leaves out.
+for the totals, ``["gc", unix time, seconds, generation]`` for each full collection of the
+cyclic garbage collector (generation 2) and each younger one over 10 ms, and ``["slots", unix
+time, [seconds, ...]]`` for the checks that released one of the eight check slots in those two
+seconds: the time from acquiring the slot to releasing it, which bounds the checks per second
+at 8 / (mean slot time). Wall time is what other tasks waited; on a machine shared by many
+processes it also holds the time the OS ran others, which the step's own CPU time (the
+thread's) leaves out.
 """
 
 from __future__ import annotations
@@ -58,8 +59,10 @@ class LoopTimer(trio.abc.Instrument):
         heap."""
         if phase == "start":
             self._gc_began = time.perf_counter()
-        elif info.get("generation") == 2:
-            self.gc.append((time.time(), time.perf_counter() - self._gc_began, 2))
+            return
+        took, generation = time.perf_counter() - self._gc_began, info.get("generation", 0)
+        if generation == 2 or took > SLOW_STEP:  # young collections only when they are slow
+            self.gc.append((time.time(), took, generation))
 
 
 def _dump(timer: LoopTimer, path: str) -> None:

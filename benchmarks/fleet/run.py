@@ -217,6 +217,7 @@ def loop_steps(path: Path, start: float, end: float) -> dict[str, float]:
     cpu: list[float] = []
     gc_pauses: list[float] = []
     slots: list[float] = []
+    young: list[float] = []  # collections of the younger generations over 10 ms
     if path.exists():
         for line in path.read_text().splitlines():
             item = json.loads(line)
@@ -226,7 +227,7 @@ def loop_steps(path: Path, start: float, end: float) -> dict[str, float]:
                 continue
             if item[0] == "gc":
                 if start <= item[1] <= end:
-                    gc_pauses.append(item[2])
+                    (gc_pauses if item[3] == 2 else young).append(item[2])
                 continue
             if item[0] != "steps" and start <= item[0] <= end:
                 wall.append(item[1])
@@ -239,6 +240,8 @@ def loop_steps(path: Path, start: float, end: float) -> dict[str, float]:
         "over_10ms": len(wall),
         "gc_full": len(gc_pauses),
         "gc_max_ms": max(gc_pauses, default=0.0) * 1000,
+        "gc_young_slow": len(young),
+        "gc_young_max_ms": max(young, default=0.0) * 1000,
         # A check slot held by a healthy spoke's check (the slow ones take 2 s, the hanging 10 s):
         # compare with the bare loop's, whose checks are all healthy.
         "slot_ok_p50_ms": pct([s for s in slots if s < 1.0], 0.5) * 1000,
@@ -773,7 +776,9 @@ def report(r: dict[str, Any]) -> str:
                 f"bare loop {bc['per_s']:.1f}/s, {bc['slot_p50_ms']:.0f} / {bc['slot_mean_ms']:.0f}"
                 f" ms; all kinds mean {p['loop']['slot_all_mean_ms']:.0f} ms; slots busy"
                 f" {p['loop']['slots_busy']:.1f} of 8, healthy {p['loop']['slots_busy_ok']:.1f};"
-                f" full GCs {p['loop']['gc_full']}, longest {p['loop']['gc_max_ms']:.0f} ms",
+                f" full GCs {p['loop']['gc_full']}, longest {p['loop']['gc_max_ms']:.0f} ms;"
+                f" young ones over 10 ms {p['loop']['gc_young_slow']},"
+                f" longest {p['loop']['gc_young_max_ms']:.0f} ms",
             ),
             (
                 f"connections to the hub, peak, {label}",
