@@ -11,7 +11,6 @@ from collections.abc import Sequence
 
 import trio
 
-from kokumi import heap
 from kokumi.actors.context import Options
 from kokumi.clustercli import add_parser as add_cluster_commands
 from kokumi.egress import DEFAULT_DENY, EgressPolicy
@@ -55,7 +54,6 @@ def _manager(args: argparse.Namespace) -> int:
         field_manager=args.field_manager,
         freeze_heap=True,
     )
-    heap.tune()
     lost: BaseException | None = None
     try:
         trio.run(until_signalled, run_manager, config, options)
