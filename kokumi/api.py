@@ -17,6 +17,7 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from kokumi.kube.objects import Resource
+from kokumi.reasons import Reason
 
 __all__ = [
     "CLUSTERS",
@@ -128,7 +129,7 @@ class EnvironmentSpec:
 @attrs.frozen
 class TargetStatus:
     name: str
-    target: Literal["Deploy", "ClusterNotReady", "ClusterConflict"]
+    target: Literal[Reason.DEPLOY, Reason.CLUSTER_NOT_READY, Reason.CLUSTER_CONFLICT]
     reason: str
     message: str
 
@@ -185,11 +186,19 @@ _CLASSES: Final = (
     Environment,
 )
 
+_WHOLE: Final = (ClusterStatus, EnvironmentStatus, TargetStatus)
+"""Unstructured with every field: a status is written as a merge patch, where only a null removes
+a field the object has (a server no kubeconfig names any more). Everything else leaves out what is
+at its default, as a condition without a transition time."""
+
 for _cls in _CLASSES:
     _renames: dict[str, Any] = {a.name: override(rename=_camel(a.name)) for a in attrs.fields(_cls)}
     converter.register_structure_hook(_cls, make_dict_structure_fn(_cls, converter, **_renames))
     converter.register_unstructure_hook(
-        _cls, make_dict_unstructure_fn(_cls, converter, _cattrs_omit_if_default=True, **_renames)
+        _cls,
+        make_dict_unstructure_fn(
+            _cls, converter, _cattrs_omit_if_default=_cls not in _WHOLE, **_renames
+        ),
     )
 converter.register_structure_hook_func(
     lambda t: t == Mapping[str, str], lambda v, _: _string_map(v)

@@ -56,6 +56,8 @@ class Reason(enum.StrEnum):
     # An Environment's targets.
     DEPLOY = "Deploy"
     CLUSTER_NOT_READY = "ClusterNotReady"
+    NOT_CHECKED = "NotChecked"
+    """A held target's reason while its Cluster has no Ready condition: no check reported yet."""
 
 
 PROBE_REASONS: Final = frozenset(

@@ -19,6 +19,7 @@ from kokumi.reasons import Reason
 
 __all__ = [
     "CLUSTER_CONFLICT",
+    "NOT_CHECKED_MESSAGE",
     "ClusterNotReady",
     "Deploy",
     "SelectedCluster",
@@ -32,6 +33,12 @@ __all__ = [
 
 CLUSTER_CONFLICT = Reason.CLUSTER_CONFLICT
 """The Ready reason of a Cluster that cannot register its server; it must not deploy either."""
+
+NOT_CHECKED_MESSAGE = (
+    "no check has reported on it yet, which Kokumi does within a minute of a new Cluster: "
+    "if it stays so, check that the Kokumi manager runs"
+)
+"""The message of a Cluster without a Ready condition (reason NotChecked): why, and what to do."""
 
 ConnectionKind: TypeAlias = Literal["Kubeconfig", "InCluster"]
 
@@ -58,9 +65,9 @@ def selected_cluster(cluster: api.Cluster) -> SelectedCluster:
         name=cluster.metadata.name,
         connection=cluster.spec.connection,
         ready=ready is not None and ready.status == "True",
-        reason=ready.reason if ready is not None else "Unknown",
+        reason=ready.reason if ready is not None else Reason.NOT_CHECKED,
         server=cluster.status.server,
-        message=ready.message if ready is not None else "not checked yet",
+        message=ready.message if ready is not None else NOT_CHECKED_MESSAGE,
     )
 
 
@@ -68,7 +75,7 @@ def selected_cluster(cluster: api.Cluster) -> SelectedCluster:
 class Deploy:
     """The Serving deploys to this Cluster's server."""
 
-    reason: ClassVar[Reason] = Reason.DEPLOY
+    reason: ClassVar[Literal[Reason.DEPLOY]] = Reason.DEPLOY
     cluster: str
     server: str
     message: str
@@ -78,7 +85,7 @@ class Deploy:
 class ClusterNotReady:
     """The Serving holds this target until the Cluster is Ready."""
 
-    reason: ClassVar[Reason] = Reason.CLUSTER_NOT_READY
+    reason: ClassVar[Literal[Reason.CLUSTER_NOT_READY]] = Reason.CLUSTER_NOT_READY
     cluster: str
     message: str
 
@@ -87,7 +94,7 @@ class ClusterNotReady:
 class TargetTaken:
     """The Serving holds this target: ``winner`` deploys to the same server for this Environment."""
 
-    reason: ClassVar[Reason] = Reason.CLUSTER_CONFLICT
+    reason: ClassVar[Literal[Reason.CLUSTER_CONFLICT]] = Reason.CLUSTER_CONFLICT
     cluster: str
     server: str
     winner: str

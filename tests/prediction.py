@@ -214,7 +214,7 @@ def check_environments(objects: Objects) -> int:
         for target, cluster in zip(found, selected, strict=True):
             reason_of: str = target.reason
             if isinstance(target, targets.ClusterNotReady):
-                reason_of = cluster.ready.reason if cluster.ready is not None else "Unknown"
+                reason_of = cluster.ready.reason if cluster.ready is not None else "NotChecked"
             expected.append((target.cluster, target.reason, reason_of))
         have = [(t.name, t.target, t.reason) for t in status.clusters]
         assert have == expected, f"{ref}: targets {have}, expected {expected}"

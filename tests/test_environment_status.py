@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from kokumi import api
-from kokumi.actors.environments import LISTED, environment_status
+from kokumi.status import LISTED, environment_status, unstructured
 
 
 def _cluster(name: str, *, ready: bool, server: str | None = None) -> api.Cluster:
@@ -44,37 +44,39 @@ def _environment() -> api.Environment:
     return parsed
 
 
-def _ready(status: dict[str, Any]) -> dict[str, Any]:
-    return next(c for c in status["conditions"] if c["type"] == "Ready")
+def _ready(status: api.EnvironmentStatus) -> api.Condition:
+    ready = api.ready_condition(status.conditions)
+    assert ready is not None
+    return ready
 
 
 def test_only_clusters_that_do_not_deploy_are_listed() -> None:
     clusters = [_cluster(f"c{i:03d}", ready=i % 3 != 0) for i in range(9)]
     status = environment_status(_environment(), clusters)
-    assert status["selected"] == 9
-    assert status["deploying"] == 6
-    assert status["more"] == 0
-    assert [row["name"] for row in status["clusters"]] == ["c000", "c003", "c006"]
-    assert {row["target"] for row in status["clusters"]} == {"ClusterNotReady"}
-    assert {row["reason"] for row in status["clusters"]} == {"Unreachable"}
-    assert _ready(status)["message"] == "6 of 9 selected Clusters deploy"
+    assert status.selected == 9
+    assert status.deploying == 6
+    assert status.more == 0
+    assert [row.name for row in status.clusters] == ["c000", "c003", "c006"]
+    assert {row.target for row in status.clusters} == {"ClusterNotReady"}
+    assert {row.reason for row in status.clusters} == {"Unreachable"}
+    assert _ready(status).message == "6 of 9 selected Clusters deploy"
 
 
 def test_a_fleet_in_an_outage_is_counted_not_listed() -> None:
     clusters = [_cluster(f"c{i:06d}", ready=False) for i in range(100_000)]
     status = environment_status(_environment(), clusters)
-    assert len(status["clusters"]) == LISTED
-    assert status["clusters"][0]["name"] == "c000000"
-    assert status["more"] == 100_000 - LISTED
-    assert status["deploying"] == 0
+    assert len(status.clusters) == LISTED
+    assert status.clusters[0].name == "c000000"
+    assert status.more == 100_000 - LISTED
+    assert status.deploying == 0
     ready = _ready(status)
-    assert ready["reason"] == "NoClusterReady"
-    assert ready["message"] == (
+    assert ready.reason == "NoClusterReady"
+    assert ready.message == (
         "none of the 100000 selected Clusters can be deployed to; the first 50 in"
         " status.clusters, and 99950 more"
     )
     # Far under the API server's limit of about 1.5 MB for the whole object.
-    assert len(json.dumps(status)) < 32_000
+    assert len(json.dumps(unstructured(status))) < 32_000
 
 
 def test_a_conflict_inside_the_environment_is_listed() -> None:
@@ -83,5 +85,21 @@ def test_a_conflict_inside_the_environment_is_listed() -> None:
         _cluster("b", ready=True, server="https://same.example:6443"),
     ]
     status = environment_status(_environment(), clusters)
-    assert status["deploying"] == 1
-    assert [(r["name"], r["target"]) for r in status["clusters"]] == [("b", "ClusterConflict")]
+    assert status.deploying == 1
+    assert [(r.name, r.target) for r in status.clusters] == [("b", "ClusterConflict")]
+
+
+def test_a_cluster_never_checked_is_listed_as_not_checked() -> None:
+    """A selected Cluster without a Ready condition gets a Reason of the API, not a placeholder."""
+    fresh = api.parse_cluster(
+        {
+            "metadata": {"name": "new", "namespace": "fleet", "labels": {"f": "x"}},
+            "spec": {"connection": "Kubeconfig", "kubeconfig": {"secretRef": {"name": "new"}}},
+        }
+    )
+    assert isinstance(fresh, api.Cluster)
+    status = environment_status(_environment(), [fresh, _cluster("old", ready=True)])
+    assert [(r.name, r.target, r.reason) for r in status.clusters] == [
+        ("new", "ClusterNotReady", "NotChecked")
+    ]
+    assert status.clusters[0].message.startswith("Cluster new is not ready (NotChecked): ")

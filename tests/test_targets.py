@@ -7,13 +7,17 @@ from collections import defaultdict
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kokumi import api
 from kokumi.ownership import IN_CLUSTER_SERVER, normalise_server
+from kokumi.reasons import Reason
 from kokumi.targets import (
+    NOT_CHECKED_MESSAGE,
     ClusterNotReady,
     Deploy,
     SelectedCluster,
     Target,
     TargetTaken,
+    selected_cluster,
     targets,
 )
 from tests import strategies as s
@@ -53,7 +57,7 @@ def test_two_in_cluster_clusters_only_the_first_by_name_deploys() -> None:
     assert result[0].winner == "in-cluster"
     assert result[0].server == IN_CLUSTER_SERVER
     assert "in-cluster" in result[0].message
-    assert result[0].reason == "ClusterConflict"
+    assert result[0].reason is Reason.CLUSTER_CONFLICT
 
 
 def test_a_trailing_slash_is_the_same_server() -> None:
@@ -78,7 +82,27 @@ def test_not_ready_names_the_reason_on_one_line() -> None:
     assert result == ClusterNotReady(
         "spoke", "Cluster spoke is not ready (Unreachable): dial tcp 10.0.0.1: timeout"
     )
-    assert result.reason == "ClusterNotReady"
+    assert result.reason is Reason.CLUSTER_NOT_READY
+
+
+def test_a_cluster_never_checked_is_held_as_not_checked() -> None:
+    """No Ready condition yet: a Reason of the API with a message that says what to do."""
+    cluster = api.parse_cluster(
+        {
+            "metadata": {"name": "spoke", "namespace": "fleet"},
+            "spec": {"connection": "Kubeconfig", "kubeconfig": {"secretRef": {"name": "s"}}},
+        }
+    )
+    assert isinstance(cluster, api.Cluster)
+    selected = selected_cluster(cluster)
+    assert selected.reason is Reason.NOT_CHECKED
+    assert not selected.ready
+    (result,) = targets([selected])
+    assert result == ClusterNotReady(
+        "spoke", f"Cluster spoke is not ready (NotChecked): {NOT_CHECKED_MESSAGE}"
+    )
+    assert "\n" not in result.message
+    assert "manager runs" in result.message
 
 
 def test_ready_without_a_server_is_held() -> None:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Mapping
-from typing import Any
 
 import attrs
 import trio
@@ -29,31 +27,22 @@ from kokumi.kube.objects import secret_data
 from kokumi.ownership import IN_CLUSTER_SERVER, ClusterRef
 from kokumi.reasons import PROBE_REASONS, Reason
 from kokumi.secretaccess import not_readable_message
+from kokumi.status import Outcome, cluster_status, observed_cluster_status, ready_event
 
-__all__ = ["NOT_REGISTERED", "Check", "ClusterActor", "Outcome", "Registration"]
+__all__ = ["NOT_REGISTERED", "Check", "ClusterActor", "Outcome", "Registration", "outcome_of"]
 
 log = logging.getLogger(__name__)
 
 
-@attrs.frozen
-class Outcome:
-    """What a check found, in the terms of the Ready condition."""
-
-    ok: bool
-    reason: str
-    message: str
-    server: str | None = None
-    kubernetes_version: str | None = None
-
-    @classmethod
-    def of(cls, finding: probe.Finding) -> Outcome:
-        return cls(
-            finding.ok,
-            str(finding.reason),
-            finding.message,
-            finding.server,
-            finding.kubernetes_version,
-        )
+def outcome_of(finding: probe.Finding) -> Outcome:
+    """A check's finding, as the Ready condition sees it."""
+    return Outcome(
+        finding.ok,
+        str(finding.reason),
+        finding.message,
+        finding.server,
+        finding.kubernetes_version,
+    )
 
 
 @attrs.frozen
@@ -119,7 +108,7 @@ class ClusterActor:
         self._backoffs: dict[str, Backoff] = {}
         self._failures = FailureLog(log, f"Cluster {self.ref}")
         self._doing = "reconciling"
-        self._written: dict[str, Any] | None = None
+        self._written: api.ClusterStatus | None = None
         self._stopping = False
         self._superseded = False
         self.checked = trio.Event()  # set after the first check: "all Clusters checked once"
@@ -238,12 +227,8 @@ class ClusterActor:
             self._doing = "releasing its Argo CD registration"
             released = await self._release()
             self._doing = "writing its status"
-            await self._write(
-                self._status(
-                    Outcome(False, Reason.INVALID_SPEC, cluster.message, None, None), None
-                ),
-                cluster.metadata,
-            )
+            invalid = Outcome(False, Reason.INVALID_SPEC, cluster.message, None, None)
+            await self._write(self._status(invalid, None), cluster.metadata)
             self.checked.set()
             self._next_check = math.inf
             if released:
@@ -339,7 +324,7 @@ class ClusterActor:
         now = trio.current_time()
         if cluster.spec.connection == "InCluster":
             finding = await self._context.in_cluster.check(self._context.options.reuse_window)
-            return Check(Outcome.of(finding), now, None)
+            return Check(outcome_of(finding), now, None)
         ref = cluster.secret_ref
         assert ref is not None  # parse_cluster guarantees it for Kubeconfig
         read = self._reusable_read(cluster, now)
@@ -355,7 +340,7 @@ class ClusterActor:
                 timeout=self._context.options.probe_timeout,
                 egress=self._context.options.probe_egress,
             )
-        return Check(Outcome.of(found), trio.current_time(), version, parsed)
+        return Check(outcome_of(found), trio.current_time(), version, parsed)
 
     def _reusable_read(self, cluster: api.Cluster, now: float) -> _Read | None:
         """The kubeconfig last read, while the Secret watch says the Secret is that version.
@@ -533,88 +518,36 @@ class ClusterActor:
 
     # --- status ---------------------------------------------------------------------------------
 
-    def _status(self, outcome: Outcome, registration: Registration | None) -> dict[str, Any]:
-        cluster = self._cluster
-        generation = cluster.metadata.generation
-        status: api.ConditionStatus
-        if not outcome.ok:
-            status, reason, message = "False", outcome.reason, outcome.message
-        elif registration is not None and registration.conflict:
-            status, reason, message = "False", registration.reason, registration.conflict
-        else:
-            status, reason, message = "True", Reason.READY, outcome.message
-        server = outcome.server
-        if isinstance(cluster, api.Cluster) and cluster.spec.connection == "InCluster":
-            server = IN_CLUSTER_SERVER
-        condition = api.Condition(
-            type="Ready",
-            status=status,
-            reason=reason,
-            message=message,
-            observed_generation=generation,
+    def _status(self, outcome: Outcome, registration: Registration | None) -> api.ClusterStatus:
+        """What the status should say; the registry's conflict, if any, outranks a good check."""
+        said = registration if registration is not None else NOT_REGISTERED
+        return cluster_status(
+            self._cluster,
+            outcome,
+            conflict=said.conflict,
+            conflict_reason=said.reason,
+            now=api.now_rfc3339(),
         )
-        conditions = api.set_condition(_status_of(cluster).conditions, condition)
-        return {
-            "server": server,
-            "kubernetesVersion": outcome.kubernetes_version,
-            "observedGeneration": generation,
-            "conditions": [api.converter.unstructure(c) for c in conditions],
-        }
 
-    async def _write(self, status: dict[str, Any], meta: api.Meta) -> None:
+    async def _write(self, new: api.ClusterStatus, meta: api.Meta) -> None:
         """Write only what differs from what the object already says, or what we last wrote."""
-        observed = _observed_status(self._cluster)
+        observed = observed_cluster_status(self._cluster)
         written = await write_status(
-            self._context.client, api.CLUSTERS, meta, status, unchanged=(observed, self._written)
+            self._context.client, api.CLUSTERS, meta, new, unchanged=(observed, self._written)
         )
         if not written:
             return
-        self._written = status
+        self._written = new
         self._context.metrics.status_writes += 1
-        await self._record_transition(observed, status, meta)
-
-    async def _record_transition(
-        self, old: Mapping[str, Any] | None, new: Mapping[str, Any], meta: api.Meta
-    ) -> None:
-        before = _ready_of(old)
-        after = _ready_of(new)
-        if before is not None and (before.get("status"), before.get("reason")) == (
-            after.get("status"),
-            after.get("reason"),
-        ):
-            return
-        await self._context.events.record(
-            api.CLUSTERS,
-            meta,
-            reason=str(after.get("reason")),
-            message=str(after.get("message")),
-            warning=after.get("status") != "True",
-        )
-
-
-def _ready_of(status: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    for condition in (status or {}).get("conditions") or ():
-        if isinstance(condition, Mapping) and condition.get("type") == "Ready":
-            return condition
-    return {}
-
-
-def _status_of(cluster: api.Cluster | api.Invalid) -> api.ClusterStatus:
-    if isinstance(cluster, api.Cluster):
-        return cluster.status
-    return cluster.status if isinstance(cluster.status, api.ClusterStatus) else api.ClusterStatus()
-
-
-def _observed_status(cluster: api.Cluster | api.Invalid) -> dict[str, Any] | None:
-    status = _status_of(cluster)
-    if status == api.ClusterStatus():
-        return None
-    return {
-        "server": status.server,
-        "kubernetesVersion": status.kubernetes_version,
-        "observedGeneration": status.observed_generation,
-        "conditions": [api.converter.unstructure(c) for c in status.conditions],
-    }
+        ready = ready_event(observed, new)
+        if ready is not None:
+            await self._context.events.record(
+                api.CLUSTERS,
+                meta,
+                reason=ready.reason,
+                message=ready.message,
+                warning=ready.status != "True",
+            )
 
 
 def _secret_not_found(name: str, namespace: str) -> Outcome:

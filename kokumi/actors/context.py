@@ -6,7 +6,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 import trio
@@ -24,6 +24,7 @@ from kokumi.kube.watch import Resync, WatchEvent
 from kokumi.leader import LeaderElection
 from kokumi.reasons import Reason
 from kokumi.secretaccess import SecretScope
+from kokumi.status import unstructured
 
 if TYPE_CHECKING:
     from kokumi.actors.registration import Registration
@@ -350,24 +351,29 @@ class InClusterCheck:
         return finding
 
 
+_Status = api.ClusterStatus | api.EnvironmentStatus
+
+
 async def write_status(
     client: Client,
     resource: Resource,
     meta: api.Meta,
-    status: dict[str, Any],
+    status: _Status,
     *,
-    unchanged: Iterable[dict[str, Any] | None],
+    unchanged: Iterable[_Status | None],
 ) -> bool:
     """Write ``status`` unless it equals one of ``unchanged``; whether it was written.
 
     ``unchanged`` holds what the object says and what was last written (the watch may not have
-    brought our own write back yet): a status equal to either costs no API call.
+    brought our own write back yet): a status equal to either costs no API call. The values are
+    compared typed, and turned into the API's JSON only here, once, for the write.
     """
     if any(status == seen for seen in unchanged):
         return False
+    body = {"status": unstructured(status)}
     try:
         await client.patch_merge(
-            resource, meta.name, {"status": status}, namespace=meta.namespace, subresource="status"
+            resource, meta.name, body, namespace=meta.namespace, subresource="status"
         )
     except errors.NotFound:
         return False  # deleted meanwhile: nothing to report on

@@ -16,22 +16,20 @@ from typing import Any
 import attrs
 import trio
 
-from kokumi import api, selectors, targets
+from kokumi import api, selectors
 from kokumi.actors.context import Metrics, write_status
-from kokumi.actors.selection import Entry, NamespaceIndex, Summary
+from kokumi.actors.selection import Entry, NamespaceIndex
 from kokumi.kube import errors
 from kokumi.kube.client import Client
 from kokumi.kube.watch import Store
-from kokumi.reasons import Reason
+from kokumi.status import (
+    LISTED,
+    environment_status,
+    observed_environment_status,
+    selection_status,
+)
 
-__all__ = ["LISTED", "SLICE", "EnvironmentsActor", "environment_status", "selection_status"]
-
-LISTED = 50
-"""At most this many Clusters that do not deploy are named in an Environment's status.
-
-The status must stay far under the API server's object limit (about 1.5 MB) however many Clusters
-are selected, and a rewrite must stay cheap: every Cluster's own Ready condition has the detail,
-so the Environment counts and names only the first few by name of those that do not deploy."""
+__all__ = ["LISTED", "SLICE", "EnvironmentsActor", "environment_status"]
 
 SLICE = 0.01
 """A pass checkpoints after this many seconds of work, far under the 50 ms the loop may block."""
@@ -61,7 +59,7 @@ class EnvironmentsActor:
         self._select = select
         self._dirty: dict[str, _Work] = {}
         self._wake = trio.Event()
-        self._written: dict[tuple[str, str], dict[str, Any]] = {}
+        self._written: dict[tuple[str, str], api.EnvironmentStatus] = {}
         # Per namespace: the selection index, and per Cluster the object (and resourceVersion)
         # the index last took in, so that a pass looks again only at what the watch changed.
         self._index: dict[str, NamespaceIndex] = {}
@@ -214,23 +212,22 @@ class EnvironmentsActor:
 
         for environment in environments:
             chosen = selectors_now.get(environment.metadata.name)
+            now = api.now_rfc3339()
             if chosen is None or not isinstance(environment, api.Environment):
-                status = environment_status(environment, [])
+                status = environment_status(environment, [], now=now)
             else:
                 summary = index.summary(environment.metadata.name, LISTED)
-                status = selection_status(environment, chosen, summary)
+                status = selection_status(environment, chosen, summary, now=now)
             await self._write(environment, status)
         if not index.entries and not selectors_now:
             del self._index[namespace]
 
     async def _write(
-        self, environment: api.Environment | api.Invalid, status: dict[str, Any]
+        self, environment: api.Environment | api.Invalid, status: api.EnvironmentStatus
     ) -> None:
         meta = environment.metadata
         key = (meta.namespace, meta.name)
-        status_now = _status_of(environment)
-        observed = None if status_now == api.EnvironmentStatus() else _observed(status_now)
-        unchanged = (observed, self._written.get(key))
+        unchanged = (observed_environment_status(environment), self._written.get(key))
         if not await write_status(
             self._client, api.ENVIRONMENTS, meta, status, unchanged=unchanged
         ):
@@ -263,141 +260,3 @@ class _Pace:
         if time.perf_counter() - self._began >= SLICE:
             await trio.lowlevel.checkpoint()
             self._began = time.perf_counter()
-
-
-def environment_status(
-    environment: api.Environment | api.Invalid,
-    clusters: list[api.Cluster],
-    *,
-    listed: int = LISTED,
-) -> dict[str, Any]:
-    """The status ``environment`` should have, given the Clusters of its namespace (by name).
-
-    Bounded whatever the fleet: counts of the selected and deploying Clusters, and the first
-    ``listed`` by name of those that do not deploy with why, plus how many more there are.
-    Clusters that deploy are not listed: their number says it, and each Cluster's own Ready
-    condition is what a reader looks at for one Cluster.
-    """
-    generation = environment.metadata.generation
-    old = _status_of(environment).conditions
-    if isinstance(environment, api.Invalid):
-        condition = api.Condition("Ready", "False", Reason.INVALID_SPEC, environment.message)
-        return _body(generation, api.set_condition(old, _gen(condition, generation)), [])
-    selector = selectors.parse(environment.spec.cluster_selector)
-    if isinstance(selector, selectors.SelectorError):
-        condition = api.Condition("Ready", "False", Reason.INVALID_SELECTOR, selector.message)
-        return _body(generation, api.set_condition(old, _gen(condition, generation)), [])
-    selected = [c for c in clusters if selector.matches(c.metadata.labels)]
-    found = targets.targets([targets.selected_cluster(c) for c in selected])
-    held = [
-        (t, cluster)
-        for t, cluster in zip(found, selected, strict=True)
-        if not isinstance(t, targets.Deploy)
-    ]
-    summary = Summary(len(selected), len(selected) - len(held), held[:listed], len(held))
-    return selection_status(environment, selector, summary)
-
-
-def selection_status(
-    environment: api.Environment, selector: selectors.Selector, summary: Summary
-) -> dict[str, Any]:
-    """The status of a valid ``environment`` whose Clusters ``summary`` sums up."""
-    generation = environment.metadata.generation
-    old = _status_of(environment).conditions
-    rows = [
-        {
-            "name": t.cluster,
-            "target": t.reason,
-            "reason": _reason(t, cluster),
-            "message": t.message,
-        }
-        for t, cluster in summary.held
-    ]
-    selected = summary.selected
-    deploying = summary.deploying
-    more = summary.held_total - len(rows)
-    if not selected:
-        condition = api.Condition(
-            "Ready",
-            "False",
-            Reason.NO_CLUSTERS,
-            f"no Cluster of namespace {environment.metadata.namespace} matches the selector "
-            f"{selector}: label Clusters to match, or change spec.clusterSelector",
-        )
-    elif deploying == 0:
-        where = (
-            f"the first {len(rows)} in status.clusters, and {more} more"
-            if more
-            else ("see status.clusters")
-        )
-        condition = api.Condition(
-            "Ready",
-            "False",
-            Reason.NO_CLUSTER_READY,
-            f"none of the {selected} selected Clusters can be deployed to; {where}",
-        )
-    else:
-        condition = api.Condition(
-            "Ready",
-            "True",
-            Reason.READY,
-            f"{deploying} of {selected} selected Clusters deploy",
-        )
-    body = _body(generation, api.set_condition(old, _gen(condition, generation)), rows)
-    body["selected"] = selected
-    body["deploying"] = deploying
-    body["more"] = more
-    return body
-
-
-def _gen(condition: api.Condition, generation: int) -> api.Condition:
-    return api.Condition(
-        condition.type,
-        condition.status,
-        condition.reason,
-        condition.message,
-        observed_generation=generation,
-    )
-
-
-def _body(
-    generation: int, conditions: tuple[api.Condition, ...], rows: list[dict[str, str]]
-) -> dict[str, Any]:
-    return {
-        "observedGeneration": generation,
-        "conditions": [api.converter.unstructure(c) for c in conditions],
-        "selected": 0,
-        "deploying": 0,
-        "clusters": rows,
-        "more": 0,
-    }
-
-
-def _status_of(environment: api.Environment | api.Invalid) -> api.EnvironmentStatus:
-    """The status the object has; an invalid one's too, so its transition time is kept."""
-    if isinstance(environment, api.Environment):
-        return environment.status
-    status = environment.status
-    return status if isinstance(status, api.EnvironmentStatus) else api.EnvironmentStatus()
-
-
-def _observed(status: api.EnvironmentStatus) -> dict[str, Any]:
-    return {
-        "observedGeneration": status.observed_generation,
-        "conditions": [api.converter.unstructure(c) for c in status.conditions],
-        "selected": status.selected,
-        "deploying": status.deploying,
-        "clusters": [
-            {"name": t.name, "target": t.target, "reason": t.reason, "message": t.message}
-            for t in status.clusters
-        ],
-        "more": status.more,
-    }
-
-
-def _reason(target: targets.Target, cluster: api.Cluster) -> str:
-    """The Cluster's own reason where it is held (so a reader sees why), else the target's."""
-    if isinstance(target, targets.ClusterNotReady):
-        ready = cluster.ready
-        return ready.reason if ready is not None else "Unknown"
-    return target.reason

@@ -15,13 +15,14 @@ by name), and the first few by name of those that do not deploy.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import attrs
 
 from kokumi import api, selectors, targets
+from kokumi.status import Summary
 
-__all__ = ["Entry", "NamespaceIndex", "Summary"]
+__all__ = ["Entry", "NamespaceIndex"]
 
 
 @attrs.frozen
@@ -40,16 +41,6 @@ class Entry:
     @property
     def name(self) -> str:
         return self.cluster.metadata.name
-
-
-@attrs.frozen
-class Summary:
-    """What an Environment's status says of its Clusters."""
-
-    selected: int
-    deploying: int
-    held: Sequence[tuple[targets.Target, api.Cluster]]  # the first few by name that do not deploy
-    held_total: int
 
 
 class _Tally:
@@ -95,11 +86,11 @@ class _Tally:
             del self.by_server[entry.server]
 
     def summary(self, listed: int) -> Summary:
-        held: list[tuple[targets.Target, api.Cluster]] = []
+        held: list[tuple[targets.Target, targets.SelectedCluster]] = []
         for name in self.held[:listed]:
             entry = self.members[name]
             taken_by = None if entry.server is None else self.by_server[entry.server][0]
-            held.append((targets.target(entry.selected, taken_by), entry.cluster))
+            held.append((targets.target(entry.selected, taken_by), entry.selected))
         return Summary(len(self.members), len(self.by_server), held, len(self.held))
 
 

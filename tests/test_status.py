@@ -1,0 +1,408 @@
+"""The status decisions (kokumi.status), with no server.
+
+The properties are those the spec and the API rest on: what is written reads back as the same
+value (so the next pass compares equal and writes nothing), a status recomputed from unchanged
+findings is the same status whatever the clock says ("the status changes only when what the check
+finds changes"), and a condition's transition time moves only with its status.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kokumi import api
+from kokumi.reasons import Reason
+from kokumi.status import (
+    Outcome,
+    cluster_status,
+    environment_status,
+    observed_cluster_status,
+    observed_environment_status,
+    ready_event,
+    unstructured,
+)
+from tests.strategies import examples
+
+EARLY = "2026-11-30T12:00:00Z"
+LATE = "2026-11-30T13:30:00Z"
+LATER = "2026-12-01T08:00:00Z"  # no generated status holds it
+
+# --- strategies ---------------------------------------------------------------------------------
+
+words = st.text(st.characters(codec="utf-8"), max_size=12)
+stamps = st.sampled_from(["", EARLY, LATE])
+conditions = st.builds(
+    api.Condition,
+    type=st.sampled_from(["Ready", "Progressing"]),
+    status=st.sampled_from(["True", "False", "Unknown"]),
+    reason=st.sampled_from(list(Reason)) | words,
+    message=words,
+    last_transition_time=stamps,
+    observed_generation=st.integers(0, 2**40),
+)
+condition_lists = st.lists(conditions, max_size=2, unique_by=lambda c: c.type).map(tuple)
+cluster_statuses = st.builds(
+    api.ClusterStatus,
+    server=st.none()
+    | st.sampled_from(["https://a.example:6443", "https://kubernetes.default.svc"]),
+    kubernetes_version=st.none() | st.sampled_from(["v1.36.3", "v1.28.0+k3s1"]),
+    observed_generation=st.none() | st.integers(0, 2**40),
+    conditions=condition_lists,
+)
+target_statuses = st.builds(
+    api.TargetStatus,
+    name=words,
+    target=st.sampled_from([Reason.DEPLOY, Reason.CLUSTER_NOT_READY, Reason.CLUSTER_CONFLICT]),
+    reason=st.sampled_from(list(Reason)) | words,
+    message=words,
+)
+environment_statuses = st.builds(
+    api.EnvironmentStatus,
+    observed_generation=st.none() | st.integers(0, 2**40),
+    conditions=condition_lists,
+    selected=st.integers(0, 10**6),
+    deploying=st.integers(0, 10**6),
+    clusters=st.lists(target_statuses, max_size=3).map(tuple),
+    more=st.integers(0, 10**6),
+)
+metas = st.builds(
+    api.Meta,
+    name=st.sampled_from(["a", "b", "c", "d", "e"]),
+    namespace=st.just("fleet"),
+    uid=st.just("u"),
+    generation=st.integers(1, 5),
+    labels=st.sampled_from([{}, {"env": "prod"}, {"env": "dev"}]),
+)
+specs = st.sampled_from(
+    [
+        api.ClusterSpec("InCluster"),
+        api.ClusterSpec("Kubeconfig", api.KubeconfigSource(api.SecretRef("kubeconfig"))),
+    ]
+)
+clusters = st.builds(api.Cluster, metas, specs, cluster_statuses)
+invalid_clusters = st.builds(api.Invalid, metas, words, st.none() | cluster_statuses)
+outcomes = st.builds(
+    Outcome,
+    ok=st.booleans(),
+    reason=st.sampled_from(list(Reason)),
+    message=words,
+    server=st.none() | st.sampled_from(["https://a.example:6443", "https://b.example/"]),
+    kubernetes_version=st.none() | st.just("v1.36.3"),
+)
+conflicts = st.none() | st.sampled_from(["server https://a.example:6443 is held by Cluster x/y"])
+conflict_reasons = st.sampled_from([Reason.CLUSTER_CONFLICT, Reason.REGISTRATION_FAILED])
+ready_only = st.builds(
+    api.Condition,
+    type=st.just("Ready"),
+    status=st.sampled_from(["True", "False"]),
+    reason=st.sampled_from([Reason.READY, Reason.UNREACHABLE, Reason.CLUSTER_CONFLICT]),
+    message=st.just("as found"),
+    last_transition_time=st.just(EARLY),
+)
+fleet_clusters = st.builds(
+    api.Cluster,
+    metas,
+    specs,
+    st.builds(
+        api.ClusterStatus,
+        server=st.none() | st.sampled_from(["https://a.example:6443", "https://a.example:6443/"]),
+        conditions=st.lists(ready_only, max_size=1).map(tuple),
+    ),
+)
+fleets = st.lists(fleet_clusters, max_size=6, unique_by=lambda c: c.metadata.name).map(
+    lambda found: sorted(found, key=lambda c: c.metadata.name)
+)
+selector_specs = st.sampled_from(
+    [
+        None,
+        {},
+        {"matchLabels": {"env": "prod"}},
+        {"matchExpressions": [{"key": "env", "operator": "Has"}]},
+    ]
+)
+environments = st.builds(
+    api.Environment, metas, st.builds(api.EnvironmentSpec, selector_specs), environment_statuses
+)
+invalid_environments = st.builds(api.Invalid, metas, words, st.none() | environment_statuses)
+
+
+def _as_written(value: api.ClusterStatus | api.EnvironmentStatus) -> dict[str, Any]:
+    """The status as the API server stores it: JSON, with the nulls of the merge patch gone."""
+    text = json.dumps(unstructured(value))
+    return {k: v for k, v in json.loads(text).items() if v is not None}
+
+
+def _ready(status: api.ClusterStatus | api.EnvironmentStatus) -> api.Condition:
+    ready = api.ready_condition(status.conditions)
+    assert ready is not None
+    return ready
+
+
+# --- the converter: one shape for reading and writing -------------------------------------------
+
+
+@settings(max_examples=examples(500))
+@given(value=cluster_statuses)
+def test_a_cluster_status_survives_its_write(value: api.ClusterStatus) -> None:
+    assert api.converter.structure(unstructured(value), api.ClusterStatus) == value
+    assert api.converter.structure(_as_written(value), api.ClusterStatus) == value
+
+
+@settings(max_examples=examples(500))
+@given(value=environment_statuses)
+def test_an_environment_status_survives_its_write(value: api.EnvironmentStatus) -> None:
+    assert api.converter.structure(unstructured(value), api.EnvironmentStatus) == value
+    assert api.converter.structure(_as_written(value), api.EnvironmentStatus) == value
+
+
+@settings(max_examples=examples(300))
+@given(cluster=clusters, status=cluster_statuses)
+def test_what_is_written_is_what_the_next_pass_observes(
+    cluster: api.Cluster, status: api.ClusterStatus
+) -> None:
+    """The watch brings the write back; parsed, it equals what was written: nothing to rewrite."""
+    body = {
+        "metadata": {"name": cluster.metadata.name, "namespace": "fleet"},
+        "spec": api.converter.unstructure(cluster.spec),
+        "status": _as_written(status),
+    }
+    parsed = api.parse_cluster(body)
+    assert isinstance(parsed, api.Cluster)
+    assert observed_cluster_status(parsed) == (None if status == api.ClusterStatus() else status)
+
+
+def test_a_cluster_status_is_written_as_today() -> None:
+    """camelCase as the CRD; every status field (null removes one); conditions without defaults."""
+    value = api.ClusterStatus(
+        server=None,
+        kubernetes_version="v1.36.3",
+        observed_generation=4,
+        conditions=(
+            api.Condition("Ready", "False", Reason.UNREACHABLE, "timed out", EARLY, 4),
+            api.Condition("Other", "True", "Fine", "fine"),
+        ),
+    )
+    assert json.dumps(unstructured(value)) == json.dumps(
+        {
+            "server": None,
+            "kubernetesVersion": "v1.36.3",
+            "observedGeneration": 4,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "False",
+                    "reason": "Unreachable",
+                    "message": "timed out",
+                    "lastTransitionTime": EARLY,
+                    "observedGeneration": 4,
+                },
+                {"type": "Other", "status": "True", "reason": "Fine", "message": "fine"},
+            ],
+        }
+    )
+
+
+def test_an_environment_status_is_written_as_today() -> None:
+    value = api.EnvironmentStatus(
+        observed_generation=2,
+        conditions=(api.Condition("Ready", "False", Reason.NO_CLUSTERS, "none", EARLY, 2),),
+    )
+    assert json.dumps(unstructured(value)) == json.dumps(
+        {
+            "observedGeneration": 2,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "False",
+                    "reason": "NoClusters",
+                    "message": "none",
+                    "lastTransitionTime": EARLY,
+                    "observedGeneration": 2,
+                }
+            ],
+            "selected": 0,
+            "deploying": 0,
+            "clusters": [],
+            "more": 0,
+        }
+    )
+
+
+# --- the Cluster --------------------------------------------------------------------------------
+
+
+def _cluster(
+    connection: str = "Kubeconfig", status: api.ClusterStatus | None = None
+) -> api.Cluster:
+    spec = (
+        api.ClusterSpec("InCluster")
+        if connection == "InCluster"
+        else api.ClusterSpec("Kubeconfig", api.KubeconfigSource(api.SecretRef("kubeconfig")))
+    )
+    return api.Cluster(
+        api.Meta("spoke", "fleet", generation=3), spec, status or api.ClusterStatus()
+    )
+
+
+def test_a_good_check_makes_the_cluster_ready() -> None:
+    found = Outcome(True, Reason.READY, "accepted as admin", "https://a.example:6443", "v1.36.3")
+    status = cluster_status(_cluster(), found, now=EARLY)
+    assert status == api.ClusterStatus(
+        "https://a.example:6443",
+        "v1.36.3",
+        3,
+        (api.Condition("Ready", "True", Reason.READY, "accepted as admin", EARLY, 3),),
+    )
+
+
+def test_a_conflict_outranks_a_good_check_but_not_a_failed_one() -> None:
+    good = Outcome(True, Reason.READY, "ok", "https://a.example:6443")
+    held = cluster_status(
+        _cluster(),
+        good,
+        conflict="held by x",
+        conflict_reason=Reason.REGISTRATION_FAILED,
+        now=EARLY,
+    )
+    assert (_ready(held).status, _ready(held).reason) == ("False", "RegistrationFailed")
+    assert _ready(held).message == "held by x"
+    bad = Outcome(False, Reason.UNREACHABLE, "refused")
+    failed = cluster_status(_cluster(), bad, conflict="held by x", now=EARLY)
+    assert (_ready(failed).reason, _ready(failed).message) == ("Unreachable", "refused")
+
+
+def test_an_in_cluster_cluster_reports_argo_cds_name_for_its_server() -> None:
+    found = Outcome(True, Reason.READY, "ok", "https://10.0.0.1:443")
+    status = cluster_status(_cluster("InCluster"), found, now=EARLY)
+    assert status.server == "https://kubernetes.default.svc"
+
+
+def test_an_invalid_cluster_keeps_its_transition_time() -> None:
+    old = api.ClusterStatus(
+        conditions=(api.Condition("Ready", "False", Reason.INVALID_SPEC, "old words", EARLY, 2),)
+    )
+    invalid = api.Invalid(api.Meta("spoke", "fleet", generation=3), "spec is missing", old)
+    status = cluster_status(
+        invalid, Outcome(False, Reason.INVALID_SPEC, "spec is missing"), now=LATE
+    )
+    assert _ready(status) == api.Condition(
+        "Ready", "False", Reason.INVALID_SPEC, "spec is missing", EARLY, 3
+    )
+    assert status.server is None
+
+
+@settings(max_examples=examples(500))
+@given(
+    cluster=clusters | invalid_clusters,
+    outcome=outcomes,
+    conflict=conflicts,
+    reason=conflict_reasons,
+)
+def test_a_cluster_status_is_a_function_of_what_was_found(
+    cluster: api.Cluster | api.Invalid, outcome: Outcome, conflict: str | None, reason: Reason
+) -> None:
+    """Pure: the same arguments give the same status, and the arguments are left as they were."""
+    before = attrs.evolve(cluster)
+    first = cluster_status(cluster, outcome, conflict=conflict, conflict_reason=reason, now=EARLY)
+    again = cluster_status(cluster, outcome, conflict=conflict, conflict_reason=reason, now=EARLY)
+    assert first == again
+    assert cluster == before
+    ready = _ready(first)
+    assert (ready.status == "True") == (outcome.ok and not conflict)
+    assert ready.observed_generation == first.observed_generation == cluster.metadata.generation
+    assert [c.type for c in first.conditions].count("Ready") == 1
+
+
+@settings(max_examples=examples(500))
+@given(
+    cluster=clusters | invalid_clusters,
+    outcome=outcomes,
+    conflict=conflicts,
+    reason=conflict_reasons,
+)
+def test_the_status_changes_only_when_what_the_check_finds_changes(
+    cluster: api.Cluster | api.Invalid, outcome: Outcome, conflict: str | None, reason: Reason
+) -> None:
+    """Computed again later from the same finding, over the status written, it is the same."""
+    first = cluster_status(cluster, outcome, conflict=conflict, conflict_reason=reason, now=EARLY)
+    written = attrs.evolve(cluster, status=first)
+    later = cluster_status(written, outcome, conflict=conflict, conflict_reason=reason, now=LATE)
+    assert later == first
+    assert observed_cluster_status(written) == first
+    assert ready_event(first, later) is None
+
+
+@settings(max_examples=examples(500))
+@given(cluster=clusters, first=outcomes, second=outcomes)
+def test_the_transition_time_moves_only_with_the_status(
+    cluster: api.Cluster, first: Outcome, second: Outcome
+) -> None:
+    before = cluster_status(cluster, first, now=EARLY)
+    after = cluster_status(attrs.evolve(cluster, status=before), second, now=LATER)
+    moved = _ready(after).last_transition_time != _ready(before).last_transition_time
+    assert moved == (_ready(after).status != _ready(before).status)
+
+
+@settings(max_examples=examples(500))
+@given(old=st.none() | cluster_statuses, cluster=clusters, outcome=outcomes)
+def test_an_event_is_recorded_when_the_ready_state_changes(
+    old: api.ClusterStatus | None, cluster: api.Cluster, outcome: Outcome
+) -> None:
+    new = cluster_status(cluster, outcome, now=LATE)
+    event = ready_event(old, new)
+    before = api.ready_condition(old.conditions) if old is not None else None
+    changed = before is None or (before.status, before.reason) != (
+        _ready(new).status,
+        _ready(new).reason,
+    )
+    assert (event is not None) == changed
+    assert event is None or event == _ready(new)
+
+
+# --- the Environment ----------------------------------------------------------------------------
+
+
+@settings(max_examples=examples(500))
+@given(
+    environment=environments | invalid_environments,
+    fleet=fleets,
+    listed=st.integers(0, 4),
+)
+def test_an_environment_status_is_a_function_of_its_clusters(
+    environment: api.Environment | api.Invalid, fleet: list[api.Cluster], listed: int
+) -> None:
+    first = environment_status(environment, fleet, listed=listed, now=EARLY)
+    assert first == environment_status(environment, fleet, listed=listed, now=EARLY)
+    assert len(first.clusters) <= listed
+    assert first.selected == first.deploying + len(first.clusters) + first.more
+    assert first.observed_generation == environment.metadata.generation
+    assert _ready(first).status == ("True" if first.deploying else "False")
+    written = attrs.evolve(environment, status=first)
+    assert environment_status(written, fleet, listed=listed, now=LATE) == first
+    assert observed_environment_status(written) == first
+
+
+def test_an_environment_with_a_bad_selector_says_so() -> None:
+    environment = api.Environment(
+        api.Meta("all", "fleet", generation=2),
+        api.EnvironmentSpec({"matchExpressions": [{"key": "env", "operator": "Has"}]}),
+    )
+    status = environment_status(environment, [], now=EARLY)
+    assert _ready(status).reason == Reason.INVALID_SELECTOR
+    assert '"Has"' in _ready(status).message
+    assert (status.selected, status.deploying, status.clusters, status.more) == (0, 0, (), 0)
+
+
+def test_a_cluster_not_checked_yet_is_held_with_not_checked() -> None:
+    environment = api.Environment(api.Meta("all", "fleet", generation=1), api.EnvironmentSpec({}))
+    fresh = _cluster()
+    status = environment_status(environment, [fresh], now=EARLY)
+    (row,) = status.clusters
+    assert (row.name, row.target, row.reason) == ("spoke", "ClusterNotReady", "NotChecked")
+    assert row.reason is Reason.NOT_CHECKED
+    assert _ready(status).reason == Reason.NO_CLUSTER_READY
