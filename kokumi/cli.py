@@ -57,6 +57,7 @@ def _manager(args: argparse.Namespace) -> int:
         sharding=sharding,
         health_port=args.health_port or None,
         field_manager=args.field_manager,
+        freeze_heap=True,
     )
     lost: BaseException | None = None
     try:

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from kokumi import health, probe
+from kokumi import health, heap, probe
 from kokumi.actors.context import (
     Context,
     CountingLimiter,
@@ -171,6 +171,8 @@ class Manager:
             if self.options.keep_in_cluster and not self.shard_electors:
                 await nursery.start(keep_in_cluster, self.client, self.options.namespace)
             await nursery.start(self.dispatcher.run)
+            if self.options.freeze_heap:
+                nursery.start_soon(heap.freeze_as_it_grows, lambda: len(self.dispatcher.clusters))
             log.info("manager started (namespace %s)", self.options.namespace)
             if self.elector is None and not self.shard_electors:
                 self.metrics.leader.set(1)

@@ -24,11 +24,13 @@ from kokumi.reasons import Reason
 __all__ = [
     "LISTED",
     "Outcome",
+    "Summary",
     "cluster_status",
     "environment_status",
     "observed_cluster_status",
     "observed_environment_status",
     "ready_event",
+    "selection_status",
     "unstructured",
 ]
 
@@ -169,6 +171,38 @@ def environment_status(
         for target, cluster in zip(targets.targets(read), read, strict=True)
         if not isinstance(target, targets.Deploy)
     ]
+    summary = Summary(len(selected), len(selected) - len(held), held[:listed], len(held))
+    return selection_status(environment, selector, summary, now=now)
+
+
+@attrs.frozen
+class Summary:
+    """What an Environment's status says of the Clusters it selects.
+
+    From the Clusters themselves (:func:`environment_status`) or from the Environments actor's
+    index, which keeps these figures up to date per changed Cluster."""
+
+    selected: int
+    deploying: int
+    held: Sequence[tuple[targets.Target, targets.SelectedCluster]]  # the first few by name
+    held_total: int
+
+
+def selection_status(
+    environment: api.Environment,
+    selector: selectors.Selector,
+    summary: Summary,
+    *,
+    now: str | None = None,
+) -> api.EnvironmentStatus:
+    """The status of a valid ``environment`` whose selected Clusters ``summary`` sums up."""
+    generation = environment.metadata.generation
+    old = _environment_status_of(environment).conditions
+
+    def ready(status: api.ConditionStatus, reason: str, message: str) -> tuple[api.Condition, ...]:
+        condition = api.Condition("Ready", status, reason, message, observed_generation=generation)
+        return api.set_condition(old, condition, now)
+
     rows = tuple(
         api.TargetStatus(
             name=target.cluster,
@@ -177,10 +211,11 @@ def environment_status(
             reason=cluster.reason if isinstance(target, targets.ClusterNotReady) else target.reason,
             message=target.message,
         )
-        for target, cluster in held[:listed]
+        for target, cluster in summary.held
     )
-    deploying = len(selected) - len(held)
-    more = len(held) - len(rows)
+    selected = summary.selected
+    deploying = summary.deploying
+    more = summary.held_total - len(rows)
     if not selected:
         conditions = ready(
             "False",
@@ -197,16 +232,16 @@ def environment_status(
         conditions = ready(
             "False",
             Reason.NO_CLUSTER_READY,
-            f"none of the {len(selected)} selected Clusters can be deployed to; {where}",
+            f"none of the {selected} selected Clusters can be deployed to; {where}",
         )
     else:
         conditions = ready(
-            "True", Reason.READY, f"{deploying} of {len(selected)} selected Clusters deploy"
+            "True", Reason.READY, f"{deploying} of {selected} selected Clusters deploy"
         )
     return api.EnvironmentStatus(
         observed_generation=generation,
         conditions=conditions,
-        selected=len(selected),
+        selected=selected,
         deploying=deploying,
         clusters=rows,
         more=more,

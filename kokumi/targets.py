@@ -25,7 +25,9 @@ __all__ = [
     "SelectedCluster",
     "Target",
     "TargetTaken",
+    "deploy_server",
     "selected_cluster",
+    "target",
     "targets",
 ]
 
@@ -122,6 +124,35 @@ def _not_ready(cluster: SelectedCluster) -> str:
     return f"{text}: {detail}" if detail else text
 
 
+def deploy_server(cluster: SelectedCluster) -> str | None:
+    """The server ``cluster`` deploys to unless another selected Cluster takes it; else None.
+
+    None for a Cluster that is held whatever the others are: not Ready, in conflict, or Ready
+    without a server yet.
+    """
+    if not cluster.ready or cluster.reason == CLUSTER_CONFLICT:
+        return None
+    return _server(cluster)
+
+
+def target(cluster: SelectedCluster, taken_by: str | None = None) -> Target:
+    """The target of one Cluster; ``taken_by`` names the Cluster that deploys to its server
+    for this Environment when it is not this one (see :func:`targets`)."""
+    server = _server(cluster)
+    if not cluster.ready or cluster.reason == CLUSTER_CONFLICT:
+        return ClusterNotReady(cluster.name, _not_ready(cluster))
+    if server is None:
+        message = f"Cluster {cluster.name} is Ready but reports no server yet"
+        return ClusterNotReady(cluster.name, message)
+    if taken_by is None:
+        return Deploy(cluster.name, server, f"deploys to {server}")
+    message = (
+        f"Cluster {cluster.name} connects to server {server} as Cluster {taken_by} does, "
+        f"which deploys there for this Environment; only the first by name deploys"
+    )
+    return TargetTaken(cluster.name, server, taken_by, message)
+
+
 def targets(clusters: Sequence[SelectedCluster]) -> tuple[Target, ...]:
     """One target per Cluster, in the order given.
 
@@ -130,29 +161,17 @@ def targets(clusters: Sequence[SelectedCluster]) -> tuple[Target, ...]:
     another Cluster. A Ready Kubeconfig Cluster without a server yet is held for the same reason.
     """
     first: dict[str, tuple[str, int]] = {}
-    for index, cluster in enumerate(clusters):
-        server = _server(cluster)
-        if server is None or not cluster.ready or cluster.reason == CLUSTER_CONFLICT:
+    servers = [deploy_server(cluster) for cluster in clusters]
+    for index, (cluster, server) in enumerate(zip(clusters, servers, strict=True)):
+        if server is None:
             continue
         key = (cluster.name, index)
         if server not in first or key < first[server]:
             first[server] = key
-
-    result: list[Target] = []
-    for index, cluster in enumerate(clusters):
-        server = _server(cluster)
-        if not cluster.ready or cluster.reason == CLUSTER_CONFLICT:
-            result.append(ClusterNotReady(cluster.name, _not_ready(cluster)))
-        elif server is None:
-            message = f"Cluster {cluster.name} is Ready but reports no server yet"
-            result.append(ClusterNotReady(cluster.name, message))
-        elif first[server] == (cluster.name, index):
-            result.append(Deploy(cluster.name, server, f"deploys to {server}"))
-        else:
-            winner = first[server][0]
-            message = (
-                f"Cluster {cluster.name} connects to server {server} as Cluster {winner} does, "
-                f"which deploys there for this Environment; only the first by name deploys"
-            )
-            result.append(TargetTaken(cluster.name, server, winner, message))
-    return tuple(result)
+    return tuple(
+        target(
+            cluster,
+            None if server is None or first[server] == (cluster.name, index) else first[server][0],
+        )
+        for index, (cluster, server) in enumerate(zip(clusters, servers, strict=True))
+    )

@@ -5,10 +5,13 @@ command line, plus one instrument that times every task step (a step is the code
 between two awaits, during which nothing else on the loop can run). Every two seconds the
 steps longer than 10 ms are appended to the file named by ``KOKUMI_BENCH_LOOP`` as JSON lines
 ``[unix time, wall seconds, CPU seconds, task name]``, with ``["steps", count, total seconds]``
-for the totals and ``["gc", unix time, seconds, 2]`` for each full collection of the cyclic
-garbage collector. Wall time is what other tasks waited; on a machine shared by many processes
-it also holds the time the OS ran others, which the step's own CPU time (the thread's) leaves
-out.
+for the totals, ``["gc", unix time, seconds, generation]`` for each full collection of the
+cyclic garbage collector (generation 2) and each younger one over 10 ms, and ``["slots", unix
+time, [seconds, ...]]`` for the checks that released one of the eight check slots in those two
+seconds: the time from acquiring the slot to releasing it, which bounds the checks per second
+at 8 / (mean slot time). Wall time is what other tasks waited; on a machine shared by many
+processes it also holds the time the OS ran others, which the step's own CPU time (the
+thread's) leaves out.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class LoopTimer(trio.abc.Instrument):
         self.slow: list[tuple[float, float, float, str]] = []
         self.gc: list[tuple[float, float, int]] = []
         self._gc_began = 0.0
+        self.slots: list[float] = []
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         self._began = time.perf_counter()
@@ -55,8 +59,10 @@ class LoopTimer(trio.abc.Instrument):
         heap."""
         if phase == "start":
             self._gc_began = time.perf_counter()
-        elif info.get("generation") == 2:
-            self.gc.append((time.time(), time.perf_counter() - self._gc_began, 2))
+            return
+        took, generation = time.perf_counter() - self._gc_began, info.get("generation", 0)
+        if generation == 2 or took > SLOW_STEP:  # young collections only when they are slow
+            self.gc.append((time.time(), took, generation))
 
 
 def _dump(timer: LoopTimer, path: str) -> None:
@@ -64,16 +70,41 @@ def _dump(timer: LoopTimer, path: str) -> None:
         time.sleep(2)
         slow, timer.slow = timer.slow, []
         collections, timer.gc = timer.gc, []
+        slots, timer.slots = timer.slots, []
         with open(path, "a") as out:
             for item in slow:
                 out.write(json.dumps(item) + "\n")
             for at, took, generation in collections:
                 out.write(json.dumps(["gc", at, took, generation]) + "\n")
+            if slots:
+                out.write(json.dumps(["slots", time.time(), [round(x, 4) for x in slots]]) + "\n")
             out.write(json.dumps(["steps", timer.steps, timer.total, time.time()]) + "\n")
+
+
+def _time_slots(timer: LoopTimer) -> None:
+    """Record how long each check holds one of the eight slots of the check limiter."""
+    from kokumi.actors.context import CountingLimiter  # noqa: PLC0415
+
+    enter, leave = CountingLimiter.__aenter__, CountingLimiter.__aexit__
+    held: dict[trio.lowlevel.Task, float] = {}
+
+    async def aenter(self: CountingLimiter) -> None:
+        await enter(self)
+        held[trio.lowlevel.current_task()] = time.perf_counter()
+
+    async def aexit(self: CountingLimiter, *exc: object) -> None:
+        began = held.pop(trio.lowlevel.current_task(), None)
+        await leave(self, *exc)
+        if began is not None:
+            timer.slots.append(time.perf_counter() - began)
+
+    CountingLimiter.__aenter__ = aenter  # type: ignore[method-assign]
+    CountingLimiter.__aexit__ = aexit  # type: ignore[method-assign]
 
 
 def main() -> None:
     timer = LoopTimer()
+    _time_slots(timer)
     path = os.environ.get("KOKUMI_BENCH_LOOP")
     gc.callbacks.append(timer.gc_callback)
     if path:

@@ -216,12 +216,18 @@ def loop_steps(path: Path, start: float, end: float) -> dict[str, float]:
     wall: list[float] = []
     cpu: list[float] = []
     gc_pauses: list[float] = []
+    slots: list[float] = []
+    young: list[float] = []  # collections of the younger generations over 10 ms
     if path.exists():
         for line in path.read_text().splitlines():
             item = json.loads(line)
+            if item[0] == "slots":
+                if start <= item[1] <= end:
+                    slots.extend(item[2])
+                continue
             if item[0] == "gc":
                 if start <= item[1] <= end:
-                    gc_pauses.append(item[2])
+                    (gc_pauses if item[3] == 2 else young).append(item[2])
                 continue
             if item[0] != "steps" and start <= item[0] <= end:
                 wall.append(item[1])
@@ -234,6 +240,17 @@ def loop_steps(path: Path, start: float, end: float) -> dict[str, float]:
         "over_10ms": len(wall),
         "gc_full": len(gc_pauses),
         "gc_max_ms": max(gc_pauses, default=0.0) * 1000,
+        "gc_young_slow": len(young),
+        "gc_young_max_ms": max(young, default=0.0) * 1000,
+        # A check slot held by a healthy spoke's check (the slow ones take 2 s, the hanging 10 s):
+        # compare with the bare loop's, whose checks are all healthy.
+        "slot_ok_p50_ms": pct([s for s in slots if s < 1.0], 0.5) * 1000,
+        "slot_ok_mean_ms": statistics.fmean([s for s in slots if s < 1.0] or [math.nan]) * 1000,
+        "slot_all_mean_ms": statistics.fmean(slots or [math.nan]) * 1000,
+        "slots": len(slots),
+        # Slots busy on average (8 at most): all checks, and those of healthy spokes only.
+        "slots_busy": sum(slots) / (end - start),
+        "slots_busy_ok": sum(s for s in slots if s < 1.0) / (end - start),
     }
 
 
@@ -310,10 +327,12 @@ async def bare_checks(kinds: list[str], ca_pem: bytes, count: int) -> dict[str, 
     headers = {"Authorization": f"Bearer {TOKEN}", "Accept": "application/json"}
     limiter = trio.CapacityLimiter(8)
     failures = 0
+    slots: list[float] = []
 
     async def one(index: int) -> None:
         nonlocal failures
         async with limiter:
+            began = time.perf_counter()
             base = f"https://{address(index)}:{PORT}"
             ext = {"sni_hostname": SERVER_NAME}
             async with httpx.AsyncClient(verify=context, trust_env=False, timeout=10) as client:
@@ -326,6 +345,7 @@ async def bare_checks(kinds: list[str], ca_pem: bytes, count: int) -> dict[str, 
                 )
                 if a.status_code != 200 or b.status_code != 201:
                     failures += 1
+            slots.append(time.perf_counter() - began)
 
     cpu, wall = time.process_time(), time.perf_counter()
     async with trio.open_nursery() as nursery:
@@ -336,6 +356,8 @@ async def bare_checks(kinds: list[str], ca_pem: bytes, count: int) -> dict[str, 
         "checks": len(healthy),
         "cpu_ms": cpu / len(healthy) * 1000,
         "per_s": len(healthy) / wall,
+        "slot_p50_ms": pct(slots, 0.5) * 1000,
+        "slot_mean_ms": statistics.fmean(slots) * 1000,
         "failures": failures,
     }
 
@@ -746,6 +768,17 @@ def report(r: dict[str, Any]) -> str:
                 f"event loop: longest step / steps > 50 ms, {label}",
                 f"{p['loop']['max_ms']:.0f} ms / {p['loop']['over_50ms']}",
                 _cpu_steps(p["loop"]),
+            ),
+            (
+                f"checks per second / check slot held, healthy p50 / mean, {label}",
+                f"{p['checks_per_s']:.1f} / {p['loop']['slot_ok_p50_ms']:.0f}"
+                f" / {p['loop']['slot_ok_mean_ms']:.0f} ms",
+                f"bare loop {bc['per_s']:.1f}/s, {bc['slot_p50_ms']:.0f} / {bc['slot_mean_ms']:.0f}"
+                f" ms; all kinds mean {p['loop']['slot_all_mean_ms']:.0f} ms; slots busy"
+                f" {p['loop']['slots_busy']:.1f} of 8, healthy {p['loop']['slots_busy_ok']:.1f};"
+                f" full GCs {p['loop']['gc_full']}, longest {p['loop']['gc_max_ms']:.0f} ms;"
+                f" young ones over 10 ms {p['loop']['gc_young_slow']},"
+                f" longest {p['loop']['gc_young_max_ms']:.0f} ms",
             ),
             (
                 f"connections to the hub, peak, {label}",

@@ -74,6 +74,9 @@ class Options:
     sharding: Sharding | None = None
     # Serve /healthz, /readyz and /metrics on this port (None: not at all; 0: any free port).
     health_port: int | None = None
+    # Freeze the heap as the fleet grows (kokumi/heap.py): ``kokumi manager`` sets it, since it
+    # touches the whole process, which an embedding program owns.
+    freeze_heap: bool = False
 
     def next_check_delay(self) -> float:
         return self.check_interval + random.uniform(0.0, self.check_jitter)  # noqa: S311

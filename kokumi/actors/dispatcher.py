@@ -133,7 +133,8 @@ class Dispatcher:
                 self._stop(_uid(event.object))
             else:
                 self._upsert(event.object)
-            self.environments_actor.changed(_ref(event.object).namespace)
+            ref = _ref(event.object)
+            self.environments_actor.changed(ref.namespace, ref.name)
 
     def _upsert(self, obj: dict[str, Any]) -> None:
         uid = _uid(obj)
@@ -254,7 +255,7 @@ class Dispatcher:
                 # A deleted Environment's namespace must be recomputed too.
                 namespaces |= {ref.namespace for ref in self._selected}
             for namespace in namespaces:
-                self.environments_actor.changed(namespace)
+                self.environments_actor.environments_changed(namespace)
 
     def _secret_changed(self, key: tuple[str, str], first: bool) -> None:
         """A followed Secret changed: the Clusters naming it check again (see SecretWatches)."""

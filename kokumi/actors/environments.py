@@ -10,18 +10,30 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
 
+import attrs
 import trio
 
 from kokumi import api, selectors
 from kokumi.actors.context import Metrics, write_status
+from kokumi.actors.selection import Entry, NamespaceIndex
 from kokumi.kube import errors
 from kokumi.kube.client import Client
 from kokumi.kube.watch import Store
-from kokumi.status import LISTED, environment_status, observed_environment_status
+from kokumi.status import (
+    LISTED,
+    environment_status,
+    observed_environment_status,
+    selection_status,
+)
 
-__all__ = ["LISTED", "EnvironmentsActor", "environment_status"]
+__all__ = ["LISTED", "SLICE", "EnvironmentsActor", "environment_status"]
+
+SLICE = 0.01
+"""A pass checkpoints after this many seconds of work, far under the 50 ms the loop may block."""
 
 log = logging.getLogger(__name__)
 
@@ -46,83 +58,173 @@ class EnvironmentsActor:
         self._clusters = clusters
         self._environments = environments
         self._select = select
-        self._dirty: set[str] = set()
+        self._dirty: dict[str, _Work] = {}
         self._wake = trio.Event()
         self._written: dict[tuple[str, str], api.EnvironmentStatus] = {}
-        self._parsed: dict[str, dict[str, tuple[str, api.Cluster | api.Invalid]]] = {}
         #: Until when this replica may write Environments' status (None: another one does;
         #: with shards, the holder of shard 0, under that Lease's renew deadline).
         self.writes_until: Callable[[], float | None] = lambda: math.inf
+        # Per namespace: the selection index, and per Cluster the object (and resourceVersion)
+        # the index last took in, so that a pass looks again only at what the watch changed.
+        self._index: dict[str, NamespaceIndex] = {}
+        self._known: dict[str, dict[str, tuple[dict[str, Any], str]]] = {}
+        self._environment_objects: dict[
+            str, dict[str, tuple[dict[str, Any], api.Environment | api.Invalid]]
+        ] = {}
 
-    def changed(self, namespace: str) -> None:
-        """Something in ``namespace`` changed: recompute it soon. Never blocks."""
-        self._dirty.add(namespace)
+    def changed(self, namespace: str, name: str | None = None) -> None:
+        """Something in ``namespace`` changed: recompute it soon. Never blocks.
+
+        ``name`` names the Cluster that changed: only it is looked at again, and its actor is
+        told its selection again (its actor may be new). Without a name, every Cluster of the
+        namespace is compared with what the index saw (a relist) and told its selection.
+        """
+        if name is not None:
+            self._dirty.setdefault(namespace, _Work()).names.add(name)
+        else:
+            # A relist: a namespace whose Clusters all went meanwhile is in no event, so every
+            # namespace the index knows is compared too (by object identity: cheap).
+            for each in {namespace, *self._known}:
+                self._dirty.setdefault(each, _Work()).scan = True
+        self._wake.set()
+
+    def environments_changed(self, namespace: str) -> None:
+        """An Environment of ``namespace`` changed; its Clusters did not. Never blocks."""
+        self._dirty.setdefault(namespace, _Work())
         self._wake.set()
 
     def selected(self, namespace: str) -> set[str]:
-        """Names of the Clusters of ``namespace`` that an Argo CD Environment selects now."""
-        return _chosen(self._clusters_of(namespace), self._environments_of(namespace))
+        """Names of the Clusters of ``namespace`` an Environment selected at the last pass."""
+        index = self._index.get(namespace)
+        return set() if index is None else index.selected_names()
 
     async def run(self) -> None:
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
-            dirty, self._dirty = self._dirty, set()
-            failed: set[str] = set()
+            dirty, self._dirty = self._dirty, {}
+            failed: dict[str, _Work] = {}
             for namespace in sorted(dirty):
                 try:
-                    await self._reconcile(namespace)
+                    await self._reconcile(namespace, dirty[namespace])
                 except errors.KubeError as exc:
                     log.warning("Environments of %s: %s; retrying", namespace, exc)
-                    failed.add(namespace)
+                    failed[namespace] = _Work()
                 except Exception:
-                    # A bug costs one namespace a retry, never the manager.
+                    # A bug costs one namespace a retry, never the manager: the retry compares
+                    # every Cluster again, so nothing half-done is kept.
                     log.exception("Environments of %s: unexpected error; retrying", namespace)
-                    failed.add(namespace)
+                    self._index.pop(namespace, None)
+                    self._known.pop(namespace, None)
+                    self._environment_objects.pop(namespace, None)
+                    failed[namespace] = _Work(scan=True)
             if failed:
                 # Only a failed write waits before its retry; changes that came in during the
                 # pass have set the wake-up already and are handled at once.
                 await trio.sleep(1)
-                self._dirty |= failed
+                for namespace, work in failed.items():
+                    self._dirty.setdefault(namespace, _Work()).merge(work)
                 self._wake.set()
 
-    def _clusters_of(self, namespace: str) -> list[api.Cluster]:
-        """The valid Clusters of ``namespace`` by name; each parsed once per resourceVersion.
-
-        A pass over one namespace runs after every change there, so onboarding N Clusters makes
-        about N passes: parsing all N each time made that quadratic, with the event loop blocked
-        for the whole pass (half a second at 10,000 Clusters).
-        """
-        known = self._parsed.get(namespace, {})
-        parsed: dict[str, tuple[str, api.Cluster | api.Invalid]] = {}
-        for obj in self._clusters.in_namespace(namespace):
-            meta = obj.get("metadata", {})
-            name, version = str(meta.get("name", "")), str(meta.get("resourceVersion", ""))
-            seen = known.get(name)
-            if seen is None or seen[0] != version or not version:
-                seen = (version, api.parse_cluster(obj))
-            parsed[name] = seen
-        if parsed:
-            self._parsed[namespace] = parsed
-        else:
-            self._parsed.pop(namespace, None)
-        return sorted(
-            (c for _, c in parsed.values() if isinstance(c, api.Cluster)),
-            key=lambda c: c.metadata.name,
-        )
-
     def _environments_of(self, namespace: str) -> list[api.Environment | api.Invalid]:
-        return [api.parse_environment(o) for o in self._environments.in_namespace(namespace)]
+        """The Environments of ``namespace``, each parsed once per object the watch brought."""
+        known = self._environment_objects.get(namespace, {})
+        now: dict[str, tuple[dict[str, Any], api.Environment | api.Invalid]] = {}
+        for name, obj in self._environments.named_in_namespace(namespace).items():
+            seen = known.get(name)
+            now[name] = (
+                seen
+                if seen is not None and seen[0] is obj
+                else (
+                    obj,
+                    api.parse_environment(obj),
+                )
+            )
+        if now:
+            self._environment_objects[namespace] = now
+        else:
+            self._environment_objects.pop(namespace, None)
+        return [parsed for _, parsed in now.values()]
 
-    async def _reconcile(self, namespace: str) -> None:
-        clusters = self._clusters_of(namespace)
+    async def _reconcile(self, namespace: str, work: _Work) -> None:
+        """Bring the namespace's index up to date with the watches, tell the Cluster actors whose
+        selection may have changed, and write the Environments' statuses.
+
+        The index changes only here, in this one task, so the statuses read one consistent state
+        even though the work checkpoints every few milliseconds (``SLICE``) to let the checks run.
+        """
+        index = self._index.get(namespace)
+        if index is None:
+            # A namespace new to the index (or after a failure) is taken in whole, whatever
+            # changed: an Environment's event may come before its Clusters' first events.
+            index = self._index[namespace] = NamespaceIndex()
+            work.scan = True
+        pace = _Pace()
+        # Both watches' objects are read here, at one instant, before the first checkpoint.
         environments = self._environments_of(namespace)
-        chosen = _chosen(clusters, environments)
-        for cluster in clusters:
-            self._select(namespace, cluster.metadata.name, cluster.metadata.name in chosen)
+        known = self._known.setdefault(namespace, {})
+        if work.scan:
+            objects = self._clusters.named_in_namespace(namespace)
+            names: Iterable[str] = [
+                name
+                for name in {*objects, *known}
+                if objects.get(name) is not known.get(name, (None,))[0]
+            ]
+        else:
+            names = sorted(work.names)
+            objects = {name: o for name in names if (o := self._clusters.get(namespace, name))}
+        selectors_now: dict[str, selectors.Selector] = {}
         for environment in environments:
-            status = environment_status(environment, clusters, now=api.now_rfc3339())
+            if isinstance(environment, api.Environment):
+                selector = selectors.parse(environment.spec.cluster_selector)
+                if isinstance(selector, selectors.Selector):
+                    selectors_now[environment.metadata.name] = selector
+        for name in index.environments():
+            if name not in selectors_now:
+                index.drop_environment(name)
+        for name, selector in selectors_now.items():
+            if index.selector(name) != selector:
+                for _ in index.set_environment(name, selector):
+                    await pace.tick()
+
+        for name in names:
+            obj = objects.get(name)
+            if obj is None:
+                known.pop(name, None)
+                index.remove(name)
+                continue
+            version = str(obj.get("metadata", {}).get("resourceVersion", ""))
+            seen = known.get(name)
+            known[name] = (obj, version)
+            if seen is not None and version and seen[1] == version:
+                continue  # the same version again (a relist): nothing to parse
+            cluster = api.parse_cluster(obj)
+            if isinstance(cluster, api.Cluster):
+                index.put(Entry.of(cluster))
+            else:
+                index.remove(name)
+            await pace.tick()
+        if not known:
+            del self._known[namespace]
+
+        tell = set(index.entries) if work.scan else (index.touched | work.names)
+        index.touched = set()
+        for name in sorted(tell):
+            if name in index.entries:
+                self._select(namespace, name, index.selected(name))
+                await pace.tick()
+
+        for environment in environments:
+            chosen = selectors_now.get(environment.metadata.name)
+            now = api.now_rfc3339()
+            if chosen is None or not isinstance(environment, api.Environment):
+                status = environment_status(environment, [], now=now)
+            else:
+                summary = index.summary(environment.metadata.name, LISTED)
+                status = selection_status(environment, chosen, summary, now=now)
             await self._write(environment, status)
+        if not index.entries and not selectors_now:
+            del self._index[namespace]
 
     async def _write(
         self, environment: api.Environment | api.Invalid, status: api.EnvironmentStatus
@@ -144,15 +246,27 @@ class EnvironmentsActor:
         self._metrics.environment_status_writes += 1
 
 
-def _chosen(
-    clusters: list[api.Cluster], environments: list[api.Environment | api.Invalid]
-) -> set[str]:
-    """Names of ``clusters`` that at least one valid Environment of theirs selects."""
-    chosen: set[str] = set()
-    for environment in environments:
-        if isinstance(environment, api.Invalid):
-            continue
-        selector = selectors.parse(environment.spec.cluster_selector)
-        if isinstance(selector, selectors.Selector):
-            chosen.update(c.metadata.name for c in clusters if selector.matches(c.metadata.labels))
-    return chosen
+@attrs.define
+class _Work:
+    """What changed in one namespace since its last pass."""
+
+    scan: bool = False  # compare every Cluster with the index (after a relist)
+    names: set[str] = attrs.field(factory=set)  # Clusters the watch changed
+
+    def merge(self, other: _Work) -> None:
+        self.scan = self.scan or other.scan
+        self.names |= other.names
+
+
+class _Pace:
+    """Checkpoints a long pass every ``SLICE`` seconds of work, so that it never blocks the loop
+    for longer: onboarding 10,000 Clusters at once, or a selector change, is thousands of steps.
+    """
+
+    def __init__(self) -> None:
+        self._began = time.perf_counter()
+
+    async def tick(self) -> None:
+        if time.perf_counter() - self._began >= SLICE:
+            await trio.lowlevel.checkpoint()
+            self._began = time.perf_counter()

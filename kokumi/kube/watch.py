@@ -96,6 +96,10 @@ class Store:
         """The objects of one namespace (``None``: the cluster-scoped ones)."""
         return list(self._by_namespace.get(namespace or None, {}).values())
 
+    def named_in_namespace(self, namespace: str | None) -> dict[str, dict[str, Any]]:
+        """The objects of one namespace by name, as a copy taken now."""
+        return dict(self._by_namespace.get(namespace or None, {}))
+
     @property
     def synced(self) -> bool:
         """True once the first list is in."""
