@@ -8,7 +8,7 @@ import trio
 
 from kokumi import api
 from kokumi.controlplane import APIServer
-from kokumi.kube.client import SECRETS
+from kokumi.kube.client import EVENTS, SECRETS
 from kokumi.testing import Kubectl, canary
 from kokumi.testing.spoke import Registration, closed_port_server, foreign_ca_pem
 from tests.manager_support import manager, ready_of, wait_for, wait_reason, workspace
@@ -41,8 +41,12 @@ async def test_kubeconfig_cluster_becomes_ready_with_version_and_server(
         ]
         assert row.split()[:6] == ["spoke", "Kubeconfig", spoke.url, spoke.version, "True", "Ready"]
         assert "spoke" in kubectl(hub, "get", "kokumi", "-n", ns).stdout
-        events = kubectl(hub, "get", "events", "-n", ns, "-o", "name").stdout
-        assert events.strip(), "a Ready transition records an Event"
+        # The Event follows the status write: wait for it rather than read once.
+        await wait_for(
+            lambda: ws.client.list(EVENTS, namespace=ns),
+            lambda events: any(e["reason"] == "Ready" for e in events["items"]),
+            "a Ready transition to record an Event",
+        )
         await running.wait_checked()
         await ws.cleanup()
 
