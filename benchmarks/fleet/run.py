@@ -211,14 +211,15 @@ def fleet_asked(control: int, since: float) -> dict[int, list[float]]:
     return {int(k): v for k, v in body.json()["asked"].items()}
 
 
-def loop_steps(path: Path, start: float, end: float) -> dict[str, float]:
-    """The event loop's longest steps in [start, end]: wall time, and the step's own CPU time."""
+def loop_steps(workdir: Path, start: float, end: float) -> dict[str, float]:
+    """The event loops' longest steps in [start, end] (every replica's): wall time, and the
+    step's own CPU time."""
     wall: list[float] = []
     cpu: list[float] = []
     gc_pauses: list[float] = []
     slots: list[float] = []
     young: list[float] = []  # collections of the younger generations over 10 ms
-    if path.exists():
+    for path in sorted(workdir.glob("loop-*.jsonl")):
         for line in path.read_text().splitlines():
             item = json.loads(line)
             if item[0] == "slots":
@@ -396,27 +397,65 @@ async def bare_writes(client: Client, n: int, ca_pem: bytes) -> float:
 # --- the run ------------------------------------------------------------------------------------
 
 
-def start_manager(plane: ControlPlane, workdir: Path, health: int, tag: str) -> Proc:
-    return Proc(
-        [
-            sys.executable,
-            str(Path(__file__).with_name("manager.py")),
-            "manager",
-            "--kubeconfig",
-            str(plane.hub.admin_kubeconfig),
-            "--namespace",
-            OWN_NS,
-            "--argocd-namespace",
-            ARGO_NS,
-            "--no-in-cluster",
-            "--no-leader-elect",
-            "--health-port",
-            str(health),
-        ],
-        workdir / f"manager-{tag}.log",
-        # This checkout's kokumi, also when the virtualenv's editable install points elsewhere.
-        env={"KOKUMI_BENCH_LOOP": str(workdir / "loop.jsonl"), "PYTHONPATH": str(ROOT)},
-    )
+class Managers:
+    """The manager's replicas, measured as one: CPU, RSS and checks are their sums.
+
+    One replica runs as one leader with no Lease (``--no-leader-elect``); K replicas run with
+    ``--shards K --max-shards 1``, so that each holds exactly one shard Lease and the fleet is
+    split by the shards' hash, as a Deployment of K replicas would run them.
+    """
+
+    def __init__(self, plane: ControlPlane, workdir: Path, replicas: int, tag: str) -> None:
+        self.ports = [free_port() for _ in range(replicas)]
+        sharding = ["--shards", str(replicas), "--max-shards", "1"] if replicas > 1 else []
+        leader = ["--leader-elect-lease-duration", "4", "--leader-elect-renew-deadline", "3"]
+        self.procs = [
+            Proc(
+                [
+                    sys.executable,
+                    str(Path(__file__).with_name("manager.py")),
+                    "manager",
+                    "--kubeconfig",
+                    str(plane.hub.admin_kubeconfig),
+                    "--namespace",
+                    OWN_NS,
+                    "--argocd-namespace",
+                    ARGO_NS,
+                    "--no-in-cluster",
+                    *(sharding + leader if sharding else ["--no-leader-elect"]),
+                    "--health-port",
+                    str(port),
+                ],
+                workdir / f"manager-{tag}-{i}.log",
+                # This checkout's kokumi, also when the virtualenv's editable install points
+                # elsewhere.
+                env={
+                    "KOKUMI_BENCH_LOOP": str(workdir / f"loop-{i}.jsonl"),
+                    "PYTHONPATH": str(ROOT),
+                },
+            )
+            for i, port in enumerate(self.ports)
+        ]
+
+    async def wait(self) -> None:
+        for port in self.ports:
+            await wait_http(port)
+
+    def cpu(self) -> float:
+        return sum(proc.cpu() for proc in self.procs)
+
+    def rss_mb(self) -> float:
+        return sum(proc.rss_mb() for proc in self.procs)
+
+    def rss_each_mb(self) -> list[float]:
+        return [proc.rss_mb() for proc in self.procs]
+
+    def checks(self) -> float:
+        return sum(manager_checks(port) for port in self.ports)
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.stop()
 
 
 async def wait_http(port: int) -> None:
@@ -434,15 +473,18 @@ async def wait_http(port: int) -> None:
 class Sampler:
     """RSS and hub connections every half second while a phase runs."""
 
-    def __init__(self, proc: Proc, hub: Hub) -> None:
-        self.proc, self.hub = proc, hub
+    def __init__(self, managers: Managers, hub: Hub) -> None:
+        self.managers, self.hub = managers, hub
         self.rss: list[float] = []
+        self.rss_each: list[float] = []
         self.conns: list[int] = []
 
     async def run(self) -> None:
         while True:
             with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-                self.rss.append(self.proc.rss_mb())
+                each = self.managers.rss_each_mb()
+                self.rss.append(sum(each))
+                self.rss_each.append(max(each))
             self.conns.append(await trio.to_thread.run_sync(self.hub.connections))
             await trio.sleep(0.5)
 
@@ -450,24 +492,23 @@ class Sampler:
 async def steady(
     name: str,
     args: argparse.Namespace,
-    proc: Proc,
+    managers: Managers,
     hub: Hub,
     control: int,
-    health: int,
     kinds: list[str],
-    loop_file: Path,
+    workdir: Path,
     window: float,
 ) -> dict[str, Any]:
     """Figures over ``window`` seconds from now."""
     start, load0 = time.time(), load()
-    m0, cpu0, checks0 = hub.metrics(), proc.cpu(), manager_checks(health)
-    sampler = Sampler(proc, hub)
+    m0, cpu0, checks0 = hub.metrics(), managers.cpu(), managers.checks()
+    sampler = Sampler(managers, hub)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(sampler.run)
         await trio.sleep(window)
         nursery.cancel_scope.cancel()
     end = time.time()
-    m1, cpu1, checks1 = hub.metrics(), proc.cpu(), manager_checks(health)
+    m1, cpu1, checks1 = hub.metrics(), managers.cpu(), managers.checks()
     # A gap counts when its second check falls in the window; its first may come before.
     asked = fleet_asked(control, start - 150)
     gaps = [
@@ -498,8 +539,9 @@ async def steady(
         "cpu_ms_per_check": (cpu1 - cpu0) / checks * 1000 if checks else math.nan,
         "rss_mb_mean": statistics.fmean(sampler.rss) if sampler.rss else math.nan,
         "rss_mb_max": max(sampler.rss, default=math.nan),
+        "rss_mb_max_replica": max(sampler.rss_each, default=math.nan),
         "hub_connections_max": max(sampler.conns, default=0),
-        "loop": loop_steps(loop_file, start, end),
+        "loop": loop_steps(workdir, start, end),
     }
 
 
@@ -508,7 +550,7 @@ async def main_async(
 ) -> dict[str, Any]:
     n = args.clusters
     hub = Hub(plane)
-    result: dict[str, Any] = {"clusters": n, "load_start": load()}
+    result: dict[str, Any] = {"clusters": n, "replicas": args.replicas, "load_start": load()}
     fleet = Proc(
         [
             sys.executable,
@@ -552,11 +594,9 @@ async def main_async(
 
             # Onboarding.
             clusters = Clusters()
-            loop_file = workdir / "loop.jsonl"
-            health = free_port()
-            manager = start_manager(plane, workdir, health, "1")
+            manager = Managers(plane, workdir, args.replicas, "1")
             procs.append(manager)
-            await wait_http(health)
+            await manager.wait()
             async with trio.open_nursery() as nursery:
                 await nursery.start(clusters.follow, client)
                 await client.create(
@@ -638,7 +678,8 @@ async def main_async(
                 result["onboard_writes"] = sum(writes(m0, hub.metrics()).values())
                 result["onboard_cpu_s"] = manager.cpu() - cpu0
                 result["onboard_rss_max"] = max(sampler.rss, default=math.nan)
-                result["onboard_loop"] = loop_steps(loop_file, began, settled)
+                result["onboard_rss_max_replica"] = max(sampler.rss_each, default=math.nan)
+                result["onboard_loop"] = loop_steps(workdir, began, settled)
                 env = await client.get(api.ENVIRONMENTS, "all", namespace=FLEET_NS)
                 result["environment_status_bytes"] = len(json.dumps(env.get("status") or {}))
                 print(
@@ -659,7 +700,7 @@ async def main_async(
             # Steady state.
             await trio.sleep(args.settle)
             result["steady"] = await steady(
-                "steady", args, manager, hub, control, health, kinds, loop_file, args.window
+                "steady", args, manager, hub, control, kinds, workdir, args.window
             )
             print("steady:", result["steady"], flush=True)
 
@@ -670,18 +711,17 @@ async def main_async(
                 before_restart = dict(clusters2.reason)
                 manager.stop()
                 restarted_at = time.time()
-                manager = start_manager(plane, workdir, health, "2")
+                manager = Managers(plane, workdir, args.replicas, "2")
                 procs.append(manager)
-                await wait_http(health)
+                await manager.wait()
                 result["restart"] = await steady(
                     "restart",
                     args,
                     manager,
                     hub,
                     control,
-                    health,
                     kinds,
-                    loop_file,
+                    workdir,
                     args.restart_window,
                 )
                 first = fleet_asked(control, restarted_at)
@@ -717,6 +757,11 @@ def report(r: dict[str, Any]) -> str:
     s, rs, bc = r["steady"], r["restart"], r["bare_checks"]
     rows = [
         ("spokes by kind", ", ".join(f"{k} {v}" for k, v in r["kinds"].items() if v), ""),
+        (
+            "manager CPU / RSS max, onboarding",
+            f"{r['onboard_cpu_s']:.0f} s / {r['onboard_rss_max']:.0f} MB",
+            f"all replicas; the largest one's RSS max {r['onboard_rss_max_replica']:.0f} MB",
+        ),
         (
             "all Ready + registered after creation",
             f"{r['all_ready_s']:.0f} s",
@@ -763,7 +808,11 @@ def report(r: dict[str, Any]) -> str:
                 f" {p['cpu_ms_per_check'] / bc['cpu_ms']:.1f}x",
             ),
             (f"manager CPU, {label}", f"{p['cpu_cores']:.2f} cores", ""),
-            (f"RSS mean / max, {label}", f"{p['rss_mb_mean']:.0f} / {p['rss_mb_max']:.0f} MB", ""),
+            (
+                f"RSS mean / max, {label}",
+                f"{p['rss_mb_mean']:.0f} / {p['rss_mb_max']:.0f} MB",
+                f"all replicas; the largest one's max {p['rss_mb_max_replica']:.0f} MB",
+            ),
             (
                 f"event loop: longest step / steps > 50 ms, {label}",
                 f"{p['loop']['max_ms']:.0f} ms / {p['loop']['over_50ms']}",
@@ -798,7 +847,9 @@ def report(r: dict[str, Any]) -> str:
             "",
         ),
     ]
-    lines = [f"| N = {r['clusters']} | measured | beside |", "|---|---:|---|"]
+    replicas = r.get("replicas", 1)
+    head = f"N = {r['clusters']}, {replicas} replica{'s' if replicas > 1 else ''}"
+    lines = [f"| {head} | measured | beside |", "|---|---:|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     return "\n".join(lines)
 
@@ -806,6 +857,9 @@ def report(r: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clusters", type=int, default=1000)
+    parser.add_argument(
+        "--replicas", type=int, default=1, help="manager replicas; above 1, one shard each"
+    )
     parser.add_argument("--window", type=float, default=180.0, help="steady window, seconds")
     parser.add_argument("--restart-window", type=float, default=120.0)
     parser.add_argument("--settle", type=float, default=20.0, help="wait after onboarding")

@@ -25,6 +25,7 @@ from kokumi import api
 from kokumi.actors.cluster import ClusterActor
 from kokumi.actors.context import Context
 from kokumi.actors.environments import EnvironmentsActor
+from kokumi.actors.pace import Pace
 from kokumi.actors.registry import Registry
 from kokumi.actors.secretwatch import SecretWatches
 from kokumi.kube.watch import Resync, Store, WatchEvent, watch
@@ -117,11 +118,16 @@ class Dispatcher:
         async for event in receive:
             self._context.metrics.clusters_seen(event)
             if isinstance(event, Resync):
+                # The first list after a restart is the whole fleet: an actor started per
+                # Cluster, ~0.4 ms each, so it is taken in slices. Events wait in the channel
+                # meanwhile, and the Resync's objects are the truth they come after.
+                pace = Pace()
                 present = {_uid(o) for o in event.objects}
                 for uid in set(self._actors) - present:
                     self._stop(uid)
                 for obj in event.objects:
                     self._upsert(obj)
+                    await pace.tick()
                 if not self._clusters_synced.is_set():
                     refs = [_ref(o) for o in event.objects]
                     await self._registry.prune(refs)

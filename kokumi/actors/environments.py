@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -19,6 +18,7 @@ import trio
 
 from kokumi import api, selectors
 from kokumi.actors.context import Metrics, write_status
+from kokumi.actors.pace import Pace
 from kokumi.actors.selection import Entry, NamespaceIndex
 from kokumi.kube import errors
 from kokumi.kube.client import Client
@@ -30,10 +30,8 @@ from kokumi.status import (
     selection_status,
 )
 
-__all__ = ["LISTED", "SLICE", "EnvironmentsActor", "environment_status"]
+__all__ = ["LISTED", "EnvironmentsActor", "environment_status"]
 
-SLICE = 0.01
-"""A pass checkpoints after this many seconds of work, far under the 50 ms the loop may block."""
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +149,7 @@ class EnvironmentsActor:
         selection may have changed, and write the Environments' statuses.
 
         The index changes only here, in this one task, so the statuses read one consistent state
-        even though the work checkpoints every few milliseconds (``SLICE``) to let the checks run.
+        even though the work checkpoints every few milliseconds (``Pace``) to let the checks run.
         """
         index = self._index.get(namespace)
         if index is None:
@@ -159,7 +157,7 @@ class EnvironmentsActor:
             # changed: an Environment's event may come before its Clusters' first events.
             index = self._index[namespace] = NamespaceIndex()
             work.scan = True
-        pace = _Pace()
+        pace = Pace()
         # Both watches' objects are read here, at one instant, before the first checkpoint.
         environments = self._environments_of(namespace)
         known = self._known.setdefault(namespace, {})
@@ -256,17 +254,3 @@ class _Work:
     def merge(self, other: _Work) -> None:
         self.scan = self.scan or other.scan
         self.names |= other.names
-
-
-class _Pace:
-    """Checkpoints a long pass every ``SLICE`` seconds of work, so that it never blocks the loop
-    for longer: onboarding 10,000 Clusters at once, or a selector change, is thousands of steps.
-    """
-
-    def __init__(self) -> None:
-        self._began = time.perf_counter()
-
-    async def tick(self) -> None:
-        if time.perf_counter() - self._began >= SLICE:
-            await trio.lowlevel.checkpoint()
-            self._began = time.perf_counter()
