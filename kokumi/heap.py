@@ -11,11 +11,19 @@ Young collections keep Python's threshold: raising it (to 10,000 or 50,000 alloc
 measured too, and made each young collection walk that many more live objects, 50 to 350 ms a
 time on the loaded benchmark machine, in place of the full collections it avoided.
 
+What a fleet holds is not all there when its size settles: each Cluster's check keeps its
+connection and parsed kubeconfig from its first check on, which at 10,000 Clusters comes
+minutes after the last Cluster was created. Left in the oldest generation, those objects made
+every full collection of the steady state walk them: 10 in 3 minutes, up to 965 ms each, in the
+10,000 benchmark. So what survives a full collection is frozen too, at the next poll: a full
+collection then walks only what has lived long since the last one.
+
 The price of a freeze is that a reference cycle which is garbage at that moment, or becomes
-garbage later among frozen objects, is never collected. Young garbage is collected just before
-each freeze, and freezes come once per quarter of growth (about 30 from 0 to 10,000 Clusters)
-and once more when the fleet's size has settled, so what can leak is bounded by changes in the
-fleet's size, not by the process's uptime.
+garbage later among frozen objects, is never collected (objects without cycles are freed by
+their reference counts, frozen or not). Young garbage is collected just before each freeze,
+and every ``THAW`` seconds everything is unfrozen, so that the next full collection walks the
+whole heap once (about a second at 10,000 Clusters) and frees what became garbage meanwhile:
+what can leak is bounded by what the fleet discards in ``THAW``, not by the process's uptime.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from collections.abc import Callable
 
 import trio
 
-__all__ = ["GROWTH", "SETTLED", "freeze_as_it_grows"]
+__all__ = ["GROWTH", "SETTLED", "THAW", "freeze_as_it_grows"]
 
 GROWTH = 1.25
 """The fleet grows by this factor (and by at least ``STEP`` Clusters) between two freezes."""
@@ -36,23 +44,48 @@ STEP = 100
 SETTLED = 6
 """Polls (a minute at the default 10 s) with the same size, after a change, before a freeze."""
 
+THAW = 6 * 3600.0
+"""Seconds between two thaws, each followed by one full collection over the whole heap."""
+
 log = logging.getLogger(__name__)
 
 
-async def freeze_as_it_grows(size: Callable[[], int], *, every: float = 10.0) -> None:
+def _full_collections() -> int:
+    return int(gc.get_stats()[2]["collections"])
+
+
+async def freeze_as_it_grows(
+    size: Callable[[], int], *, every: float = 10.0, thaw: float = THAW
+) -> None:
     """Freeze the heap once ``size()`` (the number of Clusters) is first known, each time it has
-    grown by ``GROWTH``, and once it has stayed the same for ``SETTLED`` polls after a change
-    (the end of an onboarding, say); never returns."""
+    grown by ``GROWTH``, once it has stayed the same for ``SETTLED`` polls after a change (the
+    end of an onboarding, say), and after each full collection; thaw it every ``thaw`` seconds;
+    never returns.
+
+    The first poll is at once: the manager starts this right after the first list of Clusters
+    has been taken in, so a restart's fleet is frozen before its first full collection.
+    """
     frozen = 0
     last, same = 0, 0
+    full = _full_collections()
+    thawed = trio.current_time()
     while True:
-        await trio.sleep(every)
         now = size()
         same = same + 1 if now == last else 0
         last = now
         due = max(frozen * GROWTH, frozen + STEP) if frozen else 1
-        if now >= due or (frozen and now != frozen and same >= SETTLED):
+        if trio.current_time() - thawed >= thaw:
+            gc.unfreeze()
+            thawed = trio.current_time()
+            full = _full_collections()
+            log.debug("heap thawed: the next full collection walks all of it")
+        elif (
+            now >= due
+            or (frozen and now != frozen and same >= SETTLED)
+            or (frozen and _full_collections() != full)
+        ):
             gc.collect(1)  # the young generations only: cheap, and their cycles are not kept
             gc.freeze()
-            frozen = now
+            frozen, full = now, _full_collections()
             log.debug("heap frozen at %d Clusters: %d objects", now, gc.get_freeze_count())
+        await trio.sleep(every)

@@ -28,9 +28,10 @@ def test_the_heap_is_frozen_once_known_then_per_quarter_of_growth(
         real_freeze()
 
     monkeypatch.setattr(gc, "freeze", freeze)
+    monkeypatch.setattr(heap, "_full_collections", lambda: 0)  # none: the sizes decide alone
 
     async def main() -> None:
-        with trio.move_on_after(10.0 * 17 + 5):
+        with trio.move_on_after(10.0 * 16 + 5):  # 17 polls, the first at once
             await heap.freeze_as_it_grows(size, every=10.0)
 
     try:
@@ -41,3 +42,31 @@ def test_the_heap_is_frozen_once_known_then_per_quarter_of_growth(
     # 1 when the fleet is first seen; then at least 25 % and 100 more each time; and once the
     # size has stayed the same (1,300) for six polls.
     assert frozen == [1, 101, 1000, 1250, 1300]
+
+
+def test_what_survives_a_full_collection_is_frozen_and_all_is_thawed_now_and_then(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fleet's size stays at 500; full collections happen before the 3rd and 6th polls.
+    Each is followed by a freeze at the next poll; the thaw every 60 s unfreezes everything."""
+    polls = 0
+    full = [0]
+    events: list[tuple[int, str]] = []
+
+    def size() -> int:
+        nonlocal polls
+        polls += 1
+        if polls in (3, 6):
+            full[0] += 1
+        return 500
+
+    monkeypatch.setattr(heap, "_full_collections", lambda: full[0])
+    monkeypatch.setattr(gc, "freeze", lambda: events.append((polls, "freeze")))
+    monkeypatch.setattr(gc, "unfreeze", lambda: events.append((polls, "thaw")))
+
+    async def main() -> None:
+        with trio.move_on_after(10.0 * 7 + 5):  # polls at 0, 10, ..., 70 s
+            await heap.freeze_as_it_grows(size, every=10.0, thaw=60.0)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert events == [(1, "freeze"), (3, "freeze"), (6, "freeze"), (7, "thaw")]

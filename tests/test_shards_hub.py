@@ -17,10 +17,11 @@ import attrs
 import trio
 
 from kokumi import api, argocd
+from kokumi.actors.registry import HANDOVER_REASON
 from kokumi.controlplane import APIServer
 from kokumi.election import Admission, LeaseElector
 from kokumi.kube import LEASES
-from kokumi.kube.client import NAMESPACES, SECRETS, Client, Resource
+from kokumi.kube.client import EVENTS, NAMESPACES, SECRETS, Client, Resource
 from kokumi.kube.config import Config
 from kokumi.kube.watch import Resync, WatchEvent, watch
 from kokumi.leader import LeaderElection, Timing
@@ -344,6 +345,22 @@ async def test_a_server_held_in_one_shard_is_waited_for_and_taken_over_from_anot
             server = argocd.server_of(taken[(ns, second)])
             assert server == argocd.server_of(held[(ns, first)])
             print(f"taken over across shards {handover:.2f} s after the holder's deletion")
+
+            # The replica that serves the new holder gives Argo CD the new name, and says so.
+            async def renamed() -> list[dict[str, Any]]:
+                events = await ws.client.list(EVENTS, namespace=ns)
+                return [e for e in events["items"] if e["reason"] == HANDOVER_REASON]
+
+            (event,) = await wait_for(renamed, bool, "the handover Event")
+            taker = await ws.client.get(api.CLUSTERS, second, namespace=ns)
+            assert event["involvedObject"]["uid"] == taker["metadata"]["uid"]
+            assert server is not None
+            old = argocd.cluster_name(ClusterRef(ns, first), server)
+            new = argocd.cluster_name(ClusterRef(ns, second), server)
+            assert event["message"] == (
+                f"took over server {server}: Argo CD now names it {new} (was {old});"
+                " target it by server, not by name (see docs/argocd.md)"
+            )
             await drain(ws)
 
 

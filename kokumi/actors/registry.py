@@ -44,6 +44,7 @@ from kokumi.api import CLUSTERS, Meta
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.client import SECRETS, Client
+from kokumi.kube.objects import secret_data
 from kokumi.kube.watch import Resync, WatchEvent, watch
 from kokumi.kubeconfig import Connection
 from kokumi.ownership import IN_CLUSTER_SERVER, ClusterRef
@@ -145,8 +146,9 @@ class Registry:
         # Foreign cluster Secrets as the watch shows them: name -> the server each declares.
         self._foreign_names: dict[str, str] = {}
         self._retries: dict[str, _Retry] = {}
-        # Handovers written but not yet told as an Event: (server, previous, holder).
-        self._handovers: list[tuple[str, ClusterRef, ClusterRef]] = []
+        # Handovers written but not yet told as an Event: (server, Argo CD's name before,
+        # previous holder if known, holder).
+        self._handovers: list[tuple[str, str, ClusterRef | None, ClusterRef]] = []
         self._is_current: Liveness = lambda _ref, _uid: True
         self._serves: Serves = lambda _ref: math.inf
         self._sharded = False
@@ -460,12 +462,12 @@ class Registry:
         # Events only after every Cluster concerned knows: an Event is a courtesy, and a slow
         # hub must not leave the old holder believing it still holds the server meanwhile.
         while self._handovers:
-            server, previous, holder = self._handovers.pop(0)
+            server, was, previous, holder = self._handovers.pop(0)
             until = self._serves(holder)
             if until is None:
                 continue  # another replica serves the holder now: not ours to write about
             with trio.move_on_at(until):
-                await self._record_handover(server, previous, holder)
+                await self._record_handover(server, was, previous, holder)
 
     def _line(self, server: str) -> set[ClusterRef]:
         holder = self._table.holder(server)
@@ -650,8 +652,13 @@ class Registry:
                 return {s for s in adopted if s is not None} | {server}
         await self._replace(name, existing, desired)
         log.info("Secret %s now registers %s", name, holder)
+        was = (secret_data(existing, "name") or b"").decode("utf-8", "replace")
         if previous is not None and previous != holder:
-            self._handovers.append((server, previous, holder))
+            self._handovers.append((server, was, previous, holder))
+        elif was and secret_data(existing, "name") != secret_data(desired, "name"):
+            # Another replica handed this Cluster the Secret, relabelled, and it is this write
+            # that gives Argo CD the new name: the other replica could not say so.
+            self._handovers.append((server, was, None, holder))
         return set()
 
     # --- the waiting order across replicas (shards) ---------------------------------------------
@@ -734,20 +741,27 @@ class Registry:
         await self._keep_waiting(name, existing, tuple(c for c in line if c != holder))
         return set()
 
-    async def _record_handover(self, server: str, previous: ClusterRef, holder: ClusterRef) -> None:
+    async def _record_handover(
+        self, server: str, was: str, previous: ClusterRef | None, holder: ClusterRef
+    ) -> None:
         """Tell the new holder's readers that Argo CD's name for the server changed with it:
-        the Secret stayed, but Applications that target the old name lose their cluster."""
+        the Secret stayed, but Applications that target the old name lose their cluster.
+
+        ``previous`` is None when another replica handed the Secret over: only the name that
+        Argo CD knew is left of the old holder then.
+        """
         uid = self._claims.get(holder)
         if self._events is None or uid is None:
             return
-        old, new = argocd.cluster_name(previous, server), argocd.cluster_name(holder, server)
+        new = argocd.cluster_name(holder, server)
+        source = f" from {previous}" if previous is not None else ""
         await self._events.record(
             CLUSTERS,
             Meta(name=holder.name, namespace=holder.namespace, uid=uid),
             reason=HANDOVER_REASON,
             message=(
-                f"took over server {server} from {previous}: Argo CD now names it {new} "
-                f"(was {old}); target it by server, not by name (see docs/argocd.md)"
+                f"took over server {server}{source}: Argo CD now names it {new} "
+                f"(was {was}); target it by server, not by name (see docs/argocd.md)"
             ),
             warning=True,
         )
