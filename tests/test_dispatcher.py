@@ -1,4 +1,5 @@
-"""The dispatcher takes a large first list in slices, so a restart does not block the loop.
+"""The dispatcher: a large first list is taken in slices, so a restart does not block the loop;
+a shard on its way out takes no new actor.
 
 After a restart the Clusters' first list is the whole fleet, and each Cluster costs an actor
 (about 0.4 ms): at 1,000 Clusters the benchmark measured one 364 ms step, during which no check,
@@ -18,7 +19,7 @@ from kokumi.kube.client import Client
 from kokumi.kube.config import Config
 from kokumi.kubeconfig import Connection
 from kokumi.manager import Manager
-from kokumi.ownership import IN_CLUSTER_SERVER
+from kokumi.ownership import IN_CLUSTER_SERVER, ClusterRef
 from kokumi.probe import Finding
 from kokumi.reasons import Reason
 from tests.fakeapi import FakeApi
@@ -90,3 +91,62 @@ async def test_the_first_list_is_taken_in_slices(
     # Taken in one step, the list would leave no count between none and all.
     partial = {count for count in steps.counts if 0 < count < N}
     assert len(partial) >= N // 2, sorted(partial)
+
+
+def _cluster(namespace: str, name: str) -> dict[str, object]:
+    return {
+        "apiVersion": api.API_VERSION,
+        "kind": "Cluster",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}"},
+        "spec": {"connection": "Kubeconfig", "kubeconfig": {"secretRef": {"name": "kc"}}},
+    }
+
+
+async def _slow_to_end() -> None:
+    """A child that takes its time once cancelled, as an actor releasing its server does."""
+    try:
+        await trio.sleep_forever()
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.sleep(5)
+
+
+async def test_a_shard_on_its_way_out_takes_no_new_actor(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Its Lease lost, a shard's nursery waits for its actors to end, then closes before the
+    shard's task runs again: a Cluster event for the shard in between must start nothing (it
+    started an actor that would outlive the Lease, or crashed the manager on the closed
+    nursery, seen with three replicas at 10,000 Clusters)."""
+    fake = FakeApi(namespaces=("default", "kokumi", "argocd", "fleet"))
+    async with Client(
+        Config(server="https://hub.example:6443"), transport=fake, max_retries=0
+    ) as client:
+        manager = Manager(
+            client,
+            Options(namespace="kokumi", argocd_namespace="argocd"),
+            check=_unreachable,
+            check_own=_own,
+        )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(manager.run)
+            dispatcher = manager.dispatcher
+            await dispatcher.wait_checked()
+            dispatcher._shard_of = lambda ref: 7 if ref.namespace == "fleet" else 0
+            lease = trio.CancelScope()
+
+            async def serve(task_status: trio.TaskStatus[None]) -> None:
+                with lease:
+                    await dispatcher.serve_shard(7, task_status=task_status)
+
+            await nursery.start(serve)
+            dispatcher._nurseries[7].start_soon(_slow_to_end)
+            dispatcher._upsert(_cluster("fleet", "early"))
+            assert ClusterRef("fleet", "early") in {a.ref for a in dispatcher.actors}
+            lease.cancel()
+            await trio.sleep(1)  # the shard's actors are ending; one takes its time
+            dispatcher._upsert(_cluster("fleet", "late"))
+            assert ClusterRef("fleet", "late") not in {a.ref for a in dispatcher.actors}
+            await trio.sleep(10)
+            assert ClusterRef("fleet", "early") not in {a.ref for a in dispatcher.actors}
+            nursery.cancel_scope.cancel()

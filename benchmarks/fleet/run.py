@@ -408,7 +408,6 @@ class Managers:
     def __init__(self, plane: ControlPlane, workdir: Path, replicas: int, tag: str) -> None:
         self.ports = [free_port() for _ in range(replicas)]
         sharding = ["--shards", str(replicas), "--max-shards", "1"] if replicas > 1 else []
-        leader = ["--leader-elect-lease-duration", "4", "--leader-elect-renew-deadline", "3"]
         self.procs = [
             Proc(
                 [
@@ -422,7 +421,7 @@ class Managers:
                     "--argocd-namespace",
                     ARGO_NS,
                     "--no-in-cluster",
-                    *(sharding + leader if sharding else ["--no-leader-elect"]),
+                    *(sharding or ["--no-leader-elect"]),
                     "--health-port",
                     str(port),
                 ],
@@ -440,6 +439,12 @@ class Managers:
     async def wait(self) -> None:
         for port in self.ports:
             await wait_http(port)
+
+    def check_alive(self) -> None:
+        """A replica that exited makes every later figure meaningless: stop the run."""
+        for proc in self.procs:
+            if proc.popen.poll() is not None:
+                raise SystemExit(f"a manager exited ({proc.popen.returncode}): see {proc.log}")
 
     def cpu(self) -> float:
         return sum(proc.cpu() for proc in self.procs)
@@ -507,6 +512,7 @@ async def steady(
         nursery.start_soon(sampler.run)
         await trio.sleep(window)
         nursery.cancel_scope.cancel()
+    managers.check_alive()
     end = time.time()
     m1, cpu1, checks1 = hub.metrics(), managers.cpu(), managers.checks()
     # A gap counts when its second check falls in the window; its first may come before.
@@ -656,6 +662,7 @@ async def main_async(
                         reg = len(clusters.registered & set(names))
                         if done == n and reg == n:
                             break
+                        manager.check_alive()
                         if time.time() - last > 15:
                             print(
                                 f"  onboarding: {done}/{n} as expected, {reg}/{n} registered,"

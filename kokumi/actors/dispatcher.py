@@ -188,17 +188,27 @@ class Dispatcher:
             async with trio.open_nursery() as nursery:
                 await self._registry.reshard()
                 self._nurseries[shard] = nursery
-                objects = [o for o in self.clusters.values() if self._shard_of(_ref(o)) == shard]
-                await self._registry.prune([_ref(o) for o in self.clusters.values()])
-                for obj in objects:
-                    self._upsert(obj)
-                for namespace in {_ref(o).namespace for o in objects}:
-                    self.environments_actor.changed(namespace)
-                log.info("serving shard %d: %d Clusters", shard, len(objects))
-                task_status.started()
-                await trio.sleep_forever()
+                try:
+                    objects = [
+                        o for o in self.clusters.values() if self._shard_of(_ref(o)) == shard
+                    ]
+                    await self._registry.prune([_ref(o) for o in self.clusters.values()])
+                    for obj in objects:
+                        self._upsert(obj)
+                    for namespace in {_ref(o).namespace for o in objects}:
+                        self.environments_actor.changed(namespace)
+                    log.info("serving shard %d: %d Clusters", shard, len(objects))
+                    task_status.started()
+                    await trio.sleep_forever()
+                finally:
+                    # At once, not once the actors have ended: a nursery waiting for its
+                    # children takes no new actor that would outlive the Lease, and once they
+                    # have ended it is closed before this task runs again (a Cluster event
+                    # meanwhile found it and crashed the manager, at 10,000 Clusters). Only
+                    # this nursery's entry: the shard may be served again already.
+                    if self._nurseries.get(shard) is nursery:
+                        del self._nurseries[shard]
         finally:
-            self._nurseries.pop(shard, None)
             for uid, actor in list(self._actors.items()):
                 if self._shard_of(actor.ref) == shard:
                     self._forget(uid, actor)
