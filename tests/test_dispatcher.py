@@ -9,6 +9,9 @@ each unit of work ends in a checkpoint, and the test counts the dispatcher's tas
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 import pytest
 import trio
 
@@ -47,6 +50,34 @@ async def _own(client: Client, *, timeout: float) -> Finding:
     return Finding(True, Reason.READY, "reachable", IN_CLUSTER_SERVER, "v1.36.3")
 
 
+def _cluster(namespace: str, name: str) -> dict[str, object]:
+    return {
+        "apiVersion": api.API_VERSION,
+        "kind": "Cluster",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}"},
+        "spec": {"connection": "Kubeconfig", "kubeconfig": {"secretRef": {"name": "kc"}}},
+    }
+
+
+@asynccontextmanager
+async def _manager(fake: FakeApi) -> AsyncIterator[Manager]:
+    """A manager on ``fake`` whose checks all find the spoke unreachable, running until the
+    block ends."""
+    async with Client(
+        Config(server="https://hub.example:6443"), transport=fake, max_retries=0
+    ) as client:
+        manager = Manager(
+            client,
+            Options(namespace="kokumi", argocd_namespace="argocd"),
+            check=_unreachable,
+            check_own=_own,
+        )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(manager.run)
+            yield manager
+            nursery.cancel_scope.cancel()
+
+
 def _fleet(manager: Manager) -> set[str]:
     """The Clusters with an actor, apart from the in-cluster default the manager creates."""
     return {a.ref.name for a in manager.dispatcher.actors if a.ref.namespace == "fleet"}
@@ -58,48 +89,21 @@ async def test_the_first_list_is_taken_in_slices(
     monkeypatch.setattr(pace, "SLICE", 0.0)
     fake = FakeApi(namespaces=("default", "kokumi", "argocd", "fleet"))
     for index in range(N):
-        fake.put(
-            {
-                "apiVersion": api.API_VERSION,
-                "kind": "Cluster",
-                "metadata": {"name": f"c{index:04d}", "namespace": "fleet"},
-                "spec": {"connection": "Kubeconfig", "kubeconfig": {"secretRef": {"name": "kc"}}},
-            }
-        )
+        fake.put(_cluster("fleet", f"c{index:04d}"))
     steps = _Steps()
     trio.lowlevel.add_instrument(steps)
     try:
-        async with Client(
-            Config(server="https://hub.example:6443"), transport=fake, max_retries=0
-        ) as client:
-            manager = Manager(
-                client,
-                Options(namespace="kokumi", argocd_namespace="argocd"),
-                check=_unreachable,
-                check_own=_own,
-            )
+        async with _manager(fake) as manager:
             steps.manager = manager
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(manager.run)
-                with trio.fail_after(60):
-                    await manager.dispatcher.wait_checked()
-                started = _fleet(manager)
-                nursery.cancel_scope.cancel()
+            with trio.fail_after(60):
+                await manager.dispatcher.wait_checked()
+            started = _fleet(manager)
     finally:
         trio.lowlevel.remove_instrument(steps)
     assert started == {f"c{i:04d}" for i in range(N)}
     # Taken in one step, the list would leave no count between none and all.
     partial = {count for count in steps.counts if 0 < count < N}
     assert len(partial) >= N // 2, sorted(partial)
-
-
-def _cluster(namespace: str, name: str) -> dict[str, object]:
-    return {
-        "apiVersion": api.API_VERSION,
-        "kind": "Cluster",
-        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}"},
-        "spec": {"connection": "Kubeconfig", "kubeconfig": {"secretRef": {"name": "kc"}}},
-    }
 
 
 async def _slow_to_end() -> None:
@@ -119,34 +123,24 @@ async def test_a_shard_on_its_way_out_takes_no_new_actor(
     started an actor that would outlive the Lease, or crashed the manager on the closed
     nursery, seen with three replicas at 10,000 Clusters)."""
     fake = FakeApi(namespaces=("default", "kokumi", "argocd", "fleet"))
-    async with Client(
-        Config(server="https://hub.example:6443"), transport=fake, max_retries=0
-    ) as client:
-        manager = Manager(
-            client,
-            Options(namespace="kokumi", argocd_namespace="argocd"),
-            check=_unreachable,
-            check_own=_own,
-        )
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(manager.run)
-            dispatcher = manager.dispatcher
-            await dispatcher.wait_checked()
-            dispatcher._shard_of = lambda ref: 7 if ref.namespace == "fleet" else 0
-            lease = trio.CancelScope()
+    async with _manager(fake) as manager, trio.open_nursery() as nursery:
+        dispatcher = manager.dispatcher
+        await dispatcher.wait_checked()
+        dispatcher._shard_of = lambda ref: 7 if ref.namespace == "fleet" else 0
+        lease = trio.CancelScope()
 
-            async def serve(task_status: trio.TaskStatus[None]) -> None:
-                with lease:
-                    await dispatcher.serve_shard(7, task_status=task_status)
+        async def serve(task_status: trio.TaskStatus[None]) -> None:
+            with lease:
+                await dispatcher.serve_shard(7, task_status=task_status)
 
-            await nursery.start(serve)
-            dispatcher._nurseries[7].start_soon(_slow_to_end)
-            dispatcher._upsert(_cluster("fleet", "early"))
-            assert ClusterRef("fleet", "early") in {a.ref for a in dispatcher.actors}
-            lease.cancel()
-            await trio.sleep(1)  # the shard's actors are ending; one takes its time
-            dispatcher._upsert(_cluster("fleet", "late"))
-            assert ClusterRef("fleet", "late") not in {a.ref for a in dispatcher.actors}
-            await trio.sleep(10)
-            assert ClusterRef("fleet", "early") not in {a.ref for a in dispatcher.actors}
-            nursery.cancel_scope.cancel()
+        await nursery.start(serve)
+        dispatcher._nurseries[7].start_soon(_slow_to_end)
+        dispatcher._upsert(_cluster("fleet", "early"))
+        assert ClusterRef("fleet", "early") in {a.ref for a in dispatcher.actors}
+        lease.cancel()
+        await trio.sleep(1)  # the shard's actors are ending; one takes its time
+        dispatcher._upsert(_cluster("fleet", "late"))
+        assert ClusterRef("fleet", "late") not in {a.ref for a in dispatcher.actors}
+        await trio.sleep(10)
+        assert ClusterRef("fleet", "early") not in {a.ref for a in dispatcher.actors}
+        nursery.cancel_scope.cancel()

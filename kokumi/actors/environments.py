@@ -32,7 +32,6 @@ from kokumi.status import (
 
 __all__ = ["LISTED", "EnvironmentsActor", "environment_status"]
 
-
 log = logging.getLogger(__name__)
 
 

@@ -652,10 +652,11 @@ class Registry:
                 return {s for s in adopted if s is not None} | {server}
         await self._replace(name, existing, desired)
         log.info("Secret %s now registers %s", name, holder)
-        was = (secret_data(existing, "name") or b"").decode("utf-8", "replace")
+        named = secret_data(existing, "name")
+        was = (named or b"").decode("utf-8", "replace")
         if previous is not None and previous != holder:
             self._handovers.append((server, was, previous, holder))
-        elif was and secret_data(existing, "name") != secret_data(desired, "name"):
+        elif named and named != secret_data(desired, "name"):
             # Another replica handed this Cluster the Secret, relabelled, and it is this write
             # that gives Argo CD the new name: the other replica could not say so.
             self._handovers.append((server, was, None, holder))
