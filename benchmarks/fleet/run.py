@@ -206,6 +206,20 @@ def manager_checks(port: int) -> float:
     return math.nan
 
 
+def manager_reports(port: int) -> dict[str, float]:
+    """What one manager's ``/metrics`` says of its fleet: Clusters by Ready reason (``reason:X``)
+    and checks waiting for a slot now."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("kokumi_checks_waiting "):
+            found["waiting"] = float(line.split()[1])
+        elif line.startswith('kokumi_clusters{reason="'):
+            reason = line.split('"')[1] or "unchecked"
+            found[f"reason:{reason}"] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
 def fleet_asked(control: int, since: float) -> dict[int, list[float]]:
     body = httpx.get(f"http://127.0.0.1:{control}/stats", params={"since": str(since)}, timeout=60)
     return {int(k): v for k, v in body.json()["asked"].items()}
@@ -458,6 +472,14 @@ class Managers:
     def checks(self) -> float:
         return sum(manager_checks(port) for port in self.ports)
 
+    def reports(self) -> dict[str, float]:
+        """:func:`manager_reports`, summed over the replicas."""
+        total: dict[str, float] = {}
+        for port in self.ports:
+            for key, value in manager_reports(port).items():
+                total[key] = total.get(key, 0.0) + value
+        return total
+
     def stop(self) -> None:
         for proc in self.procs:
             proc.stop()
@@ -515,6 +537,7 @@ async def steady(
     managers.check_alive()
     end = time.time()
     m1, cpu1, checks1 = hub.metrics(), managers.cpu(), managers.checks()
+    reports = managers.reports()
     # A gap counts when its second check falls in the window; its first may come before.
     asked = fleet_asked(control, start - 150)
     gaps = [
@@ -548,6 +571,8 @@ async def steady(
         "rss_mb_max_replica": max(sampler.rss_each, default=math.nan),
         "hub_connections_max": max(sampler.conns, default=0),
         "loop": loop_steps(workdir, start, end),
+        "checks_waiting_end": reports.pop("waiting", math.nan),
+        "clusters_by_reason_end": reports,
     }
 
 
@@ -576,7 +601,7 @@ async def main_async(
         ],
         workdir / "fleet.log",
     )
-    procs = [fleet]
+    procs: list[Proc | Managers] = [fleet]
     try:
         assert fleet.popen.stdout is not None
         hello = json.loads(await trio.to_thread.run_sync(fleet.popen.stdout.readline))
@@ -840,6 +865,15 @@ def report(r: dict[str, Any]) -> str:
                 f"connections to the hub, peak, {label}",
                 f"{p['hub_connections_max']}",
                 "all clients of the hub",
+            ),
+            (
+                f"/metrics at the end, {label}: checks waiting for a slot",
+                f"{p['checks_waiting_end']:.0f}",
+                "Clusters by Ready reason: "
+                + ", ".join(
+                    f"{k.removeprefix('reason:')} {v:.0f}"
+                    for k, v in sorted(p["clusters_by_reason_end"].items())
+                ),
             ),
         ]
     rows += [
