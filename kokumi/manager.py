@@ -224,7 +224,7 @@ class Manager:
                     self.health_port = await nursery.start(
                         health.serve,
                         self.options.health_port,
-                        self.metrics.registry,
+                        self.metrics.exposition,
                         self.readiness,
                     )
                 if self.elector is None:

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+
 import httpx
+import pytest
 import trio
+from prometheus_client import CollectorRegistry, exposition
+from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kokumi import health
@@ -49,7 +55,7 @@ async def test_healthz_readyz_and_metrics() -> None:
     metrics.check_seconds.observe(0.3)
     async with trio.open_nursery() as nursery:
         port = await nursery.start(
-            health.serve, 0, metrics.registry, lambda: state["ready"], "127.0.0.1"
+            health.serve, 0, metrics.exposition, lambda: state["ready"], "127.0.0.1"
         )
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
             healthz = await http.get("/healthz")
@@ -95,7 +101,7 @@ async def test_a_silent_client_is_dropped_and_others_still_answered() -> None:
     metrics = Metrics()
     async with trio.open_nursery() as nursery:
         port = await nursery.start(
-            health.serve, 0, metrics.registry, lambda: (True, "ok"), "127.0.0.1"
+            health.serve, 0, metrics.exposition, lambda: (True, "ok"), "127.0.0.1"
         )
         silent = await trio.open_tcp_stream("127.0.0.1", port)
         await silent.send_all(b"GET /healthz HTTP/1.1\r\n")  # and never the rest
@@ -103,6 +109,66 @@ async def test_a_silent_client_is_dropped_and_others_still_answered() -> None:
             assert (await http.get("/healthz")).status_code == 200
         await silent.aclose()
         nursery.cancel_scope.cancel()
+
+
+def _seen(metrics: Metrics, status: str) -> None:
+    edge = {
+        "metadata": {"namespace": "team", "name": "edge"},
+        "status": {"conditions": [{"type": "Ready", "status": status, "reason": "X"}]},
+    }
+    metrics.clusters_seen(WatchEvent("MODIFIED", edge))
+
+
+def test_the_exposition_keeps_the_figures_of_its_moment() -> None:
+    """What a worker thread renders shares nothing with the fleet that the loop goes on changing."""
+    metrics = Metrics()
+    for status in ("False", "True"):
+        _seen(metrics, status)
+    metrics.status_writes = 3
+    taken = metrics.exposition()
+    for status in ("False", "True"):
+        _seen(metrics, status)
+    metrics.status_writes = 5
+    metrics.check_finished(ClusterRef("team", "edge"), "Ready")
+
+    then = families(generate_latest(taken).decode())
+    now = families(generate_latest(metrics.registry).decode())
+    edge = {"namespace": "team", "name": "edge"}
+    assert then["kokumi_cluster_ready_flips"] == [(edge, 1.0)]
+    assert now["kokumi_cluster_ready_flips"] == [(edge, 3.0)]
+    assert (then["kokumi_status_writes"], now["kokumi_status_writes"]) == ([({}, 3.0)], [({}, 5.0)])
+    # The Prometheus metrics themselves are shared (they lock their own values).
+    assert then["kokumi_checks"] == now["kokumi_checks"] == [({"result": "Ready"}, 1.0)]
+    assert set(then) == set(now)
+
+
+async def test_metrics_are_rendered_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scrape of 10,000 Clusters renders for 300 ms or more, not in the loop's thread."""
+    rendered_in: list[int] = []
+    real = exposition.choose_encoder
+
+    def choose(accept: str) -> tuple[Callable[[CollectorRegistry], bytes], str]:
+        encoder, content_type = real(accept)
+
+        def encode(registry: CollectorRegistry) -> bytes:
+            rendered_in.append(threading.get_ident())
+            return encoder(registry)
+
+        return encode, content_type
+
+    monkeypatch.setattr(health, "choose_encoder", choose)  # as kokumi.health imported it
+    metrics = Metrics()
+    _seen(metrics, "True")
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(
+            health.serve, 0, metrics.exposition, lambda: (True, "ok"), "127.0.0.1"
+        )
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            scraped = await http.get("/metrics")
+        nursery.cancel_scope.cancel()
+    assert families(scraped.text)["kokumi_clusters"] == [({"reason": "X"}, 1.0)]
+    assert len(rendered_in) == 1
+    assert rendered_in[0] != threading.get_ident()
 
 
 def test_checks_per_cluster_last_as_long_as_the_cluster_is_watched() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 
 import pytest
@@ -28,7 +29,8 @@ def test_the_heap_is_frozen_once_known_then_per_quarter_of_growth(
         real_freeze()
 
     monkeypatch.setattr(gc, "freeze", freeze)
-    monkeypatch.setattr(heap, "_full_collections", lambda: 0)  # none: the sizes decide alone
+    # Full collections freeze from their own hook (next test): here the sizes decide alone.
+    monkeypatch.setattr(heap, "_freeze_after_full_collection", lambda phase, info: None)
 
     async def main() -> None:
         with trio.move_on_after(10.0 * 16 + 5):  # 17 polls, the first at once
@@ -44,29 +46,35 @@ def test_the_heap_is_frozen_once_known_then_per_quarter_of_growth(
     assert frozen == [1, 101, 1000, 1250, 1300]
 
 
-def test_what_survives_a_full_collection_is_frozen_and_all_is_thawed_now_and_then(
+def test_what_survives_a_full_collection_is_frozen_as_it_ends_and_all_is_thawed_now_and_then(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The fleet's size stays at 500; full collections happen before the 3rd and 6th polls.
-    Each is followed by a freeze at the next poll; the thaw every 60 s unfreezes everything."""
-    polls = 0
-    full = [0]
-    events: list[tuple[int, str]] = []
-
-    def size() -> int:
-        nonlocal polls
-        polls += 1
-        if polls in (3, 6):
-            full[0] += 1
-        return 500
-
-    monkeypatch.setattr(heap, "_full_collections", lambda: full[0])
-    monkeypatch.setattr(gc, "freeze", lambda: events.append((polls, "freeze")))
-    monkeypatch.setattr(gc, "unfreeze", lambda: events.append((polls, "thaw")))
+    """The fleet's size stays at 500. A full collection is followed by a freeze at once, with no
+    poll between and no young collection of its own; a young collection is not; the thaw every
+    60 s unfreezes everything; the hook goes with the task."""
+    events: list[str] = []
+    monkeypatch.setattr(gc, "freeze", lambda: events.append("freeze"))
+    monkeypatch.setattr(gc, "unfreeze", lambda: events.append("thaw"))
 
     async def main() -> None:
-        with trio.move_on_after(10.0 * 7 + 5):  # polls at 0, 10, ..., 70 s
-            await heap.freeze_as_it_grows(size, every=10.0, thaw=60.0)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                functools.partial(heap.freeze_as_it_grows, lambda: 500, every=10.0, thaw=60.0)
+            )
+            await trio.sleep(15)  # polls at 0 (the first freeze) and 10
+            gc.collect()
+            events.append("full collection")
+            await trio.sleep(10)
+            gc.collect(1)
+            events.append("young collection")
+            await trio.sleep(50)  # the thaw at 60
+            assert heap._freeze_after_full_collection in gc.callbacks
+            nursery.cancel_scope.cancel()
+        assert heap._freeze_after_full_collection not in gc.callbacks
 
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
-    assert events == [(1, "freeze"), (3, "freeze"), (6, "freeze"), (7, "thaw")]
+    gc.disable()  # no collection but the test's own
+    try:
+        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    finally:
+        gc.enable()
+    assert events == ["freeze", "freeze", "full collection", "young collection", "thaw"]

@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from kokumi import api, probe
-from kokumi.availability import Change, Fleet
+from kokumi.availability import Change, Fleet, FleetSnapshot
 from kokumi.egress import EgressPolicy
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff
@@ -89,10 +89,11 @@ class Options:
 class Metrics:
     """Everything the manager counts, in one place: plain counters and its Prometheus registry.
 
-    Tests and benchmarks read the plain counters; ``/metrics`` serves ``registry``, which holds
-    its own collectors (never the process-wide default registry, so two managers in one process
-    never mix). The manager decides nothing on any of it. The hooks are small and observe from
-    outside the actors: the kube Client's request path and watches (:meth:`request`,
+    Tests and benchmarks read the plain counters; ``registry`` holds the Prometheus collectors
+    (never the process-wide default registry, so two managers in one process never mix), and
+    ``/metrics`` serves :meth:`exposition`, the same figures taken at one moment so that a worker
+    thread can render them. The manager decides nothing on any of it. The hooks are small and
+    observe from outside the actors: the kube Client's request path and watches (:meth:`request`,
     :meth:`watch_restarted`), the check limiter, and the Cluster watch (:meth:`clusters_seen`).
     """
 
@@ -114,6 +115,7 @@ class Metrics:
     watch_restarts: Counter = attrs.field(init=False, eq=False, repr=False)
     api_requests: Counter = attrs.field(init=False, eq=False, repr=False)
     leader: Gauge = attrs.field(init=False, eq=False, repr=False)
+    _collectors: tuple[Collector, ...] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         r = self.registry
@@ -153,7 +155,41 @@ class Metrics:
             "1 while this manager leads (holds the Lease, or runs without election), else 0",
             registry=r,
         )
-        r.register(_FleetCollector(self))
+        self._collectors = (
+            self.check_results,
+            self.check_seconds,
+            self.checks_waiting,
+            self.watch_restarts,
+            self.api_requests,
+            self.leader,
+        )
+        r.register(_FleetCollector(self.figures))
+
+    def figures(self) -> _Figures:
+        """The fleet and the plain counters now, immutable: about 5 ms at 10,000 Clusters."""
+        return _Figures(
+            self.fleet.snapshot(),
+            self.clock(),
+            self.status_writes,
+            self.registry_writes,
+            self.checks,
+            self.concurrent_checks,
+        )
+
+    def exposition(self) -> CollectorRegistry:
+        """Everything ``registry`` serves, with the fleet's figures taken now, on the event loop.
+
+        Rendering the answer to a scrape takes 300 to 600 ms at 10,000 Clusters (three series per
+        Cluster); done on the loop, it was the longest step of the steady state. What is returned
+        shares nothing mutable with the actors (the Prometheus metrics lock their own values), so
+        :mod:`kokumi.health` renders it in a worker thread while the loop turns.
+        """
+        snapshot = CollectorRegistry(auto_describe=False)
+        for collector in self._collectors:
+            snapshot.register(collector)
+        figures = self.figures()
+        snapshot.register(_FleetCollector(lambda: figures))
+        return snapshot
 
     # --- hooks ------------------------------------------------------------------------------
 
@@ -192,16 +228,28 @@ class Metrics:
             _log_change(change)
 
 
+@attrs.frozen
+class _Figures:
+    """:meth:`Metrics.figures`: what :class:`_FleetCollector` reports, as it was at ``now``."""
+
+    fleet: FleetSnapshot
+    now: float
+    status_writes: int
+    registry_writes: int
+    checks: int
+    concurrent_checks: int
+
+
 class _FleetCollector(Collector):
     """Per-Cluster and per-reason figures, computed when ``/metrics`` is read."""
 
-    def __init__(self, metrics: Metrics) -> None:
-        self._metrics = metrics
+    def __init__(self, figures: Callable[[], _Figures]) -> None:
+        self._figures = figures
 
     def collect(self) -> Iterable[Metric]:
-        m = self._metrics
-        fleet = m.fleet
-        now = m.clock()
+        m = self._figures()
+        fleet = m.fleet.fleet()
+        now = m.now
         by_reason = GaugeMetricFamily(
             "kokumi_clusters", "Clusters by the reason of their Ready condition", labels=["reason"]
         )

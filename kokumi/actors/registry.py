@@ -39,6 +39,7 @@ import trio
 
 from kokumi import argocd, ownership, shards
 from kokumi.actors.context import EventRecorder, Metrics
+from kokumi.actors.pace import Pace
 from kokumi.actors.registration import NOT_REGISTERED, Registration
 from kokumi.api import CLUSTERS, Meta
 from kokumi.kube import errors
@@ -446,18 +447,22 @@ class Registry:
         """Bring each server's Secret in step with the table, then tell whoever it concerns."""
         pending = {s for s in servers if s is not None}
         concerned: set[ClusterRef] = set()
-        rounds = 0
+        # Each server once, and up to 1,000 more rounds for servers that others touch again.
+        rounds, limit = 0, len(pending) + 1000
+        pace = Pace()
         while pending:
+            await pace.tick()
             server = pending.pop()
             concerned |= self._line(server)
             concerned |= self._holders_named(server)
             more = await self._sync(server)
             pending |= more
             rounds += 1
-            if rounds > 1000:  # pragma: no cover - a bug in the table, not a reason to spin
+            if rounds > limit:  # pragma: no cover - a bug in the table, not a reason to spin
                 log.error("registry: settling did not converge; retrying later")
                 break
         for cluster in concerned:
+            await pace.tick()
             self._tell(cluster)
         # Events only after every Cluster concerned knows: an Event is a courtesy, and a slow
         # hub must not leave the old holder believing it still holds the server meanwhile.
@@ -850,7 +855,9 @@ class Registry:
         foreign: list[tuple[str, str]] = []
         remote: list[tuple[str, ClusterRef]] = []
         strays: list[str] = []
+        pace = Pace()  # nothing else reads the Secrets or the table before the first list is in
         for secret in secrets:
+            await pace.tick()
             name = _name(secret)
             server = argocd.server_of(secret)
             holder = argocd.holder_of(secret)
@@ -872,8 +879,10 @@ class Registry:
         self._table, effects = ownership.seed(holders, waiting, written)
         touched: set[str | None] = {e.server for e in effects}
         for server, holder in remote:
+            await pace.tick()
             touched |= self._step(ownership.Remote(server, holder))
         for server, name in foreign:
+            await pace.tick()
             self._foreign_names[name] = server
             touched |= self._step(ownership.Foreign(server, name))
         for name in strays:
@@ -926,7 +935,9 @@ class Registry:
             for server in (known.pop(name, None), self._blocking_names.pop(name, None)):
                 if server is not None:
                     touched |= self._step(ownership.ForeignGone(server, name))
+        pace = Pace()  # between two ticks other tasks run, but only this one reads the table
         for secret in objects:
+            await pace.tick()
             name = _name(secret)
             server = argocd.server_of(secret)
             if argocd.is_ours(secret):
