@@ -70,7 +70,9 @@ class Manager:
         self.metrics = Metrics()
         self.client = client
         client.observer = self.metrics
-        limiter = CountingLimiter(options.max_concurrent_checks, self.metrics)
+        limiter = CountingLimiter(
+            options.max_concurrent_checks, self.metrics, late_after=options.check_interval
+        )
         events = EventRecorder(client)
         self.registry = Registry(
             client,

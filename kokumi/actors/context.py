@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
@@ -111,6 +112,7 @@ class Metrics:
     """Checks per Cluster (namespace, name), for as long as the Cluster watch sees it."""
     check_results: Counter = attrs.field(init=False, eq=False, repr=False)
     check_seconds: Histogram = attrs.field(init=False, eq=False, repr=False)
+    check_wait_seconds: Histogram = attrs.field(init=False, eq=False, repr=False)
     checks_waiting: Gauge = attrs.field(init=False, eq=False, repr=False)
     watch_restarts: Counter = attrs.field(init=False, eq=False, repr=False)
     api_requests: Counter = attrs.field(init=False, eq=False, repr=False)
@@ -129,6 +131,13 @@ class Metrics:
             "kokumi_check_duration_seconds",
             "How long one check of a cluster took, once it had its turn under the limiter",
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0),
+            registry=r,
+        )
+        self.check_wait_seconds = Histogram(
+            "kokumi_check_wait_seconds",
+            "How long a check waited for its turn under the limiter: past the check interval,"
+            " Clusters are checked less often than the interval says",
+            buckets=(0.1, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0),
             registry=r,
         )
         self.checks_waiting = Gauge(
@@ -158,6 +167,7 @@ class Metrics:
         self._collectors = (
             self.check_results,
             self.check_seconds,
+            self.check_wait_seconds,
             self.checks_waiting,
             self.watch_restarts,
             self.api_requests,
@@ -336,17 +346,31 @@ class Probe(Protocol):
 
 
 class CountingLimiter:
-    """The shared limit of eight checks at a time, counting how close it came."""
+    """The shared limit of eight checks at a time, counting how close it came.
 
-    def __init__(self, total: int, metrics: Metrics) -> None:
+    Its queue is first in, first out, so when spokes that never answer hold the slots (10 s
+    each, 48 such checks a minute at most) every Cluster waits behind them and is checked less
+    often than once a minute: with half of 400 spokes hanging, every 4 minutes. Each Cluster's
+    status still says what its last check found; the limiter is where the lateness shows, so it
+    says so once when a check has waited longer than ``late_after`` (the check interval), and
+    once when checks keep up again.
+    """
+
+    def __init__(self, total: int, metrics: Metrics, late_after: float = math.inf) -> None:
         self._limiter = trio.CapacityLimiter(total)
         self._metrics = metrics
         self._started: dict[trio.lowlevel.Task, float] = {}
+        self._late_after = late_after
+        self._behind = False
 
     async def __aenter__(self) -> None:
         m = self._metrics
+        asked = trio.current_time()
         with m.checks_waiting.track_inprogress():
             await self._limiter.acquire()
+        waited = trio.current_time() - asked
+        m.check_wait_seconds.observe(waited)
+        self._keeping_up(waited)
         m.checks += 1
         m.concurrent_checks += 1
         m.max_concurrent_checks = max(m.max_concurrent_checks, m.concurrent_checks)
@@ -358,6 +382,23 @@ class CountingLimiter:
             self._metrics.check_seconds.observe(trio.current_time() - started)
         self._metrics.concurrent_checks -= 1
         self._limiter.release()
+
+    def _keeping_up(self, waited: float) -> None:
+        if not self._behind and waited > self._late_after:
+            self._behind = True
+            log.warning(
+                "checks are falling behind: a check waited %.0f s for one of the %d check slots"
+                " (%d more waiting), so Clusters are checked less often than every %.0f s;"
+                " spokes that do not answer hold a slot for the whole timeout: fix or remove"
+                " the Clusters that report Unreachable (timed out), or shard the manager",
+                waited,
+                int(self._limiter.total_tokens),
+                int(self._limiter.statistics().tasks_waiting),
+                self._late_after,
+            )
+        elif self._behind and waited < self._late_after / 2:
+            self._behind = False
+            log.info("checks keep up again: the last one waited %.1f s for its slot", waited)
 
 
 class InClusterCheck:
