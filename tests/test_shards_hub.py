@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
+import pytest
 import trio
 
 from kokumi import api, argocd
@@ -435,6 +436,99 @@ async def test_the_first_to_wait_takes_over_whichever_replica_serves_it(
             )
             await wait_reason(ws, ns, late, "Ready")
             print(f"first waiter of the other replica took over after {handover:.2f} s")
+            await drain(ws)
+
+
+async def test_a_handover_cut_short_by_the_takers_replica_stopping_is_finished_by_another(
+    hub: APIServer,
+    crds: object,
+    spoke_kubeconfig: Registration,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Holder and second waiter in replica a's shard, first waiter in replica b's. The holder
+    goes; the moment a has handed the Secret to b's Cluster, b stops with its Lease left held
+    (as a killed process leaves it), before or while it writes the new holder's connection. a
+    takes b's shard once the Lease runs out and finishes the handover: in place, never deleted,
+    the new holder's connection and Argo CD name, the second waiter still recorded."""
+    real_release = LeaseElector._release
+
+    async def release(self: LeaseElector) -> None:
+        if self.identity != "replica-b":
+            await real_release(self)
+
+    monkeypatch.setattr(LeaseElector, "_release", release)
+    async with workspace(hub) as ws:
+        ns = await ws.namespace()
+        async with replicas(hub, ws, {"b": 1, "a": None}) as running:
+            a, b = running["a"], running["b"]
+            (shard_a,), (shard_b,) = a.manager.held_shards(), b.manager.held_shards()
+            holder = named_in_shard(ns, "spoke", shard_a)
+            early = named_in_shard(ns, "spoke", shard_b)
+            late = named_in_shard(ns, "spoke", shard_a, skip=1)
+            await ws.environment(ns, "edge", {"fleet": "edge"})
+            await kubeconfig_cluster(ws, spoke_kubeconfig, ns, holder)
+            await wait_reason(ws, ns, holder, "Ready")
+            (first_secret,) = await ws.argocd_secrets()
+            server = str(argocd.server_of(first_secret))
+            await kubeconfig_cluster(ws, spoke_kubeconfig, ns, early)
+            await wait_reason(ws, ns, early, "ClusterConflict")
+            await kubeconfig_cluster(ws, spoke_kubeconfig, ns, late)
+            await wait_reason(ws, ns, late, "ClusterConflict")
+            await wait_for(
+                functools.partial(secrets_by_holder, ws),
+                lambda found: (
+                    argocd.waiting_of(found.get((ns, holder)) or {})
+                    == (ClusterRef(ns, early), ClusterRef(ns, late))
+                ),
+                "both waiters recorded, in the order they came",
+            )
+
+            writes = Writes()
+            cut_short: list[str] = []
+            async with trio.open_nursery() as watching:
+                await watching.start(follow, ws.client, SECRETS, ws.argocd, writes)
+                send, receive = trio.open_memory_channel[WatchEvent | Resync](100)
+                await watching.start(
+                    functools.partial(watch, ws.client, SECRETS, send, namespace=ws.argocd)
+                )
+                await ws.client.delete(api.CLUSTERS, holder, namespace=ns)
+                async for event in receive:
+                    if isinstance(event, Resync) or event.type == "DELETED":
+                        continue
+                    if argocd.holder_of(event.object) == ClusterRef(ns, early):
+                        b.scope.cancel()  # at once, in the loop's turn that brought the news
+                        cut_short.append(argo_name(event.object))
+                        break
+                stopped = trio.current_time()
+                await wait_for(
+                    lambda: _async(a.manager.held_shards()),
+                    lambda held: held == {shard_a, shard_b},
+                    "replica a to take the stopped replica's shard",
+                    timeout=TIMING.lease_duration * 4,
+                )
+                taken_after = trio.current_time() - stopped
+                new_name = argocd.cluster_name(ClusterRef(ns, early), server)
+                taken = await wait_for(
+                    functools.partial(secrets_by_holder, ws),
+                    lambda found: (
+                        set(found) == {(ns, early)} and argo_name(found[(ns, early)]) == new_name
+                    ),
+                    "replica a to finish the handover",
+                )
+                await wait_reason(ws, ns, early, "Ready")
+                watching.cancel_scope.cancel()
+            assert [w for w in writes.seen if w[2] == "DELETED"] == [], "never vanished"
+            secret = taken[(ns, early)]
+            assert secret["metadata"]["uid"] == first_secret["metadata"]["uid"], "in place"
+            assert argocd.waiting_of(secret) == (ClusterRef(ns, late),)
+            waiting = ready_of(await wait_reason(ws, ns, late, "ClusterConflict"))
+            assert f"held by Cluster {ns}/{early}" in waiting["message"]
+            was = argocd.cluster_name(ClusterRef(ns, holder), server)
+            print(
+                f"b stopped when the Secret named {cut_short[0]}"
+                f" ({'before' if cut_short[0] == was else 'after'} b's write);"
+                f" a took b's shard {taken_after:.1f} s later"
+            )
             await drain(ws)
 
 
