@@ -8,6 +8,7 @@ a table that does not converge: the rest were neither written nor told until tou
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -89,3 +90,38 @@ async def test_the_secrets_are_taken_in_slices(
     # Taken in one step, the list would leave no count between none and all.
     partial = {count for count in steps.counts if 0 < count < N}
     assert len(partial) >= N // 2, sorted(partial)
+
+
+class _ReshardSteps(trio.abc.Instrument):
+    """After each step of the registry's task: how many servers it knows to be held elsewhere."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self.remotes: list[int] = []
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task.name.endswith("Registry.run"):
+            self.remotes.append(len(self.registry._table.remotes()))
+
+
+async def test_a_reshard_is_taken_in_slices(
+    monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A replica that takes a shard classifies every Secret again: 3.3 s in one step at 10,000
+    Secrets and two replicas after a restart, now in slices. Half the holders are served here."""
+    fake = FakeApi(namespaces=("default", "kokumi", "argocd", "fleet"))
+    _secrets(fake)
+    async with _registry(fake) as registry:
+        registry.follow_shards(lambda ref: math.inf if ref.name.endswith(("0", "2", "4")) else None)
+        monkeypatch.setattr(pace, "SLICE", 0.0)
+        steps = _ReshardSteps(registry)
+        trio.lowlevel.add_instrument(steps)
+        try:
+            await registry.reshard()
+        finally:
+            trio.lowlevel.remove_instrument(steps)
+        elsewhere = N - N * 3 // 10
+        assert len(registry._table.remotes()) == elsewhere
+        # Taken in one step, the Secrets held elsewhere would leave no count between none and all.
+        partial = {count for count in steps.remotes if 0 < count < elsewhere}
+        assert len(partial) >= elsewhere // 2, sorted(partial)

@@ -28,7 +28,7 @@ from kokumi.actors.environments import EnvironmentsActor
 from kokumi.actors.pace import Pace
 from kokumi.actors.registry import Registry
 from kokumi.actors.secretwatch import SecretWatches
-from kokumi.kube.watch import Resync, Store, WatchEvent, watch
+from kokumi.kube.watch import Key, Resync, Store, WatchEvent, watch
 from kokumi.ownership import ClusterRef
 
 __all__ = ["Dispatcher"]
@@ -189,15 +189,22 @@ class Dispatcher:
                 await self._registry.reshard()
                 self._nurseries[shard] = nursery
                 try:
-                    objects = [
-                        o for o in self.clusters.values() if self._shard_of(_ref(o)) == shard
-                    ]
                     await self._registry.prune([_ref(o) for o in self.clusters.values()])
-                    for obj in objects:
-                        self._upsert(obj)
-                    for namespace in {_ref(o).namespace for o in objects}:
-                        self.environments_actor.changed(namespace)
-                    log.info("serving shard %d: %d Clusters", shard, len(objects))
+                    # In slices (half the fleet's actors at 10,000 Clusters and two replicas
+                    # took 500-600 ms in one step). Each Cluster is read from the watch's store
+                    # when its turn comes: one deleted meanwhile is skipped, one changed is
+                    # started as it is now, and events that come meanwhile find the shard's
+                    # nursery and start or update their actors themselves.
+                    keys = [k for k in self.clusters if self._shard_of(_key_ref(k)) == shard]
+                    pace = Pace()
+                    for namespace, name in keys:
+                        await pace.tick()
+                        obj = self.clusters.get(namespace, name)
+                        if obj is not None:
+                            self._upsert(obj)
+                    for namespace in {namespace for namespace, _ in keys}:
+                        self.environments_actor.changed(namespace or "")
+                    log.info("serving shard %d: %d Clusters", shard, len(keys))
                     task_status.started()
                     await trio.sleep_forever()
                 finally:
@@ -287,6 +294,11 @@ class Dispatcher:
 def _uid(obj: dict[str, Any]) -> str:
     meta = obj.get("metadata", {})
     return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+
+
+def _key_ref(key: Key) -> ClusterRef:
+    namespace, name = key
+    return ClusterRef(namespace or "", name)
 
 
 def _ref(obj: dict[str, Any]) -> ClusterRef:

@@ -367,7 +367,7 @@ class Registry:
                 await self._settle(await self._note(event))
                 return None
             case _Reshard():
-                await self._settle(self._reshard())
+                await self._settle(await self._reshard())
                 return None
         raise AssertionError(request)  # pragma: no cover
 
@@ -1018,12 +1018,19 @@ class Registry:
             touched |= self._step(ownership.Release(holder))
         return touched
 
-    def _reshard(self) -> set[str | None]:
-        """Disown the claims of Clusters served elsewhere now, classify every Secret again."""
+    async def _reshard(self) -> set[str | None]:
+        """Disown the claims of Clusters served elsewhere now, classify every Secret again.
+
+        In slices: at 10,000 Secrets, a replica taking its shard after a restart spent 3.3 s
+        here in one step. Only this task reads the table and the Secrets; a change of shards
+        meanwhile asks for another reshard, which comes after this one.
+        """
         touched: set[str | None] = set()
+        pace = Pace()
         # The actors of a shard taken say afresh what they want; those of a shard lost, nothing.
         self._let_go = {c for c in self._let_go if self._is_served(c)}
         for cluster in self._table.wanting():
+            await pace.tick()
             if self._serves(cluster) is None:
                 self._claims.pop(cluster, None)
                 self._connections.pop(cluster, None)
@@ -1032,7 +1039,8 @@ class Registry:
         # A Cluster named by several Secrets as last seen (a move this registry has not seen
         # finish) is adopted where it was written last, as after a restart.
         newest: dict[ClusterRef, str] = {}
-        for name, secret in self._secrets.items():
+        for name, secret in list(self._secrets.items()):
+            await pace.tick()
             holder = argocd.holder_of(secret)
             if holder is None:
                 continue
@@ -1040,6 +1048,9 @@ class Registry:
             if kept is None or _version(secret) > _version(self._secrets[kept]):
                 newest[holder] = name
         for name in list(self._secrets):
+            await pace.tick()
+            if name not in self._secrets:
+                continue
             holder = argocd.holder_of(self._secrets[name])
             if holder is not None and newest.get(holder) != name and self._is_served(holder):
                 continue
