@@ -473,11 +473,14 @@ class Managers:
         return sum(manager_checks(port) for port in self.ports)
 
     def reports(self) -> dict[str, float]:
-        """:func:`manager_reports`, summed over the replicas."""
+        """:func:`manager_reports` over the replicas: the checks waiting summed (each replica
+        has its own slots), the Clusters by reason from the replica that counts most (each
+        watches the whole fleet, whichever shards it serves)."""
         total: dict[str, float] = {}
         for port in self.ports:
             for key, value in manager_reports(port).items():
-                total[key] = total.get(key, 0.0) + value
+                combined = (lambda a, b: a + b) if key == "waiting" else max
+                total[key] = combined(total.get(key, 0.0), value)
         return total
 
     def stop(self) -> None:
