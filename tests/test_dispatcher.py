@@ -60,9 +60,9 @@ def _cluster(namespace: str, name: str) -> dict[str, object]:
 
 
 @asynccontextmanager
-async def _manager(fake: FakeApi) -> AsyncIterator[Manager]:
+async def _manager(fake: FakeApi, shard_7: bool = False) -> AsyncIterator[Manager]:
     """A manager on ``fake`` whose checks all find the spoke unreachable, running until the
-    block ends."""
+    block ends; ``shard_7``: namespace ``fleet`` is in shard 7, which it does not serve."""
     async with Client(
         Config(server="https://hub.example:6443"), transport=fake, max_retries=0
     ) as client:
@@ -72,6 +72,8 @@ async def _manager(fake: FakeApi) -> AsyncIterator[Manager]:
             check=_unreachable,
             check_own=_own,
         )
+        if shard_7:
+            manager.dispatcher._shard_of = lambda ref: 7 if ref.namespace == "fleet" else 0
         async with trio.open_nursery() as nursery:
             nursery.start_soon(manager.run)
             yield manager
@@ -173,19 +175,9 @@ async def test_a_shard_taken_starts_its_actors_in_slices_from_the_store(
     for index in range(N):
         fake.put(_cluster("fleet", f"c{index:04d}"))
     last = f"c{N - 1:04d}"
-    async with Client(
-        Config(server="https://hub.example:6443"), transport=fake, max_retries=0
-    ) as client:
-        manager = Manager(
-            client,
-            Options(namespace="kokumi", argocd_namespace="argocd"),
-            check=_unreachable,
-            check_own=_own,
-        )
+    async with _manager(fake, shard_7=True) as manager:
         dispatcher = manager.dispatcher
-        dispatcher._shard_of = lambda ref: 7 if ref.namespace == "fleet" else 0
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(manager.run)
             await dispatcher.wait_checked()
             assert _fleet(manager) == set(), "nobody serves shard 7 yet"
             steps = _ShardSteps(manager)
