@@ -178,6 +178,21 @@ async def follow(
             )
 
 
+async def _holder_and_names(
+    ws: Workspace, reg: Registration, ns: str, shard_a: int, shard_b: int
+) -> tuple[str, str, str, dict[str, Any]]:
+    """A holder in shard a, Ready and registered; the names of a first waiter in shard b and a
+    second in shard a, not created yet; and the holder's Secret."""
+    holder = named_in_shard(ns, "spoke", shard_a)
+    early = named_in_shard(ns, "spoke", shard_b)
+    late = named_in_shard(ns, "spoke", shard_a, skip=1)
+    await ws.environment(ns, "edge", {"fleet": "edge"})
+    await kubeconfig_cluster(ws, reg, ns, holder)
+    await wait_reason(ws, ns, holder, "Ready")
+    (secret,) = await ws.argocd_secrets()
+    return holder, early, late, secret
+
+
 async def test_each_cluster_has_one_replica_and_a_stopped_replicas_shards_move(
     hub: APIServer, crds: object, spoke_kubeconfig: Registration
 ) -> None:
@@ -375,13 +390,9 @@ async def test_the_first_to_wait_takes_over_whichever_replica_serves_it(
         async with replicas(hub, ws, {"a": 1, "b": 1}) as running:
             a, b = running["a"], running["b"]
             (shard_a,), (shard_b,) = a.manager.held_shards(), b.manager.held_shards()
-            holder = named_in_shard(ns, "spoke", shard_a)
-            early = named_in_shard(ns, "spoke", shard_b)
-            late = named_in_shard(ns, "spoke", shard_a, skip=1)
-            await ws.environment(ns, "edge", {"fleet": "edge"})
-            await kubeconfig_cluster(ws, spoke_kubeconfig, ns, holder)
-            await wait_reason(ws, ns, holder, "Ready")
-            (first_secret,) = await ws.argocd_secrets()
+            holder, early, late, first_secret = await _holder_and_names(
+                ws, spoke_kubeconfig, ns, shard_a, shard_b
+            )
             server_hash = argocd.server_hash(str(argocd.server_of(first_secret)))
             await kubeconfig_cluster(ws, spoke_kubeconfig, ns, early)
             await wait_reason(ws, ns, early, "ClusterConflict")
@@ -462,13 +473,9 @@ async def test_a_handover_cut_short_by_the_takers_replica_stopping_is_finished_b
         async with replicas(hub, ws, {"b": 1, "a": None}) as running:
             a, b = running["a"], running["b"]
             (shard_a,), (shard_b,) = a.manager.held_shards(), b.manager.held_shards()
-            holder = named_in_shard(ns, "spoke", shard_a)
-            early = named_in_shard(ns, "spoke", shard_b)
-            late = named_in_shard(ns, "spoke", shard_a, skip=1)
-            await ws.environment(ns, "edge", {"fleet": "edge"})
-            await kubeconfig_cluster(ws, spoke_kubeconfig, ns, holder)
-            await wait_reason(ws, ns, holder, "Ready")
-            (first_secret,) = await ws.argocd_secrets()
+            holder, early, late, first_secret = await _holder_and_names(
+                ws, spoke_kubeconfig, ns, shard_a, shard_b
+            )
             server = str(argocd.server_of(first_secret))
             await kubeconfig_cluster(ws, spoke_kubeconfig, ns, early)
             await wait_reason(ws, ns, early, "ClusterConflict")
