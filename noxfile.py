@@ -33,7 +33,7 @@ def tests(session: nox.Session) -> None:
     session.install("-e", ".[test]")
     # Build (or find in the cache) kube-apiserver, kube-controller-manager and etcd first, so their
     # build time is not charged to the first test.
-    session.run("python", "-m", "kokumi.controlplane", "build")
+    session.run("python", "-m", "kokumi.testing", "build")
     session.run("pytest", *session.posargs)
 
 
@@ -41,7 +41,7 @@ def tests(session: nox.Session) -> None:
 def chaos(session: nox.Session) -> None:
     """The chaos test on the real hub: CHAOS_SEED replays a seed, CHAOS_OPS sets its length."""
     session.install("-e", ".[test]")
-    session.run("python", "-m", "kokumi.controlplane", "build")
+    session.run("python", "-m", "kokumi.testing", "build")
     session.run("pytest", "tests/chaos", "-s", *session.posargs)
 
 
@@ -70,7 +70,7 @@ def soak(session: nox.Session) -> None:
         *session.posargs,
         env={"KUBECONFIG_FUZZ_EXAMPLES": session.env.get("KUBECONFIG_FUZZ_EXAMPLES", "100000")},
     )
-    session.run("python", "-m", "kokumi.controlplane", "build")
+    session.run("python", "-m", "kokumi.testing", "build")
     session.run(
         "pytest",
         "tests/chaos",
@@ -108,5 +108,5 @@ def bench(session: nox.Session) -> None:
     benchmarks/README.md, never in an assertion.
     """
     session.install("-e", ".[test]")
-    session.run("python", "-m", "kokumi.controlplane", "build")
+    session.run("python", "-m", "kokumi.testing", "build")
     session.run("python", "benchmarks/fleet/run.py", *session.posargs)

@@ -32,8 +32,8 @@ from typing import Any
 
 import trio
 
-from kokumi.controlplane import APIServer, ControlPlane
 from kokumi.kube import CONFIG_MAPS, NAMESPACES, Client, Config, Resync, WatchEvent, watch
+from kokumi.testing.controlplane import APIServer, ControlPlane
 
 KUBECTL = str(Path(sys.executable).with_name("kubectl"))
 

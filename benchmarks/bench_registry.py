@@ -17,9 +17,9 @@ from typing import Any
 
 import trio
 
-from kokumi import api, argocd, ownership
-from kokumi.controlplane import ControlPlane
-from kokumi.ownership import ClusterRef
+from kokumi.core import api, argocd, ownership
+from kokumi.core.ownership import ClusterRef
+from kokumi.testing.controlplane import ControlPlane
 
 # The tests' helpers register the spoke and drive a manager exactly as the tests do.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from kokumi.controlplane import ControlPlane, free_port
+from kokumi.testing.controlplane import ControlPlane, free_port
 
 DEPLOY = Path(__file__).resolve().parent
 

@@ -12,8 +12,8 @@ CD. Embed it in a Trio program by starting :func:`run_manager` in a nursery (see
         nursery.cancel_scope.cancel()  # stops it
 """
 
-from kokumi.actors.context import Options
 from kokumi.kube.config import Config
 from kokumi.manager import Manager, run_manager
+from kokumi.runtime.options import Options
 
 __all__ = ["Config", "Manager", "Options", "run_manager"]

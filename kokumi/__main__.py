@@ -1,5 +1,5 @@
 """``python -m kokumi`` is the ``kokumi`` command."""
 
-from kokumi.cli import main
+from kokumi.cmd.root import main
 
 raise SystemExit(main())

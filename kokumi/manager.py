@@ -8,11 +8,11 @@ nursery and stops it by cancelling that nursery (or a scope around it)::
         await manager.wait_checked()
 
 With ``Options.leader_election`` set, everything that reads or writes Clusters runs only while
-this process holds the Lease (:mod:`kokumi.election`); the health server, when asked for, runs
-from the start, so a standby answers its probes.
+this process holds the Lease (:mod:`kokumi.runtime.election`); the health server, when asked for,
+runs from the start, so a standby answers its probes.
 
 With ``Options.sharding`` set instead, the watches run from the start and this replica stands
-for every shard's Lease (:mod:`kokumi.shards`): the Cluster actors of a shard run only inside
+for every shard's Lease (:mod:`kokumi.core.shards`): the Cluster actors of a shard run only inside
 that shard's Lease, and Environments' status and the in-cluster defaults only inside shard 0's.
 """
 
@@ -24,25 +24,25 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from kokumi import health, heap, probe
 from kokumi.actors.context import (
     Context,
     CountingLimiter,
     EventRecorder,
     InClusterCheck,
     Metrics,
-    Options,
     Probe,
 )
 from kokumi.actors.dispatcher import Dispatcher
 from kokumi.actors.incluster import keep_in_cluster
 from kokumi.actors.registry import Registry
-from kokumi.election import Admission, LeadershipLost, LeaseElector
+from kokumi.core.leader import LeaderElection
+from kokumi.core.ownership import ClusterRef
+from kokumi.core.shards import lease_name, preference
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
-from kokumi.leader import LeaderElection
-from kokumi.ownership import ClusterRef
-from kokumi.shards import lease_name, preference
+from kokumi.runtime import health, heap, probe
+from kokumi.runtime.election import Admission, LeadershipLost, LeaseElector
+from kokumi.runtime.options import Options
 
 __all__ = ["LeadershipLost", "Manager", "Options", "run_manager"]
 

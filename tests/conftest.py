@@ -19,8 +19,8 @@ import httpx
 import hypothesis
 import pytest
 
-from kokumi.controlplane import APIServer, ControlPlane, tail
 from kokumi.testing import Kubectl, canary, run_kubectl
+from kokumi.testing.controlplane import APIServer, ControlPlane, tail
 
 pytest_plugins = ["tests.fixtures_deploy", "tests.fixtures_spoke"]
 

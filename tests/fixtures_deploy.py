@@ -24,8 +24,8 @@ from typing import TypeVar
 
 import pytest
 
-from kokumi.controlplane import APIServer, ControlPlane
 from kokumi.testing import run_kubectl
+from kokumi.testing.controlplane import APIServer, ControlPlane
 
 __all__ = [
     "CRD_NAMES",

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from kokumi.controlplane import ControlPlane
 from kokumi.testing import run_kubectl
+from kokumi.testing.controlplane import ControlPlane
 from kokumi.testing.spoke import Registration, register
 
 

@@ -11,13 +11,13 @@ from typing import Any
 import attrs
 import trio
 
-from kokumi import api, argocd
-from kokumi.actors.context import Options
-from kokumi.controlplane import APIServer
+from kokumi.core import api, argocd
 from kokumi.kube import errors
 from kokumi.kube.client import NAMESPACES, SECRETS, Client
 from kokumi.kube.config import Config
 from kokumi.manager import Manager, run_manager
+from kokumi.runtime.options import Options
+from kokumi.testing.controlplane import APIServer
 
 
 @asynccontextmanager

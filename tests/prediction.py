@@ -3,8 +3,9 @@
 One predictor for every test that checks convergence: the model test (in-process manager on the
 fake hub) and the chaos test (a real manager process on the real hub) both hand it the objects
 they read and a ``probe`` that says what the check of a connection finds, and both get the same
-verdict. It uses the pure core only (``kokumi.api``, ``kokumi.selectors``, ``kokumi.kubeconfig``,
-``kokumi.ownership``, ``kokumi.argocd``'s naming), never the actors it judges.
+verdict. It uses the pure core only (``kokumi.core.api``, ``kokumi.core.selectors``,
+``kokumi.core.kubeconfig``,
+``kokumi.core.ownership``, ``kokumi.core.argocd``'s naming), never the actors it judges.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from typing import Any
 
 import attrs
 
-from kokumi import api, argocd, kubeconfig, selectors, targets
-from kokumi import status as status_model
-from kokumi.kubeconfig import Connection
-from kokumi.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
+from kokumi.core import api, argocd, kubeconfig, selectors, targets
+from kokumi.core import status as status_model
+from kokumi.core.kubeconfig import Connection
+from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
 
 __all__ = ["Counts", "Objects", "check_converged", "check_environments"]
 
@@ -188,7 +189,7 @@ def reason(
 
 def check_environments(objects: Objects) -> int:
     """Assert every Environment's status: its selected Clusters, their targets (by the pure
-    ``kokumi.targets`` from the Clusters' own statuses) and its Ready reason. How many targets
+    ``kokumi.core.targets`` from the Clusters' own statuses) and its Ready reason. How many targets
     it checked."""
     checked = 0
     clusters = [api.parse_cluster(obj) for obj in objects.clusters]

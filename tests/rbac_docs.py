@@ -21,7 +21,7 @@ from pathlib import Path
 
 import attrs
 
-from kokumi.controlplane import APIServer
+from kokumi.testing.controlplane import APIServer
 from tests.fixtures_deploy import DEPLOY, ensure_namespace, run, wait_until
 
 __all__ = ["DOC", "Binding", "Role", "ROLES", "render"]
@@ -206,7 +206,7 @@ def render(hub: APIServer) -> str:
 
 
 def main() -> int:
-    from kokumi.controlplane import ControlPlane  # only the script starts one
+    from kokumi.testing.controlplane import ControlPlane  # only the script starts one
 
     plane = ControlPlane.start()
     try:

@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.types import (
 from cryptography.x509.oid import NameOID
 from hypothesis import strategies as st
 
-from kokumi.kubeconfig import Connection
+from kokumi.core.kubeconfig import Connection
 
 # --- PKI ----------------------------------------------------------------------------------------
 
@@ -580,7 +580,7 @@ def mutated_kubeconfigs(draw: st.DrawFn) -> tuple[str | bytes, list[str]]:
 @functools.cache
 def cluster_refs() -> st.SearchStrategy[ClusterRef]:
     """Clusters by namespace and name, as label values allow them: at most 63 characters."""
-    from kokumi.ownership import ClusterRef
+    from kokumi.core.ownership import ClusterRef
 
     label = st.from_regex(r"\A[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
     return st.builds(ClusterRef, namespace=label, name=label)
@@ -612,8 +612,8 @@ def connections() -> st.SearchStrategy[Connection]:
 @functools.cache
 def selected_clusters() -> st.SearchStrategy[SelectedCluster]:
     """Clusters an Environment selects, with few names and servers so that they collide."""
-    from kokumi.ownership import IN_CLUSTER_SERVER
-    from kokumi.targets import SelectedCluster
+    from kokumi.core.ownership import IN_CLUSTER_SERVER
+    from kokumi.core.targets import SelectedCluster
 
     return st.builds(
         SelectedCluster,
@@ -633,8 +633,8 @@ def selected_clusters() -> st.SearchStrategy[SelectedCluster]:
 from typing import TYPE_CHECKING  # noqa: E402 - appended section, see above
 
 if TYPE_CHECKING:
-    from kokumi.ownership import ClusterRef
-    from kokumi.targets import SelectedCluster
+    from kokumi.core.ownership import ClusterRef
+    from kokumi.core.targets import SelectedCluster
 
 
 def examples(full: int) -> int:

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kokumi import argocd
-from kokumi.argocd import (
+from kokumi.core import argocd
+from kokumi.core.argocd import (
     IN_CLUSTER_SERVER,
     cluster_config,
     cluster_secret,
@@ -24,8 +24,8 @@ from kokumi.argocd import (
     secret_name,
     server_of,
 )
-from kokumi.kubeconfig import Connection
-from kokumi.ownership import ClusterRef
+from kokumi.core.kubeconfig import Connection
+from kokumi.core.ownership import ClusterRef
 from tests import strategies as s
 
 SPOKE = ClusterRef("platform", "spoke")

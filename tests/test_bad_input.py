@@ -12,10 +12,10 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from kokumi import api
-from kokumi.controlplane import APIServer
+from kokumi.core import api
 from kokumi.kube import errors
 from kokumi.kube.client import SECRETS
+from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
 from tests import strategies as s
 from tests.manager_support import manager, ready_of, wait_for, wait_reason, workspace

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from kokumi.controlplane import APIServer
 from kokumi.testing import Kubectl
+from kokumi.testing.controlplane import APIServer
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

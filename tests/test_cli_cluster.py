@@ -24,13 +24,14 @@ import pytest
 import trio
 import yaml
 
-from kokumi import argocd, clustercli, kubeconfig
-from kokumi.controlplane import APIServer, CertificateAuthority
+from kokumi.cmd import cluster as clustercli
+from kokumi.core import argocd, kubeconfig
+from kokumi.core.ownership import ClusterRef
 from kokumi.kube.client import SECRETS
 from kokumi.kube.config import ExecToken, flatten_context
 from kokumi.kube.errors import ConfigError
-from kokumi.ownership import ClusterRef
 from kokumi.testing import Kubectl
+from kokumi.testing.controlplane import APIServer, CertificateAuthority
 from kokumi.testing.spoke import Registration
 from tests.fixtures_deploy import wait_until
 from tests.manager_support import manager, wait_for, wait_reason, workspace

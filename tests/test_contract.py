@@ -19,7 +19,7 @@ import httpx
 import pytest
 import trio
 
-from kokumi import api
+from kokumi.core import api
 from kokumi.kube import (
     CONFIG_MAPS,
     NAMESPACES,

@@ -8,8 +8,8 @@ import time
 import httpx
 import pytest
 
-from kokumi.controlplane import APIServer, ControlPlane
 from kokumi.testing import Kubectl
+from kokumi.testing.controlplane import APIServer, ControlPlane
 
 CRD = """
 apiVersion: apiextensions.k8s.io/v1

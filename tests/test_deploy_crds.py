@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from kokumi.controlplane import APIServer
+from kokumi.testing.controlplane import APIServer
 from tests.fixtures_deploy import DEPLOY, run, wait_until
 
 pytestmark = pytest.mark.usefixtures("crds")

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from kokumi.controlplane import APIServer
+from kokumi.testing.controlplane import APIServer
 from tests.fixtures_deploy import DEPLOY, ensure_namespace, run
 
 INSTALL = DEPLOY / "install.yaml"

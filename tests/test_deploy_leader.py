@@ -35,12 +35,12 @@ import httpx
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from kokumi import api
-from kokumi.controlplane import APIServer
+from kokumi.core import api
 from kokumi.kube import Client, Config
 from kokumi.kube.client import EVENTS, LEASES, SECRETS
 from kokumi.kube.watch import Resync, WatchEvent, watch
 from kokumi.testing import canary
+from kokumi.testing.controlplane import APIServer
 from tests.fixtures_deploy import DEPLOY, ensure_namespace, run, service_account_kubeconfig
 from tests.test_deploy_manager import bind_manager_secrets, unreachable_kubeconfig
 

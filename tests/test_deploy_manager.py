@@ -27,13 +27,13 @@ import pytest
 import trio
 import yaml
 
-from kokumi import api, argocd
-from kokumi.actors.context import Options
-from kokumi.controlplane import APIServer
+from kokumi.core import api, argocd
 from kokumi.kube import errors
 from kokumi.kube.client import EVENTS, NAMESPACES, SECRETS, Client
 from kokumi.kube.config import Config
 from kokumi.manager import run_manager
+from kokumi.runtime.options import Options
+from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
 from tests.fixtures_deploy import DEPLOY, ensure_namespace, run, service_account_kubeconfig
 

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from kokumi.controlplane import APIServer
+from kokumi.testing.controlplane import APIServer
 from tests.fixtures_deploy import ensure_namespace, kubectl_as, run, wait_until
 
 pytestmark = pytest.mark.usefixtures("admission_policies")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 
-from kokumi.controlplane import APIServer
+from kokumi.testing.controlplane import APIServer
 from tests.fixtures_deploy import DEPLOY, ensure_namespace, run
 from tests.rbac_docs import DOC, render
 

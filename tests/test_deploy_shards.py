@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kokumi import api
-from kokumi.controlplane import APIServer
-from kokumi.shards import lease_name, shard_of
+from kokumi.core import api
+from kokumi.core.shards import lease_name, shard_of
+from kokumi.testing.controlplane import APIServer
 from tests.fixtures_deploy import run
 from tests.test_deploy_leader import (
     LEASE_DURATION,

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from kokumi import diagnosis
-from kokumi.reasons import Reason
+from kokumi.core import diagnosis
+from kokumi.core.reasons import Reason
 
 
 def diagnose(causes: Sequence[BaseException], proxy: str = "") -> diagnosis.Verdict:

@@ -15,16 +15,16 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 
-from kokumi import api
 from kokumi.actors import pace
-from kokumi.actors.context import Options
+from kokumi.core import api
+from kokumi.core.kubeconfig import Connection
+from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef
+from kokumi.core.reasons import Reason
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
-from kokumi.kubeconfig import Connection
 from kokumi.manager import Manager
-from kokumi.ownership import IN_CLUSTER_SERVER, ClusterRef
-from kokumi.probe import Finding
-from kokumi.reasons import Reason
+from kokumi.runtime.options import Options
+from kokumi.runtime.probe import Finding
 from tests.fakeapi import FakeApi
 
 N = 300

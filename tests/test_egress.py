@@ -20,11 +20,11 @@ import pytest
 import trio
 from hypothesis import given
 
-from kokumi import cli
-from kokumi.egress import DEFAULT_DENY, EgressPolicy, parse_address
-from kokumi.kubeconfig import Connection
-from kokumi.probe import check
-from kokumi.reasons import Reason
+from kokumi.cmd import root as cli
+from kokumi.core.egress import DEFAULT_DENY, EgressPolicy, parse_address
+from kokumi.core.kubeconfig import Connection
+from kokumi.core.reasons import Reason
+from kokumi.runtime.probe import check
 
 METADATA = "169.254.169.254"
 

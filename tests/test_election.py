@@ -11,11 +11,11 @@ import attrs
 import pytest
 import trio
 
-from kokumi.controlplane import APIServer
-from kokumi.election import LeadershipLost, LeaseElector
+from kokumi.core.leader import LeaderElection, Timing
 from kokumi.kube import LEASES, SERVICE_ACCOUNTS, Client, Config
-from kokumi.leader import LeaderElection, Timing
+from kokumi.runtime.election import LeadershipLost, LeaseElector
 from kokumi.testing import run_kubectl
+from kokumi.testing.controlplane import APIServer
 
 TIMING = Timing(lease_duration=2.0, renew_deadline=1.5, retry_period=0.25)
 LEASE = "kokumi-clusters"

@@ -8,7 +8,7 @@ from pathlib import Path
 import trio
 
 import kokumi
-from kokumi.controlplane import APIServer
+from kokumi.testing.controlplane import APIServer
 from tests.manager_support import hub_client, make_namespace
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "embedding.md"
@@ -39,7 +39,7 @@ async def test_the_documented_example_runs(hub: APIServer, crds: object, capsys:
     with trio.fail_after(60):
         await main()  # type: ignore[operator]
     async with hub_client(hub) as client:
-        from kokumi import api
+        from kokumi.core import api
 
         kept = await client.get(api.CLUSTERS, "in-cluster", namespace=own)
         assert kept["metadata"]["labels"][api.IN_CLUSTER_LABEL] == "true"

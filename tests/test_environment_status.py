@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kokumi import api
-from kokumi.status import LISTED, environment_status, unstructured
+from kokumi.core import api
+from kokumi.core.status import LISTED, environment_status, unstructured
 
 
 def _cluster(name: str, *, ready: bool, server: str | None = None) -> api.Cluster:

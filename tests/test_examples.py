@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 import yaml
 
-from kokumi import argocd, selectors
 from kokumi.actors.incluster import in_cluster_cluster, local_environment
-from kokumi.controlplane import APIServer
-from kokumi.kubeconfig import Connection
-from kokumi.ownership import ClusterRef
+from kokumi.core import argocd, selectors
+from kokumi.core.kubeconfig import Connection
+from kokumi.core.ownership import ClusterRef
 from kokumi.testing import Kubectl
+from kokumi.testing.controlplane import APIServer
 from tests.fixtures_deploy import crds  # noqa: F401  (the session fixture installing the CRDs)
 
 REPO = Path(__file__).resolve().parent.parent

@@ -18,7 +18,7 @@ import pytest
 import trio
 import trio.testing
 
-from kokumi import api
+from kokumi.core import api
 from kokumi.kube import (
     CONFIG_MAPS,
     SECRETS,

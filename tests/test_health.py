@@ -12,10 +12,10 @@ from prometheus_client import CollectorRegistry, exposition
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kokumi import health
 from kokumi.actors.context import Metrics
+from kokumi.core.ownership import ClusterRef
 from kokumi.kube.watch import Resync, WatchEvent
-from kokumi.ownership import ClusterRef
+from kokumi.runtime import health
 
 
 def families(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -156,7 +156,7 @@ async def test_metrics_are_rendered_off_the_event_loop(monkeypatch: pytest.Monke
 
         return encode, content_type
 
-    monkeypatch.setattr(health, "choose_encoder", choose)  # as kokumi.health imported it
+    monkeypatch.setattr(health, "choose_encoder", choose)  # as kokumi.runtime.health imported it
     metrics = Metrics()
     _seen(metrics, "True")
     async with trio.open_nursery() as nursery:

@@ -9,7 +9,7 @@ import pytest
 import trio
 import trio.testing
 
-from kokumi import heap
+from kokumi.runtime import heap
 
 
 def test_the_heap_is_frozen_once_known_then_per_quarter_of_growth(

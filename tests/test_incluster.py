@@ -23,9 +23,9 @@ from kokumi.actors.incluster import (
     ensure_in_cluster,
     keep_in_cluster,
 )
-from kokumi.controlplane import APIServer
 from kokumi.kube import Client, Config, NotFound
 from kokumi.testing import Kubectl
+from kokumi.testing.controlplane import APIServer
 from tests.fixtures_deploy import crds  # noqa: F401  (the session fixture installing the CRDs)
 
 pytestmark = pytest.mark.usefixtures("crds")

@@ -9,7 +9,6 @@ import attrs
 import pytest
 import trio
 
-from kokumi.controlplane import APIServer
 from kokumi.kube import (
     CONFIG_MAPS,
     CUSTOM_RESOURCE_DEFINITIONS,
@@ -26,6 +25,7 @@ from kokumi.kube import (
     TransportError,
     Unauthorized,
 )
+from kokumi.testing.controlplane import APIServer
 
 GIZMOS = Resource("kubetest.kokumi.dev", "v1", "gizmos", "Gizmo")
 

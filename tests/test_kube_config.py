@@ -9,7 +9,6 @@ import attrs
 import pytest
 import trio
 
-from kokumi.controlplane import APIServer
 from kokumi.kube import (
     SERVICE_ACCOUNTS,
     Client,
@@ -18,6 +17,7 @@ from kokumi.kube import (
     FileToken,
     Unauthorized,
 )
+from kokumi.testing.controlplane import APIServer
 
 WHOAMI = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 

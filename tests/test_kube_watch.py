@@ -13,7 +13,6 @@ from typing import Any
 import attrs
 import trio
 
-from kokumi.controlplane import APIServer
 from kokumi.kube import (
     CONFIG_MAPS,
     SECRETS,
@@ -25,6 +24,7 @@ from kokumi.kube import (
     WatchEvent,
     watch,
 )
+from kokumi.testing.controlplane import APIServer
 
 # --- helpers ------------------------------------------------------------------------------
 

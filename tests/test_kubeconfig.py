@@ -1,4 +1,5 @@
-"""kokumi.kubeconfig: every refusal with its exact message, the accepted variants, and properties.
+"""kokumi.core.kubeconfig: every refusal with its exact message, the accepted variants, and
+properties.
 
 The properties run on arbitrary YAML and JSON and on valid kubeconfigs with random edits: parsing
 never raises, and no message quotes a token, a key or a certificate it was given.
@@ -19,8 +20,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kokumi import kubeconfig
-from kokumi.kubeconfig import (
+from kokumi.core import kubeconfig
+from kokumi.core.kubeconfig import (
     MAX_SIZE,
     REASON,
     Code,

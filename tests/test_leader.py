@@ -17,8 +17,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-import kokumi
-from kokumi.leader import (
+import kokumi.core
+from kokumi.core.leader import (
     Create,
     Elector,
     LeaderElection,
@@ -263,7 +263,7 @@ TestElectionModel = ElectionModel.TestCase
 @pytest.mark.parametrize("module", ["leader", "availability"])
 def test_the_pure_modules_import_no_io(module: str) -> None:
     """Decisions stay testable without a server: no Trio, no HTTP, no kube client."""
-    source = pathlib.Path(kokumi.__file__).with_name(f"{module}.py").read_text()
+    source = pathlib.Path(kokumi.core.__file__).with_name(f"{module}.py").read_text()
     imported = {
         ((node.module or "") if isinstance(node, ast.ImportFrom) else alias.name).split(".")[0]
         for node in ast.walk(ast.parse(source))

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from kokumi.logs import JsonFormatter, configure
+from kokumi.runtime.logs import JsonFormatter, configure
 
 
 def record(**extra: object) -> logging.LogRecord:

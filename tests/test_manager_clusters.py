@@ -6,10 +6,10 @@ import base64
 
 import trio
 
-from kokumi import api
-from kokumi.controlplane import APIServer
+from kokumi.core import api
 from kokumi.kube.client import EVENTS, SECRETS
 from kokumi.testing import Kubectl, canary
+from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration, closed_port_server, foreign_ca_pem
 from tests.manager_support import manager, ready_of, wait_for, wait_reason, workspace
 

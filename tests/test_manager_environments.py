@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kokumi import api
-from kokumi.controlplane import APIServer
+from kokumi.core import api
 from kokumi.testing import Kubectl
+from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
 from tests.manager_support import (
     Workspace,

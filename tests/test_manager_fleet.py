@@ -17,9 +17,9 @@ import pytest
 import trio
 import trio.testing
 
-from kokumi import api
-from kokumi.controlplane import APIServer
+from kokumi.core import api
 from kokumi.kube.client import SECRETS
+from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
 from tests.manager_support import manager, ready_of, wait_for, wait_reason, workspace
 

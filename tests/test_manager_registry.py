@@ -10,11 +10,11 @@ from typing import Any
 import httpx
 import trio
 
-from kokumi import api, argocd
 from kokumi.actors.registry import HANDOVER_REASON
-from kokumi.controlplane import APIServer
+from kokumi.core import api, argocd
+from kokumi.core.ownership import ClusterRef
 from kokumi.kube.client import EVENTS, SECRETS
-from kokumi.ownership import ClusterRef
+from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
 from tests.manager_support import (
     Workspace,

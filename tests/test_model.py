@@ -57,15 +57,15 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from kokumi import api, argocd, selectors
-from kokumi.actors.context import Options
+from kokumi.core import api, argocd, selectors
+from kokumi.core.kubeconfig import Connection
+from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
+from kokumi.core.reasons import Reason
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config
-from kokumi.kubeconfig import Connection
 from kokumi.manager import Manager
-from kokumi.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
-from kokumi.probe import Finding
-from kokumi.reasons import Reason
+from kokumi.runtime.options import Options
+from kokumi.runtime.probe import Finding
 from tests import prediction
 from tests import strategies as s
 from tests.fakeapi import EPOCH, FakeApi

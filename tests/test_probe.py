@@ -1,4 +1,4 @@
-"""kokumi.probe against the real spoke, registered as the spec's steps register a cluster.
+"""kokumi.runtime.probe against the real spoke, registered as the spec's steps register a cluster.
 
 Every way a connection goes wrong is produced for real (a refused port, a silent listener, a name
 under .invalid, a foreign CA, a refused token) and must become the right Finding, in time, without
@@ -19,12 +19,12 @@ import pytest
 import trio
 import yaml
 
-from kokumi.controlplane import APIServer, CertificateAuthority
+from kokumi.core.kubeconfig import Connection, parse
+from kokumi.core.reasons import Reason
 from kokumi.kube import Client, Config, FileToken, StaticToken
-from kokumi.kubeconfig import Connection, parse
-from kokumi.probe import Finding, check, check_client, check_config
-from kokumi.reasons import Reason
+from kokumi.runtime.probe import Finding, check, check_client, check_config
 from kokumi.testing import Kubectl, canary
+from kokumi.testing.controlplane import APIServer, CertificateAuthority
 from kokumi.testing.spoke import (
     BAD_TOKEN,
     Registration,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kokumi import probe
-from kokumi.controlplane import CertificateAuthority
 from kokumi.kube.errors import ConfigError
+from kokumi.runtime import probe
+from kokumi.testing.controlplane import CertificateAuthority
 
 
 def test_contexts_are_shared_by_material_and_bounded() -> None:

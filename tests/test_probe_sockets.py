@@ -14,9 +14,9 @@ from functools import partial
 import pytest
 import trio
 
-from kokumi.kubeconfig import Connection
-from kokumi.probe import check
-from kokumi.reasons import Reason
+from kokumi.core.kubeconfig import Connection
+from kokumi.core.reasons import Reason
+from kokumi.runtime.probe import check
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""docs/reasons.md and :class:`kokumi.reasons.Reason` name the same Reasons, both ways.
+"""docs/reasons.md and :class:`kokumi.core.reasons.Reason` name the same Reasons, both ways.
 
 A Reason is API: a row without a member documents something Kokumi never writes, and a member
 without a row is something users meet with nothing to read about it.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kokumi.reasons import PROBE_REASONS, Reason
+from kokumi.core.reasons import PROBE_REASONS, Reason
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs" / "reasons.md"
@@ -52,7 +52,7 @@ def test_every_reason_is_documented() -> None:
 def test_every_documented_reason_is_in_the_enum() -> None:
     unknown = _documented() - {str(reason) for reason in Reason}
     assert not unknown, (
-        f"rows of docs/reasons.md that kokumi.reasons.Reason lacks: {sorted(unknown)}"
+        f"rows of docs/reasons.md that kokumi.core.reasons.Reason lacks: {sorted(unknown)}"
     )
 
 

@@ -15,13 +15,13 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 
-from kokumi import argocd
 from kokumi.actors import pace
 from kokumi.actors.registry import Registry
+from kokumi.core import argocd
+from kokumi.core.kubeconfig import Connection
+from kokumi.core.ownership import ClusterRef
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config
-from kokumi.kubeconfig import Connection
-from kokumi.ownership import ClusterRef
 from tests.fakeapi import FakeApi
 
 N = 1100  # past the old limit of 1,000 servers per settle

@@ -16,9 +16,9 @@ from kokumi.actors.secretwatch import (
     not_readable_message,
     subject_flag,
 )
-from kokumi.controlplane import APIServer
 from kokumi.kube.client import SECRETS
 from kokumi.kube.watch import Resync, WatchEvent
+from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import BAD_TOKEN, Registration
 from tests.manager_support import manager, wait_reason, workspace
 

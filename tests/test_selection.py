@@ -12,10 +12,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kokumi import api, selectors
-from kokumi.actors.selection import Entry, NamespaceIndex
-from kokumi.ownership import IN_CLUSTER_SERVER
-from kokumi.status import environment_status, selection_status
+from kokumi.core import api, selectors
+from kokumi.core.ownership import IN_CLUSTER_SERVER
+from kokumi.core.selection import Entry, NamespaceIndex
+from kokumi.core.status import environment_status, selection_status
 from tests.strategies import examples
 
 NAMES = [f"c{i}" for i in range(8)]

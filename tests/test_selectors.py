@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from kokumi.controlplane import APIServer
-from kokumi.selectors import EVERYTHING, Operator, Requirement, Selector, SelectorError, parse
+from kokumi.core.selectors import EVERYTHING, Operator, Requirement, Selector, SelectorError, parse
+from kokumi.testing.controlplane import APIServer
 from tests.strategies import examples
 
 # --- strategies ---------------------------------------------------------------------------------

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kokumi.ownership import ClusterRef
-from kokumi.shards import (
+from kokumi.core.ownership import ClusterRef
+from kokumi.core.shards import (
     Sharding,
     first_waiting,
     lease_name,
@@ -44,7 +44,10 @@ def test_the_shard_is_the_same_in_another_process_with_another_hash_seed() -> No
     """Python's own hash() is salted per process; the shard must not be."""
     keys = [(f"team-{i}", f"cluster-{i * 7}") for i in range(50)]
     here = [shard_of(ns, name, 7) for ns, name in keys]
-    code = f"from kokumi.shards import shard_of\nprint([shard_of(ns, n, 7) for ns, n in {keys!r}])"
+    code = (
+        "from kokumi.core.shards import shard_of\n"
+        f"print([shard_of(ns, n, 7) for ns, n in {keys!r}])"
+    )
     for seed in ("1", "12345"):
         out = subprocess.run(
             [sys.executable, "-c", code],

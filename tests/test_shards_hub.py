@@ -17,18 +17,18 @@ import attrs
 import pytest
 import trio
 
-from kokumi import api, argocd
 from kokumi.actors.registry import HANDOVER_REASON
-from kokumi.controlplane import APIServer
-from kokumi.election import Admission, LeaseElector
+from kokumi.core import api, argocd
+from kokumi.core.leader import LeaderElection, Timing
+from kokumi.core.ownership import ClusterRef
+from kokumi.core.shards import Sharding, lease_name, preference, shard_of
 from kokumi.kube import LEASES
 from kokumi.kube.client import EVENTS, NAMESPACES, SECRETS, Client, Resource
 from kokumi.kube.config import Config
 from kokumi.kube.watch import Resync, WatchEvent, watch
-from kokumi.leader import LeaderElection, Timing
 from kokumi.manager import Manager, run_manager
-from kokumi.ownership import ClusterRef
-from kokumi.shards import Sharding, lease_name, preference, shard_of
+from kokumi.runtime.election import Admission, LeaseElector
+from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration, closed_port_server
 from tests.manager_support import (
     Workspace,

@@ -22,7 +22,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from kokumi.ownership import (
+from kokumi.core.ownership import (
     Adopt,
     ClusterRef,
     DeleteSecret,
@@ -38,7 +38,7 @@ from kokumi.ownership import (
     WriteSecret,
     step,
 )
-from kokumi.shards import first_waiting, merged_line
+from kokumi.core.shards import first_waiting, merged_line
 
 A = ClusterRef("team-a", "spoke")
 B = ClusterRef("team-b", "spoke")

@@ -1,4 +1,4 @@
-"""The status decisions (kokumi.status), with no server.
+"""The status decisions (kokumi.core.status), with no server.
 
 The properties are those the spec and the API rest on: what is written reads back as the same
 value (so the next pass compares equal and writes nothing), a status recomputed from unchanged
@@ -15,9 +15,9 @@ import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kokumi import api
-from kokumi.reasons import Reason
-from kokumi.status import (
+from kokumi.core import api
+from kokumi.core.reasons import Reason
+from kokumi.core.status import (
     Outcome,
     cluster_status,
     environment_status,

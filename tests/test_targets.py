@@ -7,10 +7,10 @@ from collections import defaultdict
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kokumi import api
-from kokumi.ownership import IN_CLUSTER_SERVER, normalise_server
-from kokumi.reasons import Reason
-from kokumi.targets import (
+from kokumi.core import api
+from kokumi.core.ownership import IN_CLUSTER_SERVER, normalise_server
+from kokumi.core.reasons import Reason
+from kokumi.core.targets import (
     NOT_CHECKED_MESSAGE,
     ClusterNotReady,
     Deploy,

@@ -16,8 +16,9 @@ import uuid
 
 import pytest
 
-from kokumi import api, cli
-from kokumi.controlplane import APIServer
+from kokumi.cmd import root as cli
+from kokumi.core import api
+from kokumi.testing.controlplane import APIServer
 from tests.fixtures_deploy import DEPLOY, run, wait_until
 
 FINALIZER = "delivery.kokumi.dev/argocd-registration"

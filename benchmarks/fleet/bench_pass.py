@@ -23,9 +23,9 @@ import time
 import trio
 
 sys.path.insert(0, sys.argv[1])
-from kokumi import api
 from kokumi.actors.context import Metrics
 from kokumi.actors.environments import EnvironmentsActor
+from kokumi.core import api
 from kokumi.kube.watch import Store
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import trio
 
-from kokumi.controlplane import CertificateAuthority
+from kokumi.testing.controlplane import CertificateAuthority
 
 SERVER_NAME = "fleet.kokumi.test"
 PORT = 6443

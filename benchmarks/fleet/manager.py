@@ -25,7 +25,7 @@ from typing import Any
 
 import trio
 
-from kokumi import cli
+from kokumi.cmd import root as cli
 
 SLOW_STEP = 0.010
 

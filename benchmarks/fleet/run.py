@@ -6,8 +6,8 @@ what each figure means. Everything it starts (control plane, fleet, manager) it 
 
 Order of the run, and what each step measures:
 
-1. The control plane (``kokumi.controlplane``, binaries from the cache), the CRDs, and the fake
-   fleet process (``fleet.py``): N spokes, each its own loopback address and server URL.
+1. The control plane (``kokumi.testing.controlplane``, binaries from the cache), the CRDs, and the
+   fake fleet process (``fleet.py``): N spokes, each its own loopback address and server URL.
 2. Baselines, with no manager running: a bare loop of checks with httpx (a new connection per
    check, as a check must prove a new connection works; one TLS context for all), eight at a
    time, for CPU per check; the hub's writes per minute while idle; and a bare loop that creates
@@ -53,12 +53,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fleet import PORT, SERVER_NAME, TOKEN, address  # noqa: E402
 
-from kokumi import api, argocd  # noqa: E402
-from kokumi.controlplane import ControlPlane, free_port  # noqa: E402
+from kokumi.core import api, argocd  # noqa: E402
 from kokumi.kube.client import NAMESPACES, SECRETS, Client, Resource  # noqa: E402
 from kokumi.kube.config import Config  # noqa: E402
 from kokumi.kube.watch import Resync, WatchEvent, watch  # noqa: E402
 from kokumi.testing import run_kubectl  # noqa: E402
+from kokumi.testing.controlplane import ControlPlane, free_port  # noqa: E402
 
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 FLEET_NS = "fleet"

@@ -16,18 +16,19 @@ import random
 import attrs
 import trio
 
-from kokumi import api, kubeconfig, probe
 from kokumi.actors.context import Context, write_status
-from kokumi.actors.registration import NOT_REGISTERED, Registration
-from kokumi.argocd import normalise_server
+from kokumi.core import api, kubeconfig
+from kokumi.core.argocd import normalise_server
+from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef
+from kokumi.core.reasons import PROBE_REASONS, Reason
+from kokumi.core.registration import NOT_REGISTERED, Registration
+from kokumi.core.secretaccess import not_readable_message
+from kokumi.core.status import Outcome, cluster_status, observed_cluster_status, ready_event
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.client import SECRETS
 from kokumi.kube.objects import secret_data
-from kokumi.ownership import IN_CLUSTER_SERVER, ClusterRef
-from kokumi.reasons import PROBE_REASONS, Reason
-from kokumi.secretaccess import not_readable_message
-from kokumi.status import Outcome, cluster_status, observed_cluster_status, ready_event
+from kokumi.runtime import probe
 
 __all__ = ["NOT_REGISTERED", "Check", "ClusterActor", "Outcome", "Registration", "outcome_of"]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import TYPE_CHECKING, Protocol
@@ -15,75 +14,27 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from kokumi import api, probe
-from kokumi.availability import Change, Fleet, FleetSnapshot
-from kokumi.egress import EgressPolicy
+from kokumi.core import api
+from kokumi.core.availability import Change, Fleet, FleetSnapshot
+from kokumi.core.egress import EgressPolicy
+from kokumi.core.reasons import Reason
+from kokumi.core.status import unstructured
 from kokumi.kube import errors
-from kokumi.kube.backoff import Backoff
 from kokumi.kube.client import EVENTS, Client, Resource
 from kokumi.kube.watch import Resync, WatchEvent
-from kokumi.leader import LeaderElection
-from kokumi.reasons import Reason
-from kokumi.secretaccess import SecretScope
-from kokumi.shards import Sharding
-from kokumi.status import unstructured
+from kokumi.runtime import probe
+from kokumi.runtime.options import Options
 
 if TYPE_CHECKING:
-    from kokumi.actors.registration import Registration
-    from kokumi.kubeconfig import Connection
-    from kokumi.ownership import ClusterRef
+    from kokumi.core.kubeconfig import Connection
+    from kokumi.core.ownership import ClusterRef
+    from kokumi.core.registration import Registration
 
-__all__ = ["Context", "EventRecorder", "InClusterCheck", "Metrics", "Options", "write_status"]
+__all__ = ["Context", "EventRecorder", "InClusterCheck", "Metrics", "write_status"]
 
 log = logging.getLogger(__name__)
 #: Ready changes of Clusters, one line each, with the Cluster and reason as ``extra`` fields.
 clusters_log = logging.getLogger("kokumi.clusters")
-
-
-@attrs.frozen
-class Options:
-    """How the manager behaves; every default is what the spec asks for.
-
-    ``check_jitter``: each check comes up to 6 s (a tenth of the interval) later than the minute,
-    at random. The delays add up like a random walk, so Clusters created together (say, by one
-    ``kubectl apply``) drift apart within a few minutes and their checks spread over the whole
-    minute instead of arriving eight at a time every 60 s; a tenth keeps "about once a minute" true.
-    """
-
-    namespace: str = "kokumi"
-    argocd_namespace: str = "argocd"
-    check_interval: float = 60.0
-    check_jitter: float = 6.0
-    probe_timeout: float = 10.0
-    max_concurrent_checks: int = 8
-    reuse_window: float = 30.0
-    keep_in_cluster: bool = True
-    field_manager: str = "kokumi"
-    #: Retries of refused or failed API requests wait from ``retry_initial`` up to
-    #: ``retry_max`` seconds, doubling, with jitter; per Cluster and per kind of request.
-    retry_initial: float = 1.0
-    retry_max: float = 120.0
-    # Where Secrets are followed: "namespace" (per namespace holding Kubeconfig Clusters, with a
-    # RoleBinding of kokumi-manager-secrets in each) or "cluster" (an explicit, wider opt-in).
-    secrets_scope: SecretScope = SecretScope.NAMESPACE
-    # Addresses the probe of a Kubeconfig Cluster may connect to (kokumi/egress.py).
-    probe_egress: EgressPolicy = attrs.field(factory=EgressPolicy)
-    # Run only while holding a Lease in ``namespace`` (None: always, the embedding default).
-    leader_election: LeaderElection | None = None
-    # Share the Clusters with other replicas through one Lease per shard (None: one process
-    # serves them all, inside ``leader_election`` if set). See docs/architecture.md, Shards.
-    sharding: Sharding | None = None
-    # Serve /healthz, /readyz and /metrics on this port (None: not at all; 0: any free port).
-    health_port: int | None = None
-    # Freeze the heap as the fleet grows (kokumi/heap.py): ``kokumi manager`` sets it, since it
-    # touches the whole process, which an embedding program owns.
-    freeze_heap: bool = False
-
-    def next_check_delay(self) -> float:
-        return self.check_interval + random.uniform(0.0, self.check_jitter)  # noqa: S311
-
-    def backoff(self) -> Backoff:
-        return Backoff(self.retry_initial, self.retry_max)
 
 
 @attrs.define
@@ -192,7 +143,7 @@ class Metrics:
         Rendering the answer to a scrape takes 300 to 600 ms at 10,000 Clusters (three series per
         Cluster); done on the loop, it was the longest step of the steady state. What is returned
         shares nothing mutable with the actors (the Prometheus metrics lock their own values), so
-        :mod:`kokumi.health` renders it in a worker thread while the loop turns.
+        :mod:`kokumi.runtime.health` renders it in a worker thread while the loop turns.
         """
         snapshot = CollectorRegistry(auto_describe=False)
         for collector in self._collectors:
@@ -334,7 +285,8 @@ class RegistryHandle(Protocol):
 
 
 class Probe(Protocol):
-    """One check of one connection: :func:`kokumi.probe.check`, or a stand-in in a model test."""
+    """One check of one connection: :func:`kokumi.runtime.probe.check`, or a stand-in in a model
+    test."""
 
     async def __call__(
         self,

@@ -21,15 +21,15 @@ from typing import Any
 
 import trio
 
-from kokumi import api
 from kokumi.actors.cluster import ClusterActor
 from kokumi.actors.context import Context
 from kokumi.actors.environments import EnvironmentsActor
 from kokumi.actors.pace import Pace
 from kokumi.actors.registry import Registry
 from kokumi.actors.secretwatch import SecretWatches
+from kokumi.core import api
+from kokumi.core.ownership import ClusterRef
 from kokumi.kube.watch import Key, Resync, Store, WatchEvent, watch
-from kokumi.ownership import ClusterRef
 
 __all__ = ["Dispatcher"]
 

@@ -16,19 +16,19 @@ from typing import Any
 import attrs
 import trio
 
-from kokumi import api, selectors
 from kokumi.actors.context import Metrics, write_status
 from kokumi.actors.pace import Pace
-from kokumi.actors.selection import Entry, NamespaceIndex
-from kokumi.kube import errors
-from kokumi.kube.client import Client
-from kokumi.kube.watch import Store
-from kokumi.status import (
+from kokumi.core import api, selectors
+from kokumi.core.selection import Entry, NamespaceIndex
+from kokumi.core.status import (
     LISTED,
     environment_status,
     observed_environment_status,
     selection_status,
 )
+from kokumi.kube import errors
+from kokumi.kube.client import Client
+from kokumi.kube.watch import Store
 
 __all__ = ["LISTED", "EnvironmentsActor", "environment_status"]
 

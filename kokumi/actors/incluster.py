@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import trio
 
-from kokumi.api import CLUSTERS, ENVIRONMENTS, IN_CLUSTER_LABEL
+from kokumi.core.api import CLUSTERS, ENVIRONMENTS, IN_CLUSTER_LABEL
 from kokumi.kube import (
     AlreadyExists,
     Client,
@@ -46,7 +46,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# Kokumi's resources, here until they move to kokumi.api with the rest of the API.
+# Kokumi's resources, here until they move to kokumi.core.api with the rest of the API.
 
 """The label ``local`` selects ``in-cluster`` by; set by Kokumi only on the Cluster it creates."""
 

@@ -1,7 +1,7 @@
 """The server registry: the only writer of Secrets in Argo CD's namespace.
 
-It serialises every claim on a server through the pure first-come table (``kokumi.ownership``) and
-then makes Argo CD's Secrets agree with that table. The table is the intent; the Secrets, as the
+It serialises every claim on a server through the pure first-come table (``kokumi.core.ownership``)
+and then makes Argo CD's Secrets agree with that table. The table is the intent; the Secrets, as the
 API server last showed or accepted them, are the facts; and what a Cluster is told is computed from
 both, never from the intent alone:
 
@@ -14,7 +14,7 @@ both, never from the intent alone:
 The API server is the second guard: the Secret is named after the server and ``create`` is atomic,
 so ``AlreadyExists`` means somebody holds it, and its labels say who. The registry keeps no memory a
 crash could lose: on start the table is rebuilt from the Secrets found, their waiting order from the
-annotation :data:`kokumi.argocd.ANNOTATION_WAITING`, so a restart with nothing changed writes
+annotation :data:`kokumi.core.argocd.ANNOTATION_WAITING`, so a restart with nothing changed writes
 nothing and hands over in the same order as before.
 
 Requests, and the news of the registry's own Secret watch, come through one bounded inbox with a
@@ -37,19 +37,19 @@ from typing import Any
 import attrs
 import trio
 
-from kokumi import argocd, ownership, shards
 from kokumi.actors.context import EventRecorder, Metrics
 from kokumi.actors.pace import Pace
-from kokumi.actors.registration import NOT_REGISTERED, Registration
-from kokumi.api import CLUSTERS, Meta
+from kokumi.core import argocd, ownership, shards
+from kokumi.core.api import CLUSTERS, Meta
+from kokumi.core.kubeconfig import Connection
+from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef
+from kokumi.core.reasons import Reason
+from kokumi.core.registration import NOT_REGISTERED, Registration
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.objects import secret_data
 from kokumi.kube.watch import Resync, WatchEvent, watch
-from kokumi.kubeconfig import Connection
-from kokumi.ownership import IN_CLUSTER_SERVER, ClusterRef
-from kokumi.reasons import Reason
 
 __all__ = ["NOT_REGISTERED", "Registration", "Registry"]
 

@@ -29,10 +29,7 @@ from typing import Any
 import attrs
 import trio
 
-from kokumi.kube import errors
-from kokumi.kube.client import METADATA_LIST, SECRETS, Client
-from kokumi.kube.watch import Resync, WatchEvent, watch
-from kokumi.secretaccess import (
+from kokumi.core.secretaccess import (
     MANAGER_SECRETS_ROLE,
     PROTECTED_NAMESPACES,
     SecretScope,
@@ -40,6 +37,9 @@ from kokumi.secretaccess import (
     not_readable_message,
     subject_flag,
 )
+from kokumi.kube import errors
+from kokumi.kube.client import METADATA_LIST, SECRETS, Client
+from kokumi.kube.watch import Resync, WatchEvent, watch
 
 __all__ = [
     "MANAGER_SECRETS_ROLE",

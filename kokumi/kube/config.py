@@ -1,8 +1,8 @@
 """The manager's own connection to its API server: a kubeconfig file, or the pod's service account.
 
 This is the operator's trusted configuration, so reading files named in it is fine (unlike a
-Cluster's kubeconfig, which :mod:`kokumi.kubeconfig` treats as hostile). Credentials are kept out of
-``repr`` so that a ``Config`` in a log line never shows them.
+Cluster's kubeconfig, which :mod:`kokumi.core.kubeconfig` treats as hostile). Credentials are kept
+out of ``repr`` so that a ``Config`` in a log line never shows them.
 """
 
 from __future__ import annotations

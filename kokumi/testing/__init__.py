@@ -5,7 +5,7 @@ manifests the demo applies (``crds/``, ``example/``), so that ``kokumi demo`` ru
 outside any checkout. Nothing in the manager imports it.
 """
 
-from kokumi.controlplane import APIServer, ControlPlane
+from kokumi.testing.controlplane import APIServer, ControlPlane
 from kokumi.testing.kubectl import Kubectl, KubectlError, kubectl_binary, run_kubectl
 from kokumi.testing.spoke import Registration, register
 

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from kokumi.controlplane import APIServer
+from kokumi.testing.controlplane import APIServer
 
 __all__ = ["Kubectl", "KubectlError", "kubectl_binary", "run_kubectl"]
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import attrs
 import yaml
 
-from kokumi.controlplane import APIServer, CertificateAuthority
 from kokumi.testing import canary
+from kokumi.testing.controlplane import APIServer, CertificateAuthority
 from kokumi.testing.kubectl import Kubectl, KubectlError
 
 __all__ = [

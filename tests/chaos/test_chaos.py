@@ -45,14 +45,14 @@ import trio
 import trio.lowlevel
 import yaml
 
-from kokumi import api, argocd
-from kokumi.controlplane import APIServer
+from kokumi.core import api, argocd
+from kokumi.core.kubeconfig import Connection
+from kokumi.core.ownership import ClusterRef, normalise_server
 from kokumi.kube import errors
 from kokumi.kube.client import EVENTS, NAMESPACES, SECRETS, Client
 from kokumi.kube.watch import Resync, WatchEvent, watch
-from kokumi.kubeconfig import Connection
-from kokumi.ownership import ClusterRef, normalise_server
 from kokumi.testing import canary
+from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration, closed_port_server
 from tests import prediction
 from tests.manager_support import hub_client, make_namespace

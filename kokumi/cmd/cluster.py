@@ -7,7 +7,8 @@ Cluster form do: the Cluster first, then the Secret ``<name>-kubeconfig`` owned 
 Secret is deleted with the Cluster. A Secret of that name that this tool did not write is refused
 before anything is created, since overwriting it would hand another credential to the Cluster.
 
-Kubeconfigs are checked with :mod:`kokumi.kubeconfig`, the manager's own reader, so a kubeconfig
+Kubeconfigs are checked with :mod:`kokumi.core.kubeconfig`, the manager's own reader, so a
+kubeconfig
 that ``add`` accepts is one the manager accepts, and a refusal reads the same in both places.
 Nothing here prints a token, a key or a kubeconfig: ``--dry-run`` shows the Secret without it.
 """
@@ -31,12 +32,12 @@ import attrs
 import trio
 import yaml
 
-from kokumi import api, argocd, kubeconfig, selectors, targets
+from kokumi.core import api, argocd, kubeconfig, selectors, targets
+from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
 from kokumi.kube.client import EVENTS, SECRETS, SERVICE_ACCOUNTS, Client, Resource
 from kokumi.kube.config import Config, flatten_context
 from kokumi.kube.errors import AlreadyExists, ApiError, Conflict, Forbidden, KubeError, NotFound
 from kokumi.kube.objects import secret_data
-from kokumi.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
 
 __all__ = ["CliError", "add_parser"]
 
@@ -743,7 +744,7 @@ def registration(
     """One line on the Cluster's Argo CD registration: held here, by whom, or why there is none.
 
     ``argocd_secrets`` are the cluster Secrets of Argo CD's namespace, None when the user may not
-    list them. Names come from :mod:`kokumi.argocd`, the module the registry writes them with.
+    list them. Names come from :mod:`kokumi.core.argocd`, the module the registry writes them with.
     """
     meta = cluster.get("metadata") or {}
     spec = cluster.get("spec") or {}
@@ -795,8 +796,8 @@ def environment_targets(
 ) -> list[tuple[str, str, str]]:
     """(Environment, target, message) for each Environment of the namespace that selects it.
 
-    Computed with :mod:`kokumi.selectors` and :mod:`kokumi.targets`, as the manager computes it,
-    from the Clusters' reported status.
+    Computed with :mod:`kokumi.core.selectors` and :mod:`kokumi.core.targets`, as the manager
+    computes it, from the Clusters' reported status.
     """
     name = cluster["metadata"]["name"]
     parsed = [c for c in map(api.parse_cluster, clusters) if isinstance(c, api.Cluster)]
@@ -1038,7 +1039,7 @@ _INSTEAD: Final = "use kokumi cluster add --create-service-account"
 def argocd_connection(secret: Mapping[str, Any]) -> kubeconfig.Connection | str:
     """The connection an Argo CD cluster Secret describes, or why Kokumi cannot carry it over.
 
-    Read as Argo CD reads it (:func:`kokumi.argocd.config_from_secret`), in Argo CD's order of
+    Read as Argo CD reads it (:func:`kokumi.core.argocd.config_from_secret`), in Argo CD's order of
     precedence: AWS authentication, then an exec plugin, then basic auth or a bearer token.
     """
     server = argocd.server_of(secret)

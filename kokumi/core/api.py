@@ -16,8 +16,8 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
+from kokumi.core.reasons import Reason
 from kokumi.kube.objects import Resource
-from kokumi.reasons import Reason
 
 __all__ = [
     "CLUSTERS",

@@ -17,9 +17,9 @@ from typing import Any, Final
 
 import attrs
 
-from kokumi import api, selectors, targets
-from kokumi.ownership import IN_CLUSTER_SERVER
-from kokumi.reasons import Reason
+from kokumi.core import api, selectors, targets
+from kokumi.core.ownership import IN_CLUSTER_SERVER
+from kokumi.core.reasons import Reason
 
 __all__ = [
     "LISTED",

@@ -19,8 +19,8 @@ from collections.abc import Iterator
 
 import attrs
 
-from kokumi import api, selectors, targets
-from kokumi.status import Summary
+from kokumi.core import api, selectors, targets
+from kokumi.core.status import Summary
 
 __all__ = ["Entry", "NamespaceIndex"]
 

@@ -1,7 +1,8 @@
 """Which replica serves which Cluster: shards by a stable hash, one Lease per shard.
 
 Pure: no I/O, no Trio. The replicas never talk to each other; each one is a candidate for every
-shard's Lease (:mod:`kokumi.leader` rules, :mod:`kokumi.election` loop), and a Cluster belongs to
+shard's Lease (:mod:`kokumi.core.leader` rules, :mod:`kokumi.runtime.election` loop), and a Cluster
+belongs to
 the shard its name hashes to. The hash must be the same in every process and every release, so
 it is SHA-256 of ``namespace/name``, never Python's ``hash()``, which is salted per process.
 """
@@ -13,8 +14,8 @@ from collections.abc import Callable, Collection, Sequence
 
 import attrs
 
-from kokumi.leader import DEFAULT_LEASE_NAME, Timing
-from kokumi.ownership import ClusterRef
+from kokumi.core.leader import DEFAULT_LEASE_NAME, Timing
+from kokumi.core.ownership import ClusterRef
 
 __all__ = ["Sharding", "first_waiting", "lease_name", "merged_line", "preference", "shard_of"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import attrs
 
-from kokumi.reasons import Reason
+from kokumi.core.reasons import Reason
 
 __all__ = ["NOT_REGISTERED", "Registration"]
 

@@ -11,18 +11,18 @@ from collections.abc import Sequence
 
 import trio
 
-from kokumi.actors.context import Options
-from kokumi.clustercli import add_parser as add_cluster_commands
-from kokumi.egress import DEFAULT_DENY, EgressPolicy
-from kokumi.election import LeadershipLost
+from kokumi.cmd.cluster import add_parser as add_cluster_commands
+from kokumi.core.egress import DEFAULT_DENY, EgressPolicy
+from kokumi.core.leader import DEFAULT_LEASE_NAME, LeaderElection, Timing
+from kokumi.core.secretaccess import SecretScope
+from kokumi.core.shards import Sharding
 from kokumi.kube.config import SERVICE_ACCOUNT_ROOT, Config
 from kokumi.kube.errors import ConfigError
-from kokumi.leader import DEFAULT_LEASE_NAME, LeaderElection, Timing
-from kokumi.logs import FORMATS
-from kokumi.logs import configure as configure_logs
-from kokumi.secretaccess import SecretScope
-from kokumi.shards import Sharding
-from kokumi.signals import until_signalled
+from kokumi.runtime.election import LeadershipLost
+from kokumi.runtime.logs import FORMATS
+from kokumi.runtime.logs import configure as configure_logs
+from kokumi.runtime.options import Options
+from kokumi.runtime.signals import until_signalled
 
 __all__ = ["main"]
 
@@ -103,7 +103,7 @@ def _sharding(args: argparse.Namespace) -> Sharding | None:
 
 
 def _uninstall(args: argparse.Namespace) -> int:
-    from kokumi.uninstall import run_uninstall  # noqa: PLC0415 - only this command needs it
+    from kokumi.cmd.uninstall import run_uninstall  # noqa: PLC0415 - only this command needs it
 
     return run_uninstall(
         args.kubeconfig, args.context, args.argocd_namespace, args.release_finalizers
@@ -111,7 +111,7 @@ def _uninstall(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from kokumi.demo import run_demo  # noqa: PLC0415 - only this command needs it
+    from kokumi.cmd.demo import run_demo  # noqa: PLC0415 - only this command needs it
 
     return run_demo(once=args.once, timeout=args.timeout)
 

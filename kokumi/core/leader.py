@@ -3,8 +3,8 @@
 Given what this candidate last saw of the Lease and the clock, :func:`decide` says what to do:
 create the Lease, write it (to take it or to renew it), wait for the holder's lease to run out,
 or give up leading because somebody else holds it now. No I/O and no Trio here: the loop that
-reads and writes the Lease is :mod:`kokumi.election`, and the rules below are tested without a
-server.
+reads and writes the Lease is :mod:`kokumi.runtime.election`, and the rules below are tested
+without a server.
 
 The rules are client-go's (``tools/leaderelection``), so a Kokumi manager reads a Lease the way
 ``kubectl`` users and every other controller expect:

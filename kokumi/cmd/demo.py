@@ -19,13 +19,13 @@ from typing import Any
 
 import trio
 
-from kokumi import argocd
-from kokumi.actors.context import Options
-from kokumi.controlplane import APIServer, ControlPlane
+from kokumi.core import argocd
 from kokumi.kube.config import Config
 from kokumi.manager import Manager, run_manager
-from kokumi.signals import until_signalled
+from kokumi.runtime.options import Options
+from kokumi.runtime.signals import until_signalled
 from kokumi.testing import kubectl_binary, register, run_kubectl
+from kokumi.testing.controlplane import APIServer, ControlPlane
 
 __all__ = ["run_demo"]
 

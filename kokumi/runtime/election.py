@@ -5,7 +5,7 @@ retry period, and when no renewal goes through before the renew deadline it canc
 raises :class:`LeadershipLost` (``kokumi manager`` then exits non-zero and Kubernetes restarts the
 pod as a fresh standby). When the body is cancelled from outside (SIGTERM), the Lease is handed
 back after the body has stopped, so a standby takes over at its next try instead of waiting out
-the lease. What to do at each step is decided by :mod:`kokumi.leader`; this module only reads,
+the lease. What to do at each step is decided by :mod:`kokumi.core.leader`; this module only reads,
 writes and sleeps.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import trio
 
-from kokumi import leader
+from kokumi.core import leader
 from kokumi.kube import errors
 from kokumi.kube.client import LEASES, Client
 

@@ -13,9 +13,9 @@ from typing import ClassVar, Literal, TypeAlias
 
 import attrs
 
-from kokumi import api
-from kokumi.ownership import IN_CLUSTER_SERVER, normalise_server
-from kokumi.reasons import Reason
+from kokumi.core import api
+from kokumi.core.ownership import IN_CLUSTER_SERVER, normalise_server
+from kokumi.core.reasons import Reason
 
 __all__ = [
     "CLUSTER_CONFLICT",

@@ -1,6 +1,7 @@
 """What a check's failure means, in one line: the probe's decisions, apart from its I/O.
 
-:mod:`kokumi.probe` asks the API server and catches what goes wrong; this module decides which
+:mod:`kokumi.runtime.probe` asks the API server and catches what goes wrong; this module decides
+which
 Reason that is and what the message says, from plain values: the exception chain (with the HTTP
 client's and Trio's own exceptions turned into the small markers below), host and port strings,
 HTTP status codes and bodies. Keeping it free of Trio and httpx lets every message be tested
@@ -19,8 +20,8 @@ import ssl
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeAlias
 
-from kokumi.egress import Network
-from kokumi.reasons import Reason
+from kokumi.core.egress import Network
+from kokumi.core.reasons import Reason
 
 __all__ = [
     "NoHTTPAnswer",

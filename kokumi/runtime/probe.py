@@ -2,7 +2,8 @@
 
 The check is all I/O and no policy: it asks the API server two questions and maps what it finds
 to a :class:`Finding` whose reason and one-line message go into the Cluster's Ready condition.
-Which Reason a failure or an answer is, and what its message says, is :mod:`kokumi.diagnosis`'s,
+Which Reason a failure or an answer is, and what its message says, is
+:mod:`kokumi.core.diagnosis`'s,
 a pure module; when to check, how often and what to do with the answer is the Cluster actor's.
 
 Two requests, over one connection:
@@ -39,14 +40,14 @@ import httpcore
 import httpx
 import trio
 
-from . import diagnosis
-from .egress import EgressPolicy, Network, parse_address
-from .kube.client import Client
-from .kube.config import Config
-from .kube.errors import ConfigError
-from .kube.tls import ssl_context
-from .kubeconfig import Connection
-from .reasons import Reason
+from kokumi.core import diagnosis
+from kokumi.core.egress import EgressPolicy, Network, parse_address
+from kokumi.core.kubeconfig import Connection
+from kokumi.core.reasons import Reason
+from kokumi.kube.client import Client
+from kokumi.kube.config import Config
+from kokumi.kube.errors import ConfigError
+from kokumi.kube.tls import ssl_context
 
 __all__ = ["Finding", "check", "check_client", "check_config"]
 
@@ -487,7 +488,8 @@ def _from_failure(
     proxy_url: str | None,
     ca_pem: bytes | None,
 ) -> Finding:
-    """Map a failed request to a Finding: :mod:`kokumi.diagnosis` decides, from plain values."""
+    """Map a failed request to a Finding: :mod:`kokumi.core.diagnosis` decides, from plain
+    values."""
     proxy = httpx.URL(proxy_url) if proxy_url else None
     verdict = diagnosis.from_failure(
         [_marker(cause) for cause in diagnosis.chain(exc)],

@@ -20,9 +20,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kokumi.core.kubeconfig import Connection
+from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
 from kokumi.kube.objects import secret_data
-from kokumi.kubeconfig import Connection
-from kokumi.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
 
 __all__ = [
     "ANNOTATION_WAITING",

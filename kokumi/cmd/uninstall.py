@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 import trio
 
-from kokumi import api, argocd
+from kokumi.core import api, argocd
 from kokumi.kube import errors
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config

@@ -616,10 +616,10 @@ def _prepare_apiserver(name: str, workdir: Path, binaries: Binaries, etcd_url: s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m kokumi.controlplane build``: build or find the binaries, say where they are."""
+    """``python -m kokumi.testing build``: build or find the binaries, say where they are."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args != ["build"]:
-        print("usage: python -m kokumi.controlplane build", file=sys.stderr)
+        print("usage: python -m kokumi.testing build", file=sys.stderr)
         return 2
     try:
         binaries = ensure_binaries()

@@ -29,7 +29,7 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 
-from kokumi.reasons import Reason
+from kokumi.core.reasons import Reason
 
 __all__ = [
     "Code",

@@ -1,0 +1,1 @@
+"""The entry points: one module per command, with its flags beside it."""

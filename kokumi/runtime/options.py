@@ -1,0 +1,62 @@
+"""The manager's options: one frozen value that every actor reads, kept apart from the actors so
+that a program that embeds the manager, the CLI and the actors all name one home for it."""
+
+from __future__ import annotations
+
+import random
+
+import attrs
+
+from kokumi.core.egress import EgressPolicy
+from kokumi.core.leader import LeaderElection
+from kokumi.core.secretaccess import SecretScope
+from kokumi.core.shards import Sharding
+from kokumi.kube.backoff import Backoff
+
+__all__ = ["Options"]
+
+
+@attrs.frozen
+class Options:
+    """How the manager behaves; every default is what the spec asks for.
+
+    ``check_jitter``: each check comes up to 6 s (a tenth of the interval) later than the minute,
+    at random. The delays add up like a random walk, so Clusters created together (say, by one
+    ``kubectl apply``) drift apart within a few minutes and their checks spread over the whole
+    minute instead of arriving eight at a time every 60 s; a tenth keeps "about once a minute" true.
+    """
+
+    namespace: str = "kokumi"
+    argocd_namespace: str = "argocd"
+    check_interval: float = 60.0
+    check_jitter: float = 6.0
+    probe_timeout: float = 10.0
+    max_concurrent_checks: int = 8
+    reuse_window: float = 30.0
+    keep_in_cluster: bool = True
+    field_manager: str = "kokumi"
+    #: Retries of refused or failed API requests wait from ``retry_initial`` up to
+    #: ``retry_max`` seconds, doubling, with jitter; per Cluster and per kind of request.
+    retry_initial: float = 1.0
+    retry_max: float = 120.0
+    # Where Secrets are followed: "namespace" (per namespace holding Kubeconfig Clusters, with a
+    # RoleBinding of kokumi-manager-secrets in each) or "cluster" (an explicit, wider opt-in).
+    secrets_scope: SecretScope = SecretScope.NAMESPACE
+    # Addresses the probe of a Kubeconfig Cluster may connect to (kokumi/core/egress.py).
+    probe_egress: EgressPolicy = attrs.field(factory=EgressPolicy)
+    # Run only while holding a Lease in ``namespace`` (None: always, the embedding default).
+    leader_election: LeaderElection | None = None
+    # Share the Clusters with other replicas through one Lease per shard (None: one process
+    # serves them all, inside ``leader_election`` if set). See docs/architecture.md, Shards.
+    sharding: Sharding | None = None
+    # Serve /healthz, /readyz and /metrics on this port (None: not at all; 0: any free port).
+    health_port: int | None = None
+    # Freeze the heap as the fleet grows (kokumi/runtime/heap.py): ``kokumi manager`` sets it,
+    # since it touches the whole process, which an embedding program owns.
+    freeze_heap: bool = False
+
+    def next_check_delay(self) -> float:
+        return self.check_interval + random.uniform(0.0, self.check_jitter)  # noqa: S311
+
+    def backoff(self) -> Backoff:
+        return Backoff(self.retry_initial, self.retry_max)

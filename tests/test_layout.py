@@ -1,0 +1,117 @@
+"""The folders are the layers (docs/architecture.md): a module sits in ``kokumi.core`` exactly
+when it is pure, so that the pure-core contract, which names the package, covers every pure
+module the day it is written, and a module that does I/O cannot hide in the core.
+
+Pure means that nothing the module imports, directly or through other modules of Kokumi, does
+I/O or runs on Trio. Imports are read with ``ast``, those inside functions included; a parent
+package's ``__init__`` is not counted, since it is not what the module depends on.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import kokumi
+
+PACKAGE = Path(kokumi.__file__).parent
+
+#: Any of these in a module's imports means it does I/O (or runs on Trio, or logs). ``ssl`` and
+#: ``socket`` are not among them: the diagnosis reads their exception types, which is no I/O.
+IO = frozenset(
+    {
+        "anyio",
+        "gc",
+        "h11",
+        "httpcore",
+        "httpx",
+        "logging",
+        "os",
+        "pathlib",
+        "prometheus_client",
+        "shutil",
+        "signal",
+        "subprocess",
+        "sys",
+        "tempfile",
+        "trio",
+    }
+)
+#: Placed by purpose rather than purity: the client keeps its pure objects beside its I/O, and
+#: the test kit is a kit.
+EXEMPT = ("kokumi.kube", "kokumi.testing")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        if parts[-1] in ("__init__", "__main__"):
+            continue
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str) -> tuple[set[str], set[str]]:
+    """(Kokumi modules, other top-level packages) that ``name`` imports."""
+    ours: set[str] = set()
+    theirs: set[str] = set()
+    tree = ast.parse(MODULES[name].read_text())
+    package = name.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                (ours if alias.name.startswith("kokumi.") else theirs).add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            if base == "kokumi" or base.startswith("kokumi."):
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    ours.add(full if full in MODULES else base)
+            else:
+                theirs.add(base)
+    return {m for m in ours if m in MODULES}, {t.split(".")[0] for t in theirs}
+
+
+def _reaches_io(name: str, seen: set[str] | None = None) -> set[str]:
+    """The I/O packages ``name`` reaches, with the path through Kokumi's modules."""
+    seen = set() if seen is None else seen
+    if name in seen:
+        return set()
+    seen.add(name)
+    ours, theirs = _imports(name)
+    found = {f"{name} -> {t}" for t in theirs & IO}
+    for module in sorted(ours):
+        found |= {f"{name} -> {path}" for path in _reaches_io(module, seen)}
+    return found
+
+
+def test_every_module_of_the_core_is_pure() -> None:
+    impure = {
+        name: sorted(_reaches_io(name))
+        for name in MODULES
+        if name.startswith("kokumi.core.") and _reaches_io(name)
+    }
+    assert impure == {}
+
+
+def test_every_pure_module_is_in_the_core() -> None:
+    pure_elsewhere = [
+        name
+        for name in MODULES
+        if not name.startswith(("kokumi.core.", *(f"{e}." for e in EXEMPT)))
+        and not _reaches_io(name)
+    ]
+    assert pure_elsewhere == []
+
+
+def test_the_check_sees_io_through_other_modules() -> None:
+    """The closure is followed: the manager reaches Trio only through the modules it imports."""
+    assert any(path.endswith("-> trio") for path in _reaches_io("kokumi.runtime.probe"))
+    assert not _reaches_io("kokumi.core.ownership")
