@@ -42,7 +42,7 @@ from cryptography.x509.oid import NameOID
 __all__ = ["APIServer", "Binaries", "BuildError", "ControlPlane", "ensure_binaries"]
 
 # Package data of kokumi.testing: found the same way in a checkout and in an installed wheel.
-GO_MODULES = Path(__file__).resolve().parent / "testing" / "go"
+GO_MODULES = Path(__file__).resolve().parent / "go"
 
 
 class BuildError(RuntimeError):
