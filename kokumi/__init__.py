@@ -10,10 +10,66 @@ CD. Embed it in a Trio program by starting :func:`run_manager` in a nursery (see
         await manager.wait_checked()  # every Cluster checked once
         ...
         nursery.cancel_scope.cancel()  # stops it
+
+This package is the embedding program's one way in: every name ``docs/embedding.md`` uses, each
+defined in one module (its home, named in ``_HOMES``) and only re-exported here. The names are
+imported on first use (PEP 562), so that importing a pure module such as
+``kokumi.core.ownership``, which imports this package first, does not load the manager, the
+actors, the probe, Trio and httpx with it. Kokumi's own code imports from the homes.
 """
 
-from kokumi.kube.config import Config
-from kokumi.manager import Manager, run_manager
-from kokumi.runtime.options import Options
+import importlib as _importlib
+import typing as _typing
 
-__all__ = ["Config", "Manager", "Options", "run_manager"]
+if _typing.TYPE_CHECKING:
+    # What mypy and IDEs see; tests/test_exports.py holds it equal to ``_HOMES``.
+    from kokumi.core.egress import EgressPolicy
+    from kokumi.core.leader import LeaderElection, Timing
+    from kokumi.core.secretaccess import SecretScope
+    from kokumi.core.shards import Sharding
+    from kokumi.kube.config import Config
+    from kokumi.manager import Manager, run_manager
+    from kokumi.runtime.election import LeadershipLost
+    from kokumi.runtime.options import Options
+
+__all__ = [
+    "Config",
+    "EgressPolicy",
+    "LeaderElection",
+    "LeadershipLost",
+    "Manager",
+    "Options",
+    "SecretScope",
+    "Sharding",
+    "Timing",
+    "run_manager",
+]
+
+#: Each public name -> the module that defines it.
+_HOMES = {
+    "Config": "kokumi.kube.config",
+    "EgressPolicy": "kokumi.core.egress",
+    "LeaderElection": "kokumi.core.leader",
+    "LeadershipLost": "kokumi.runtime.election",
+    "Manager": "kokumi.manager",
+    "Options": "kokumi.runtime.options",
+    "SecretScope": "kokumi.core.secretaccess",
+    "Sharding": "kokumi.core.shards",
+    "Timing": "kokumi.core.leader",
+    "run_manager": "kokumi.manager",
+}
+
+# Hidden from mypy, which would otherwise take any attribute of the package for one that exists
+# (a module-level ``__getattr__`` says so) and let ``kokumi.Optoins`` pass.
+if not _typing.TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(_importlib.import_module(home), name)
+        globals()[name] = value  # the next lookup is an ordinary one
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *__all__})

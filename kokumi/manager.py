@@ -44,7 +44,7 @@ from kokumi.runtime import health, heap, probe
 from kokumi.runtime.election import Admission, LeadershipLost, LeaseElector
 from kokumi.runtime.options import Options
 
-__all__ = ["LeadershipLost", "Manager", "Options", "run_manager"]
+__all__ = ["Manager", "run_manager"]
 
 log = logging.getLogger(__name__)
 

@@ -10,12 +10,12 @@ import base64
 from typing import Any
 
 from kokumi.actors.secretwatch import (
-    SecretScope,
     SecretWatches,
     binding_command,
     not_readable_message,
     subject_flag,
 )
+from kokumi.core.secretaccess import SecretScope
 from kokumi.kube.client import SECRETS
 from kokumi.kube.watch import Resync, WatchEvent
 from kokumi.testing.controlplane import APIServer

@@ -23,8 +23,9 @@ from kokumi.core.leader import LeaderElection, Timing
 from kokumi.core.ownership import ClusterRef
 from kokumi.core.shards import Sharding, lease_name, preference, shard_of
 from kokumi.kube import LEASES
-from kokumi.kube.client import EVENTS, NAMESPACES, SECRETS, Client, Resource
+from kokumi.kube.client import EVENTS, NAMESPACES, SECRETS, Client
 from kokumi.kube.config import Config
+from kokumi.kube.objects import Resource
 from kokumi.kube.watch import Resync, WatchEvent, watch
 from kokumi.manager import Manager, run_manager
 from kokumi.runtime.election import Admission, LeaseElector

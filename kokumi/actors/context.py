@@ -20,7 +20,8 @@ from kokumi.core.egress import EgressPolicy
 from kokumi.core.reasons import Reason
 from kokumi.core.status import unstructured
 from kokumi.kube import errors
-from kokumi.kube.client import EVENTS, Client, Resource
+from kokumi.kube.client import EVENTS, Client
+from kokumi.kube.objects import Resource
 from kokumi.kube.watch import Resync, WatchEvent
 from kokumi.runtime import probe
 from kokumi.runtime.options import Options

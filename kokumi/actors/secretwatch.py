@@ -43,7 +43,6 @@ from kokumi.kube.watch import Resync, WatchEvent, watch
 
 __all__ = [
     "MANAGER_SECRETS_ROLE",
-    "SecretScope",
     "SecretWatches",
     "binding_command",
     "not_readable_message",

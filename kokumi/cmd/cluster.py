@@ -34,10 +34,10 @@ import yaml
 
 from kokumi.core import api, argocd, kubeconfig, selectors, targets
 from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
-from kokumi.kube.client import EVENTS, SECRETS, SERVICE_ACCOUNTS, Client, Resource
+from kokumi.kube.client import EVENTS, SECRETS, SERVICE_ACCOUNTS, Client
 from kokumi.kube.config import Config, flatten_context
 from kokumi.kube.errors import AlreadyExists, ApiError, Conflict, Forbidden, KubeError, NotFound
-from kokumi.kube.objects import secret_data
+from kokumi.kube.objects import Resource, secret_data
 
 __all__ = ["CliError", "add_parser"]
 

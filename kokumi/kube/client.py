@@ -28,7 +28,7 @@ from .errors import (
     TransportError,
     error_from_status,
 )
-from .objects import Resource  # pure, so the pure core can name resources; re-exported
+from .objects import Resource  # pure, so the pure core can name resources
 
 __all__ = [
     "CONFIG_MAPS",
@@ -41,7 +41,6 @@ __all__ = [
     "SERVICE_ACCOUNTS",
     "Client",
     "Observer",
-    "Resource",
 ]
 
 

@@ -34,8 +34,9 @@ import attrs
 import trio
 
 from .backoff import Backoff, FailureLog
-from .client import METADATA_OBJECT, Client, Resource
+from .client import METADATA_OBJECT, Client
 from .errors import BadRequest, Gone, Invalid, KubeError, TransportError, error_from_status
+from .objects import Resource
 
 __all__ = ["Resync", "Store", "WatchEvent", "watch"]
 
