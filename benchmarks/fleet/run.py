@@ -54,8 +54,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fleet import PORT, SERVER_NAME, TOKEN, address  # noqa: E402
 
 from kokumi.core import api, argocd  # noqa: E402
-from kokumi.kube.client import NAMESPACES, SECRETS, Client, Resource  # noqa: E402
+from kokumi.kube.client import NAMESPACES, SECRETS, Client  # noqa: E402
 from kokumi.kube.config import Config  # noqa: E402
+from kokumi.kube.objects import Resource  # noqa: E402
 from kokumi.kube.watch import Resync, WatchEvent, watch  # noqa: E402
 from kokumi.testing import run_kubectl  # noqa: E402
 from kokumi.testing.controlplane import ControlPlane, free_port  # noqa: E402
