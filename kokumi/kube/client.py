@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 JSON = "application/json"
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
@@ -212,7 +212,7 @@ class Client:
         except ApiError as exc:
             if exc.code != 410 or limit <= 0:
                 raise
-            logger.info("list %s: continue token expired; listing again in one request", path)
+            log.info("list %s: continue token expired; listing again in one request", path)
             result = await self._list_pages(path, params, 0, accept)
         api_version, kind = (
             ("meta.k8s.io/v1", "PartialObjectMetadata")
@@ -521,7 +521,7 @@ class Client:
             if retries < self._max_retries and _retryable(error):
                 retries += 1
                 delay = min(error.retry_after or 1.0, self._max_retry_delay)
-                logger.info("%s; retrying in %.1f s", error, delay)
+                log.info("%s; retrying in %.1f s", error, delay)
                 await trio.sleep(delay)
                 continue
             raise error from None

@@ -38,7 +38,7 @@ __all__ = [
     "flatten_context",
 ]
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 SERVICE_ACCOUNT_ROOT = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -106,7 +106,7 @@ class FileToken:
                 raise ConfigError(
                     f"cannot read the token file {self.path}: {exc.strerror}"
                 ) from None
-            logger.warning("cannot re-read the token file %s: %s", self.path, exc.strerror)
+            log.warning("cannot re-read the token file %s: %s", self.path, exc.strerror)
             return
         if not value:
             if self._value is None:

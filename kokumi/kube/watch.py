@@ -39,7 +39,7 @@ from .errors import BadRequest, Gone, Invalid, KubeError, TransportError, error_
 
 __all__ = ["Resync", "Store", "WatchEvent", "watch"]
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 _CHANGES: frozenset[str] = frozenset(("ADDED", "MODIFIED", "DELETED"))
@@ -181,7 +181,7 @@ async def watch(
     try:
         await watcher.run(task_status)
     except trio.BrokenResourceError:
-        logger.debug("watch %s: the consumer went away", watcher.path)
+        log.debug("watch %s: the consumer went away", watcher.path)
 
 
 @attrs.define
@@ -201,7 +201,7 @@ class _Watcher:
     failures: FailureLog = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        self.failures = FailureLog(logger, f"watch {self.path}")
+        self.failures = FailureLog(log, f"watch {self.path}")
 
     @property
     def path(self) -> str:
@@ -223,7 +223,7 @@ class _Watcher:
             except Gone as exc:
                 # The history we would resume from is gone: only a fresh list can tell what was
                 # deleted meanwhile, and the Resync hands that to the consumer.
-                logger.info("watch %s: %s; listing again", self.path, exc)
+                log.info("watch %s: %s; listing again", self.path, exc)
                 self.client.observer.watch_restarted(self.resource.plural, "gone")
                 if self.resource_version is None:  # the list itself failed so: do not spin
                     await trio.sleep(self.backoff.next())
@@ -305,7 +305,7 @@ class _Watcher:
                         await self.send.send(event)
                         deadline.deadline = trio.current_time() + self.inactivity_timeout
         if deadline.cancelled_caught:
-            logger.debug(
+            log.debug(
                 "watch %s: nothing received for %g s; resuming from %s",
                 self.path,
                 self.inactivity_timeout,

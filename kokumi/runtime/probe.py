@@ -51,7 +51,7 @@ from kokumi.kube.tls import ssl_context
 
 __all__ = ["Finding", "check", "check_client", "check_config"]
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 _MAX_BODY = 1 << 20
 """Answers to our two questions are a few hundred bytes; a server that sends more is cut off."""
@@ -242,7 +242,7 @@ async def _check(
             finding = _from_failure(exc, findings, base, tls_server_name, proxy_url, ca_pem)
         finally:
             await sockets.close_all()
-        logger.debug(
+        log.debug(
             "checked %s in %.0f ms: %s",
             findings.server,
             (trio.current_time() - started) * 1000,
