@@ -30,7 +30,7 @@ from kokumi.kube.client import SECRETS
 from kokumi.kube.objects import secret_data
 from kokumi.runtime import probe
 
-__all__ = ["NOT_REGISTERED", "Check", "ClusterActor", "Outcome", "Registration", "outcome_of"]
+__all__ = ["Check", "ClusterActor", "outcome_of"]
 
 log = logging.getLogger(__name__)
 
@@ -156,14 +156,6 @@ class ClusterActor:
     @property
     def cluster(self) -> api.Cluster | api.Invalid:
         return self._cluster
-
-    @property
-    def last_check(self) -> Check | None:
-        return self._check
-
-    @property
-    def selection_known(self) -> bool:
-        return self._selected is not None
 
     # --- the loop -------------------------------------------------------------------------------
 
