@@ -28,7 +28,12 @@ from .errors import (
     TransportError,
     error_from_status,
 )
-from .objects import Resource  # pure, so the pure core can name resources; re-exported
+from .objects import (  # pure, so the pure core can name resources; re-exported
+    Resource,
+    metadata_of,
+    name_of,
+    namespace_of,
+)
 
 __all__ = [
     "CONFIG_MAPS",
@@ -238,10 +243,10 @@ class Client:
             items.extend(page.get("items") or [])
             if first is None:
                 first = page
-            token = (page.get("metadata") or {}).get("continue") or ""
+            token = metadata_of(page).get("continue") or ""
             if not token:
                 break
-        metadata = dict(first.get("metadata") or {})
+        metadata = dict(metadata_of(first))
         metadata.pop("continue", None)
         metadata.pop("remainingItemCount", None)
         return {**first, "metadata": metadata, "items": items}
@@ -335,8 +340,8 @@ class Client:
         """
         namespace = _namespace_of(resource, body, namespace)
         path = resource.path(namespace=namespace, name=_name_of(body), subresource=subresource)
-        metadata = body.get("metadata")
-        if isinstance(metadata, Mapping) and "managedFields" in metadata:
+        metadata = metadata_of(body)
+        if "managedFields" in metadata:
             body = {
                 **body,
                 "metadata": {k: v for k, v in metadata.items() if k != "managedFields"},
@@ -579,15 +584,12 @@ def _delete_options(
 def _namespace_of(resource: Resource, body: Mapping[str, Any], namespace: str | None) -> str | None:
     if namespace or not resource.namespaced:
         return namespace
-    metadata = body.get("metadata")
-    value = metadata.get("namespace") if isinstance(metadata, Mapping) else None
-    return value if isinstance(value, str) and value else None
+    return namespace_of(body) or None
 
 
 def _name_of(body: Mapping[str, Any]) -> str:
-    metadata = body.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, Mapping) else None
-    if not isinstance(name, str) or not name:
+    name = name_of(body)
+    if not name:
         raise ValueError("the object has no metadata.name")
     return name
 

@@ -36,6 +36,7 @@ import trio
 from .backoff import Backoff, FailureLog
 from .client import METADATA_OBJECT, Client, Resource
 from .errors import BadRequest, Gone, Invalid, KubeError, TransportError, error_from_status
+from .objects import name_of, namespace_of, resource_version
 
 __all__ = ["Resync", "Store", "WatchEvent", "watch"]
 
@@ -131,8 +132,7 @@ class Store:
 
 
 def _key(obj: Mapping[str, Any]) -> Key:
-    metadata = obj.get("metadata") or {}
-    return (metadata.get("namespace") or None, metadata.get("name") or "")
+    return (namespace_of(obj) or None, name_of(obj))
 
 
 async def watch(
@@ -253,8 +253,8 @@ class _Watcher:
             field_selector=self.field_selector,
             metadata_only=self.metadata_only,
         )
-        version = (result.get("metadata") or {}).get("resourceVersion")
-        if not isinstance(version, str) or not version:
+        version = resource_version(result)
+        if not version:
             raise TransportError(f"list {self.path}: the list has no resourceVersion")
         self.resource_version = version
         self.backoff.reset()
@@ -331,8 +331,8 @@ class _Watcher:
                 code if isinstance(code, int) else 500, obj, context=f"watch {self.path}"
             )
             raise error
-        version = (obj.get("metadata") or {}).get("resourceVersion")
-        if isinstance(version, str) and version:
+        version = resource_version(obj)
+        if version:
             self.resource_version = version
         if kind not in _CHANGES:
             return None  # BOOKMARK, or a type this client does not know: only the version counts
