@@ -28,7 +28,7 @@ def diagnose(causes: Sequence[BaseException], proxy: str = "") -> diagnosis.Verd
         proxy=proxy,
         proxy_host=proxy.rsplit(":", 1)[0],
         tls_server_name=None,
-        ca_pem=None,
+        certificate_authority=None,
         timeout=10,
     )
 

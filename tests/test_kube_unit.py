@@ -256,8 +256,8 @@ def test_kubeconfig_contexts_files_and_data(tmp_path: Path) -> None:
     )
     one = Config.from_kubeconfig(config_path)
     assert one.server == "https://one.example:6443"
-    assert one.ca == b"CA-FROM-FILE"
-    assert (one.client_cert, one.client_key) == (b"CERT", b"K")
+    assert one.certificate_authority == b"CA-FROM-FILE"
+    assert (one.client_certificate, one.client_key) == (b"CERT", b"K")
     assert one.tls_server_name == "api.one"
     assert one.proxy_url == "http://proxy.example:3128"
     assert one.namespace == "ns1"
@@ -265,7 +265,7 @@ def test_kubeconfig_contexts_files_and_data(tmp_path: Path) -> None:
     assert "CERT" not in repr(one)
 
     two = Config.from_kubeconfig(config_path, context="two")
-    assert two.insecure
+    assert two.insecure_skip_tls_verify
     assert two.namespace == "default"
     assert isinstance(two.token, FileToken)
     assert two.token.path == tmp_path / "token"
@@ -382,21 +382,25 @@ def test_client_key_file_lives_only_for_the_load(
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(ssl.SSLContext, "load_cert_chain", spy)
     # On Linux the key stays in memory: a path under /proc/self/fd, nothing in any directory.
-    Config("https://x", client_cert=cert_pem, client_key=key_pem, ca=cert_pem).ssl_context()
+    Config(
+        "https://x", client_certificate=cert_pem, client_key=key_pem, certificate_authority=cert_pem
+    ).ssl_context()
     assert len(seen) == 1
     assert seen[0][0].startswith("/proc/self/fd/")
     assert not os.path.exists(seen[0][0])  # the descriptor is closed again
     assert list(tmp_path.iterdir()) == []
     # Without memfd_create, a private file in a private directory, gone afterwards.
     monkeypatch.delattr(os, "memfd_create")
-    Config("https://x", client_cert=cert_pem, client_key=key_pem, ca=cert_pem).ssl_context()
+    Config(
+        "https://x", client_certificate=cert_pem, client_key=key_pem, certificate_authority=cert_pem
+    ).ssl_context()
     assert len(seen) == 2
     path, file_mode, dir_mode = seen[1]
     assert (file_mode, dir_mode) == (0o600, 0o700)
     assert not os.path.exists(path)
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(ConfigError, match="needs its key"):
-        Config("https://x", client_cert=cert_pem).ssl_context()
+        Config("https://x", client_certificate=cert_pem).ssl_context()
 
 
 # --- tokens and backoff -------------------------------------------------------------------

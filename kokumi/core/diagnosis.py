@@ -95,7 +95,7 @@ def from_failure(
     proxy: str,
     proxy_host: str,
     tls_server_name: str | None,
-    ca_pem: bytes | None,
+    certificate_authority: bytes | None,
     timeout: float,
 ) -> Verdict:
     """A failed request's Verdict, by the most telling exception in its chain.
@@ -107,7 +107,9 @@ def from_failure(
     """
     for cause in causes:
         if isinstance(cause, ssl.SSLCertVerificationError):
-            return Reason.TLS_ERROR, _verify_message(cause, host, tls_server_name, ca_pem)
+            return Reason.TLS_ERROR, _verify_message(
+                cause, host, tls_server_name, certificate_authority
+            )
     for cause in causes:
         if isinstance(cause, ssl.SSLError):
             return Reason.TLS_ERROR, _handshake_message(cause, where)
@@ -346,7 +348,10 @@ def status_message(body: bytes) -> str:
 
 
 def _verify_message(
-    exc: ssl.SSLCertVerificationError, host: str, name: str | None, ca_pem: bytes | None
+    exc: ssl.SSLCertVerificationError,
+    host: str,
+    name: str | None,
+    certificate_authority: bytes | None,
 ) -> str:
     code = exc.verify_code
     if code in (62, 64):  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
@@ -364,7 +369,7 @@ def _verify_message(
             f"the server's certificate {exc.verify_message}: renew the API server's certificate"
             " or correct the clock"
         )
-    if ca_pem is None:
+    if certificate_authority is None:
         return (
             f"the server's certificate is not trusted ({exc.verify_message}) and no CA is"
             " configured: add the cluster's CA as certificate-authority-data"

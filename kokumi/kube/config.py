@@ -201,27 +201,34 @@ def _timestamp(value: object) -> datetime.datetime | None:
 class Config:
     """How to reach and authenticate to one API server.
 
-    ``client_cert``/``client_key``/``ca`` are PEM bytes. ``tls_server_name`` is the name sent in
-    SNI and checked against the server's certificate when it differs from the URL's host.
+    ``client_certificate``, ``client_key`` and ``certificate_authority`` are PEM bytes, named
+    in the kubeconfig's own words, whether it gives the PEM inline (``-data``) or as a file.
+    ``tls_server_name`` is the name sent in SNI and checked against the server's certificate
+    when it differs from the URL's host.
     """
 
     server: str
     token: TokenProvider | None = attrs.field(default=None, repr=False)
-    client_cert: bytes | None = attrs.field(default=None, repr=False)
+    client_certificate: bytes | None = attrs.field(default=None, repr=False)
     client_key: bytes | None = attrs.field(default=None, repr=False)
-    ca: bytes | None = None
+    certificate_authority: bytes | None = None
     tls_server_name: str | None = None
-    insecure: bool = False
+    insecure_skip_tls_verify: bool = False
     proxy_url: str | None = None
     namespace: str = "default"
 
     def ssl_context(self) -> ssl.SSLContext:
-        """A TLS context trusting only ``ca`` (or the system store without it).
+        """A TLS context trusting only ``certificate_authority`` (or the system store without it).
 
         Built by :func:`kokumi.kube.tls.ssl_context`, the one builder every connection shares,
         so that the client key touches the disk only briefly, in a private file.
         """
-        return ssl_context(self.ca, self.client_cert, self.client_key, self.insecure)
+        return ssl_context(
+            self.certificate_authority,
+            self.client_certificate,
+            self.client_key,
+            self.insecure_skip_tls_verify,
+        )
 
     @classmethod
     def load(cls, *, root: str | os.PathLike[str] = SERVICE_ACCOUNT_ROOT) -> Config:
@@ -260,7 +267,7 @@ class Config:
         return cls(
             server=f"https://{_host_for_url(host)}:{port}",
             token=FileToken(token_path, max_age=token_max_age),
-            ca=ca,
+            certificate_authority=ca,
             namespace=namespace or "default",
         )
 
@@ -453,11 +460,11 @@ def _from_merged(merged: _Merged, context_name: str | None, *, run_exec: bool = 
     return Config(
         server=server.rstrip("/"),
         token=token,
-        client_cert=_blob(user, "client-certificate", user_base),
+        client_certificate=_blob(user, "client-certificate", user_base),
         client_key=_blob(user, "client-key", user_base),
-        ca=_blob(cluster, "certificate-authority", cluster_base),
+        certificate_authority=_blob(cluster, "certificate-authority", cluster_base),
         tls_server_name=_text(cluster.get("tls-server-name")) or None,
-        insecure=cluster.get("insecure-skip-tls-verify") is True,
+        insecure_skip_tls_verify=cluster.get("insecure-skip-tls-verify") is True,
         proxy_url=_text(cluster.get("proxy-url")) or None,
         namespace=_text(context.get("namespace")) or "default",
     )

@@ -113,11 +113,11 @@ async def check(
         _Findings(connection.server, timeout, own=False),
         egress=egress or EgressPolicy(),
         token=connection.token,
-        cert_pem=connection.client_certificate,
-        key_pem=connection.client_key,
-        ca_pem=connection.certificate_authority,
+        client_certificate=connection.client_certificate,
+        client_key=connection.client_key,
+        certificate_authority=connection.certificate_authority,
         tls_server_name=connection.tls_server_name,
-        insecure=connection.insecure_skip_tls_verify,
+        insecure_skip_tls_verify=connection.insecure_skip_tls_verify,
         proxy_url=connection.proxy_url,
     )
 
@@ -150,11 +150,11 @@ async def check_config(config: Config, *, timeout: float = 10.0) -> Finding:  # 
             finding = await _check(
                 findings,
                 token=token,
-                cert_pem=config.client_cert,
-                key_pem=config.client_key,
-                ca_pem=config.ca,
+                client_certificate=config.client_certificate,
+                client_key=config.client_key,
+                certificate_authority=config.certificate_authority,
                 tls_server_name=config.tls_server_name,
-                insecure=config.insecure,
+                insecure_skip_tls_verify=config.insecure_skip_tls_verify,
                 proxy_url=config.proxy_url,
             )
             if not diagnosis.credential_refused(finding.reason) or provider is None:
@@ -170,11 +170,11 @@ async def _check(
     findings: _Findings,
     *,
     token: str | None,
-    cert_pem: bytes | None,
-    key_pem: bytes | None,
-    ca_pem: bytes | None,
+    client_certificate: bytes | None,
+    client_key: bytes | None,
+    certificate_authority: bytes | None,
     tls_server_name: str | None,
-    insecure: bool,
+    insecure_skip_tls_verify: bool,
     proxy_url: str | None,
     egress: EgressPolicy | None = None,
 ) -> Finding:
@@ -192,7 +192,9 @@ async def _check(
         if refused is not None:
             return findings.egress_denied(_Refused(base.host, str(literal), refused))
     try:
-        context = _contexts.get(ca_pem, cert_pem, key_pem, insecure)
+        context = _contexts.get(
+            certificate_authority, client_certificate, client_key, insecure_skip_tls_verify
+        )
     except ConfigError as exc:
         return findings.of(diagnosis.invalid_tls_material(str(exc), own=findings.own))
     if token and not all("!" <= char <= "~" for char in token):
@@ -202,7 +204,9 @@ async def _check(
     if token:
         headers["Authorization"] = f"Bearer {token}"
     extensions = {"sni_hostname": tls_server_name} if tls_server_name else {}
-    question = _Question(base, headers, extensions, has_credential=bool(token) or bool(cert_pem))
+    question = _Question(
+        base, headers, extensions, has_credential=bool(token) or bool(client_certificate)
+    )
     started = trio.current_time()
     with trio.move_on_after(findings.timeout):
         try:
@@ -228,7 +232,9 @@ async def _check(
         except _Refused as refused:
             finding = findings.egress_denied(refused)
         except (httpx.HTTPError, OSError, trio.BrokenResourceError) as exc:
-            finding = _from_failure(exc, findings, base, tls_server_name, proxy_url, ca_pem)
+            finding = _from_failure(
+                exc, findings, base, tls_server_name, proxy_url, certificate_authority
+            )
         finally:
             await sockets.close_all()
         log.debug(
@@ -258,14 +264,20 @@ class _ContextCache:
         ] = collections.OrderedDict()
 
     def get(
-        self, ca_pem: bytes | None, cert_pem: bytes | None, key_pem: bytes | None, insecure: bool
+        self,
+        certificate_authority: bytes | None,
+        client_certificate: bytes | None,
+        client_key: bytes | None,
+        insecure_skip_tls_verify: bool,
     ) -> ssl.SSLContext:
-        key = (ca_pem, cert_pem, key_pem, insecure)
+        key = (certificate_authority, client_certificate, client_key, insecure_skip_tls_verify)
         context = self._contexts.get(key)
         if context is not None:
             self._contexts.move_to_end(key)
             return context
-        context = ssl_context(ca_pem, cert_pem, key_pem, insecure)  # raises ConfigError: no entry
+        context = ssl_context(
+            certificate_authority, client_certificate, client_key, insecure_skip_tls_verify
+        )  # raises ConfigError: no entry
         self._contexts[key] = context
         if len(self._contexts) > self._size:
             self._contexts.popitem(last=False)
@@ -427,7 +439,7 @@ def _from_failure(
     base: httpx.URL,
     tls_server_name: str | None,
     proxy_url: str | None,
-    ca_pem: bytes | None,
+    certificate_authority: bytes | None,
 ) -> Finding:
     """Map a failed request to a Finding: :mod:`kokumi.core.diagnosis` decides, from plain
     values."""
@@ -440,7 +452,7 @@ def _from_failure(
         proxy=_host_port(proxy) if proxy is not None else "",
         proxy_host=proxy.host if proxy is not None else "",
         tls_server_name=tls_server_name,
-        ca_pem=ca_pem,
+        certificate_authority=certificate_authority,
         timeout=findings.timeout,
     )
     return findings.of(verdict)
