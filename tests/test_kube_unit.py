@@ -12,6 +12,7 @@ import ssl
 import tempfile
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -480,3 +481,18 @@ def test_store_keys_by_namespace_and_name() -> None:
     store._apply(kokumi.kube.WatchEvent("DELETED", a))
     assert store.get("n", "a") is None
     assert list(store) == [(None, "node")]
+
+
+def test_the_configs_names_before_the_kubeconfigs_words_still_work() -> None:
+    """kokumi.Config is public: client_cert, ca and insecure still build and read it."""
+    old = Config("https://x", client_cert=b"C", client_key=b"K", ca=b"A", insecure=True)
+    assert old == Config(
+        "https://x",
+        client_certificate=b"C",
+        client_key=b"K",
+        certificate_authority=b"A",
+        insecure_skip_tls_verify=True,
+    )
+    assert (old.client_cert, old.ca, old.insecure) == (b"C", b"A", True)
+    assert attrs.evolve(old, ca=None).certificate_authority is None
+    assert attrs.evolve(old, certificate_authority=b"B").ca == b"B"

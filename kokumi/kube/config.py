@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
+import enum
 import ipaddress
 import json
 import logging
@@ -19,7 +20,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 import attrs
 import trio
@@ -197,7 +198,14 @@ def _timestamp(value: object) -> datetime.datetime | None:
         return None
 
 
-@attrs.frozen
+class _Unset(enum.Enum):
+    UNSET = enum.auto()
+
+
+_UNSET: Final = _Unset.UNSET
+
+
+@attrs.frozen(init=False)
 class Config:
     """How to reach and authenticate to one API server.
 
@@ -205,6 +213,10 @@ class Config:
     in the kubeconfig's own words, whether it gives the PEM inline (``-data``) or as a file.
     ``tls_server_name`` is the name sent in SNI and checked against the server's certificate
     when it differs from the URL's host.
+
+    ``kokumi.Config`` is public, so the names it had before (``client_cert``, ``ca``,
+    ``insecure``) still work as keywords and attributes; a keyword of the old name, when given,
+    wins, which keeps ``attrs.evolve(config, ca=...)`` working too.
     """
 
     server: str
@@ -216,6 +228,49 @@ class Config:
     insecure_skip_tls_verify: bool = False
     proxy_url: str | None = None
     namespace: str = "default"
+
+    def __init__(
+        self,
+        server: str,
+        token: TokenProvider | None = None,
+        client_certificate: bytes | None = None,
+        client_key: bytes | None = None,
+        certificate_authority: bytes | None = None,
+        tls_server_name: str | None = None,
+        insecure_skip_tls_verify: bool = False,
+        proxy_url: str | None = None,
+        namespace: str = "default",
+        *,
+        client_cert: bytes | _Unset | None = _UNSET,
+        ca: bytes | _Unset | None = _UNSET,
+        insecure: bool | _Unset = _UNSET,
+    ) -> None:
+        self.__attrs_init__(
+            server,
+            token,
+            client_certificate if isinstance(client_cert, _Unset) else client_cert,
+            client_key,
+            certificate_authority if isinstance(ca, _Unset) else ca,
+            tls_server_name,
+            insecure_skip_tls_verify if isinstance(insecure, _Unset) else insecure,
+            proxy_url,
+            namespace,
+        )
+
+    @property
+    def client_cert(self) -> bytes | None:
+        """The old name of ``client_certificate``."""
+        return self.client_certificate
+
+    @property
+    def ca(self) -> bytes | None:
+        """The old name of ``certificate_authority``."""
+        return self.certificate_authority
+
+    @property
+    def insecure(self) -> bool:
+        """The old name of ``insecure_skip_tls_verify``."""
+        return self.insecure_skip_tls_verify
 
     def ssl_context(self) -> ssl.SSLContext:
         """A TLS context trusting only ``certificate_authority`` (or the system store without it).
