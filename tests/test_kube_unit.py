@@ -483,6 +483,7 @@ def test_store_keys_by_namespace_and_name() -> None:
     assert list(store) == [(None, "node")]
 
 
+# --- the old names, kept for embedders ---
 def test_the_configs_names_before_the_kubeconfigs_words_still_work() -> None:
     """kokumi.Config is public: client_cert, ca and insecure still build and read it."""
     old = Config("https://x", client_cert=b"C", client_key=b"K", ca=b"A", insecure=True)
@@ -496,3 +497,6 @@ def test_the_configs_names_before_the_kubeconfigs_words_still_work() -> None:
     assert (old.client_cert, old.ca, old.insecure) == (b"C", b"A", True)
     assert attrs.evolve(old, ca=None).certificate_authority is None
     assert attrs.evolve(old, certificate_authority=b"B").ca == b"B"
+
+
+# --- end of the old names ---

@@ -214,9 +214,8 @@ class Config:
     ``tls_server_name`` is the name sent in SNI and checked against the server's certificate
     when it differs from the URL's host.
 
-    ``kokumi.Config`` is public, so the names it had before (``client_cert``, ``ca``,
-    ``insecure``) still work as keywords and attributes; a keyword of the old name, when given,
-    wins, which keeps ``attrs.evolve(config, ca=...)`` working too.
+    ``kokumi.Config`` is public, so the names its TLS fields had before still work, as keywords
+    and as attributes (see ``__init__``).
     """
 
     server: str
@@ -229,6 +228,9 @@ class Config:
     proxy_url: str | None = None
     namespace: str = "default"
 
+    # --- the old names, kept for embedders ---
+    # client_cert, ca and insecure: a keyword of the old name, when given, wins, which keeps
+    # attrs.evolve(config, ca=...) working too.
     def __init__(
         self,
         server: str,
@@ -271,6 +273,8 @@ class Config:
     def insecure(self) -> bool:
         """The old name of ``insecure_skip_tls_verify``."""
         return self.insecure_skip_tls_verify
+
+    # --- end of the old names ---
 
     def ssl_context(self) -> ssl.SSLContext:
         """A TLS context trusting only ``certificate_authority`` (or the system store without it).
