@@ -28,7 +28,7 @@ def diagnose(causes: Sequence[BaseException], proxy: str = "") -> diagnosis.Verd
         proxy=proxy,
         proxy_host=proxy.rsplit(":", 1)[0],
         tls_server_name=None,
-        ca_pem=None,
+        certificate_authority=None,
         timeout=10,
     )
 
@@ -135,3 +135,51 @@ def test_egress_names_the_address_and_why() -> None:
     assert reason is Reason.EGRESS_DENIED
     assert message.startswith("meta.example resolves to 169.254.169.254, in 169.254.0.0/16, where")
     assert "link-local" in message
+
+
+# --- the two answers ----------------------------------------------------------------------------
+
+
+def test_version_answer_goes_on_with_the_version_or_says_why_not() -> None:
+    def answer(status: int, body: bytes = b"") -> object:
+        return diagnosis.version_answer(status, "", body, has_credential=True, own=False)
+
+    assert answer(200, b'{"gitVersion": "v1.36.3"}') == "v1.36.3"
+    assert answer(403) is None
+    assert answer(401) == diagnosis.unauthorized(True, own=False)
+    assert answer(200, b"{}") == diagnosis.not_kubernetes(
+        "GET /version answered without a gitVersion"
+    )
+    assert answer(404) == diagnosis.answered("GET /version", 404, "", b"")
+
+
+@pytest.mark.parametrize("own", [False, True])
+def test_review_answer_tells_a_credential_from_none(own: bool) -> None:
+    def answer(status: int, body: bytes = b"", has_credential: bool = True) -> diagnosis.Verdict:
+        return diagnosis.review_answer(status, "", body, has_credential=has_credential, own=own)
+
+    anonymous = b'{"status": {"userInfo": {"username": "system:anonymous"}}}'
+    assert answer(201, b'{"status": {"userInfo": {"username": "u"}}}') == (
+        Reason.READY,
+        "the API server answers and accepts the credential as u",
+    )
+    assert answer(201, b"{}") == (Reason.READY, "the API server answers and accepts the credential")
+    assert answer(401) == diagnosis.unauthorized(True, own=own)
+    assert answer(403) == diagnosis.forbidden(own=own)
+    assert answer(403, has_credential=False) == diagnosis.unauthorized(False, own=own)
+    assert answer(201, anonymous) == diagnosis.anonymous()
+    assert answer(201, anonymous, has_credential=False) == diagnosis.unauthorized(False, own=own)
+    assert answer(500)[0] == Reason.SERVER_ERROR
+
+
+def test_the_probes_own_refusals_keep_their_words() -> None:
+    assert diagnosis.invalid_tls_material("the certificate authority is empty", own=True) == (
+        Reason.TLS_ERROR,
+        "the certificate authority is empty: correct it in the manager's configuration",
+    )
+    assert diagnosis.unreadable_token("cannot read /t") == (
+        Reason.UNAUTHORIZED,
+        "cannot read /t: check the manager's mounts",
+    )
+    assert diagnosis.credential_refused(diagnosis.bad_token()[0])
+    assert not diagnosis.credential_refused(diagnosis.invalid_url()[0])

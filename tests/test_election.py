@@ -123,7 +123,7 @@ async def test_a_leader_that_cannot_renew_stops_before_anyone_may_take_over(
     config = attrs.evolve(
         Config.from_kubeconfig(hub.admin_kubeconfig),
         token=switch,
-        client_cert=None,
+        client_certificate=None,
         client_key=None,
     )
     async with Client(config) as client:

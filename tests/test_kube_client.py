@@ -332,20 +332,22 @@ async def test_errors_name_the_request_and_never_the_body(hub: APIServer, namesp
 
 
 async def test_unauthorized_forbidden_and_unreachable(hub: APIServer, namespace: str) -> None:
-    base = Config(server=hub.url, ca=hub.ca_pem)
+    base = Config(server=hub.url, certificate_authority=hub.ca_pem)
     async with Client(attrs.evolve(base, token=StaticToken("not-a-token"))) as client:
         with pytest.raises(Unauthorized) as unauthorized:
             await client.list(CONFIG_MAPS, namespace=namespace)
         assert unauthorized.value.code == 401
 
     cert, key = hub.identity("nobody-in-particular")
-    async with Client(attrs.evolve(base, client_cert=cert, client_key=key)) as client:
+    async with Client(attrs.evolve(base, client_certificate=cert, client_key=key)) as client:
         with pytest.raises(Forbidden) as forbidden:
             await client.get(SECRETS, "anything", namespace=namespace)
         assert "nobody-in-particular" in forbidden.value.message
 
     # tls-server-name: the serving certificate names "kubernetes", not "wrong.example".
-    named = attrs.evolve(base, client_cert=cert, client_key=key, tls_server_name="kubernetes")
+    named = attrs.evolve(
+        base, client_certificate=cert, client_key=key, tls_server_name="kubernetes"
+    )
     async with Client(named) as client:
         assert (await client.request("GET", "/version"))["gitVersion"] == hub.version
     async with Client(attrs.evolve(named, tls_server_name="wrong.example")) as client:
@@ -353,10 +355,18 @@ async def test_unauthorized_forbidden_and_unreachable(hub: APIServer, namespace:
             await client.request("GET", "/version")
 
     async with Client(
-        attrs.evolve(base, insecure=True, ca=None, client_cert=cert, client_key=key)
+        attrs.evolve(
+            base,
+            insecure_skip_tls_verify=True,
+            certificate_authority=None,
+            client_certificate=cert,
+            client_key=key,
+        )
     ) as client:
         assert (await client.request("GET", "/version"))["gitVersion"] == hub.version
 
-    async with Client(Config(server="https://127.0.0.1:9", ca=hub.ca_pem), timeout=5) as client:
+    async with Client(
+        Config(server="https://127.0.0.1:9", certificate_authority=hub.ca_pem), timeout=5
+    ) as client:
         with pytest.raises(TransportError, match="GET /version"):
             await client.request("GET", "/version")

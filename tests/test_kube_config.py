@@ -70,7 +70,11 @@ async def test_in_cluster_follows_a_rotated_token_file(
     assert config.namespace == namespace
     assert isinstance(config.token, FileToken)
     loaded = Config.load(root=mount)
-    assert (loaded.server, loaded.ca, loaded.namespace) == (config.server, hub.ca_pem, namespace)
+    assert (loaded.server, loaded.certificate_authority, loaded.namespace) == (
+        config.server,
+        hub.ca_pem,
+        namespace,
+    )
 
     async with Client(config) as client:
         assert client.namespace == namespace

@@ -12,6 +12,7 @@ import ssl
 import tempfile
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -256,8 +257,8 @@ def test_kubeconfig_contexts_files_and_data(tmp_path: Path) -> None:
     )
     one = Config.from_kubeconfig(config_path)
     assert one.server == "https://one.example:6443"
-    assert one.ca == b"CA-FROM-FILE"
-    assert (one.client_cert, one.client_key) == (b"CERT", b"K")
+    assert one.certificate_authority == b"CA-FROM-FILE"
+    assert (one.client_certificate, one.client_key) == (b"CERT", b"K")
     assert one.tls_server_name == "api.one"
     assert one.proxy_url == "http://proxy.example:3128"
     assert one.namespace == "ns1"
@@ -265,7 +266,7 @@ def test_kubeconfig_contexts_files_and_data(tmp_path: Path) -> None:
     assert "CERT" not in repr(one)
 
     two = Config.from_kubeconfig(config_path, context="two")
-    assert two.insecure
+    assert two.insecure_skip_tls_verify
     assert two.namespace == "default"
     assert isinstance(two.token, FileToken)
     assert two.token.path == tmp_path / "token"
@@ -382,21 +383,25 @@ def test_client_key_file_lives_only_for_the_load(
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(ssl.SSLContext, "load_cert_chain", spy)
     # On Linux the key stays in memory: a path under /proc/self/fd, nothing in any directory.
-    Config("https://x", client_cert=cert_pem, client_key=key_pem, ca=cert_pem).ssl_context()
+    Config(
+        "https://x", client_certificate=cert_pem, client_key=key_pem, certificate_authority=cert_pem
+    ).ssl_context()
     assert len(seen) == 1
     assert seen[0][0].startswith("/proc/self/fd/")
     assert not os.path.exists(seen[0][0])  # the descriptor is closed again
     assert list(tmp_path.iterdir()) == []
     # Without memfd_create, a private file in a private directory, gone afterwards.
     monkeypatch.delattr(os, "memfd_create")
-    Config("https://x", client_cert=cert_pem, client_key=key_pem, ca=cert_pem).ssl_context()
+    Config(
+        "https://x", client_certificate=cert_pem, client_key=key_pem, certificate_authority=cert_pem
+    ).ssl_context()
     assert len(seen) == 2
     path, file_mode, dir_mode = seen[1]
     assert (file_mode, dir_mode) == (0o600, 0o700)
     assert not os.path.exists(path)
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(ConfigError, match="needs its key"):
-        Config("https://x", client_cert=cert_pem).ssl_context()
+        Config("https://x", client_certificate=cert_pem).ssl_context()
 
 
 # --- tokens and backoff -------------------------------------------------------------------
@@ -476,3 +481,22 @@ def test_store_keys_by_namespace_and_name() -> None:
     store._apply(kokumi.kube.WatchEvent("DELETED", a))
     assert store.get("n", "a") is None
     assert list(store) == [(None, "node")]
+
+
+# --- the old names, kept for embedders ---
+def test_the_configs_names_before_the_kubeconfigs_words_still_work() -> None:
+    """kokumi.Config is public: client_cert, ca and insecure still build and read it."""
+    old = Config("https://x", client_cert=b"C", client_key=b"K", ca=b"A", insecure=True)
+    assert old == Config(
+        "https://x",
+        client_certificate=b"C",
+        client_key=b"K",
+        certificate_authority=b"A",
+        insecure_skip_tls_verify=True,
+    )
+    assert (old.client_cert, old.ca, old.insecure) == (b"C", b"A", True)
+    assert attrs.evolve(old, ca=None).certificate_authority is None
+    assert attrs.evolve(old, certificate_authority=b"B").ca == b"B"
+
+
+# --- end of the old names ---

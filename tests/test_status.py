@@ -12,18 +12,24 @@ import json
 from typing import Any
 
 import attrs
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kokumi.core import api
+from kokumi.core import api, kubeconfig
 from kokumi.core.reasons import Reason
+from kokumi.core.secretaccess import not_readable_message
 from kokumi.core.status import (
     Outcome,
+    SecretRead,
+    claim_stands,
+    cluster_outcome,
     cluster_status,
     environment_status,
     observed_cluster_status,
     observed_environment_status,
     ready_event,
+    seeded_outcome,
     unstructured,
 )
 from tests.strategies import examples
@@ -406,3 +412,144 @@ def test_a_cluster_not_checked_yet_is_held_with_not_checked() -> None:
     assert (row.name, row.target, row.reason) == ("spoke", "ClusterNotReady", "NotChecked")
     assert row.reason is Reason.NOT_CHECKED
     assert _ready(status).reason == Reason.NO_CLUSTER_READY
+
+
+# --- the Cluster's outcome before a check: the spec, its Secret, its kubeconfig ------------------
+
+KUBECONFIG_CLUSTER = api.Cluster(
+    api.Meta("c", "fleet", "u", 1),
+    api.ClusterSpec("Kubeconfig", api.KubeconfigSource(api.SecretRef("kc", "value"))),
+)
+GOOD = kubeconfig.Connection("https://a.example:6443", token="t")
+
+
+def _read(**fields: Any) -> SecretRead:
+    return SecretRead("kc", "value", "fleet", **fields)
+
+
+def test_an_invalid_spec_is_its_own_outcome_whatever_the_secret_says() -> None:
+    invalid = api.Invalid(api.Meta("c", "fleet", "u", 1), "spec.connection is missing")
+    expected = Outcome(False, Reason.INVALID_SPEC, "spec.connection is missing")
+    assert cluster_outcome(invalid) == expected
+    assert cluster_outcome(invalid, _read(found=False)) == expected
+
+
+def test_a_cluster_with_nothing_against_it_is_to_be_checked() -> None:
+    assert cluster_outcome(KUBECONFIG_CLUSTER) is None
+    assert cluster_outcome(KUBECONFIG_CLUSTER, _read(kubeconfig=GOOD)) is None
+
+
+def test_a_missing_secret_says_how_to_create_it() -> None:
+    assert cluster_outcome(KUBECONFIG_CLUSTER, _read(found=False)) == Outcome(
+        False,
+        Reason.SECRET_NOT_FOUND,
+        "Secret kc not found in namespace fleet: create it with the kubeconfig under key value"
+        " (kubectl create secret generic kc -n fleet --from-file=value=...)",
+    )
+
+
+def test_an_unreadable_secret_names_the_binding_for_the_manager() -> None:
+    outcome = cluster_outcome(
+        KUBECONFIG_CLUSTER,
+        _read(readable=False, kubeconfig=GOOD),
+        username="system:serviceaccount:kokumi:kokumi",
+    )
+    assert outcome == Outcome(
+        False,
+        Reason.SECRET_NOT_READABLE,
+        not_readable_message("kc", "fleet", "system:serviceaccount:kokumi:kokumi"),
+    )
+    assert outcome is not None and claim_stands(outcome)
+    own = cluster_outcome(KUBECONFIG_CLUSTER, _read(readable=False), own_namespace="fleet")
+    assert own is not None and "and never will" in own.message
+
+
+def test_a_secret_without_the_key_lists_the_keys_it_has() -> None:
+    outcome = cluster_outcome(KUBECONFIG_CLUSTER, _read(keys=("b", "a")))
+    assert outcome == Outcome(
+        False,
+        Reason.SECRET_KEY_NOT_FOUND,
+        "Secret kc has no key value (its keys: a, b): store the kubeconfig under value, or set"
+        " spec.kubeconfig.secretRef.key",
+    )
+    empty = cluster_outcome(KUBECONFIG_CLUSTER, _read())
+    assert empty is not None and "(its keys: none)" in empty.message
+
+
+def test_a_refused_kubeconfig_carries_the_refusals_own_reason() -> None:
+    refusal = kubeconfig.parse("kind: Config\n")
+    assert isinstance(refusal, kubeconfig.Refusal)
+    outcome = cluster_outcome(KUBECONFIG_CLUSTER, _read(kubeconfig=refusal))
+    assert outcome == Outcome(False, refusal.reason, f"Secret kc key value: {refusal.message}")
+    assert outcome.reason == Reason.INVALID_KUBECONFIG
+
+
+@pytest.mark.parametrize(
+    "server", ["https://kubernetes.default.svc", "https://kubernetes.default.svc//"]
+)
+def test_argo_cds_own_server_is_a_conflict_with_the_fix(server: str) -> None:
+    outcome = cluster_outcome(KUBECONFIG_CLUSTER, _read(kubeconfig=kubeconfig.Connection(server)))
+    assert outcome is not None
+    assert (outcome.ok, outcome.reason, outcome.server) == (False, Reason.CLUSTER_CONFLICT, server)
+    assert outcome.message.endswith("use connection: InCluster instead")
+    assert not claim_stands(outcome)
+
+
+@settings(max_examples=examples(300))
+@given(
+    found=st.booleans(),
+    readable=st.booleans(),
+    parsed=st.sampled_from([None, GOOD, kubeconfig.Refusal("X", "no")]),
+)
+def test_the_first_objection_wins_in_the_order_a_user_fixes_them(
+    found: bool, readable: bool, parsed: kubeconfig.Connection | kubeconfig.Refusal | None
+) -> None:
+    outcome = cluster_outcome(
+        KUBECONFIG_CLUSTER, _read(found=found, readable=readable, kubeconfig=parsed)
+    )
+    if not found:
+        expected: str | None = Reason.SECRET_NOT_FOUND
+    elif not readable:
+        expected = Reason.SECRET_NOT_READABLE
+    elif parsed is None:
+        expected = Reason.SECRET_KEY_NOT_FOUND
+    elif isinstance(parsed, kubeconfig.Refusal):
+        expected = Reason.INVALID_KUBECONFIG
+    else:
+        expected = None
+    assert (outcome.reason if outcome is not None else None) == expected
+    assert outcome is None or not outcome.ok
+
+
+def _checked(reason: str, status: str, generation: int = 1) -> api.Cluster:
+    condition = api.Condition("Ready", status, reason, "as found", EARLY, generation)  # type: ignore[arg-type]
+    return attrs.evolve(
+        KUBECONFIG_CLUSTER,
+        status=api.ClusterStatus(
+            server="https://a.example:6443", kubernetes_version="v1.36.3", conditions=(condition,)
+        ),
+    )
+
+
+def test_a_status_a_check_wrote_seeds_the_first_check() -> None:
+    assert seeded_outcome(_checked(Reason.READY, "True")) == Outcome(
+        True, Reason.READY, "as found", "https://a.example:6443", "v1.36.3"
+    )
+    assert seeded_outcome(_checked(Reason.UNREACHABLE, "False")) == Outcome(
+        False, Reason.UNREACHABLE, "as found", "https://a.example:6443", "v1.36.3"
+    )
+
+
+@pytest.mark.parametrize(
+    "cluster",
+    [
+        _checked(Reason.SECRET_NOT_FOUND, "False"),  # no check wrote it
+        _checked(Reason.READY, "True", generation=0),  # an older spec's
+        _checked(Reason.READY, "False"),  # inconsistent
+        _checked(Reason.UNREACHABLE, "True"),
+        attrs.evolve(KUBECONFIG_CLUSTER, metadata=api.Meta("c", "fleet", "u", 1)),  # no status
+        api.Invalid(api.Meta("c", "fleet", "u", 1), "bad"),
+    ],
+)
+def test_any_other_status_seeds_nothing(cluster: api.Cluster | api.Invalid) -> None:
+    assert seeded_outcome(cluster) is None

@@ -18,19 +18,25 @@ import trio
 
 from kokumi.actors.context import Context, write_status
 from kokumi.core import api, kubeconfig
-from kokumi.core.argocd import normalise_server
-from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef
-from kokumi.core.reasons import PROBE_REASONS, Reason
+from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
 from kokumi.core.registration import NOT_REGISTERED, Registration
-from kokumi.core.secretaccess import not_readable_message
-from kokumi.core.status import Outcome, cluster_status, observed_cluster_status, ready_event
+from kokumi.core.status import (
+    Outcome,
+    SecretRead,
+    claim_stands,
+    cluster_outcome,
+    cluster_status,
+    observed_cluster_status,
+    ready_event,
+    seeded_outcome,
+)
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.client import SECRETS
-from kokumi.kube.objects import secret_data
+from kokumi.kube.objects import resource_version, secret_data, secret_keys
 from kokumi.runtime import probe
 
-__all__ = ["NOT_REGISTERED", "Check", "ClusterActor", "Outcome", "Registration", "outcome_of"]
+__all__ = ["Check", "ClusterActor", "outcome_of"]
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +109,7 @@ class ClusterActor:
         self._read: _Read | None = None
         # What the status said when this actor started: a manager that restarts takes it as
         # its first check and spreads its own first checks over the interval (see _seed_check).
-        self._seed = _seed_of(cluster)
+        self._seed = seeded_outcome(cluster)
         self._next_check = -math.inf
         self._retry_at = math.inf
         self._backoffs: dict[str, Backoff] = {}
@@ -156,14 +162,6 @@ class ClusterActor:
     @property
     def cluster(self) -> api.Cluster | api.Invalid:
         return self._cluster
-
-    @property
-    def last_check(self) -> Check | None:
-        return self._check
-
-    @property
-    def selection_known(self) -> bool:
-        return self._selected is not None
 
     # --- the loop -------------------------------------------------------------------------------
 
@@ -228,8 +226,7 @@ class ClusterActor:
             self._doing = "releasing its Argo CD registration"
             released = await self._release()
             self._doing = "writing its status"
-            invalid = Outcome(False, Reason.INVALID_SPEC, cluster.message, None, None)
-            await self._write(self._status(invalid, None), cluster.metadata)
+            await self._write(self._status(cluster_outcome(cluster), None), cluster.metadata)
             self.checked.set()
             self._next_check = math.inf
             if released:
@@ -370,49 +367,35 @@ class ClusterActor:
             async with self._context.secret_reads:
                 secret = await self._context.client.get(SECRETS, ref.name, namespace=namespace)
         except errors.NotFound:
-            return _Read(version, now, None, _secret_not_found(ref.name, namespace))
+            missing = SecretRead(ref.name, ref.key, namespace, found=False)
+            return _Read(version, now, None, self._outcome(cluster, missing))
         except errors.Forbidden:
-            message = not_readable_message(
-                ref.name, namespace, self._context.username, self._context.options.namespace
-            )
-            outcome = Outcome(False, Reason.SECRET_NOT_READABLE, message, None, None)
-            return _Read(version, now, None, outcome)
+            refused = SecretRead(ref.name, ref.key, namespace, readable=False)
+            return _Read(version, now, None, self._outcome(cluster, refused))
         # The version read, not the one the watch last saw: the watch may not have listed yet.
-        version = f"{ref.name}/{ref.key}@{secret.get('metadata', {}).get('resourceVersion')}"
+        version = f"{ref.name}/{ref.key}@{resource_version(secret)}"
         text = secret_data(secret, ref.key)
-        if text is None:
-            keys = ", ".join(sorted((secret.get("data") or {}).keys())) or "none"
-            message = (
-                f"Secret {ref.name} has no key {ref.key} (its keys: {keys}): store the kubeconfig "
-                f"under {ref.key}, or set spec.kubeconfig.secretRef.key"
-            )
-            self._read = _Read(
-                version, now, None, Outcome(False, Reason.SECRET_KEY_NOT_FOUND, message, None, None)
-            )
-            return self._read
-        if len(text) > INLINE_PARSE_LIMIT:
+        parsed: kubeconfig.Connection | kubeconfig.Refusal | None = None
+        if text is not None and len(text) > INLINE_PARSE_LIMIT:
             # A huge kubeconfig takes YAML seconds to read: off the event loop, so that one
             # Cluster's odd Secret never stalls every other actor.
             parsed = await trio.to_thread.run_sync(kubeconfig.parse, text)
-        else:
+        elif text is not None:
             parsed = kubeconfig.parse(text)
-        if isinstance(parsed, kubeconfig.Refusal):
-            message = f"Secret {ref.name} key {ref.key}: {parsed.message}"
-            outcome = Outcome(False, Reason.INVALID_KUBECONFIG, message)
-            self._read = _Read(version, now, None, outcome)
-            return self._read
-        server = normalise_server(parsed.server)
-        if server == IN_CLUSTER_SERVER:
-            message = (
-                f"server {IN_CLUSTER_SERVER} is Argo CD's own cluster, reached in-cluster: "
-                "registering it would replace that connection for every Application; "
-                "use connection: InCluster instead"
-            )
-            outcome = Outcome(False, Reason.CLUSTER_CONFLICT, message, parsed.server)
-            self._read = _Read(version, now, parsed, outcome)
-            return self._read
-        self._read = _Read(version, now, parsed, None)
+        read = SecretRead(ref.name, ref.key, namespace, keys=secret_keys(secret), kubeconfig=parsed)
+        outcome = self._outcome(cluster, read)
+        connection = parsed if isinstance(parsed, kubeconfig.Connection) else None
+        self._read = _Read(version, now, connection, outcome)
         return self._read
+
+    def _outcome(self, cluster: api.Cluster, read: SecretRead) -> Outcome | None:
+        """What the Secret read makes of the Cluster; ``None``: its connection is to be checked."""
+        return cluster_outcome(
+            cluster,
+            read,
+            username=self._context.username,
+            own_namespace=self._context.options.namespace,
+        )
 
     # --- the server registry --------------------------------------------------------------------
 
@@ -431,11 +414,7 @@ class ClusterActor:
         )
         if self._superseded:
             return True
-        if check.outcome.reason == Reason.SECRET_NOT_READABLE:
-            # Kokumi may not read the Secret just now (RBAC, or the API server said no): that
-            # says nothing about the kubeconfig, so the claim stands, as through an outage. A
-            # registration that came and went with a RoleBinding would make Argo CD see the
-            # cluster vanish, and ApplicationSets delete what they deployed there.
+        if claim_stands(check.outcome):
             return True
         if self._selected and usable and connection is not None:
             self._may_hold = True
@@ -549,27 +528,3 @@ class ClusterActor:
                 message=ready.message,
                 warning=ready.status != "True",
             )
-
-
-def _secret_not_found(name: str, namespace: str) -> Outcome:
-    message = (
-        f"Secret {name} not found in namespace {namespace}: create it with the kubeconfig under "
-        f"key value (kubectl create secret generic {name} -n {namespace} --from-file=value=...)"
-    )
-    return Outcome(False, Reason.SECRET_NOT_FOUND, message, None, None)
-
-
-def _seed_of(cluster: api.Cluster | api.Invalid) -> Outcome | None:
-    """The finding a Cluster's status holds, if a check of the current spec wrote it."""
-    if not isinstance(cluster, api.Cluster) or cluster.metadata.deletion_timestamp:
-        return None
-    ready = cluster.ready
-    status = cluster.status
-    if ready is None or ready.reason not in PROBE_REASONS or status.server is None:
-        return None
-    if ready.observed_generation != cluster.metadata.generation:
-        return None
-    ok = ready.status == "True"
-    if ok != (ready.reason == Reason.READY):
-        return None
-    return Outcome(ok, ready.reason, ready.message, status.server, status.kubernetes_version)

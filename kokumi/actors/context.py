@@ -21,7 +21,7 @@ from kokumi.core.reasons import Reason
 from kokumi.core.status import unstructured
 from kokumi.kube import errors
 from kokumi.kube.client import EVENTS, Client
-from kokumi.kube.objects import Resource
+from kokumi.kube.objects import Resource, name_of, namespace_of
 from kokumi.kube.watch import Resync, WatchEvent
 from kokumi.runtime import probe
 from kokumi.runtime.options import Options
@@ -180,8 +180,7 @@ class Metrics:
                 del self.cluster_checks[key]
         elif event.type == "DELETED":
             self.fleet.delete(event.object)
-            meta = event.object.get("metadata") or {}
-            key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+            key = (namespace_of(event.object), name_of(event.object))
             self.cluster_checks.pop(key, None)
             changes = []
         else:

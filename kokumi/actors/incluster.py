@@ -44,7 +44,7 @@ __all__ = [
     "local_environment",
 ]
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 # Kokumi's resources, here until they move to kokumi.core.api with the rest of the API.
 
@@ -118,7 +118,7 @@ async def _create_if_missing(
         await client.create(resource, body, namespace=namespace)
     except AlreadyExists:
         return False  # created meanwhile, by a user or another replica: theirs stands
-    logger.info("created %s %s in namespace %s", resource.kind, name, namespace)
+    log.info("created %s %s in namespace %s", resource.kind, name, namespace)
     return True
 
 
@@ -127,7 +127,7 @@ async def _ensure_logged(client: Client, namespace: str) -> bool:
     try:
         await ensure_in_cluster(client, namespace)
     except KubeError as error:
-        logger.warning(
+        log.warning(
             "cannot ensure %s %s and %s %s in namespace %s: %s; retrying",
             CLUSTERS.kind,
             CLUSTER_NAME,

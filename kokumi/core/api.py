@@ -17,7 +17,7 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from kokumi.core.reasons import Reason
-from kokumi.kube.objects import Resource
+from kokumi.kube.objects import Resource, metadata_of
 
 __all__ = [
     "CLUSTERS",
@@ -223,8 +223,7 @@ def _string_map(value: object) -> dict[str, str]:
 
 def _meta(obj: Mapping[str, Any]) -> Meta:
     """The metadata, read leniently: whatever else is wrong, we need a name to report it on."""
-    raw = obj.get("metadata")
-    raw = raw if isinstance(raw, Mapping) else {}
+    raw = metadata_of(obj)
     labels = raw.get("labels")
     finalizers = raw.get("finalizers")
     return Meta(

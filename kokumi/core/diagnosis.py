@@ -1,10 +1,10 @@
-"""What a check's failure means, in one line: the probe's decisions, apart from its I/O.
+"""What a check finds, in one line: every decision of the probe, apart from its I/O.
 
 :mod:`kokumi.runtime.probe` asks the API server and catches what goes wrong; this module decides
-which
-Reason that is and what the message says, from plain values: the exception chain (with the HTTP
-client's and Trio's own exceptions turned into the small markers below), host and port strings,
-HTTP status codes and bodies. Keeping it free of Trio and httpx lets every message be tested
+which Reason that is and what the message says, from plain values: the exception chain (with the
+HTTP client's and Trio's own exceptions turned into the small markers below), host and port
+strings, HTTP status codes and bodies, and what the two answers say (:func:`version_answer`,
+:func:`review_answer`). Keeping it free of Trio and httpx lets every message be tested
 without a socket, and keeps a library upgrade from changing a message unnoticed.
 
 Messages name hosts, ports and reasons only: a server URL may carry user info and a proxy URL a
@@ -30,15 +30,26 @@ __all__ = [
     "Verdict",
     "anonymous",
     "answered",
+    "bad_token",
     "chain",
+    "credential_refused",
     "egress_denied",
     "forbidden",
     "from_failure",
+    "invalid_tls_material",
+    "invalid_url",
     "json_object",
+    "no_socks_support",
+    "not_http_url",
     "not_kubernetes",
+    "ready",
+    "review_answer",
     "status_message",
     "timed_out",
     "unauthorized",
+    "unknown_proxy_scheme",
+    "unreadable_token",
+    "version_answer",
 ]
 
 Verdict: TypeAlias = tuple[Reason, str]
@@ -84,7 +95,7 @@ def from_failure(
     proxy: str,
     proxy_host: str,
     tls_server_name: str | None,
-    ca_pem: bytes | None,
+    certificate_authority: bytes | None,
     timeout: float,
 ) -> Verdict:
     """A failed request's Verdict, by the most telling exception in its chain.
@@ -96,7 +107,9 @@ def from_failure(
     """
     for cause in causes:
         if isinstance(cause, ssl.SSLCertVerificationError):
-            return Reason.TLS_ERROR, _verify_message(cause, host, tls_server_name, ca_pem)
+            return Reason.TLS_ERROR, _verify_message(
+                cause, host, tls_server_name, certificate_authority
+            )
     for cause in causes:
         if isinstance(cause, ssl.SSLError):
             return Reason.TLS_ERROR, _handshake_message(cause, where)
@@ -141,6 +154,105 @@ def from_failure(
         f"{prefix}the connection to {proxy or where} failed ({failed}): check the"
         " server URL and the network path"
     )
+
+
+def ready(username: object) -> Verdict:
+    """Both answers were good; ``username`` is whom the review says we are, if it said."""
+    who = f" as {username}" if isinstance(username, str) and username else ""
+    return Reason.READY, f"the API server answers and accepts the credential{who}"
+
+
+def credential_refused(reason: Reason) -> bool:
+    """Whether a check found the credential refused, so that a rotating token is worth a re-read."""
+    return reason is Reason.UNAUTHORIZED
+
+
+def invalid_url() -> Verdict:
+    return Reason.UNREACHABLE, "the server URL is not a valid URL: correct it"
+
+
+def not_http_url() -> Verdict:
+    return Reason.UNREACHABLE, "the server URL is not an http(s) URL: correct it"
+
+
+def no_socks_support() -> Verdict:
+    return Reason.UNREACHABLE, (
+        "proxy failed: SOCKS proxies need httpx's socks extra (socksio) in Kokumi;"
+        " use an HTTP(S) proxy"
+    )
+
+
+def unknown_proxy_scheme() -> Verdict:
+    return Reason.UNREACHABLE, (
+        "proxy failed: the proxy URL's scheme is not http, https or socks5: correct it"
+    )
+
+
+def invalid_tls_material(problem: str, *, own: bool) -> Verdict:
+    """The CA, client certificate or key cannot make a TLS context; ``problem`` says which, and
+    never quotes the PEM."""
+    where = "the manager's configuration" if own else "the kubeconfig"
+    return Reason.TLS_ERROR, f"{problem}: correct it in {where}"
+
+
+def bad_token() -> Verdict:
+    """A token that cannot go into an HTTP header (the kubeconfig parser refuses those too)."""
+    return Reason.UNAUTHORIZED, (
+        "the token has spaces or characters that cannot go into an HTTP header: copy the"
+        " token as its Secret holds it, decoded from base64"
+    )
+
+
+def unreadable_token(problem: str) -> Verdict:
+    """The manager's own token file could not be read; ``problem`` names the file, not its text."""
+    return Reason.UNAUTHORIZED, f"{problem}: check the manager's mounts"
+
+
+def version_answer(
+    status: int, phrase: str, body: bytes, *, has_credential: bool, own: bool
+) -> Verdict | str | None:
+    """What ``GET /version`` answered: the server's version to go on with, ``None`` to go on
+    without one (a 403: ``/version`` is not public here, and the review still tells), or the
+    check's Verdict.
+
+    ``phrase`` is the status's reason phrase, ``""`` when the code has none.
+    """
+    if status == 401:
+        return unauthorized(has_credential, own=own)
+    if 200 <= status < 300:
+        version = json_object(body).get("gitVersion")
+        if not isinstance(version, str) or not version:
+            return not_kubernetes("GET /version answered without a gitVersion")
+        return version
+    if status == 403:
+        return None
+    return answered("GET /version", status, phrase, body)
+
+
+def review_answer(
+    status: int, phrase: str, body: bytes, *, has_credential: bool, own: bool
+) -> Verdict:
+    """The check's Verdict from the answer to the SelfSubjectReview (or its older stand-in).
+
+    Without a credential, a 403 or ``system:anonymous`` means there was none to accept, so the
+    fix is to add one, not to bind a role.
+    """
+    if status == 401:
+        return unauthorized(has_credential, own=own)
+    if status == 403:
+        if not has_credential:
+            return unauthorized(has_credential=False, own=own)
+        return forbidden(own=own)
+    if not 200 <= status < 300:
+        return answered("POST selfsubjectreviews", status, phrase, body)
+    review_status = json_object(body).get("status")
+    user = review_status.get("userInfo") if isinstance(review_status, Mapping) else None
+    username = user.get("username") if isinstance(user, Mapping) else None
+    if username == "system:anonymous":
+        if not has_credential:
+            return unauthorized(has_credential=False, own=own)
+        return anonymous()
+    return ready(username)
 
 
 def timed_out(timeout: float, where: str) -> Verdict:
@@ -236,7 +348,10 @@ def status_message(body: bytes) -> str:
 
 
 def _verify_message(
-    exc: ssl.SSLCertVerificationError, host: str, name: str | None, ca_pem: bytes | None
+    exc: ssl.SSLCertVerificationError,
+    host: str,
+    name: str | None,
+    certificate_authority: bytes | None,
 ) -> str:
     code = exc.verify_code
     if code in (62, 64):  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
@@ -254,7 +369,7 @@ def _verify_message(
             f"the server's certificate {exc.verify_message}: renew the API server's certificate"
             " or correct the clock"
         )
-    if ca_pem is None:
+    if certificate_authority is None:
         return (
             f"the server's certificate is not trusted ({exc.verify_message}) and no CA is"
             " configured: add the cluster's CA as certificate-authority-data"

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import datetime
 import enum
 import json
 import re
@@ -30,6 +29,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 
 from kokumi.core.reasons import Reason
+from kokumi.core.text import b64, quoted, type_name
 
 __all__ = [
     "Code",
@@ -187,7 +187,7 @@ def render(
     """
     cluster_body: dict[str, object] = {"server": connection.server}
     if connection.certificate_authority is not None:
-        cluster_body["certificate-authority-data"] = _b64(connection.certificate_authority)
+        cluster_body["certificate-authority-data"] = b64(connection.certificate_authority)
     if connection.tls_server_name is not None:
         cluster_body["tls-server-name"] = connection.tls_server_name
     if connection.insecure_skip_tls_verify:
@@ -198,9 +198,9 @@ def render(
     if connection.token is not None:
         user_body["token"] = connection.token
     if connection.client_certificate is not None:
-        user_body["client-certificate-data"] = _b64(connection.client_certificate)
+        user_body["client-certificate-data"] = b64(connection.client_certificate)
     if connection.client_key is not None:
-        user_body["client-key-data"] = _b64(connection.client_key)
+        user_body["client-key-data"] = b64(connection.client_key)
     document = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -339,7 +339,7 @@ class _Entry:
     name: str
 
     def __str__(self) -> str:
-        return f"{self.kind} {_quote(self.name)}"
+        return f"{self.kind} {quoted(self.name)}"
 
     def path(self, field: str | None = None) -> str:
         base = f"{self.kind}s[].{self.kind}"
@@ -372,7 +372,7 @@ def _read(document: object, context: str | None) -> tuple[tuple[str, str, str], 
             _not_a_kubeconfig(document)
         _refuse(
             Code.NOT_KUBECONFIG,
-            f"the kubeconfig is a {_type_name(document)}, not a mapping: store a kubeconfig, "
+            f"the kubeconfig is {type_name(document, 'yaml')}, not a mapping: store a kubeconfig, "
             "with clusters, contexts, users and current-context",
         )
     kind = document.get("kind")
@@ -407,12 +407,12 @@ def _read(document: object, context: str | None) -> tuple[tuple[str, str, str], 
             )
         context = current
         missing = (
-            f"current context {_quote(context)} is not in contexts (current-context): name one "
+            f"current context {quoted(context)} is not in contexts (current-context): name one "
             "that is there, or add the context"
         )
     else:
         missing = (
-            f"context {_quote(context)} is not in contexts (contexts[].name): name one that is "
+            f"context {quoted(context)} is not in contexts (contexts[].name): name one that is "
             "there"
         )
     ctx = _Entry("context", context)
@@ -901,7 +901,7 @@ _FIXES: Final = {
 def _wrong_type(owner: _Owner, key: str, path: str, value: object, expected: str) -> NoReturn:
     _refuse(
         Code.WRONG_TYPE,
-        f"{owner} has {key} as a {_type_name(value)}, not a {expected} ({path}): "
+        f"{owner} has {key} as {type_name(value, 'yaml')}, not a {expected} ({path}): "
         f"{_FIXES[expected]}",
     )
 
@@ -944,36 +944,3 @@ def _not_a_kubeconfig(text: str) -> None:
                 "the kubeconfig is base64-encoded once more than it should be: store the "
                 "kubeconfig's text (the Secret's data is base64 of it, nothing more)",
             )
-
-
-def _type_name(value: object) -> str:
-    if isinstance(value, bool):  # before int: a bool is an int
-        return "boolean"
-    for kind, name in _TYPE_NAMES:
-        if isinstance(value, kind):
-            return name
-    return "null" if value is None else "value"
-
-
-_TYPE_NAMES: Final[tuple[tuple[type, str], ...]] = (
-    (int, "number"),
-    (float, "number"),
-    (str, "string"),
-    (list, "list"),
-    (dict, "mapping"),
-    (bytes, "binary value"),
-    (set, "set"),
-    (datetime.date, "timestamp"),  # datetime too
-)
-
-
-def _quote(name: str) -> str:
-    """A name as messages show it: quoted, short, and on one line whatever it holds."""
-    if len(name) > 100:
-        name = name[:100] + "…"
-    quoted = json.dumps(name, ensure_ascii=False)
-    return "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in quoted)
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")

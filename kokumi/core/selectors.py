@@ -25,12 +25,13 @@ the field and says the fix.
 from __future__ import annotations
 
 import enum
-import json
 import re
 from collections.abc import Mapping
 from typing import Any, Final
 
 import attrs
+
+from kokumi.core.text import quoted, type_name
 
 __all__ = [
     "DEFAULT_PATH",
@@ -54,6 +55,9 @@ class Operator(enum.StrEnum):
     EXISTS = "Exists"
     DOES_NOT_EXIST = "DoesNotExist"
 
+
+_QUOTED: Final = 80
+"""User text longer than this is cut in a message: a selector's field is short."""
 
 _OPERATORS: Final = ", ".join(op.value for op in Operator)
 
@@ -206,7 +210,7 @@ def _selector(obj: object, path: str) -> Selector:
     if not isinstance(obj, Mapping):
         raise _Invalid(
             f"{path} must be an object with matchLabels and matchExpressions, not "
-            f"{_type_name(obj)}: write {{}} to select everything, or e.g. "
+            f"{type_name(obj)}: write {{}} to select everything, or e.g. "
             "{matchLabels: {fleet: edge}}"
         )
     for field in obj:
@@ -226,19 +230,19 @@ def _match_labels(obj: object, path: str) -> tuple[tuple[str, str], ...]:
     if not isinstance(obj, Mapping):
         raise _Invalid(
             f"{path} must be an object of label keys and values, such as {{fleet: edge}}, "
-            f"not {_type_name(obj)}"
+            f"not {type_name(obj)}"
         )
     pairs = []
     for key, value in obj.items():
         if not isinstance(key, str):
             raise _Invalid(
-                f"{path} has the key {_quote(str(key))}, which is {_type_name(key)}, not a "
+                f"{path} has the key {quoted(str(key), _QUOTED)}, which is {type_name(key)}, not a "
                 "string: quote it"
             )
         problem = _key_problem(key)
         if problem is not None:
-            raise _Invalid(f"{path} key {_quote(key)} is not a valid label key: {problem}")
-        pairs.append((key, _label_value(value, f"{path}[{_quote(key)}]")))
+            raise _Invalid(f"{path} key {quoted(key, _QUOTED)} is not a valid label key: {problem}")
+        pairs.append((key, _label_value(value, f"{path}[{quoted(key, _QUOTED)}]")))
     return tuple(pairs)
 
 
@@ -248,7 +252,7 @@ def _match_expressions(obj: object, path: str) -> tuple[Requirement, ...]:
     if not isinstance(obj, list | tuple):
         raise _Invalid(
             f"{path} must be a list of requirements with key, operator and values, "
-            f"not {_type_name(obj)}: write it as a list"
+            f"not {type_name(obj)}: write it as a list"
         )
     return tuple(_requirement(item, f"{path}[{index}]") for index, item in enumerate(obj))
 
@@ -256,7 +260,7 @@ def _match_expressions(obj: object, path: str) -> tuple[Requirement, ...]:
 def _requirement(obj: object, path: str) -> Requirement:
     if not isinstance(obj, Mapping):
         raise _Invalid(
-            f"{path} must be an object with key, operator and values, not {_type_name(obj)}: "
+            f"{path} must be an object with key, operator and values, not {type_name(obj)}: "
             "write it as {key: fleet, operator: In, values: [edge]}"
         )
     for field in obj:
@@ -269,24 +273,24 @@ def _requirement(obj: object, path: str) -> Requirement:
     if key is None:
         raise _Invalid(f"{path}.key is missing: name the label the requirement is about")
     if not isinstance(key, str):
-        raise _Invalid(f"{path}.key must be a string, not {_type_name(key)}: quote it")
+        raise _Invalid(f"{path}.key must be a string, not {type_name(key)}: quote it")
     problem = _key_problem(key)
     if problem is not None:
-        raise _Invalid(f"{path}.key {_quote(key)} is not a valid label key: {problem}")
+        raise _Invalid(f"{path}.key {quoted(key, _QUOTED)} is not a valid label key: {problem}")
 
     raw_operator = obj.get("operator")
     if raw_operator is None:
         raise _Invalid(f"{path}.operator is missing: use one of {_OPERATORS}")
     if not isinstance(raw_operator, str):
         raise _Invalid(
-            f"{path}.operator must be a string, not {_type_name(raw_operator)}: "
+            f"{path}.operator must be a string, not {type_name(raw_operator)}: "
             f"write one of {_OPERATORS}"
         )
     try:
         operator = Operator(raw_operator)
     except ValueError:
         raise _Invalid(
-            f"{path}.operator {_quote(raw_operator)} is not one of {_OPERATORS}: "
+            f"{path}.operator {quoted(raw_operator, _QUOTED)} is not one of {_OPERATORS}: "
             f"{_operator_fix(raw_operator)}"
         ) from None
 
@@ -311,7 +315,7 @@ def _values(obj: object, path: str) -> tuple[str, ...]:
     if not isinstance(obj, list | tuple):
         example = f"[{_plain(obj)}]" if isinstance(obj, str | int | float) else "[eu, us]"
         raise _Invalid(
-            f"{path} must be a list of label values, not {_type_name(obj)}: write it as a "
+            f"{path} must be a list of label values, not {type_name(obj)}: write it as a "
             f"list, such as {example}"
         )
     values = []
@@ -380,12 +384,12 @@ def _label_value(value: object, where: str) -> str:
     """``value`` as a label value, or the reason it is none, said at ``where``."""
     if not isinstance(value, str):
         raise _Invalid(
-            f"{where} must be a string, not {_type_name(value)}: quote the value, "
+            f"{where} must be a string, not {type_name(value)}: quote the value, "
             f'such as "{_plain(value)}"'
         )
     problem = _value_problem(value)
     if problem is not None:
-        raise _Invalid(f"{where} {_quote(value)} is not a valid label value: {problem}")
+        raise _Invalid(f"{where} {quoted(value, _QUOTED)} is not a valid label value: {problem}")
     return value
 
 
@@ -404,15 +408,7 @@ def _value_problem(value: str) -> str | None:
 def _field(path: str, field: object) -> str:
     if isinstance(field, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", field):
         return f"{path}.{field}"
-    return f"{path}[{_quote(str(field))}]"
-
-
-def _quote(text: str) -> str:
-    """User text as messages show it: quoted, short, and on one line whatever it holds."""
-    if len(text) > 80:
-        text = text[:80] + "…"
-    quoted = json.dumps(text, ensure_ascii=False)
-    return "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in quoted)
+    return f"{path}[{quoted(str(field), _QUOTED)}]"
 
 
 def _plain(value: object) -> str:
@@ -422,21 +418,5 @@ def _plain(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str | int | float):
-        return _quote(str(value))[1:-1]
+        return quoted(str(value), _QUOTED)[1:-1]
     return "..."
-
-
-def _type_name(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):  # before int: a bool is an int
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list | tuple):
-        return "a list"
-    if isinstance(value, Mapping):
-        return "an object"
-    return "a " + type(value).__name__

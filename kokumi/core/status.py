@@ -13,23 +13,29 @@ is made once, at the write, by ``unstructured``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, overload
 
 import attrs
 
 from kokumi.core import api, selectors, targets
-from kokumi.core.ownership import IN_CLUSTER_SERVER
-from kokumi.core.reasons import Reason
+from kokumi.core.kubeconfig import Connection, Refusal
+from kokumi.core.ownership import IN_CLUSTER_SERVER, normalise_server
+from kokumi.core.reasons import PROBE_REASONS, Reason
+from kokumi.core.secretaccess import not_readable_message
 
 __all__ = [
     "LISTED",
     "Outcome",
+    "SecretRead",
     "Summary",
+    "claim_stands",
+    "cluster_outcome",
     "cluster_status",
     "environment_status",
     "observed_cluster_status",
     "observed_environment_status",
     "ready_event",
+    "seeded_outcome",
     "selection_status",
     "unstructured",
 ]
@@ -58,6 +64,130 @@ class Outcome:
 
 
 # --- the Cluster --------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class SecretRead:
+    """What one GET of a Kubeconfig Cluster's Secret gave, as plain values: the I/O is done.
+
+    ``found`` is false for a 404 and ``readable`` for a 403; ``keys`` are the Secret's data keys
+    and ``kubeconfig`` what the value under ``key`` parses to, ``None`` when there is no such
+    key (or its value is not base64). ``namespace`` is the Cluster's, where its Secret lives.
+    """
+
+    name: str
+    key: str
+    namespace: str
+    found: bool = True
+    readable: bool = True
+    keys: tuple[str, ...] = ()
+    kubeconfig: Connection | Refusal | None = attrs.field(default=None, repr=False)
+
+
+@overload
+def cluster_outcome(cluster: api.Invalid) -> Outcome: ...
+
+
+@overload
+def cluster_outcome(
+    cluster: api.Cluster | api.Invalid,
+    secret: SecretRead | None = None,
+    *,
+    username: str | None = None,
+    own_namespace: str = "kokumi",
+) -> Outcome | None: ...
+
+
+def cluster_outcome(
+    cluster: api.Cluster | api.Invalid,
+    secret: SecretRead | None = None,
+    *,
+    username: str | None = None,
+    own_namespace: str = "kokumi",
+) -> Outcome | None:
+    """What the Ready condition makes of a Cluster, its Secret and its kubeconfig, before a check.
+
+    Every decision the Cluster actor would otherwise take itself, so that it only carries the
+    values: the first objection wins, in the order a user fixes them, the spec
+    (``InvalidSpec``), the Secret (``SecretNotFound``, ``SecretNotReadable`` with the binding
+    that fixes it, ``SecretKeyNotFound``), the kubeconfig (the refusal's own Reason, or a server
+    that is Argo CD's own cluster). ``None``: nothing objects, the connection is to be checked,
+    and the check's finding is the outcome. ``secret`` is given for a Kubeconfig Cluster once its
+    Secret was read; ``username`` and ``own_namespace`` (the manager's) shape the fix of a
+    Secret Kokumi may not read. What the registry says goes over the outcome in
+    :func:`cluster_status`.
+    """
+    if isinstance(cluster, api.Invalid):
+        return Outcome(False, Reason.INVALID_SPEC, cluster.message, None, None)
+    if secret is None:
+        return None
+    return _kubeconfig_objection(secret, username, own_namespace)
+
+
+def _kubeconfig_objection(
+    secret: SecretRead, username: str | None, own_namespace: str
+) -> Outcome | None:
+    name, key, namespace = secret.name, secret.key, secret.namespace
+    if not secret.found:
+        message = (
+            f"Secret {name} not found in namespace {namespace}: create it with the kubeconfig "
+            f"under key value (kubectl create secret generic {name} -n {namespace}"
+            " --from-file=value=...)"
+        )
+        return Outcome(False, Reason.SECRET_NOT_FOUND, message, None, None)
+    if not secret.readable:
+        message = not_readable_message(name, namespace, username, own_namespace)
+        return Outcome(False, Reason.SECRET_NOT_READABLE, message, None, None)
+    parsed = secret.kubeconfig
+    if parsed is None:
+        keys = ", ".join(sorted(secret.keys)) or "none"
+        message = (
+            f"Secret {name} has no key {key} (its keys: {keys}): store the kubeconfig "
+            f"under {key}, or set spec.kubeconfig.secretRef.key"
+        )
+        return Outcome(False, Reason.SECRET_KEY_NOT_FOUND, message, None, None)
+    if isinstance(parsed, Refusal):
+        return Outcome(False, parsed.reason, f"Secret {name} key {key}: {parsed.message}")
+    if normalise_server(parsed.server) == IN_CLUSTER_SERVER:
+        message = (
+            f"server {IN_CLUSTER_SERVER} is Argo CD's own cluster, reached in-cluster: "
+            "registering it would replace that connection for every Application; "
+            "use connection: InCluster instead"
+        )
+        return Outcome(False, Reason.CLUSTER_CONFLICT, message, parsed.server)
+    return None
+
+
+def claim_stands(outcome: Outcome) -> bool:
+    """Whether a Cluster keeps its claim on its server whatever its connection: Kokumi may not
+    read the Secret just now (RBAC, or the API server said no).
+
+    That says nothing about the kubeconfig, so the claim stands, as through an outage. A
+    registration that came and went with a RoleBinding would make Argo CD see the cluster
+    vanish, and ApplicationSets delete what they deployed there.
+    """
+    return outcome.reason == Reason.SECRET_NOT_READABLE
+
+
+def seeded_outcome(cluster: api.Cluster | api.Invalid) -> Outcome | None:
+    """The finding a Cluster's status holds, if a check of the current spec wrote it.
+
+    A manager that restarts takes it as the Cluster's first check rather than checking every
+    Cluster at once; a status some other decision wrote (a Secret, a conflict), or one of an
+    older spec, is no finding.
+    """
+    if not isinstance(cluster, api.Cluster) or cluster.metadata.deletion_timestamp:
+        return None
+    ready = cluster.ready
+    status = cluster.status
+    if ready is None or ready.reason not in PROBE_REASONS or status.server is None:
+        return None
+    if ready.observed_generation != cluster.metadata.generation:
+        return None
+    ok = ready.status == "True"
+    if ok != (ready.reason == Reason.READY):
+        return None
+    return Outcome(ok, ready.reason, ready.message, status.server, status.kubernetes_version)
 
 
 def cluster_status(

@@ -16,6 +16,7 @@ import attrs
 from kokumi.core import api
 from kokumi.core.ownership import IN_CLUSTER_SERVER, normalise_server
 from kokumi.core.reasons import Reason
+from kokumi.core.text import one_line
 
 __all__ = [
     "CLUSTER_CONFLICT",
@@ -113,13 +114,9 @@ def _server(cluster: SelectedCluster) -> str | None:
     return None
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
 def _not_ready(cluster: SelectedCluster) -> str:
-    reason = _one_line(cluster.reason) or "Unknown"
-    detail = _one_line(cluster.message)
+    reason = one_line(cluster.reason) or "Unknown"
+    detail = one_line(cluster.message)
     text = f"Cluster {cluster.name} is not ready ({reason})"
     return f"{text}: {detail}" if detail else text
 

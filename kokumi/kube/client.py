@@ -28,7 +28,12 @@ from .errors import (
     TransportError,
     error_from_status,
 )
-from .objects import Resource  # pure, so the pure core can name resources
+from .objects import (  # pure, so the pure core can name resources
+    Resource,
+    metadata_of,
+    name_of,
+    namespace_of,
+)
 
 __all__ = [
     "CONFIG_MAPS",
@@ -44,7 +49,7 @@ __all__ = [
 ]
 
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 JSON = "application/json"
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
@@ -211,7 +216,7 @@ class Client:
         except ApiError as exc:
             if exc.code != 410 or limit <= 0:
                 raise
-            logger.info("list %s: continue token expired; listing again in one request", path)
+            log.info("list %s: continue token expired; listing again in one request", path)
             result = await self._list_pages(path, params, 0, accept)
         api_version, kind = (
             ("meta.k8s.io/v1", "PartialObjectMetadata")
@@ -237,10 +242,10 @@ class Client:
             items.extend(page.get("items") or [])
             if first is None:
                 first = page
-            token = (page.get("metadata") or {}).get("continue") or ""
+            token = metadata_of(page).get("continue") or ""
             if not token:
                 break
-        metadata = dict(first.get("metadata") or {})
+        metadata = dict(metadata_of(first))
         metadata.pop("continue", None)
         metadata.pop("remainingItemCount", None)
         return {**first, "metadata": metadata, "items": items}
@@ -334,8 +339,8 @@ class Client:
         """
         namespace = _namespace_of(resource, body, namespace)
         path = resource.path(namespace=namespace, name=_name_of(body), subresource=subresource)
-        metadata = body.get("metadata")
-        if isinstance(metadata, Mapping) and "managedFields" in metadata:
+        metadata = metadata_of(body)
+        if "managedFields" in metadata:
             body = {
                 **body,
                 "metadata": {k: v for k, v in metadata.items() if k != "managedFields"},
@@ -520,7 +525,7 @@ class Client:
             if retries < self._max_retries and _retryable(error):
                 retries += 1
                 delay = min(error.retry_after or 1.0, self._max_retry_delay)
-                logger.info("%s; retrying in %.1f s", error, delay)
+                log.info("%s; retrying in %.1f s", error, delay)
                 await trio.sleep(delay)
                 continue
             raise error from None
@@ -578,15 +583,12 @@ def _delete_options(
 def _namespace_of(resource: Resource, body: Mapping[str, Any], namespace: str | None) -> str | None:
     if namespace or not resource.namespaced:
         return namespace
-    metadata = body.get("metadata")
-    value = metadata.get("namespace") if isinstance(metadata, Mapping) else None
-    return value if isinstance(value, str) and value else None
+    return namespace_of(body) or None
 
 
 def _name_of(body: Mapping[str, Any]) -> str:
-    metadata = body.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, Mapping) else None
-    if not isinstance(name, str) or not name:
+    name = name_of(body)
+    if not name:
         raise ValueError("the object has no metadata.name")
     return name
 

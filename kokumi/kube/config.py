@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
+import enum
 import ipaddress
 import json
 import logging
@@ -19,7 +20,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 import attrs
 import trio
@@ -38,7 +39,7 @@ __all__ = [
     "flatten_context",
 ]
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 SERVICE_ACCOUNT_ROOT = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -106,7 +107,7 @@ class FileToken:
                 raise ConfigError(
                     f"cannot read the token file {self.path}: {exc.strerror}"
                 ) from None
-            logger.warning("cannot re-read the token file %s: %s", self.path, exc.strerror)
+            log.warning("cannot re-read the token file %s: %s", self.path, exc.strerror)
             return
         if not value:
             if self._value is None:
@@ -197,31 +198,96 @@ def _timestamp(value: object) -> datetime.datetime | None:
         return None
 
 
-@attrs.frozen
+class _Unset(enum.Enum):
+    UNSET = enum.auto()
+
+
+_UNSET: Final = _Unset.UNSET
+
+
+@attrs.frozen(init=False)
 class Config:
     """How to reach and authenticate to one API server.
 
-    ``client_cert``/``client_key``/``ca`` are PEM bytes. ``tls_server_name`` is the name sent in
-    SNI and checked against the server's certificate when it differs from the URL's host.
+    ``client_certificate``, ``client_key`` and ``certificate_authority`` are PEM bytes, named
+    in the kubeconfig's own words, whether it gives the PEM inline (``-data``) or as a file.
+    ``tls_server_name`` is the name sent in SNI and checked against the server's certificate
+    when it differs from the URL's host.
+
+    ``kokumi.Config`` is public, so the names its TLS fields had before still work, as keywords
+    and as attributes (see ``__init__``).
     """
 
     server: str
     token: TokenProvider | None = attrs.field(default=None, repr=False)
-    client_cert: bytes | None = attrs.field(default=None, repr=False)
+    client_certificate: bytes | None = attrs.field(default=None, repr=False)
     client_key: bytes | None = attrs.field(default=None, repr=False)
-    ca: bytes | None = None
+    certificate_authority: bytes | None = None
     tls_server_name: str | None = None
-    insecure: bool = False
+    insecure_skip_tls_verify: bool = False
     proxy_url: str | None = None
     namespace: str = "default"
 
+    # --- the old names, kept for embedders ---
+    # client_cert, ca and insecure: a keyword of the old name, when given, wins, which keeps
+    # attrs.evolve(config, ca=...) working too.
+    def __init__(
+        self,
+        server: str,
+        token: TokenProvider | None = None,
+        client_certificate: bytes | None = None,
+        client_key: bytes | None = None,
+        certificate_authority: bytes | None = None,
+        tls_server_name: str | None = None,
+        insecure_skip_tls_verify: bool = False,
+        proxy_url: str | None = None,
+        namespace: str = "default",
+        *,
+        client_cert: bytes | _Unset | None = _UNSET,
+        ca: bytes | _Unset | None = _UNSET,
+        insecure: bool | _Unset = _UNSET,
+    ) -> None:
+        self.__attrs_init__(
+            server,
+            token,
+            client_certificate if isinstance(client_cert, _Unset) else client_cert,
+            client_key,
+            certificate_authority if isinstance(ca, _Unset) else ca,
+            tls_server_name,
+            insecure_skip_tls_verify if isinstance(insecure, _Unset) else insecure,
+            proxy_url,
+            namespace,
+        )
+
+    @property
+    def client_cert(self) -> bytes | None:
+        """The old name of ``client_certificate``."""
+        return self.client_certificate
+
+    @property
+    def ca(self) -> bytes | None:
+        """The old name of ``certificate_authority``."""
+        return self.certificate_authority
+
+    @property
+    def insecure(self) -> bool:
+        """The old name of ``insecure_skip_tls_verify``."""
+        return self.insecure_skip_tls_verify
+
+    # --- end of the old names ---
+
     def ssl_context(self) -> ssl.SSLContext:
-        """A TLS context trusting only ``ca`` (or the system store without it).
+        """A TLS context trusting only ``certificate_authority`` (or the system store without it).
 
         Built by :func:`kokumi.kube.tls.ssl_context`, the one builder every connection shares,
         so that the client key touches the disk only briefly, in a private file.
         """
-        return ssl_context(self.ca, self.client_cert, self.client_key, self.insecure)
+        return ssl_context(
+            self.certificate_authority,
+            self.client_certificate,
+            self.client_key,
+            self.insecure_skip_tls_verify,
+        )
 
     @classmethod
     def load(cls, *, root: str | os.PathLike[str] = SERVICE_ACCOUNT_ROOT) -> Config:
@@ -260,7 +326,7 @@ class Config:
         return cls(
             server=f"https://{_host_for_url(host)}:{port}",
             token=FileToken(token_path, max_age=token_max_age),
-            ca=ca,
+            certificate_authority=ca,
             namespace=namespace or "default",
         )
 
@@ -453,11 +519,11 @@ def _from_merged(merged: _Merged, context_name: str | None, *, run_exec: bool = 
     return Config(
         server=server.rstrip("/"),
         token=token,
-        client_cert=_blob(user, "client-certificate", user_base),
+        client_certificate=_blob(user, "client-certificate", user_base),
         client_key=_blob(user, "client-key", user_base),
-        ca=_blob(cluster, "certificate-authority", cluster_base),
+        certificate_authority=_blob(cluster, "certificate-authority", cluster_base),
         tls_server_name=_text(cluster.get("tls-server-name")) or None,
-        insecure=cluster.get("insecure-skip-tls-verify") is True,
+        insecure_skip_tls_verify=cluster.get("insecure-skip-tls-verify") is True,
         proxy_url=_text(cluster.get("proxy-url")) or None,
         namespace=_text(context.get("namespace")) or "default",
     )

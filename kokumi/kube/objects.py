@@ -1,7 +1,8 @@
 """Resource types and reading API objects' plain-dict forms: pure, no I/O.
 
-The pure core names its resources and reads Secrets through this module alone, so that it never
-imports the client, Trio or httpx.
+The pure core names its resources and reads objects' metadata and Secrets through this module
+alone, so that it never imports the client, Trio or httpx. The readers are lenient: an object
+comes from a server or a user, and a missing or odd field reads as empty, never as an exception.
 """
 
 from __future__ import annotations
@@ -14,7 +15,15 @@ from urllib.parse import quote
 
 import attrs
 
-__all__ = ["Resource", "secret_data"]
+__all__ = [
+    "Resource",
+    "metadata_of",
+    "name_of",
+    "namespace_of",
+    "resource_version",
+    "secret_data",
+    "secret_keys",
+]
 
 
 @attrs.frozen
@@ -63,6 +72,36 @@ class Resource:
 
 def _segment(value: str) -> str:
     return quote(value, safe="")
+
+
+def metadata_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The object's (or a list's) ``metadata``; empty when it has none or it is no mapping."""
+    metadata = obj.get("metadata")
+    return metadata if isinstance(metadata, Mapping) else {}
+
+
+def name_of(obj: Mapping[str, Any]) -> str:
+    """``metadata.name``; ``""`` when there is none."""
+    name = metadata_of(obj).get("name")
+    return name if isinstance(name, str) else ""
+
+
+def namespace_of(obj: Mapping[str, Any]) -> str:
+    """``metadata.namespace``; ``""`` for a cluster-scoped object, or when there is none."""
+    namespace = metadata_of(obj).get("namespace")
+    return namespace if isinstance(namespace, str) else ""
+
+
+def resource_version(obj: Mapping[str, Any]) -> str | None:
+    """``metadata.resourceVersion``; ``None`` when the object (or list) carries none."""
+    version = metadata_of(obj).get("resourceVersion")
+    return version if isinstance(version, str) else None
+
+
+def secret_keys(secret: Mapping[str, Any]) -> tuple[str, ...]:
+    """The keys of a Secret's ``data``, sorted: what a message may name, never the values."""
+    data = secret.get("data")
+    return tuple(sorted(str(key) for key in data)) if isinstance(data, Mapping) else ()
 
 
 def secret_data(secret: Mapping[str, Any], key: str) -> bytes | None:

@@ -18,36 +18,36 @@ __all__ = ["ssl_context"]
 
 
 def ssl_context(
-    ca_pem: bytes | None,
-    cert_pem: bytes | None,
-    key_pem: bytes | None,
-    insecure: bool,
+    certificate_authority: bytes | None,
+    client_certificate: bytes | None,
+    client_key: bytes | None,
+    insecure_skip_tls_verify: bool,
 ) -> ssl.SSLContext:
-    """A client context trusting only ``ca_pem`` (the system store without it).
+    """A client context trusting only ``certificate_authority`` (the system store without it).
 
-    ``insecure`` turns verification off entirely, as ``insecure-skip-tls-verify`` does in kubectl.
+    ``insecure_skip_tls_verify`` turns verification off entirely, as kubectl's option does.
     Python's ``ssl`` loads a client key only from a path, so the PEM goes to an anonymous memory
     file for the one ``load_cert_chain`` call (a private 0600 file in a fresh temporary
     directory, removed right after, where there is no ``memfd_create``). The texts of
     :class:`ConfigError` name what is unusable, never the PEM itself.
     """
-    if ca_pem is not None:
-        if not ca_pem.strip():
+    if certificate_authority is not None:
+        if not certificate_authority.strip():
             # ``cadata=""`` would silently fall back to the system store: refuse it instead.
             raise ConfigError("the certificate authority is empty")
         try:
-            context = ssl.create_default_context(cadata=ca_pem.decode("ascii"))
+            context = ssl.create_default_context(cadata=certificate_authority.decode("ascii"))
         except (ssl.SSLError, UnicodeDecodeError, ValueError) as exc:
             raise ConfigError(f"the certificate authority is not valid PEM: {_why(exc)}") from None
     else:
         context = ssl.create_default_context()
-    if insecure:
+    if insecure_skip_tls_verify:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
-    if (cert_pem is None) != (key_pem is None):
+    if (client_certificate is None) != (client_key is None):
         raise ConfigError("a client certificate needs its key, and a key its certificate")
-    if cert_pem is not None and key_pem is not None:
-        pem = cert_pem.rstrip(b"\n") + b"\n" + key_pem
+    if client_certificate is not None and client_key is not None:
+        pem = client_certificate.rstrip(b"\n") + b"\n" + client_key
         try:
             _load_chain(context, pem)
         except ssl.SSLError as exc:

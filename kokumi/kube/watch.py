@@ -36,11 +36,11 @@ import trio
 from .backoff import Backoff, FailureLog
 from .client import METADATA_OBJECT, Client
 from .errors import BadRequest, Gone, Invalid, KubeError, TransportError, error_from_status
-from .objects import Resource
+from .objects import Resource, name_of, namespace_of, resource_version
 
 __all__ = ["Resync", "Store", "WatchEvent", "watch"]
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 _CHANGES: frozenset[str] = frozenset(("ADDED", "MODIFIED", "DELETED"))
@@ -132,8 +132,7 @@ class Store:
 
 
 def _key(obj: Mapping[str, Any]) -> Key:
-    metadata = obj.get("metadata") or {}
-    return (metadata.get("namespace") or None, metadata.get("name") or "")
+    return (namespace_of(obj) or None, name_of(obj))
 
 
 async def watch(
@@ -182,7 +181,7 @@ async def watch(
     try:
         await watcher.run(task_status)
     except trio.BrokenResourceError:
-        logger.debug("watch %s: the consumer went away", watcher.path)
+        log.debug("watch %s: the consumer went away", watcher.path)
 
 
 @attrs.define
@@ -202,7 +201,7 @@ class _Watcher:
     failures: FailureLog = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        self.failures = FailureLog(logger, f"watch {self.path}")
+        self.failures = FailureLog(log, f"watch {self.path}")
 
     @property
     def path(self) -> str:
@@ -224,7 +223,7 @@ class _Watcher:
             except Gone as exc:
                 # The history we would resume from is gone: only a fresh list can tell what was
                 # deleted meanwhile, and the Resync hands that to the consumer.
-                logger.info("watch %s: %s; listing again", self.path, exc)
+                log.info("watch %s: %s; listing again", self.path, exc)
                 self.client.observer.watch_restarted(self.resource.plural, "gone")
                 if self.resource_version is None:  # the list itself failed so: do not spin
                     await trio.sleep(self.backoff.next())
@@ -254,8 +253,8 @@ class _Watcher:
             field_selector=self.field_selector,
             metadata_only=self.metadata_only,
         )
-        version = (result.get("metadata") or {}).get("resourceVersion")
-        if not isinstance(version, str) or not version:
+        version = resource_version(result)
+        if not version:
             raise TransportError(f"list {self.path}: the list has no resourceVersion")
         self.resource_version = version
         self.backoff.reset()
@@ -306,7 +305,7 @@ class _Watcher:
                         await self.send.send(event)
                         deadline.deadline = trio.current_time() + self.inactivity_timeout
         if deadline.cancelled_caught:
-            logger.debug(
+            log.debug(
                 "watch %s: nothing received for %g s; resuming from %s",
                 self.path,
                 self.inactivity_timeout,
@@ -332,8 +331,8 @@ class _Watcher:
                 code if isinstance(code, int) else 500, obj, context=f"watch {self.path}"
             )
             raise error
-        version = (obj.get("metadata") or {}).get("resourceVersion")
-        if isinstance(version, str) and version:
+        version = resource_version(obj)
+        if version:
             self.resource_version = version
         if kind not in _CHANGES:
             return None  # BOOKMARK, or a type this client does not know: only the version counts

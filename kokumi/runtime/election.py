@@ -22,6 +22,7 @@ import trio
 from kokumi.core import leader
 from kokumi.kube import errors
 from kokumi.kube.client import LEASES, Client
+from kokumi.kube.objects import metadata_of, resource_version
 
 __all__ = ["Admission", "LeadershipLost", "LeaseElector"]
 
@@ -206,7 +207,7 @@ class LeaseElector:
         else:
             self._lease = lease
             record = leader.parse_record(lease.get("spec"))
-            version = str((lease.get("metadata") or {}).get("resourceVersion", ""))
+            version = resource_version(lease) or ""
             self.state = self.state.observe(record, version, now)
         self.last_seen = trio.current_time()
 
@@ -222,12 +223,12 @@ class LeaseElector:
             written = await self._client.create(LEASES, body, namespace=self.namespace)
         else:
             current = self._lease or {}
-            metadata = dict(current.get("metadata") or {})
+            metadata = dict(metadata_of(current))
             metadata["resourceVersion"] = decision.resource_version
             body = {**current, "metadata": metadata, "spec": {**current.get("spec", {}), **spec}}
             written = await self._client.replace(LEASES, body, namespace=self.namespace)
         self._lease = written
-        version = str((written.get("metadata") or {}).get("resourceVersion", ""))
+        version = resource_version(written) or ""
         self.state = self.state.wrote(decision.record, version, started)
         self.last_seen = trio.current_time()
 
@@ -237,7 +238,7 @@ class LeaseElector:
         self.state = self.state.stepped_down()
         if record is None or self._lease is None:
             return
-        metadata = dict(self._lease.get("metadata") or {})
+        metadata = dict(metadata_of(self._lease))
         body = {**self._lease, "spec": {**self._lease.get("spec", {}), **leader.spec_of(record)}}
         body["metadata"] = metadata
         try:

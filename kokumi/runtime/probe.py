@@ -1,10 +1,9 @@
 """One check of one cluster connection: can Kokumi reach it, and does it accept the credential?
 
-The check is all I/O and no policy: it asks the API server two questions and maps what it finds
-to a :class:`Finding` whose reason and one-line message go into the Cluster's Ready condition.
-Which Reason a failure or an answer is, and what its message says, is
-:mod:`kokumi.core.diagnosis`'s,
-a pure module; when to check, how often and what to do with the answer is the Cluster actor's.
+The check is all I/O and no policy: it asks the API server two questions and hands what it finds
+to :mod:`kokumi.core.diagnosis`, a pure module that decides which Reason a failure or an answer
+is and what its one-line message says; the :class:`Finding` carries them into the Cluster's Ready
+condition. When to check, how often and what to do with the answer is the Cluster actor's.
 
 Two requests, over one connection:
 
@@ -51,7 +50,7 @@ from kokumi.kube.tls import ssl_context
 
 __all__ = ["Finding", "check", "check_client", "check_config"]
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 _MAX_BODY = 1 << 20
 """Answers to our two questions are a few hundred bytes; a server that sends more is cut off."""
@@ -114,11 +113,11 @@ async def check(
         _Findings(connection.server, timeout, own=False),
         egress=egress or EgressPolicy(),
         token=connection.token,
-        cert_pem=connection.client_certificate,
-        key_pem=connection.client_key,
-        ca_pem=connection.certificate_authority,
+        client_certificate=connection.client_certificate,
+        client_key=connection.client_key,
+        certificate_authority=connection.certificate_authority,
         tls_server_name=connection.tls_server_name,
-        insecure=connection.insecure_skip_tls_verify,
+        insecure_skip_tls_verify=connection.insecure_skip_tls_verify,
         proxy_url=connection.proxy_url,
     )
 
@@ -146,19 +145,19 @@ async def check_config(config: Config, *, timeout: float = 10.0) -> Finding:  # 
         try:
             token = await provider.token() if provider is not None else None
         except ConfigError as exc:
-            return findings.fail(Reason.UNAUTHORIZED, f"{exc}: check the manager's mounts")
+            return findings.of(diagnosis.unreadable_token(str(exc)))
         while True:
             finding = await _check(
                 findings,
                 token=token,
-                cert_pem=config.client_cert,
-                key_pem=config.client_key,
-                ca_pem=config.ca,
+                client_certificate=config.client_certificate,
+                client_key=config.client_key,
+                certificate_authority=config.certificate_authority,
                 tls_server_name=config.tls_server_name,
-                insecure=config.insecure,
+                insecure_skip_tls_verify=config.insecure_skip_tls_verify,
                 proxy_url=config.proxy_url,
             )
-            if finding.reason is not Reason.UNAUTHORIZED or provider is None:
+            if not diagnosis.credential_refused(finding.reason) or provider is None:
                 return finding
             token = await provider.refresh()
             if token is None:
@@ -171,11 +170,11 @@ async def _check(
     findings: _Findings,
     *,
     token: str | None,
-    cert_pem: bytes | None,
-    key_pem: bytes | None,
-    ca_pem: bytes | None,
+    client_certificate: bytes | None,
+    client_key: bytes | None,
+    certificate_authority: bytes | None,
     tls_server_name: str | None,
-    insecure: bool,
+    insecure_skip_tls_verify: bool,
     proxy_url: str | None,
     egress: EgressPolicy | None = None,
 ) -> Finding:
@@ -183,9 +182,9 @@ async def _check(
     try:
         base = httpx.URL(findings.server.rstrip("/"))
     except httpx.InvalidURL:
-        return findings.unreachable("the server URL is not a valid URL: correct it")
+        return findings.of(diagnosis.invalid_url())
     if base.scheme not in ("https", "http") or not base.host:
-        return findings.unreachable("the server URL is not an http(s) URL: correct it")
+        return findings.of(diagnosis.not_http_url())
     if egress is not None:
         # A literal address is judged before anything else: no proxy, DNS or socket sees it.
         literal = parse_address(base.host)
@@ -193,22 +192,21 @@ async def _check(
         if refused is not None:
             return findings.egress_denied(_Refused(base.host, str(literal), refused))
     try:
-        context = _contexts.get(ca_pem, cert_pem, key_pem, insecure)
-    except ConfigError as exc:
-        where = "the manager's configuration" if findings.own else "the kubeconfig"
-        return findings.tls(f"{exc}: correct it in {where}")
-    if token and not all("!" <= char <= "~" for char in token):
-        # httpx would raise, quoting the offending character; the parser refuses such tokens too.
-        return findings.fail(
-            Reason.UNAUTHORIZED,
-            "the token has spaces or characters that cannot go into an HTTP header: copy the"
-            " token as its Secret holds it, decoded from base64",
+        context = _contexts.get(
+            certificate_authority, client_certificate, client_key, insecure_skip_tls_verify
         )
+    except ConfigError as exc:
+        return findings.of(diagnosis.invalid_tls_material(str(exc), own=findings.own))
+    if token and not all("!" <= char <= "~" for char in token):
+        # httpx would raise, quoting the offending character.
+        return findings.of(diagnosis.bad_token())
     headers = {"Accept": "application/json", "User-Agent": "kokumi-probe"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
     extensions = {"sni_hostname": tls_server_name} if tls_server_name else {}
-    question = _Question(base, headers, extensions, has_credential=bool(token) or bool(cert_pem))
+    question = _Question(
+        base, headers, extensions, has_credential=bool(token) or bool(client_certificate)
+    )
     started = trio.current_time()
     with trio.move_on_after(findings.timeout):
         try:
@@ -224,14 +222,9 @@ async def _check(
                 follow_redirects=False,
             )
         except ImportError:
-            return findings.unreachable(
-                "proxy failed: SOCKS proxies need httpx's socks extra (socksio) in Kokumi;"
-                " use an HTTP(S) proxy"
-            )
+            return findings.of(diagnosis.no_socks_support())
         except ValueError:
-            return findings.unreachable(
-                "proxy failed: the proxy URL's scheme is not http, https or socks5: correct it"
-            )
+            return findings.of(diagnosis.unknown_proxy_scheme())
         sockets = _track_sockets(transport)
         try:
             async with client:
@@ -239,10 +232,12 @@ async def _check(
         except _Refused as refused:
             finding = findings.egress_denied(refused)
         except (httpx.HTTPError, OSError, trio.BrokenResourceError) as exc:
-            finding = _from_failure(exc, findings, base, tls_server_name, proxy_url, ca_pem)
+            finding = _from_failure(
+                exc, findings, base, tls_server_name, proxy_url, certificate_authority
+            )
         finally:
             await sockets.close_all()
-        logger.debug(
+        log.debug(
             "checked %s in %.0f ms: %s",
             findings.server,
             (trio.current_time() - started) * 1000,
@@ -269,14 +264,20 @@ class _ContextCache:
         ] = collections.OrderedDict()
 
     def get(
-        self, ca_pem: bytes | None, cert_pem: bytes | None, key_pem: bytes | None, insecure: bool
+        self,
+        certificate_authority: bytes | None,
+        client_certificate: bytes | None,
+        client_key: bytes | None,
+        insecure_skip_tls_verify: bool,
     ) -> ssl.SSLContext:
-        key = (ca_pem, cert_pem, key_pem, insecure)
+        key = (certificate_authority, client_certificate, client_key, insecure_skip_tls_verify)
         context = self._contexts.get(key)
         if context is not None:
             self._contexts.move_to_end(key)
             return context
-        context = ssl_context(ca_pem, cert_pem, key_pem, insecure)  # raises ConfigError: no entry
+        context = ssl_context(
+            certificate_authority, client_certificate, client_key, insecure_skip_tls_verify
+        )  # raises ConfigError: no entry
         self._contexts[key] = context
         if len(self._contexts) > self._size:
             self._contexts.popitem(last=False)
@@ -378,78 +379,30 @@ class _Findings:
     own: bool
     version: str | None = None
 
-    def fail(self, reason: Reason, message: str) -> Finding:
-        return Finding(False, reason, message, self.server, self.version)
+    def of(self, verdict: diagnosis.Verdict) -> Finding:
+        reason, message = verdict
+        return Finding(reason is Reason.READY, reason, message, self.server, self.version)
 
-    def ready(self, username: object) -> Finding:
-        who = f" as {username}" if isinstance(username, str) and username else ""
-        message = f"the API server answers and accepts the credential{who}"
-        return Finding(True, Reason.READY, message, self.server, self.version)
-
-    def unreachable(self, message: str) -> Finding:
-        return self.fail(Reason.UNREACHABLE, message)
-
-    def timed_out(self, where: str = "") -> Finding:
-        return self.of(
-            diagnosis.timed_out(self.timeout, where or _host_port(httpx.URL(self.server)))
-        )
-
-    def tls(self, message: str) -> Finding:
-        return self.fail(Reason.TLS_ERROR, message)
+    def timed_out(self) -> Finding:
+        return self.of(diagnosis.timed_out(self.timeout, _host_port(httpx.URL(self.server))))
 
     def egress_denied(self, refused: _Refused) -> Finding:
         return self.of(diagnosis.egress_denied(refused.host, refused.address, refused.network))
 
-    def unauthorized(self, has_credential: bool) -> Finding:
-        return self.of(diagnosis.unauthorized(has_credential, own=self.own))
-
-    def anonymous(self) -> Finding:
-        return self.of(diagnosis.anonymous())
-
-    def forbidden(self) -> Finding:
-        return self.of(diagnosis.forbidden(own=self.own))
-
-    def not_kubernetes(self, what: str) -> Finding:
-        return self.of(diagnosis.not_kubernetes(what))
-
-    def answered(self, what: str, status: int, body: bytes) -> Finding:
-        return self.of(diagnosis.answered(what, status, _phrase(status), body))
-
-    def of(self, verdict: diagnosis.Verdict) -> Finding:
-        return self.fail(*verdict)
-
 
 async def _ask(client: httpx.AsyncClient, question: _Question, findings: _Findings) -> Finding:
+    """Ask both questions; what each answer means is the diagnosis's."""
+    said = {"has_credential": question.has_credential, "own": findings.own}
     status, body = await _send(client, "GET", "/version", question)
-    if status == 401:
-        return findings.unauthorized(question.has_credential)
-    if 200 <= status < 300:
-        version = diagnosis.json_object(body).get("gitVersion")
-        if not isinstance(version, str) or not version:
-            return findings.not_kubernetes("GET /version answered without a gitVersion")
-        findings.version = version
-    elif status != 403:  # 403: /version is not public here; the review still tells
-        return findings.answered("GET /version", status, body)
+    version = diagnosis.version_answer(status, _phrase(status), body, **said)
+    if isinstance(version, tuple):
+        return findings.of(version)
+    findings.version = version
 
     status, body = await _send(client, "POST", _REVIEW_PATH, question, _REVIEW)
     if status == 404:  # before Kubernetes 1.28
         status, body = await _send(client, "POST", _ACCESS_REVIEW_PATH, question, _ACCESS_REVIEW)
-    if status == 401:
-        return findings.unauthorized(question.has_credential)
-    if status == 403:
-        if not question.has_credential:
-            return findings.unauthorized(has_credential=False)
-        return findings.forbidden()
-    if not 200 <= status < 300:
-        return findings.answered("POST selfsubjectreviews", status, body)
-    review_status = diagnosis.json_object(body).get("status")
-    user = review_status.get("userInfo") if isinstance(review_status, Mapping) else None
-    username = user.get("username") if isinstance(user, Mapping) else None
-    if username == "system:anonymous":
-        if not question.has_credential:
-            return findings.unauthorized(has_credential=False)
-        return findings.anonymous()
-    return findings.ready(username)
+    return findings.of(diagnosis.review_answer(status, _phrase(status), body, **said))
 
 
 async def _send(
@@ -486,7 +439,7 @@ def _from_failure(
     base: httpx.URL,
     tls_server_name: str | None,
     proxy_url: str | None,
-    ca_pem: bytes | None,
+    certificate_authority: bytes | None,
 ) -> Finding:
     """Map a failed request to a Finding: :mod:`kokumi.core.diagnosis` decides, from plain
     values."""
@@ -499,7 +452,7 @@ def _from_failure(
         proxy=_host_port(proxy) if proxy is not None else "",
         proxy_host=proxy.host if proxy is not None else "",
         tls_server_name=tls_server_name,
-        ca_pem=ca_pem,
+        certificate_authority=certificate_authority,
         timeout=findings.timeout,
     )
     return findings.of(verdict)
