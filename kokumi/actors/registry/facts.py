@@ -53,7 +53,7 @@ from kokumi.kube.watch import Resync, WatchEvent, watch
 
 __all__ = ["NOT_REGISTERED", "Registration", "Registry"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("kokumi.actors.registry")  # one logger for the package, as before
 
 CLUSTER_SECRETS = f"{argocd.LABEL_SECRET_TYPE}=cluster"
 
