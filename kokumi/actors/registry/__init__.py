@@ -14,7 +14,7 @@ both, never from the intent alone:
 The API server is the second guard: the Secret is named after the server and ``create`` is atomic,
 so ``AlreadyExists`` means somebody holds it, and its labels say who. The registry keeps no memory a
 crash could lose: on start the table is rebuilt from the Secrets found, their waiting order from the
-annotation :data:`kokumi.core.argocd.ANNOTATION_WAITING`, so a restart with nothing changed writes
+annotation :data:`kokumi.core.handover.ANNOTATION_WAITING`, so a restart with nothing changed writes
 nothing and hands over in the same order as before.
 
 Requests, and the news of the registry's own Secret watch, come through one bounded inbox with a

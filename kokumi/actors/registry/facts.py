@@ -17,7 +17,7 @@ import trio
 from kokumi.actors.pace import Pace
 from kokumi.actors.registry.line import Line
 from kokumi.actors.registry.state import Retry, log, name_of, version_of
-from kokumi.core import argocd, ownership
+from kokumi.core import argocd, handover, ownership
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef
 from kokumi.core.reasons import Reason
@@ -173,7 +173,7 @@ class Facts(Line):
                 return None
             # Only this replica's waiters' places in the line are written, for them.
             acting: set[ClusterRef | None] = set(self._table.waiting(server))
-            acting |= {c for c in argocd.waiting_of(secret) if self._is_served(c)}
+            acting |= {c for c in handover.waiting_of(secret) if self._is_served(c)}
             if not acting:
                 return None
         else:
@@ -238,7 +238,9 @@ class Facts(Line):
             if existing is not None and argocd.holder_of(existing) == holder:
                 await self._keep_waiting(name, existing, waiting)
             return set()
-        desired = argocd.cluster_secret(connection, holder, self._namespace, waiting)
+        desired = handover.with_waiting(
+            argocd.cluster_secret(connection, holder, self._namespace), waiting
+        )
         if existing is None:
             try:
                 created = await self._client.create(SECRETS, desired, namespace=self._namespace)
@@ -274,7 +276,7 @@ class Facts(Line):
             if first is not None:
                 # This table heard of its waiters in another order than the Secret records
                 # (a shard taken lately): the Secret's order decides who comes next.
-                recorded = self._served(argocd.waiting_of(existing))
+                recorded = self._served(handover.waiting_of(existing))
                 adopted = self._step(ownership.Adopt(server, first, (), recorded))
                 return {s for s in adopted if s is not None} | {server}
         await self._replace(name, existing, desired)
@@ -340,7 +342,7 @@ class Facts(Line):
                     remote.append((server, holder))
                     continue
                 holders[server] = holder
-                waiting[server] = self._served(argocd.waiting_of(secret))
+                waiting[server] = self._served(handover.waiting_of(secret))
                 written[server] = version_of(secret)
             elif argocd.is_ours(secret):
                 # Ours, but naming no holder or not named after its server: nothing can hold it,
@@ -442,7 +444,7 @@ class Facts(Line):
         touched: set[str | None] = {server}
         if server is not None and secret is not None and self._table.remote(server) is not None:
             previous = argocd.holder_of(secret)
-            self._last_line[server] = tuple(c for c in argocd.waiting_of(secret) if c != previous)
+            self._last_line[server] = tuple(c for c in handover.waiting_of(secret) if c != previous)
             first = self._first_elsewhere(secret, None)
             if first is not None and argocd.is_ours(secret):
                 # Another replica's Cluster came first: it creates the Secret; ours wait.
@@ -482,10 +484,10 @@ class Facts(Line):
         already, or let go). A holder that let go since passes the server on at once."""
         waiting = tuple(
             c
-            for c in argocd.waiting_of(secret)
+            for c in handover.waiting_of(secret)
             if self._is_served(c) and c not in self._claims and c not in self._let_go
         )
-        recorded = self._served(argocd.waiting_of(secret))
+        recorded = self._served(handover.waiting_of(secret))
         touched = self._step(ownership.Adopt(server, holder, waiting, recorded))
         if holder in self._let_go:
             touched |= self._step(ownership.Release(holder))
@@ -561,7 +563,7 @@ def _same(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
     wanted = desired["metadata"]["labels"]
     return (
         all(labels.get(k) == v for k, v in wanted.items())
-        and argocd.waiting_of(existing) == argocd.waiting_of(desired)
+        and handover.waiting_of(existing) == handover.waiting_of(desired)
         and (existing.get("data") or {}) == desired["data"]
         and existing.get("type", "Opaque") == desired["type"]
     )

@@ -1,9 +1,10 @@
 """The waiting order across replicas: a server's line as its Secret records it, and handovers.
 
 With shards, a server's waiters may be served by several replicas; the one line they all share
-is the one its Secret records. This section keeps this replica's waiters' places in it, finds who
-comes next when the holder lets go, hands the Secret to another replica's Cluster in place, and
-tells a new holder that Argo CD's name for its server changed.
+is the one its Secret records (:mod:`kokumi.core.handover` spells it). This section keeps this
+replica's waiters' places in it, finds who comes next when the holder lets go, hands the Secret
+to another replica's Cluster in place, and tells a new holder that Argo CD's name for its server
+changed.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kokumi.actors.registry.state import State, log
-from kokumi.core import argocd, ownership, shards
+from kokumi.core import argocd, handover, ownership
 from kokumi.core.api import CLUSTERS, Meta
 from kokumi.core.ownership import ClusterRef
 from kokumi.core.reasons import Reason
@@ -38,8 +39,8 @@ class Line(State):
         local = self._table.waiting(server)
         if not self._sharded:
             return local
-        recorded = argocd.waiting_of(existing) if existing else self._last_line.get(server, ())
-        line = shards.merged_line(recorded, local, self._knows)
+        recorded = handover.waiting_of(existing) if existing else self._last_line.get(server, ())
+        line = handover.merged_line(recorded, local, self._knows)
         return tuple(c for c in line if c != holder)
 
     def _first_elsewhere(
@@ -51,8 +52,8 @@ class Line(State):
         if not self._sharded or (server is not None and self._table.foreign(server)):
             return None
         local = (*([holder] if holder else []), *(self._table.waiting(server) if server else ()))
-        first = shards.first_waiting(
-            argocd.waiting_of(existing), argocd.holder_of(existing), local, self._is_served
+        first = handover.first_waiting(
+            handover.waiting_of(existing), argocd.holder_of(existing), local, self._is_served
         )
         return first if first is not None and not self._is_served(first) else None
 
@@ -62,8 +63,8 @@ class Line(State):
             return None
         server = argocd.server_of(existing)
         local = (holder, *(self._table.waiting(server) if server else ()))
-        first = shards.first_waiting(
-            argocd.waiting_of(existing), argocd.holder_of(existing), local, self._is_served
+        first = handover.first_waiting(
+            handover.waiting_of(existing), argocd.holder_of(existing), local, self._is_served
         )
         return first if first is not None and first != holder and first in local else None
 
@@ -75,23 +76,7 @@ class Line(State):
         recorded), so Argo CD never sees the cluster vanish. That replica's watch sees its
         Cluster named and copies its kubeconfig in, as after a restart; this replica's waiters
         wait behind it."""
-        previous = argocd.holder_of(existing)
-        line = tuple(c for c in argocd.waiting_of(existing) if c not in (previous, first))
-        metadata = dict(existing.get("metadata") or {})
-        labels = {
-            **(metadata.get("labels") or {}),
-            argocd.LABEL_CLUSTER: first.name,
-            argocd.LABEL_CLUSTER_NAMESPACE: first.namespace,
-        }
-        annotations = dict(metadata.get("annotations") or {})
-        annotations.pop(argocd.ANNOTATION_WAITING, None)
-        if line:
-            annotations[argocd.ANNOTATION_WAITING] = ",".join(str(c) for c in line)
-        desired = {
-            **existing,
-            "metadata": {**metadata, "labels": labels, "annotations": annotations},
-        }
-        await self._replace(name, existing, desired)
+        await self._replace(name, existing, handover.handed_to(existing, first))
         log.info("Secret %s handed to %s, first in line, served by another replica", name, first)
         return {s for s in self._step(ownership.Remote(server, first)) if s}
 
@@ -102,8 +87,8 @@ class Line(State):
         if existing is None or not self._sharded:
             return set()
         holder = argocd.holder_of(existing)
-        line = shards.merged_line(
-            argocd.waiting_of(existing), self._table.waiting(server), self._knows
+        line = handover.merged_line(
+            handover.waiting_of(existing), self._table.waiting(server), self._knows
         )
         await self._keep_waiting(name, existing, tuple(c for c in line if c != holder))
         return set()
@@ -111,17 +96,9 @@ class Line(State):
     async def _keep_waiting(
         self, name: str, existing: Mapping[str, Any], waiting: tuple[ClusterRef, ...]
     ) -> None:
-        if argocd.waiting_of(existing) == waiting:
+        if handover.waiting_of(existing) == waiting:
             return
-        metadata = dict(existing.get("metadata") or {})
-        annotations = dict(metadata.get("annotations") or {})
-        if waiting:
-            annotations[argocd.ANNOTATION_WAITING] = ",".join(str(c) for c in waiting)
-        else:
-            annotations.pop(argocd.ANNOTATION_WAITING, None)
-        await self._replace(
-            name, existing, {**existing, "metadata": {**metadata, "annotations": annotations}}
-        )
+        await self._replace(name, existing, handover.with_waiting(existing, waiting))
 
     async def _record_handover(
         self, server: str, was: str, previous: ClusterRef | None, holder: ClusterRef
