@@ -31,6 +31,5 @@ and handovers) and ``state`` (what the registry remembers, and the steps they al
 
 from kokumi.actors.registry.inbox import Registry
 from kokumi.actors.registry.line import HANDOVER_REASON
-from kokumi.core.registration import NOT_REGISTERED, Registration
 
-__all__ = ["HANDOVER_REASON", "NOT_REGISTERED", "Registration", "Registry"]
+__all__ = ["HANDOVER_REASON", "Registry"]
