@@ -30,6 +30,8 @@ from kokumi.kube.watch import Resync, WatchEvent
 
 
 class Facts(Line):
+    # --- what a Cluster is told, and the writes ---------------------------------------------------
+
     def _registration(self, cluster: ClusterRef) -> Registration:
         """What ``cluster`` is told, from the table and the Secrets as the API server has them."""
         server = self._table.wanted_by(cluster)
@@ -322,6 +324,8 @@ class Facts(Line):
         self._remember(name, None)
         self._metrics.registry_writes += 1
         log.info("deleted Secret %s: nobody holds its server any more", name)
+
+    # --- what the API server says -----------------------------------------------------------------
 
     async def _rebuild(self, secrets: Iterable[Mapping[str, Any]]) -> None:
         holders: dict[str, ClusterRef] = {}

@@ -116,6 +116,8 @@ class Registry(Facts):
         """Servers whose Secret the registry knows to differ from its table, and retries."""
         return frozenset(self._retries)
 
+    # --- what Cluster actors call -----------------------------------------------------------------
+
     def subscribe(
         self, cluster: ClusterRef, uid: str, notify: Callable[[Registration], None]
     ) -> None:
@@ -162,6 +164,8 @@ class Registry(Facts):
         await self._inbox_send.send(make(reply_send))
         async with reply_receive:
             return await reply_receive.receive()
+
+    # --- the actor --------------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Rebuild from Argo CD's Secrets, then serve requests, watch news and retries in turn."""
