@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from kokumi.core import api, argocd, kubeconfig, selectors, targets
+from kokumi.core import api, argocd, handover, kubeconfig, selectors, targets
 from kokumi.core import status as status_model
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
@@ -138,7 +138,7 @@ def check_converged(objects: Objects, servers: Iterable[str], probe: Probe) -> C
         holders[holder] = server
         desired = argocd.cluster_secret(wanted[holder][1], holder, objects.argocd_namespace)
         assert secret["data"] == desired["data"], f"{holder}'s Secret has an old connection"
-        waiting = set(argocd.waiting_of(secret))
+        waiting = set(handover.waiting_of(secret))
         assert waiting == set(by_server[server]) - {holder}, f"{server}: waiting {waiting}"
     for obj in objects.clusters:
         cluster = api.parse_cluster(obj)

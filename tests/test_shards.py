@@ -13,15 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kokumi.core.ownership import ClusterRef
-from kokumi.core.shards import (
-    Sharding,
-    first_waiting,
-    lease_name,
-    merged_line,
-    preference,
-    shard_of,
-)
+from kokumi.core.shards import Sharding, lease_name, preference, shard_of
 
 names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=63)
 counts = st.integers(min_value=1, max_value=64)
@@ -109,41 +101,3 @@ def test_lease_names_and_limits() -> None:
         Sharding("a", 2, max_shards=0)
     with pytest.raises(ValueError, match="at least one shard"):
         shard_of("a", "b", 0)
-
-
-# --- the waiting order of one server across replicas ---------------------------------------------
-
-refs = st.builds(ClusterRef, st.sampled_from(["a", "b", "c"]), st.sampled_from(["x", "y", "z"]))
-lines = st.lists(refs, unique=True, max_size=6)
-
-
-@given(lines, lines, st.sets(refs))
-def test_a_replica_records_its_waiters_and_leaves_the_others_in_place(
-    recorded: list[ClusterRef], local: list[ClusterRef], served: set[ClusterRef]
-) -> None:
-    local = [c for c in local if c in served]  # a replica's waiters are Clusters it serves
-    line = merged_line(recorded, local, served.__contains__)
-    assert len(line) == len(set(line))
-    assert set(local) <= set(line)
-    others = [c for c in recorded if c not in served]
-    assert [c for c in line if c not in served] == others, "others keep their order"
-    kept = [c for c in recorded if c in served and c in local]
-    joined = [c for c in local if c not in recorded]
-    assert [c for c in line if c in served] == kept + joined
-    assert line[: len(line) - len(joined)] == tuple(
-        c for c in recorded if c not in served or c in local
-    ), "a Cluster that joins comes after everyone recorded"
-    assert merged_line(line, local, served.__contains__) == line, "written again: no change"
-
-
-@given(lines, lines, st.sets(refs), st.one_of(st.none(), refs))
-def test_the_next_holder_is_the_first_still_waiting_of_the_recorded_line(
-    recorded: list[ClusterRef],
-    local: list[ClusterRef],
-    served: set[ClusterRef],
-    holder: ClusterRef | None,
-) -> None:
-    local = [c for c in local if c in served]
-    line = merged_line(recorded, local, served.__contains__)
-    expected = next((c for c in line if c != holder), None)
-    assert first_waiting(recorded, holder, local, served.__contains__) == expected

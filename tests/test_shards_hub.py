@@ -19,6 +19,7 @@ import trio
 
 from kokumi.actors.registry import HANDOVER_REASON
 from kokumi.core import api, argocd
+from kokumi.core.handover import ANNOTATION_WAITING, waiting_of
 from kokumi.core.leader import LeaderElection, Timing
 from kokumi.core.ownership import ClusterRef
 from kokumi.core.shards import Sharding, lease_name, preference, shard_of
@@ -401,7 +402,7 @@ async def test_the_first_to_wait_takes_over_whichever_replica_serves_it(
             def recorded(found: dict[tuple[str, str], dict[str, Any]]) -> str:
                 secret = found.get((ns, holder)) or {}
                 annotations = secret.get("metadata", {}).get("annotations") or {}
-                return str(annotations.get(argocd.ANNOTATION_WAITING, ""))
+                return str(annotations.get(ANNOTATION_WAITING, ""))
 
             await wait_for(
                 functools.partial(secrets_by_holder, ws),
@@ -433,7 +434,7 @@ async def test_the_first_to_wait_takes_over_whichever_replica_serves_it(
                 await wait_reason(ws, ns, early, "Ready")
                 watching.cancel_scope.cancel()
             assert [w for w in writes.seen if w[2] == "DELETED"] == [], "never vanished"
-            assert argocd.waiting_of(taken[(ns, early)]) == (ClusterRef(ns, late),)
+            assert waiting_of(taken[(ns, early)]) == (ClusterRef(ns, late),)
             uid = first_secret["metadata"]["uid"]
             assert taken[(ns, early)]["metadata"]["uid"] == uid, "handed over in place"
             await wait_reason(ws, ns, early, "Ready")
@@ -485,7 +486,7 @@ async def test_a_handover_cut_short_by_the_takers_replica_stopping_is_finished_b
             await wait_for(
                 functools.partial(secrets_by_holder, ws),
                 lambda found: (
-                    argocd.waiting_of(found.get((ns, holder)) or {})
+                    waiting_of(found.get((ns, holder)) or {})
                     == (ClusterRef(ns, early), ClusterRef(ns, late))
                 ),
                 "both waiters recorded, in the order they came",
@@ -528,7 +529,7 @@ async def test_a_handover_cut_short_by_the_takers_replica_stopping_is_finished_b
             assert [w for w in writes.seen if w[2] == "DELETED"] == [], "never vanished"
             secret = taken[(ns, early)]
             assert secret["metadata"]["uid"] == first_secret["metadata"]["uid"], "in place"
-            assert argocd.waiting_of(secret) == (ClusterRef(ns, late),)
+            assert waiting_of(secret) == (ClusterRef(ns, late),)
             waiting = ready_of(await wait_reason(ws, ns, late, "ClusterConflict"))
             assert f"held by Cluster {ns}/{early}" in waiting["message"]
             was = argocd.cluster_name(ClusterRef(ns, holder), server)

@@ -22,6 +22,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from kokumi.core.handover import first_waiting, merged_line
 from kokumi.core.ownership import (
     Adopt,
     ClusterRef,
@@ -38,7 +39,6 @@ from kokumi.core.ownership import (
     WriteSecret,
     step,
 )
-from kokumi.core.shards import first_waiting, merged_line
 
 A = ClusterRef("team-a", "spoke")
 B = ClusterRef("team-b", "spoke")

@@ -17,7 +17,7 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from kokumi.core.kubeconfig import Connection
@@ -25,7 +25,6 @@ from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_serve
 from kokumi.kube.objects import secret_data
 
 __all__ = [
-    "ANNOTATION_WAITING",
     "ARGOCD_NAMESPACE",
     "IN_CLUSTER_SERVER",
     "LABEL_CLUSTER",
@@ -43,7 +42,6 @@ __all__ = [
     "secret_name",
     "server_hash",
     "server_of",
-    "waiting_of",
 ]
 
 ARGOCD_NAMESPACE = "argocd"
@@ -52,13 +50,6 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_CLUSTER = "delivery.kokumi.dev/cluster"
 LABEL_CLUSTER_NAMESPACE = "delivery.kokumi.dev/cluster-namespace"
 MANAGED_BY = "kokumi"
-ANNOTATION_WAITING = "delivery.kokumi.dev/waiting"
-"""The Clusters waiting for the server, in order, as ``namespace/name,namespace/name``.
-
-The waiting order lives on the server's Secret so that it survives a restart of the manager: a
-holder that lets go right after a restart hands the server to the Cluster that waited first, not
-to whichever Cluster's check happens to finish first.
-"""
 _SECRET_TYPE_CLUSTER = "cluster"  # noqa: S105 - a label value, no password
 
 
@@ -118,7 +109,6 @@ def cluster_secret(
     connection: Connection,
     cluster: ClusterRef,
     namespace: str = ARGOCD_NAMESPACE,
-    waiting: Sequence[ClusterRef] = (),
 ) -> dict[str, Any]:
     """The complete Secret registering ``cluster`` under its connection's server.
 
@@ -128,6 +118,9 @@ def cluster_secret(
     Refuses the in-cluster server with ``ValueError``: such a Secret would replace the connection
     Argo CD uses for its own cluster, for every Application. The ownership table never asks for
     one; this is the last line of defence should a caller get that wrong.
+
+    Who waits for the server is no part of the registration: the handover records it
+    (:func:`kokumi.core.handover.with_waiting`).
     """
     server = normalise_server(connection.server)
     if server == IN_CLUSTER_SERVER:
@@ -145,8 +138,6 @@ def cluster_secret(
             LABEL_CLUSTER_NAMESPACE: cluster.namespace,
         },
     }
-    if waiting:
-        metadata["annotations"] = {ANNOTATION_WAITING: ",".join(str(c) for c in waiting)}
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -158,25 +149,6 @@ def cluster_secret(
             "server": _b64(server.encode()),
         },
     }
-
-
-def waiting_of(secret: Mapping[str, Any]) -> tuple[ClusterRef, ...]:
-    """The waiting order a Secret of Kokumi's records; malformed entries are skipped."""
-    if not is_ours(secret):
-        return ()
-    metadata = secret.get("metadata")
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    value = annotations.get(ANNOTATION_WAITING) if isinstance(annotations, Mapping) else None
-    if not isinstance(value, str):
-        return ()
-    found: list[ClusterRef] = []
-    for entry in value.split(","):
-        namespace, _, name = entry.strip().partition("/")
-        if namespace and name and "/" not in name:
-            ref = ClusterRef(namespace=namespace, name=name)
-            if ref not in found:
-                found.append(ref)
-    return tuple(found)
 
 
 def _labels(secret: Mapping[str, Any]) -> Mapping[str, Any]:

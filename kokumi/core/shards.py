@@ -1,23 +1,22 @@
 """Which replica serves which Cluster: shards by a stable hash, one Lease per shard.
 
 Pure: no I/O, no Trio. The replicas never talk to each other; each one is a candidate for every
-shard's Lease (:mod:`kokumi.core.leader` rules, :mod:`kokumi.runtime.election` loop), and a Cluster
-belongs to
-the shard its name hashes to. The hash must be the same in every process and every release, so
-it is SHA-256 of ``namespace/name``, never Python's ``hash()``, which is salted per process.
+shard's Lease (:mod:`kokumi.core.leader` rules, :mod:`kokumi.runtime.election` loop), and a
+Cluster belongs to the shard its name hashes to. The hash must be the same in every process and
+every release, so it is SHA-256 of ``namespace/name``, never Python's ``hash()``, which is salted
+per process. The one waiting line a server's replicas share is the handover's
+(:mod:`kokumi.core.handover`).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Collection, Sequence
 
 import attrs
 
 from kokumi.core.leader import DEFAULT_LEASE_NAME, Timing
-from kokumi.core.ownership import ClusterRef
 
-__all__ = ["Sharding", "first_waiting", "lease_name", "merged_line", "preference", "shard_of"]
+__all__ = ["Sharding", "lease_name", "preference", "shard_of"]
 
 
 def _digest(text: str) -> int:
@@ -73,43 +72,3 @@ class Sharding:
 
     def shard_of(self, namespace: str, name: str) -> int:
         return shard_of(namespace, name, self.shards)
-
-
-# --- the waiting order of one server, across replicas -------------------------------------------
-
-
-def merged_line(
-    recorded: Sequence[ClusterRef],
-    local: Sequence[ClusterRef],
-    served: Callable[[ClusterRef], bool],
-) -> tuple[ClusterRef, ...]:
-    """The waiting order a replica records on a server's Secret, the next holder first.
-
-    ``recorded`` is what the Secret says now, written by whichever replicas' Clusters wait;
-    ``local`` this replica's waiters in the order they came. Entries of Clusters served
-    elsewhere are never this replica's to drop or move; its own keep their place while they
-    still wait, leave when they stop, and join at the end when they start.
-    """
-    waiting = set(local)
-    kept = [c for c in recorded if not served(c) or c in waiting]
-    recorded_set = set(kept)
-    kept += [c for c in local if c not in recorded_set]
-    return tuple(dict.fromkeys(kept))
-
-
-def first_waiting(
-    recorded: Sequence[ClusterRef],
-    holder: ClusterRef | None,
-    local: Collection[ClusterRef],
-    served: Callable[[ClusterRef], bool],
-) -> ClusterRef | None:
-    """Who comes next once ``holder`` lets go: the first recorded waiter that still waits.
-
-    Clusters served here still wait only if they are in ``local``; Clusters served elsewhere
-    are taken at their word (their replica removes them when they stop). A local waiter not yet
-    recorded comes after every recorded one.
-    """
-    for cluster in recorded:
-        if cluster != holder and (not served(cluster) or cluster in local):
-            return cluster
-    return next((c for c in local if c != holder), None)

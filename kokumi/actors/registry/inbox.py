@@ -1,0 +1,284 @@
+"""Serving the inbox: the registry's public face, and the one loop that takes its requests.
+
+Requests, and the news of the registry's own Secret watch, come through one bounded inbox with a
+one-shot reply channel each, served one at a time, so that only this task reads or changes the
+table and the Secrets the registry keeps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import attrs
+import trio
+
+from kokumi.actors.context import EventRecorder, Metrics
+from kokumi.actors.registry.facts import Facts
+from kokumi.actors.registry.state import Liveness, Serves, log
+from kokumi.core import argocd, ownership
+from kokumi.core.kubeconfig import Connection
+from kokumi.core.ownership import ClusterRef
+from kokumi.core.registration import Registration
+from kokumi.kube.client import SECRETS, Client
+from kokumi.kube.watch import Resync, WatchEvent, watch
+
+__all__ = ["Registry"]
+
+CLUSTER_SECRETS = f"{argocd.LABEL_SECRET_TYPE}=cluster"
+
+
+@attrs.frozen
+class _Want:
+    cluster: ClusterRef
+    uid: str
+    connection: Connection = attrs.field(repr=False)
+    reply: trio.MemorySendChannel[Any]
+
+
+@attrs.frozen
+class _Release:
+    cluster: ClusterRef
+    uid: str
+    reply: trio.MemorySendChannel[Any]
+
+
+@attrs.frozen
+class _Prune:
+    existing: frozenset[ClusterRef]
+    reply: trio.MemorySendChannel[Any]
+
+
+@attrs.frozen
+class _Reshard:
+    reply: trio.MemorySendChannel[Any] | None = None
+
+
+@attrs.frozen
+class _Note:
+    event: WatchEvent | Resync
+    reply: trio.MemorySendChannel[Any] | None = None
+
+
+_Request = _Want | _Release | _Prune | _Note | _Reshard
+
+
+class Registry(Facts):
+    def __init__(
+        self,
+        client: Client,
+        namespace: str,
+        metrics: Metrics | None = None,
+        *,
+        backoff_initial: float = 1.0,
+        backoff_max: float = 120.0,
+        events: EventRecorder | None = None,
+    ) -> None:
+        super().__init__(
+            client,
+            namespace,
+            metrics,
+            backoff_initial=backoff_initial,
+            backoff_max=backoff_max,
+            events=events,
+        )
+        self._reshard_wanted = trio.Event()
+        self._inbox_send, self._inbox = trio.open_memory_channel[_Request](64)
+
+    def follow_liveness(self, is_current: Liveness) -> None:
+        """Let the registry ask which Cluster object is the live one (the dispatcher knows)."""
+        self._is_current = is_current
+
+    def follow_shards(self, serves: Serves, grace: float = 30.0) -> None:
+        """Act only for the Clusters ``serves`` names (the shards this replica holds).
+
+        ``grace``: when a Secret whose line puts another replica's Cluster first is deleted,
+        how long this replica's waiters leave it to that replica to create the Secret before
+        they may (a dead replica's Cluster wants again once its shard has moved, within a
+        lease duration).
+        """
+        self._serves = serves
+        self._sharded = True
+        self._grace = grace
+
+    async def reshard(self) -> None:
+        """The shards served here changed: adopt or disown Secrets and claims; wait till done."""
+        await self._ask(_Reshard)
+
+    def reshard_soon(self) -> None:
+        """As :meth:`reshard`, without waiting (from a scope being cancelled)."""
+        self._reshard_wanted.set()
+
+    def out_of_step(self) -> frozenset[str]:
+        """Servers whose Secret the registry knows to differ from its table, and retries."""
+        return frozenset(self._retries)
+
+    # --- what Cluster actors call -----------------------------------------------------------------
+
+    def subscribe(
+        self, cluster: ClusterRef, uid: str, notify: Callable[[Registration], None]
+    ) -> None:
+        """Send ``cluster``'s registration to ``notify``: the only way a Cluster learns it.
+
+        A new listener (a Cluster created again under its name) starts from nothing told, so
+        its first answer reaches it even when it equals what its predecessor was told.
+        """
+        self._subscribers[cluster] = (uid, notify)
+        self._told.pop(cluster, None)
+
+    def unsubscribe(self, cluster: ClusterRef, uid: str) -> None:
+        """Forget the listener of ``uid``; a newer Cluster's listener of the same name stays."""
+        current = self._subscribers.get(cluster)
+        if current is not None and current[0] == uid:
+            del self._subscribers[cluster]
+
+    async def want(self, cluster: ClusterRef, uid: str, connection: Connection) -> None:
+        """Claim the connection's server for ``cluster``.
+
+        Returns once the registry has served the claim; by then the answer (holding, waiting,
+        or why not) has gone to the Cluster's listener, the same path as the news of a handover,
+        so there is one place where a Cluster takes in its registration.
+        """
+        await self._ask(lambda r: _Want(cluster, uid, connection, r))
+
+    async def release(self, cluster: ClusterRef, uid: str) -> bool:
+        """Let go of whatever ``cluster`` holds or waits for; whether that is done.
+
+        Done means the API server has it: no Secret of Kokumi's names the Cluster any more. Until
+        then the Cluster keeps its finalizer and asks again; the registry retries meanwhile. The
+        registration itself goes to the listener, as for :meth:`want`; ``False`` also when the
+        registry could not serve the request, so a finalizer never goes on a guess.
+        """
+        done: bool = await self._ask(lambda r: _Release(cluster, uid, r))
+        return done
+
+    async def prune(self, existing: Iterable[ClusterRef]) -> None:
+        """Let go of claims whose Cluster no longer exists (deleted while we were down)."""
+        await self._ask(lambda r: _Prune(frozenset(existing), r))
+
+    async def _ask(self, make: Callable[[trio.MemorySendChannel[Any]], _Request]) -> Any:
+        reply_send, reply_receive = trio.open_memory_channel[Any](1)
+        await self._inbox_send.send(make(reply_send))
+        async with reply_receive:
+            return await reply_receive.receive()
+
+    # --- the actor --------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Rebuild from Argo CD's Secrets, then serve requests, watch news and retries in turn."""
+        send, receive = trio.open_memory_channel[WatchEvent | Resync](64)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(
+                functools.partial(
+                    watch,
+                    self._client,
+                    SECRETS,
+                    send,
+                    namespace=self._namespace,
+                    label_selector=CLUSTER_SECRETS,
+                )
+            )
+            first = await receive.receive()
+            assert isinstance(first, Resync)
+            await self._guarded(self._rebuild(first.objects))
+            nursery.start_soon(self._forward, receive)
+            nursery.start_soon(self._forward_reshards)
+            task_status.started()
+            while True:
+                request: _Request | None = None
+                with trio.move_on_at(self._next_retry()):
+                    request = await self._inbox.receive()
+                if request is None:
+                    await self._guarded(self._retry_due())
+                    continue
+                result = await self._guarded(self._serve(request))
+                if request.reply is not None:
+                    # The asker may have been cancelled meanwhile (the manager stopping): its
+                    # answer then has nobody to go to, and the registry goes on.
+                    with contextlib.suppress(trio.BrokenResourceError):
+                        request.reply.send_nowait(result)
+
+    async def _forward(self, receive: trio.MemoryReceiveChannel[WatchEvent | Resync]) -> None:
+        """The Secret watch feeds the same inbox as the Clusters: one order for everything."""
+        async for event in receive:
+            await self._inbox_send.send(_Note(event))
+
+    async def _forward_reshards(self) -> None:
+        while True:
+            await self._reshard_wanted.wait()
+            self._reshard_wanted = trio.Event()
+            await self._inbox_send.send(_Reshard())
+
+    async def _guarded(self, work: Any) -> Any:
+        try:
+            return await work
+        except Exception:
+            # A bug costs one request, never the manager; the table and the facts still stand,
+            # and every server left out of step is retried.
+            log.exception("registry: unexpected error")
+            return None
+
+    def _next_retry(self) -> float:
+        return min(
+            min((r.at for r in self._retries.values()), default=math.inf),
+            min(self._pending.values(), default=math.inf),
+        )
+
+    async def _retry_due(self) -> None:
+        now = trio.current_time()
+        due: set[str | None] = {server for server, r in self._retries.items() if r.at <= now}
+        for server in [s for s, at in self._pending.items() if at <= now]:
+            del self._pending[server]
+            if self._table.remote(server) is not None and not self._secrets.get(
+                argocd.secret_name(server)
+            ):
+                # The first in line, served elsewhere, never took it: the next ones may now.
+                log.info("registry: nobody took %s in time; the next in line may", server)
+                due |= self._step(ownership.RemoteGone(server))
+        await self._settle(due)
+
+    async def _serve(self, request: _Request) -> Any:
+        match request:
+            case _Want(cluster=cluster, uid=uid, connection=connection):
+                if not self._is_current(cluster, uid):
+                    return None  # a Cluster that no longer exists wants nothing
+                self._claims[cluster] = uid
+                self._connections[cluster] = connection
+                self._let_go.discard(cluster)
+                before = self._table.wanted_by(cluster)
+                server = ownership.normalise_server(connection.server)
+                await self._settle(self._step(ownership.Want(cluster, server)) | {before})
+                self._tell(cluster, asked=True)
+                return None
+            case _Release(cluster=cluster, uid=uid):
+                claim = self._claims.get(cluster)
+                if claim is not None and claim != uid and self._is_current(cluster, claim):
+                    # The claim is a newer Cluster's of the same name: not the caller's to drop.
+                    return True
+                self._claims.pop(cluster, None)
+                self._connections.pop(cluster, None)
+                if self._sharded:
+                    self._let_go.add(cluster)
+                before = self._table.wanted_by(cluster)
+                await self._settle(self._step(ownership.Release(cluster)) | {before})
+                self._tell(cluster, asked=True)
+                return self._released(cluster)
+            case _Prune(existing=existing):
+                gone = {c for c in self._table.wanting() if c not in existing}
+                touched: set[str | None] = set()
+                for cluster in sorted(gone):
+                    self._claims.pop(cluster, None)
+                    self._connections.pop(cluster, None)
+                    touched |= self._step(ownership.Release(cluster))
+                await self._settle(touched)
+                return None
+            case _Note(event=event):
+                await self._settle(await self._note(event))
+                return None
+            case _Reshard():
+                await self._settle(await self._reshard())
+                return None
+        raise AssertionError(request)  # pragma: no cover
