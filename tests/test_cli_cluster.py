@@ -24,7 +24,7 @@ import pytest
 import trio
 import yaml
 
-from kokumi.cmd import cluster as clustercli
+from kokumi.cmd.cluster import add as clustercli
 from kokumi.core import argocd, kubeconfig
 from kokumi.core.ownership import ClusterRef
 from kokumi.kube.client import SECRETS

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import trio
 
-from kokumi.cmd.cluster import add_parser as add_cluster_commands
+from kokumi.cmd.cluster.add import add_parser as add_cluster_commands
 from kokumi.core.egress import DEFAULT_DENY, EgressPolicy
 from kokumi.core.leader import DEFAULT_LEASE_NAME, LeaderElection, Timing
 from kokumi.core.secretaccess import SecretScope
@@ -111,7 +111,7 @@ def _uninstall(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from kokumi.cmd.demo import run_demo  # noqa: PLC0415 - only this command needs it
+    from kokumi.cmd.demo.walkthrough import run_demo  # noqa: PLC0415 - only this command needs it
 
     return run_demo(once=args.once, timeout=args.timeout)
 

@@ -1,0 +1,1 @@
+"""``kokumi demo``: the manager against a local hub + spoke it starts itself."""
