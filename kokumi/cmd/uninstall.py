@@ -14,6 +14,7 @@ from every Argo CD Application that deploys there, which is the operator's call 
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from typing import Any
@@ -28,6 +29,7 @@ from kokumi.kube.config import Config
 
 __all__ = [
     "Released",
+    "add_parser",
     "delete_registrations_command",
     "registrations_left",
     "release_finalizers",
@@ -35,6 +37,30 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``uninstall`` and its flags to the ``kokumi`` command's subparsers."""
+    remove = commands.add_parser(
+        "uninstall", help="after the manager is gone: let Clusters go (see deploy/README.md)"
+    )
+    remove.add_argument("--kubeconfig", help="the hub's kubeconfig (default: as kubectl finds it)")
+    remove.add_argument("--context", help="the kubeconfig context to use")
+    remove.add_argument("--argocd-namespace", default="argocd", help="Argo CD's namespace")
+    remove.add_argument(
+        "--release-finalizers",
+        action="store_true",
+        help="remove Kokumi's finalizer from every Cluster, so that deleting them (and the CRD)"
+        " does not wait for a manager that no longer runs",
+    )
+    remove.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    return run_uninstall(
+        args.kubeconfig, args.context, args.argocd_namespace, args.release_finalizers
+    )
+
 
 REGISTRATIONS = f"{argocd.LABEL_MANAGED_BY}={argocd.MANAGED_BY},{argocd.LABEL_SECRET_TYPE}=cluster"
 
