@@ -26,7 +26,7 @@ from kokumi.cmd.cluster.newcluster import (
     cluster_object,
     kubeconfig_of_token,
     kubeconfig_secret,
-    secret_name,
+    kubeconfig_secret_name,
 )
 from kokumi.cmd.cluster.spoke import (
     kubeconfig_of_context,
@@ -181,7 +181,9 @@ async def _cmd_add(args: argparse.Namespace) -> None:
                 cluster_object(
                     args.name,
                     args.namespace,
-                    secret=secret_name(args.name) if source.kubeconfig is not None else None,
+                    secret=kubeconfig_secret_name(args.name)
+                    if source.kubeconfig is not None
+                    else None,
                     labels=labels,
                     description=args.description,
                 ),
@@ -204,8 +206,8 @@ async def _cmd_add(args: argparse.Namespace) -> None:
     if added.secret_created is not None:
         verb = "created" if added.secret_created else "updated"
         print(
-            f"Secret {args.namespace}/{secret_name(args.name)} {verb}: the kubeconfig of "
-            f"{source.server}, owned by the Cluster and deleted with it"
+            f"Secret {args.namespace}/{kubeconfig_secret_name(args.name)} {verb}: the kubeconfig "
+            f"of {source.server}, owned by the Cluster and deleted with it"
         )
     print(
         f"Kokumi checks it within a minute: kokumi cluster describe {args.name} -n {args.namespace}"

@@ -23,7 +23,7 @@ from kokumi.cmd.cluster.newcluster import (
     Source,
     add_cluster,
     cluster_object,
-    secret_name,
+    kubeconfig_secret_name,
 )
 from kokumi.core import api, argocd, kubeconfig
 from kokumi.core.ownership import IN_CLUSTER_SERVER
@@ -81,7 +81,7 @@ async def import_cluster_api(hub: Client, namespace: str, *, dry_run: bool) -> l
     for secret in sorted(listing["items"], key=lambda s: s["metadata"]["name"]):
         meta = secret["metadata"]
         name = str((meta.get("labels") or {}).get(CAPI_CLUSTER_NAME, ""))
-        if meta["name"] != secret_name(name):
+        if meta["name"] != kubeconfig_secret_name(name):
             continue  # Cluster API's other Secrets of the cluster: CAs, service-account keys
         source = f"{namespace}/{meta['name']}"
         text = secret_data(secret, SECRET_KEY)
@@ -244,7 +244,7 @@ async def import_argocd(
             "delete the old Argo CD Secret so Kokumi can take the server over: "
             f"kubectl delete secret {meta['name']} -n {argocd_namespace}"
         )
-        _, blocked = await _in_the_way(hub, namespace, name, secret_name(name))
+        _, blocked = await _in_the_way(hub, namespace, name, kubeconfig_secret_name(name))
         if blocked is not None:
             outcomes.append(ImportResult(source, where, "failed", blocked))
             continue
@@ -263,7 +263,7 @@ async def import_argocd(
                 outcomes.append(ImportResult(source, where, "failed", str(error)))
                 continue
             state = "imported" if added.cluster_created else "updated"
-        detail = f"Secret {secret_name(name)}, server {found.server}"
+        detail = f"Secret {kubeconfig_secret_name(name)}, server {found.server}"
         scoped = (secret_data(secret, "namespaces") or b"").decode("utf-8", "replace").strip()
         if scoped:
             # Kokumi registers clusters for every namespace; the credential may not reach them.

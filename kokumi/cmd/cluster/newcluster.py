@@ -38,7 +38,7 @@ __all__ = [
     "cluster_object",
     "kubeconfig_of_token",
     "kubeconfig_secret",
-    "secret_name",
+    "kubeconfig_secret_name",
     "write",
     "written_here",
 ]
@@ -57,7 +57,7 @@ SERVICE_ACCOUNT: Final = "kokumi"
 """Kokumi's ServiceAccount on a cluster, and the user's name in a kubeconfig of a token."""
 
 
-def secret_name(cluster: str) -> str:
+def kubeconfig_secret_name(cluster: str) -> str:
     """The Secret ``add`` keeps a Cluster's kubeconfig in, as the UI names it too."""
     return f"{cluster}-kubeconfig"
 
@@ -91,7 +91,7 @@ def kubeconfig_secret(
     is what a later ``add`` checks before it overwrites the Secret.
     """
     metadata: dict[str, Any] = {
-        "name": secret_name(cluster),
+        "name": kubeconfig_secret_name(cluster),
         "namespace": namespace,
         "labels": {LABEL_MANAGED_BY: WRITTEN_BY, LABEL_CLUSTER: cluster},
     }
@@ -169,7 +169,7 @@ async def add_cluster(
     created. A Cluster created here is deleted again when its Secret cannot be written, so a
     failed ``add`` leaves nothing half-registered behind.
     """
-    secret = secret_name(name)
+    secret = kubeconfig_secret_name(name)
     existing_secret: dict[str, Any] | None = None
     if source.kubeconfig is not None:
         existing_secret = await _own_secret_or_none(hub, namespace, name)
@@ -210,7 +210,7 @@ async def _own_secret_or_none(hub: Client, namespace: str, cluster: str) -> dict
     A user who may not read Secrets gets None: the admission policy then refuses the Cluster, in
     its own words, which say what access is missing.
     """
-    name = secret_name(cluster)
+    name = kubeconfig_secret_name(cluster)
     try:
         secret = await hub.get(SECRETS, name, namespace=namespace)
     except (NotFound, Forbidden):

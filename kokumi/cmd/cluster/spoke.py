@@ -133,20 +133,24 @@ async def _create_or_keep(
 
 
 async def _wait_for_token(
-    client: Client, secret_name: str, wait: float, poll: float
+    client: Client, token_secret_name: str, wait: float, poll: float
 ) -> tuple[str, bytes | None]:
     with trio.move_on_after(wait):
         while True:
             try:
-                secret = await client.get(SECRETS, secret_name, namespace=SERVICE_ACCOUNT_NAMESPACE)
+                secret = await client.get(
+                    SECRETS, token_secret_name, namespace=SERVICE_ACCOUNT_NAMESPACE
+                )
             except KubeError as exc:
-                raise api_error(f"cannot read Secret kube-system/{secret_name}", exc) from None
+                raise api_error(
+                    f"cannot read Secret kube-system/{token_secret_name}", exc
+                ) from None
             token = secret_data(secret, "token")
             if token:
                 return token.decode("utf-8"), secret_data(secret, "ca.crt")
             await trio.sleep(poll)
     raise CliError(
-        f"the cluster did not put a token into Secret kube-system/{secret_name} within "
+        f"the cluster did not put a token into Secret kube-system/{token_secret_name} within "
         f"{wait:g} s: is its token controller (kube-controller-manager) running?"
     )
 
