@@ -774,6 +774,28 @@ def test_usage_errors_are_one_line_too(args: tuple[str, ...], said: str) -> None
     assert wrong.err.rstrip().endswith(f"(see {prog} --help)")
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("list", "--hub-kubeconfig", "/nonexistent/kubeconfig"),
+        ("describe", "spoke", "-n", "platform", "--hub-kubeconfig", "/nonexistent/kubeconfig"),
+        ("import", "--from", "argocd", "--hub-kubeconfig", "/nonexistent/kubeconfig"),
+        ("add", "spoke", "-n", "platform", "--in-cluster", "--hub-kubeconfig", "/nonexistent/x"),
+        ("add", "spoke", "-n", "platform", "--kubeconfig", "/nonexistent/kubeconfig"),
+        ("add", "Spoke", "-n", "platform", "--in-cluster"),
+        ("add", "spoke", "-n", "platform", "--in-cluster", "--label", "fleet"),
+    ],
+    ids=["list", "describe", "import", "add-hub", "add-spoke", "add-name", "add-label"],
+)
+def test_what_must_be_fixed_before_anything_ran_exits_2_as_the_manager_does(
+    args: tuple[str, ...],
+) -> None:
+    """docs/cli.md, Exit status: 2 when nothing ran, 1 when a request failed (see import)."""
+    refused = kokumi("cluster", *args)
+    assert refused.code == 2, refused.err
+    one_error_line(refused)
+
+
 # --- pure pieces --------------------------------------------------------------------------------
 
 

@@ -6,10 +6,10 @@ import argparse
 import logging
 import secrets
 import socket
-import sys
 
 import trio
 
+from kokumi.cmd import DONE, FAILED, UsageError
 from kokumi.core.egress import DEFAULT_DENY, EgressPolicy
 from kokumi.core.leader import DEFAULT_LEASE_NAME, LeaderElection, Timing
 from kokumi.core.secretaccess import SecretScope
@@ -116,7 +116,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    """The command: the flags checked first (exit 2), then the manager until a signal."""
+    """The command: the flags and the hub's config checked first, then the manager until a signal.
+
+    A lost Lease ends it with status 1 once it has stopped writing; Kubernetes restarts the pod.
+    """
     from kokumi.manager import run_manager  # noqa: PLC0415 - only this command needs it
 
     try:
@@ -129,13 +132,11 @@ def run(args: argparse.Namespace) -> int:
         else:
             config = Config.load(root=args.service_account_dir)
     except (ConfigError, ValueError) as exc:
-        print(f"kokumi: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from None
     try:
         egress = EgressPolicy.from_cidrs(deny=args.probe_deny_cidr, allow=args.probe_allow_cidr)
     except ValueError as exc:
-        print(f"kokumi: --probe-deny-cidr/--probe-allow-cidr: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--probe-deny-cidr/--probe-allow-cidr: {exc}") from None
     options = Options(
         namespace=args.namespace or config.namespace or "kokumi",
         argocd_namespace=args.argocd_namespace,
@@ -158,8 +159,8 @@ def run(args: argparse.Namespace) -> int:
     if lost is not None:
         # Stopped writing already; Kubernetes restarts the pod, which comes back as a standby.
         logging.getLogger("kokumi").error("leadership lost: %s; exiting", lost)
-        return 1
-    return 0
+        return FAILED
+    return DONE
 
 
 def _leader_election(args: argparse.Namespace) -> LeaderElection | None:

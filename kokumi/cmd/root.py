@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from collections.abc import Sequence
 
-from kokumi.cmd import cluster, demo, manager, uninstall
+from kokumi.cmd import CommandError, cluster, demo, manager, uninstall
 from kokumi.runtime.logs import configure as configure_logs
 
 __all__ = ["main"]
@@ -25,7 +26,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logs(
         logging.DEBUG if args.verbose else logging.INFO, getattr(args, "log_format", "text")
     )
-    result: int = args.run(args)
+    try:
+        result: int = args.run(args)
+    except CommandError as error:
+        # The one exit-status rule (kokumi.cmd): 2 when nothing ran, 1 when it failed.
+        print(f"{error.prefix}{error}", file=sys.stderr)
+        return error.status
     return result
 
 

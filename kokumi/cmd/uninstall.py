@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 import trio
 
+from kokumi.cmd import DONE, FAILED, CommandError, UsageError
 from kokumi.core import api, argocd
 from kokumi.kube import errors
 from kokumi.kube.client import SECRETS, Client
@@ -136,19 +137,20 @@ def delete_registrations_command(argocd_namespace: str) -> str:
 def run_uninstall(
     kubeconfig: str | None, context: str | None, argocd_namespace: str, release: bool
 ) -> int:
-    """The command: release, then say what is left in Argo CD's namespace; an exit status."""
+    """The command: release, then say what is left in Argo CD's namespace; an exit status.
+
+    Raises :class:`UsageError` before anything ran, :class:`CommandError` when the hub failed.
+    """
     if not release:
-        print(
-            "kokumi uninstall: nothing to do; --release-finalizers removes Kokumi's finalizer"
-            " from every Cluster (see deploy/README.md, Uninstall)",
-            file=sys.stderr,
+        raise UsageError(
+            "nothing to do; --release-finalizers removes Kokumi's finalizer from every Cluster"
+            " (see deploy/README.md, Uninstall)",
+            prefix="kokumi uninstall: ",
         )
-        return 2
     try:
         config = Config.from_kubeconfig(kubeconfig, context=context)
     except errors.ConfigError as exc:
-        print(f"kokumi: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from None
 
     async def run() -> tuple[Released, list[str]]:
         async with Client(config) as client:
@@ -158,8 +160,7 @@ def run_uninstall(
     try:
         done, left = trio.run(run)
     except errors.KubeError as exc:
-        print(f"kokumi: {exc}", file=sys.stderr)
-        return 1
+        raise CommandError(str(exc)) from None
     for ref in done.released:
         print(f"released Cluster {ref}")
     for ref, why in done.failed:
@@ -172,4 +173,4 @@ def run_uninstall(
             f" ({', '.join(left)}); Argo CD still deploys there. To remove them:"
             f" {delete_registrations_command(argocd_namespace)}"
         )
-    return 1 if done.failed else 0
+    return FAILED if done.failed else DONE

@@ -5,7 +5,7 @@ manager: their own RBAC applies, and the admission policy kokumi-cluster-secret-
 names which Secret. One module per subcommand holds its flags and its command; the shared pieces
 are :mod:`~kokumi.cmd.cluster.command` (the hub, the runner), :mod:`~kokumi.cmd.cluster.newcluster`
 (creating a Cluster and its kubeconfig Secret, without argparse, for a web UI too),
-:mod:`~kokumi.cmd.cluster.spoke`, :mod:`~kokumi.cmd.cluster.tables` and
+:mod:`~kokumi.cmd.cluster.spoke` and
 :mod:`~kokumi.cmd.cluster.errors`. Nothing here prints a token, a key or a kubeconfig.
 """
 

@@ -8,16 +8,17 @@ rest. ``--dry-run`` shows the objects, the Secret without its kubeconfig.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 import yaml
 
 from kokumi.cmd.cluster.command import OneLineParser, examples, hub_config, hub_flags, runner
-from kokumi.cmd.cluster.errors import CliError, warn
+from kokumi.cmd.cluster.errors import CliError, CliUsageError, warn
 from kokumi.cmd.cluster.newcluster import (
     FIELD_MANAGER,
     SERVICE_ACCOUNT,
@@ -84,8 +85,12 @@ def _check_name(name: str) -> None:
         )
 
 
-async def _source(args: argparse.Namespace) -> tuple[Source, list[tuple[dict[str, Any], str]]]:
-    """The kubeconfig ``add`` stores, as the flags say; with --dry-run, the spoke's objects too."""
+def _source(args: argparse.Namespace) -> tuple[Source | Config, list[tuple[dict[str, Any], str]]]:
+    """The kubeconfig ``add`` stores, as the flags say; with --dry-run, the spoke's objects too.
+
+    For --create-service-account, the connection to the cluster to run the spec's steps on:
+    everything here is read from the command line and local files, before any request.
+    """
     if args.in_cluster:
         return Source(IN_CLUSTER_SERVER), []
     if args.create_service_account:
@@ -114,15 +119,7 @@ async def _source(args: argparse.Namespace) -> tuple[Source, list[tuple[dict[str
             what = f"token of ServiceAccount kube-system/{args.service_account}, server {address}"
             objects = service_account_objects(args.service_account, args.cluster_role)
             return Source(address, "", what), [(obj, "") for obj in objects]
-        source = await service_account_kubeconfig(
-            spoke_config,
-            name=args.name,
-            account=args.service_account,
-            cluster_role=args.cluster_role,
-            server=args.server,
-            token_wait=args.timeout,
-        )
-        return source, []
+        return spoke_config, []
     if args.token_file is not None:
         if not args.server:
             raise CliError(
@@ -149,30 +146,61 @@ async def _source(args: argparse.Namespace) -> tuple[Source, list[tuple[dict[str
     )
 
 
-async def _cmd_add(args: argparse.Namespace) -> None:
-    _check_name(args.name)
-    labels = _labels(args.label)
-    chosen = [
-        flag
-        for flag, given in (
-            ("--in-cluster", args.in_cluster),
-            ("--token-file", args.token_file is not None),
-            ("--create-service-account", args.create_service_account),
-        )
-        if given
-    ]
-    if len(chosen) > 1:
-        raise CliError(
-            f"{' and '.join(chosen)} exclude each other: choose one way to reach the cluster"
-        )
-    if args.in_cluster and (args.server or args.kubeconfig or args.context):
-        raise CliError("--in-cluster needs no --server, --kubeconfig or --context: leave them out")
-    source, spoke_objects = await _source(args)
+@contextlib.contextmanager
+def _nothing_ran_yet() -> Iterator[None]:
+    """What is refused before the first request is the command line's to fix: exit status 2."""
+    try:
+        yield
+    except CliUsageError:
+        raise
+    except CliError as error:
+        raise CliUsageError(str(error)) from None
+
+
+def _refuse_argocds_own_cluster(source: Source) -> None:
     if source.server and normalise_server(source.server) == IN_CLUSTER_SERVER and source.kubeconfig:
         raise CliError(
             f"server {IN_CLUSTER_SERVER} is the cluster Argo CD runs in: register it with "
             "--in-cluster"
         )
+
+
+async def _cmd_add(args: argparse.Namespace) -> None:
+    with _nothing_ran_yet():
+        _check_name(args.name)
+        labels = _labels(args.label)
+        chosen = [
+            flag
+            for flag, given in (
+                ("--in-cluster", args.in_cluster),
+                ("--token-file", args.token_file is not None),
+                ("--create-service-account", args.create_service_account),
+            )
+            if given
+        ]
+        if len(chosen) > 1:
+            raise CliError(
+                f"{' and '.join(chosen)} exclude each other: choose one way to reach the cluster"
+            )
+        if args.in_cluster and (args.server or args.kubeconfig or args.context):
+            raise CliError(
+                "--in-cluster needs no --server, --kubeconfig or --context: leave them out"
+            )
+        found, spoke_objects = _source(args)
+        if isinstance(found, Source):
+            _refuse_argocds_own_cluster(found)
+    if isinstance(found, Config):
+        # The spec's steps on the cluster: from the first request on, a failure exits 1.
+        found = await service_account_kubeconfig(
+            found,
+            name=args.name,
+            account=args.service_account,
+            cluster_role=args.cluster_role,
+            server=args.server,
+            token_wait=args.timeout,
+        )
+        _refuse_argocds_own_cluster(found)
+    source = found
 
     if args.dry_run:
         objects = [*spoke_objects]

@@ -1,21 +1,33 @@
-"""What every ``kokumi cluster`` subcommand shares: the hub's flags and connection, the runner."""
+"""What the ``kokumi cluster`` subcommands share: the hub's flags and connection, the runner,
+and the columns ``list`` and ``describe`` print, aligned as kubectl aligns them.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import textwrap
-from collections.abc import Awaitable, Callable
-from typing import NoReturn
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, NoReturn
 
 import trio
 
-from kokumi.cmd.cluster.errors import CliError, one_line
+from kokumi.cmd import DONE
+from kokumi.cmd.cluster.errors import CliError, CliUsageError, one_line
 from kokumi.kube.config import Config
 from kokumi.kube.errors import KubeError
 
-__all__ = ["OneLineParser", "examples", "hub_config", "hub_flags", "runner", "usage_error"]
+__all__ = [
+    "OneLineParser",
+    "examples",
+    "hub_config",
+    "hub_flags",
+    "label_text",
+    "ready_condition",
+    "runner",
+    "table",
+    "usage_error",
+]
 
 
 def hub_config(args: argparse.Namespace) -> Config:
@@ -28,7 +40,7 @@ def hub_config(args: argparse.Namespace) -> Config:
             )
         return Config.load()
     except KubeError as exc:
-        raise CliError(f"cannot connect to the hub: {exc}") from None
+        raise CliUsageError(f"cannot connect to the hub: {exc}") from None
 
 
 def examples(text: str) -> str:
@@ -46,16 +58,14 @@ def hub_flags(parser: argparse.ArgumentParser) -> None:
 def runner(
     command: Callable[[argparse.Namespace], Awaitable[int | None]],
 ) -> Callable[[argparse.Namespace], int]:
+    """The command in Trio; a CliError goes up to kokumi.cmd.root, which says it and exits."""
+
     def run(args: argparse.Namespace) -> int:
         try:
             result = trio.run(command, args)
-        except CliError as error:
-            print(f"kokumi: {error}", file=sys.stderr)
-            return 1
         except KubeError as error:
-            print(f"kokumi: {one_line(str(error))}", file=sys.stderr)
-            return 1
-        return result or 0
+            raise CliError(str(error)) from None
+        return result or DONE
 
     return run
 
@@ -69,3 +79,24 @@ class OneLineParser(argparse.ArgumentParser):
 
 def usage_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
     parser.exit(2, f"{parser.prog}: {one_line(message)} (see {parser.prog} --help)\n")
+
+
+def ready_condition(cluster: Mapping[str, Any]) -> Mapping[str, Any]:
+    for condition in (cluster.get("status") or {}).get("conditions") or ():
+        if isinstance(condition, Mapping) and condition.get("type") == "Ready":
+            return condition
+    return {}
+
+
+def label_text(labels: Mapping[str, Any] | None) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted((labels or {}).items())) or "<none>"
+
+
+def table(rows: Sequence[Sequence[str]]) -> str:
+    """Columns as kubectl aligns them: padded to the widest cell, three spaces apart."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "".join(
+        "   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        + "\n"
+        for row in rows
+    )

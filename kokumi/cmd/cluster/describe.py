@@ -8,10 +8,18 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kokumi.cmd.cluster.command import OneLineParser, examples, hub_config, hub_flags, runner
+from kokumi.cmd.cluster.command import (
+    OneLineParser,
+    examples,
+    hub_config,
+    hub_flags,
+    label_text,
+    ready_condition,
+    runner,
+    table,
+)
 from kokumi.cmd.cluster.errors import CliError, api_error, one_line
 from kokumi.cmd.cluster.newcluster import FIELD_MANAGER, SECRET_KEY
-from kokumi.cmd.cluster.tables import label_text, ready_condition, table
 from kokumi.core import api, argocd, selectors, targets
 from kokumi.core.ownership import ClusterRef, normalise_server
 from kokumi.kube.client import EVENTS, SECRETS, Client

@@ -6,19 +6,24 @@ import re
 import sys
 from typing import Final
 
+from kokumi.cmd import CommandError, UsageError
 from kokumi.kube.errors import ApiError, KubeError
 
-__all__ = ["CliError", "api_error", "one_line", "warn"]
+__all__ = ["CliError", "CliUsageError", "api_error", "one_line", "warn"]
 
 
 _CONTEXT_PREFIX: Final = re.compile(r"^[A-Z]+ /\S*: ")
 
 
-class CliError(Exception):
-    """What went wrong, in one line that says how to fix it; the command exits non-zero."""
+class CliError(CommandError):
+    """What went wrong, in one line that says how to fix it; the command exits 1."""
 
     def __str__(self) -> str:
         return one_line(super().__str__())
+
+
+class CliUsageError(CliError, UsageError):
+    """A CliError found before anything was read or written: the command exits 2."""
 
 
 def one_line(text: str) -> str:

@@ -10,10 +10,18 @@ from typing import Any
 
 import yaml
 
-from kokumi.cmd.cluster.command import OneLineParser, examples, hub_config, hub_flags, runner
+from kokumi.cmd.cluster.command import (
+    OneLineParser,
+    examples,
+    hub_config,
+    hub_flags,
+    label_text,
+    ready_condition,
+    runner,
+    table,
+)
 from kokumi.cmd.cluster.errors import api_error, one_line
 from kokumi.cmd.cluster.newcluster import FIELD_MANAGER, SECRET_KEY
-from kokumi.cmd.cluster.tables import label_text, ready_condition, table
 from kokumi.core import api
 from kokumi.kube.client import Client
 from kokumi.kube.errors import KubeError
