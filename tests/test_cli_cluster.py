@@ -24,7 +24,10 @@ import pytest
 import trio
 import yaml
 
-from kokumi.cmd import cluster as clustercli
+from kokumi.cmd.cluster.describe import registration
+from kokumi.cmd.cluster.import_ import argocd_connection, cluster_name_for
+from kokumi.cmd.cluster.newcluster import written_here
+from kokumi.cmd.cluster.spoke import kubeconfig_of_context
 from kokumi.core import argocd, kubeconfig
 from kokumi.core.ownership import ClusterRef
 from kokumi.kube.client import SECRETS
@@ -183,7 +186,7 @@ async def test_add_from_a_context_with_files_stores_it_inline_and_the_cluster_de
                 "uid": cluster["metadata"]["uid"],
             }
         ]
-        assert clustercli.written_here(secret, "spoke")
+        assert written_here(secret, "spoke")
 
         await wait_reason(ws, ns, "spoke", "Ready")
         await wait_for(ws.argocd_secrets, lambda found: len(found) == 1, "the registration")
@@ -771,6 +774,28 @@ def test_usage_errors_are_one_line_too(args: tuple[str, ...], said: str) -> None
     assert wrong.err.rstrip().endswith(f"(see {prog} --help)")
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("list", "--hub-kubeconfig", "/nonexistent/kubeconfig"),
+        ("describe", "spoke", "-n", "platform", "--hub-kubeconfig", "/nonexistent/kubeconfig"),
+        ("import", "--from", "argocd", "--hub-kubeconfig", "/nonexistent/kubeconfig"),
+        ("add", "spoke", "-n", "platform", "--in-cluster", "--hub-kubeconfig", "/nonexistent/x"),
+        ("add", "spoke", "-n", "platform", "--kubeconfig", "/nonexistent/kubeconfig"),
+        ("add", "Spoke", "-n", "platform", "--in-cluster"),
+        ("add", "spoke", "-n", "platform", "--in-cluster", "--label", "fleet"),
+    ],
+    ids=["list", "describe", "import", "add-hub", "add-spoke", "add-name", "add-label"],
+)
+def test_what_must_be_fixed_before_anything_ran_exits_2_as_the_manager_does(
+    args: tuple[str, ...],
+) -> None:
+    """docs/cli.md, Exit status: 2 when nothing ran, 1 when a request failed (see import)."""
+    refused = kokumi("cluster", *args)
+    assert refused.code == 2, refused.err
+    one_error_line(refused)
+
+
 # --- pure pieces --------------------------------------------------------------------------------
 
 
@@ -805,7 +830,7 @@ def test_flatten_context_reads_files_relative_to_their_kubeconfig(tmp_path: Path
     assert document["users"] == [
         {"name": "u", "user": {"client-certificate-data": b64(cert), "client-key-data": b64(key)}}
     ]
-    source = clustercli.kubeconfig_of_context(str(tmp_path / "config"), None)
+    source = kubeconfig_of_context(str(tmp_path / "config"), None)
     assert source.server == "https://c.example"
     assert source.kubeconfig is not None
     assert "not-copied" not in source.kubeconfig
@@ -826,7 +851,7 @@ def test_argocd_entries_kokumi_cannot_carry_over_say_why() -> None:
         "not json": "{",
     }
     found = {
-        key: clustercli.argocd_connection(
+        key: argocd_connection(
             _argocd_secret(value) if isinstance(value, dict) else
             {"data": {"server": b64(b"https://c.example"), "config": b64(value.encode())}}
         )
@@ -836,16 +861,16 @@ def test_argocd_entries_kokumi_cannot_carry_over_say_why() -> None:
     assert "awsAuthConfig" in str(found["aws"])  # Argo CD prefers it over the token
     assert "execProviderConfig" in str(found["exec"])
     assert "cannot read its config" in str(found["not json"])
-    in_cluster = clustercli.argocd_connection(_argocd_secret({}, "https://kubernetes.default.svc"))
+    in_cluster = argocd_connection(_argocd_secret({}, "https://kubernetes.default.svc"))
     assert "--in-cluster" in str(in_cluster)
-    connection = clustercli.argocd_connection(
+    connection = argocd_connection(
         _argocd_secret({"bearerToken": "t", "tlsClientConfig": {"insecure": True}})
     )
     assert connection == kubeconfig.Connection(
         server="https://c.example", token="t", insecure_skip_tls_verify=True
     )
-    assert clustercli.cluster_name_for("Prod EU/1") == "prod-eu-1"
-    assert len(clustercli.cluster_name_for("x" * 100)) == 63
+    assert cluster_name_for("Prod EU/1") == "prod-eu-1"
+    assert len(cluster_name_for("x" * 100)) == 63
 
 
 def test_registration_says_who_holds_the_server() -> None:
@@ -870,11 +895,11 @@ def test_registration_says_who_holds_the_server() -> None:
     other = secret({**ours, argocd.LABEL_CLUSTER: "edge", argocd.LABEL_CLUSTER_NAMESPACE: "team"})
     foreign = secret({"argocd.argoproj.io/secret-type": "cluster"}, "cluster-spoke")
     said = {
-        "mine": clustercli.registration(cluster, [mine], "argocd"),
-        "other": clustercli.registration(cluster, [other], "argocd"),
-        "foreign": clustercli.registration(cluster, [foreign], "argocd"),
-        "unreadable": clustercli.registration(cluster, None, "argocd"),
-        "none": clustercli.registration(cluster, [], "argocd"),
+        "mine": registration(cluster, [mine], "argocd"),
+        "other": registration(cluster, [other], "argocd"),
+        "foreign": registration(cluster, [foreign], "argocd"),
+        "unreadable": registration(cluster, None, "argocd"),
+        "none": registration(cluster, [], "argocd"),
     }
     assert said["mine"].startswith(f"Secret argocd/{name} registers this Cluster")
     assert said["other"].startswith(f"Cluster team/edge holds server {server}")

@@ -14,6 +14,7 @@ from every Argo CD Application that deploys there, which is the operator's call 
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import attrs
 import trio
 
+from kokumi.cmd import DONE, FAILED, CommandError, UsageError
 from kokumi.core import api, argocd
 from kokumi.kube import errors
 from kokumi.kube.client import SECRETS, Client
@@ -28,6 +30,7 @@ from kokumi.kube.config import Config
 
 __all__ = [
     "Released",
+    "add_parser",
     "delete_registrations_command",
     "registrations_left",
     "release_finalizers",
@@ -35,6 +38,30 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``uninstall`` and its flags to the ``kokumi`` command's subparsers."""
+    remove = commands.add_parser(
+        "uninstall", help="after the manager is gone: let Clusters go (see deploy/README.md)"
+    )
+    remove.add_argument("--kubeconfig", help="the hub's kubeconfig (default: as kubectl finds it)")
+    remove.add_argument("--context", help="the kubeconfig context to use")
+    remove.add_argument("--argocd-namespace", default="argocd", help="Argo CD's namespace")
+    remove.add_argument(
+        "--release-finalizers",
+        action="store_true",
+        help="remove Kokumi's finalizer from every Cluster, so that deleting them (and the CRD)"
+        " does not wait for a manager that no longer runs",
+    )
+    remove.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    return run_uninstall(
+        args.kubeconfig, args.context, args.argocd_namespace, args.release_finalizers
+    )
+
 
 REGISTRATIONS = f"{argocd.LABEL_MANAGED_BY}={argocd.MANAGED_BY},{argocd.LABEL_SECRET_TYPE}=cluster"
 
@@ -110,19 +137,20 @@ def delete_registrations_command(argocd_namespace: str) -> str:
 def run_uninstall(
     kubeconfig: str | None, context: str | None, argocd_namespace: str, release: bool
 ) -> int:
-    """The command: release, then say what is left in Argo CD's namespace; an exit status."""
+    """The command: release, then say what is left in Argo CD's namespace; an exit status.
+
+    Raises :class:`UsageError` before anything ran, :class:`CommandError` when the hub failed.
+    """
     if not release:
-        print(
-            "kokumi uninstall: nothing to do; --release-finalizers removes Kokumi's finalizer"
-            " from every Cluster (see deploy/README.md, Uninstall)",
-            file=sys.stderr,
+        raise UsageError(
+            "nothing to do; --release-finalizers removes Kokumi's finalizer from every Cluster"
+            " (see deploy/README.md, Uninstall)",
+            prefix="kokumi uninstall: ",
         )
-        return 2
     try:
         config = Config.from_kubeconfig(kubeconfig, context=context)
     except errors.ConfigError as exc:
-        print(f"kokumi: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from None
 
     async def run() -> tuple[Released, list[str]]:
         async with Client(config) as client:
@@ -132,8 +160,7 @@ def run_uninstall(
     try:
         done, left = trio.run(run)
     except errors.KubeError as exc:
-        print(f"kokumi: {exc}", file=sys.stderr)
-        return 1
+        raise CommandError(str(exc)) from None
     for ref in done.released:
         print(f"released Cluster {ref}")
     for ref, why in done.failed:
@@ -146,4 +173,4 @@ def run_uninstall(
             f" ({', '.join(left)}); Argo CD still deploys there. To remove them:"
             f" {delete_registrations_command(argocd_namespace)}"
         )
-    return 1 if done.failed else 0
+    return FAILED if done.failed else DONE

@@ -19,6 +19,7 @@ from typing import Any
 
 import trio
 
+from kokumi.cmd import UsageError
 from kokumi.core import argocd
 from kokumi.kube.config import Config
 from kokumi.manager import Manager, run_manager
@@ -170,7 +171,7 @@ def run_demo(*, once: bool = False, timeout: float = 180.0) -> int:
     try:
         kubectl_binary()
     except FileNotFoundError as exc:
-        raise SystemExit(f"kokumi demo needs {exc}") from None
+        raise UsageError(f"kokumi demo needs {exc}", prefix="") from None
     print("# Starting a local hub and spoke (etcd, kube-apiserver, kube-controller-manager)")
     plane = ControlPlane.start()
     try:

@@ -1,0 +1,45 @@
+"""``kokumi cluster add | list | describe | import``: register and inspect Clusters from a shell.
+
+Every command acts as the user of the current kubeconfig (or ``--hub-kubeconfig``), never as the
+manager: their own RBAC applies, and the admission policy kokumi-cluster-secret-access sees who
+names which Secret. One module per subcommand holds its flags and its command; the shared pieces
+are :mod:`~kokumi.cmd.cluster.command` (the hub, the runner, the tables),
+:mod:`~kokumi.cmd.cluster.spoke` (the cluster to add), :mod:`~kokumi.cmd.cluster.newcluster`
+(creating a Cluster and its kubeconfig Secret, without argparse, for a web UI too) and
+:mod:`~kokumi.cmd.cluster.errors`. Nothing here prints a token, a key or a kubeconfig.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+
+from kokumi.cmd.cluster import add, describe, import_, list_
+from kokumi.cmd.cluster.command import OneLineParser, examples, usage_error
+
+__all__ = ["add_parser"]
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``cluster`` and its subcommands to the ``kokumi`` command's subparsers."""
+    formatter = argparse.RawDescriptionHelpFormatter
+    cluster = commands.add_parser(
+        "cluster",
+        help="register and inspect Clusters: add, list, describe, import",
+        description="Register and inspect Clusters as the user of your kubeconfig.",
+        epilog=examples(
+            """
+            kokumi cluster add spoke -n platform --context spoke --label fleet=edge
+            kokumi cluster list -A
+            """
+        ),
+        formatter_class=formatter,
+    )
+    setattr(cluster, "error", functools.partial(usage_error, cluster))  # noqa: B010
+    sub = cluster.add_subparsers(
+        dest="cluster_command", required=True, metavar="COMMAND", parser_class=OneLineParser
+    )
+    add.add_parser(sub)
+    list_.add_parser(sub)
+    describe.add_parser(sub)
+    import_.add_parser(sub)

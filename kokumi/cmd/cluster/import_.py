@@ -1,0 +1,330 @@
+"""``kokumi cluster import``: Cluster API's and Argo CD's clusters become Clusters.
+
+Argo CD's become a ``<name>-kubeconfig`` Secret and a Cluster through
+:mod:`kokumi.cmd.cluster.newcluster`, as ``add`` would make them; Cluster API's Secrets stay where
+Cluster API rotates them, and the Cluster reads them there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import textwrap
+from collections.abc import Mapping
+from typing import Any, Final
+
+import attrs
+
+from kokumi.cmd.cluster.command import OneLineParser, examples, hub_config, hub_flags, runner
+from kokumi.cmd.cluster.errors import CliError, api_error
+from kokumi.cmd.cluster.newcluster import (
+    FIELD_MANAGER,
+    SECRET_KEY,
+    Source,
+    add_cluster,
+    cluster_object,
+    kubeconfig_secret_name,
+)
+from kokumi.core import api, argocd, kubeconfig
+from kokumi.core.ownership import IN_CLUSTER_SERVER
+from kokumi.kube.client import SECRETS, Client
+from kokumi.kube.errors import KubeError, NotFound
+from kokumi.kube.objects import secret_data
+
+__all__ = [
+    "ImportResult",
+    "add_parser",
+    "argocd_connection",
+    "cluster_name_for",
+    "import_argocd",
+    "import_cluster_api",
+]
+
+
+CAPI_CLUSTER_NAME: Final = "cluster.x-k8s.io/cluster-name"
+
+
+@attrs.frozen
+class ImportResult:
+    """What became of one Secret found by ``import``: imported, kept, or why not."""
+
+    source: str  # namespace/name of the Secret
+    cluster: str | None  # the Cluster it became (or would become)
+    state: str  # imported, updated, exists, not importable, failed
+    detail: str = ""
+    next_step: str = ""
+
+    def lines(self, dry_run: bool) -> list[str]:
+        if self.cluster is not None and self.state in ("imported", "updated"):
+            verb = "would be imported" if dry_run else self.state
+            head = f"{self.source}: {verb} as Cluster {self.cluster}"
+        else:
+            head = f"{self.source}: {self.state}"
+        lines = [f"{head}: {self.detail}" if self.detail else head]
+        if self.next_step:
+            lines.append(f"  next: {self.next_step}")
+        return lines
+
+
+async def import_cluster_api(hub: Client, namespace: str, *, dry_run: bool) -> list[ImportResult]:
+    """Each Cluster API ``<cluster>-kubeconfig`` Secret becomes a Cluster that references it.
+
+    The Secret stays where it is and whose it is: Cluster API rotates it, and the Cluster reads
+    the rotated kubeconfig from it. Its kubeconfig is checked first, so a Cluster is only created
+    for one the manager can use.
+    """
+    try:
+        listing = await hub.list(SECRETS, namespace=namespace, label_selector=CAPI_CLUSTER_NAME)
+    except KubeError as exc:
+        raise api_error(f"cannot list Secrets in namespace {namespace}", exc) from None
+    outcomes = []
+    for secret in sorted(listing["items"], key=lambda s: s["metadata"]["name"]):
+        meta = secret["metadata"]
+        name = str((meta.get("labels") or {}).get(CAPI_CLUSTER_NAME, ""))
+        if meta["name"] != kubeconfig_secret_name(name):
+            continue  # Cluster API's other Secrets of the cluster: CAs, service-account keys
+        source = f"{namespace}/{meta['name']}"
+        text = secret_data(secret, SECRET_KEY)
+        checked = kubeconfig.parse(text) if text is not None else None
+        if not isinstance(checked, kubeconfig.Connection):
+            why = checked.message if checked is not None else f"it has no key {SECRET_KEY}"
+            outcomes.append(ImportResult(source, None, "not importable", why))
+            continue
+        outcomes.append(await _import_reference(hub, namespace, name, meta["name"], dry_run))
+    return outcomes
+
+
+async def _in_the_way(
+    hub: Client, namespace: str, name: str, secret: str
+) -> tuple[bool, str | None]:
+    """Whether the Cluster ``name`` exists, and why an import may not write it (None: it may).
+
+    An import never re-points a Cluster somebody made otherwise: that would swap its credential.
+    A Cluster that reads ``secret`` already is the one an earlier import made.
+    """
+    where = f"{namespace}/{name}"
+    try:
+        existing = await hub.get(api.CLUSTERS, name, namespace=namespace)
+    except NotFound:
+        return False, None
+    except KubeError as exc:
+        return False, str(api_error(f"cannot read Cluster {where}", exc))
+    ref = ((existing.get("spec") or {}).get("kubeconfig") or {}).get("secretRef") or {}
+    if ref.get("name") == secret and ref.get("key", SECRET_KEY) == SECRET_KEY:
+        return True, None
+    return True, (
+        f"Cluster {where} exists and reads another Secret: rename or delete it to import this one"
+    )
+
+
+async def _import_reference(
+    hub: Client, namespace: str, name: str, secret: str, dry_run: bool
+) -> ImportResult:
+    source = f"{namespace}/{secret}"
+    where = f"{namespace}/{name}"
+    exists, blocked = await _in_the_way(hub, namespace, name, secret)
+    if blocked is not None:
+        return ImportResult(source, where, "failed", blocked)
+    if exists:
+        return ImportResult(source, where, "exists", f"Cluster {where} already reads it")
+    body = cluster_object(name, namespace, secret=secret, description=f"Cluster API cluster {name}")
+    if dry_run:
+        return ImportResult(source, where, "imported", f"it reads Secret {secret}")
+    try:
+        await hub.create(api.CLUSTERS, body, namespace=namespace)
+    except KubeError as exc:
+        error = api_error(f"cannot create Cluster {where}", exc)
+        return ImportResult(source, where, "failed", str(error))
+    return ImportResult(source, where, "imported", f"it reads Secret {secret}")
+
+
+_ARGOCD_LABELS: Final = "argocd.argoproj.io/"
+
+_INSTEAD: Final = "use kokumi cluster add --create-service-account"
+
+
+def argocd_connection(secret: Mapping[str, Any]) -> kubeconfig.Connection | str:
+    """The connection an Argo CD cluster Secret describes, or why Kokumi cannot carry it over.
+
+    Read as Argo CD reads it (:func:`kokumi.core.argocd.config_from_secret`), in Argo CD's order of
+    precedence: AWS authentication, then an exec plugin, then basic auth or a bearer token.
+    """
+    server = argocd.server_of(secret)
+    if server is None:
+        return "it names no server: Argo CD ignores it too"
+    if server == IN_CLUSTER_SERVER:
+        return (
+            f"it is Argo CD's own cluster ({IN_CLUSTER_SERVER}), reached with Argo CD's own "
+            "connection: add a Cluster with --in-cluster instead"
+        )
+    try:
+        config = argocd.config_from_secret(secret)
+    except ValueError as exc:
+        return f"Argo CD cannot read its config either ({exc})"
+    if config["awsAuthConfig"]:
+        return (
+            "it signs in with awsAuthConfig (AWS IAM), which runs a program Kokumi does not "
+            f"run: {_INSTEAD}"
+        )
+    if config["execProviderConfig"]:
+        return (
+            "it signs in with execProviderConfig (an exec credential plugin), which Kokumi does "
+            f"not run: {_INSTEAD}"
+        )
+    if config["username"] or config["password"]:
+        return (
+            f"it signs in with username and password, which Kubernetes does not offer: {_INSTEAD}"
+        )
+    tls = config["tlsClientConfig"]
+    return kubeconfig.Connection(
+        server=server,
+        token=config["bearerToken"] or None,
+        client_certificate=tls["certData"] or None,
+        client_key=tls["keyData"] or None,
+        certificate_authority=tls["caData"] or None,
+        tls_server_name=tls["serverName"] or None,
+        insecure_skip_tls_verify=tls["insecure"],
+        proxy_url=config["proxyUrl"] or None,
+    )
+
+
+def cluster_name_for(text: str) -> str:
+    """A DNS label from an Argo CD cluster name: lowercase, '-' for the rest, at most 63."""
+    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    return name[:63].strip("-") or "cluster"
+
+
+async def import_argocd(
+    hub: Client, namespace: str, argocd_namespace: str, *, dry_run: bool
+) -> list[ImportResult]:
+    """Each cluster Secret of Argo CD's that Kokumi did not write becomes a kubeconfig + Cluster.
+
+    The old Secret is left alone: Kokumi never takes over a cluster Argo CD already knows. Until
+    somebody deletes it, the new Cluster reports ClusterConflict naming it, hence the next step.
+    """
+    try:
+        listing = await hub.list(
+            SECRETS,
+            namespace=argocd_namespace,
+            label_selector=f"{argocd.LABEL_SECRET_TYPE}=cluster",
+        )
+    except KubeError as exc:
+        what = f"cannot list Argo CD's cluster Secrets in {argocd_namespace}"
+        raise api_error(what, exc) from None
+    outcomes = []
+    taken: set[str] = set()
+    for secret in sorted(listing["items"], key=lambda s: s["metadata"]["name"]):
+        meta = secret["metadata"]
+        if argocd.is_ours(secret):
+            continue
+        source = f"{argocd_namespace}/{meta['name']}"
+        found = argocd_connection(secret)
+        if isinstance(found, str):
+            outcomes.append(ImportResult(source, None, "not importable", found))
+            continue
+        label = (secret_data(secret, "name") or b"").decode("utf-8", "replace")
+        name = base = cluster_name_for(label or meta["name"])
+        number = 2
+        while name in taken:
+            suffix = f"-{number}"
+            name, number = base[: 63 - len(suffix)] + suffix, number + 1
+        taken.add(name)
+        try:
+            text = kubeconfig.minimise(
+                kubeconfig.render(found, context=name, cluster=name, user=name)
+            )
+        except kubeconfig.KubeconfigRefused as refused:
+            outcomes.append(ImportResult(source, None, "not importable", refused.refusal.message))
+            continue
+        labels = {
+            k: v for k, v in (meta.get("labels") or {}).items() if not k.startswith(_ARGOCD_LABELS)
+        }
+        where = f"{namespace}/{name}"
+        next_step = (
+            "delete the old Argo CD Secret so Kokumi can take the server over: "
+            f"kubectl delete secret {meta['name']} -n {argocd_namespace}"
+        )
+        _, blocked = await _in_the_way(hub, namespace, name, kubeconfig_secret_name(name))
+        if blocked is not None:
+            outcomes.append(ImportResult(source, where, "failed", blocked))
+            continue
+        state = "imported"
+        if not dry_run:
+            try:
+                added = await add_cluster(
+                    hub,
+                    name,
+                    namespace,
+                    Source(found.server, text),
+                    labels=labels,
+                    description=f"Imported from Argo CD Secret {source}",
+                )
+            except CliError as error:
+                outcomes.append(ImportResult(source, where, "failed", str(error)))
+                continue
+            state = "imported" if added.cluster_created else "updated"
+        detail = f"Secret {kubeconfig_secret_name(name)}, server {found.server}"
+        scoped = (secret_data(secret, "namespaces") or b"").decode("utf-8", "replace").strip()
+        if scoped:
+            # Kokumi registers clusters for every namespace; the credential may not reach them.
+            detail += f" (Argo CD limited it to namespaces {scoped}; Kokumi does not)"
+        outcomes.append(ImportResult(source, where, state, detail, next_step))
+    return outcomes
+
+
+async def _cmd_import(args: argparse.Namespace) -> int:
+    async with Client(hub_config(args), field_manager=FIELD_MANAGER) as hub:
+        namespace = args.namespace or hub.namespace
+        if args.source == "cluster-api":
+            outcomes = await import_cluster_api(hub, namespace, dry_run=args.dry_run)
+            where = f"Secrets labeled {CAPI_CLUSTER_NAME} in namespace {namespace}"
+        else:
+            outcomes = await import_argocd(
+                hub, namespace, args.argocd_namespace, dry_run=args.dry_run
+            )
+            where = f"cluster Secrets in {args.argocd_namespace} that Kokumi did not write"
+    if not outcomes:
+        print(f"Nothing to import: no {where}.")
+    for outcome in outcomes:
+        for line in outcome.lines(args.dry_run):
+            print(line)
+    if args.dry_run:
+        print("(dry run: nothing was written)")
+    return 1 if any(o.state == "failed" for o in outcomes) else 0
+
+
+def add_parser(sub: argparse._SubParsersAction[OneLineParser]) -> None:
+    """Add ``import`` and its flags to ``kokumi cluster``."""
+    formatter = argparse.RawDescriptionHelpFormatter
+    import_cmd = sub.add_parser(
+        "import",
+        help="turn Cluster API or Argo CD clusters into Clusters",
+        description=textwrap.dedent(
+            """\
+            --from cluster-api: each Secret <cluster>-kubeconfig labeled
+            cluster.x-k8s.io/cluster-name becomes a Cluster of that name that reads it.
+            --from argocd: each cluster Secret of Argo CD's that Kokumi did not write becomes a
+            Secret <name>-kubeconfig and a Cluster; then delete the old Argo CD Secret so Kokumi
+            can take the server over. Clusters that sign in with exec plugins or AWS IAM are
+            listed as not importable, with why."""
+        ),
+        epilog=examples(
+            """
+            kokumi cluster import --from cluster-api -n platform
+            kokumi cluster import --from argocd -n platform --dry-run
+            """
+        ),
+        formatter_class=formatter,
+    )
+    import_cmd.add_argument(
+        "--from", dest="source", required=True, choices=("cluster-api", "argocd"), help="where from"
+    )
+    import_cmd.add_argument(
+        "-n", "--namespace", help="the workspace namespace (default: the context's)"
+    )
+    import_cmd.add_argument(
+        "--argocd-namespace", default=argocd.ARGOCD_NAMESPACE, help="Argo CD's namespace"
+    )
+    import_cmd.add_argument("--dry-run", action="store_true", help="say what would be imported")
+    hub_flags(import_cmd)
+    import_cmd.set_defaults(run=runner(_cmd_import))

@@ -1,0 +1,122 @@
+"""``kokumi cluster list``: the Clusters with their state, as a table, YAML or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from kokumi.cmd.cluster.command import (
+    OneLineParser,
+    examples,
+    hub_config,
+    hub_flags,
+    label_text,
+    ready_condition,
+    runner,
+    table,
+)
+from kokumi.cmd.cluster.errors import api_error, one_line
+from kokumi.cmd.cluster.newcluster import FIELD_MANAGER, SECRET_KEY
+from kokumi.core import api
+from kokumi.kube.client import Client
+from kokumi.kube.errors import KubeError
+
+__all__ = ["add_parser", "cluster_rows"]
+
+
+def cluster_rows(clusters: Sequence[Mapping[str, Any]], *, wide: bool = False) -> list[list[str]]:
+    """The table ``kokumi cluster list`` prints, header first."""
+    header = ["NAME", "NAMESPACE", "CONNECTION", "SERVER", "VERSION", "READY", "REASON", "LABELS"]
+    if wide:
+        header += ["SECRET", "MESSAGE"]
+    rows = [header]
+    for cluster in clusters:
+        meta = cluster.get("metadata") or {}
+        spec = cluster.get("spec") or {}
+        status = cluster.get("status") or {}
+        ready = ready_condition(cluster)
+        row = [
+            str(meta.get("name", "")),
+            str(meta.get("namespace", "")),
+            str(spec.get("connection", "")),
+            str(status.get("server") or "-"),
+            str(status.get("kubernetesVersion") or "-"),
+            str(ready.get("status") or "Unknown"),
+            str(ready.get("reason") or "-"),
+            label_text(meta.get("labels")),
+        ]
+        if wide:
+            ref = (spec.get("kubeconfig") or {}).get("secretRef") or {}
+            secret = f"{ref['name']}/{ref.get('key', SECRET_KEY)}" if ref.get("name") else "-"
+            row += [secret, one_line(str(ready.get("message") or "not checked yet"))]
+        rows.append(row)
+    return rows
+
+
+def _without_managed_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
+    shown = dict(obj)
+    metadata = obj.get("metadata") or {}
+    shown["metadata"] = {k: v for k, v in metadata.items() if k != "managedFields"}
+    return shown
+
+
+async def _cmd_list(args: argparse.Namespace) -> None:
+    async with Client(hub_config(args), field_manager=FIELD_MANAGER) as hub:
+        namespace = None if args.all_namespaces else (args.namespace or hub.namespace)
+        try:
+            listing = await hub.list(api.CLUSTERS, namespace=namespace)
+        except KubeError as exc:
+            where = f"namespace {namespace}" if namespace else "all namespaces"
+            raise api_error(f"cannot list Clusters in {where}", exc) from None
+    items = sorted(
+        listing.get("items") or [],
+        key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"]["name"]),
+    )
+    if args.output in ("yaml", "json"):
+        document = {
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [
+                _without_managed_fields({"apiVersion": api.API_VERSION, "kind": "Cluster", **c})
+                for c in items
+            ],
+        }
+        if args.output == "json":
+            print(json.dumps(document, indent=2))
+        else:
+            print(yaml.safe_dump(document, sort_keys=False), end="")
+        return
+    if not items:
+        where = f"namespace {namespace}" if namespace else "any namespace"
+        print(f"No Clusters in {where}.", file=sys.stderr)
+        return
+    print(table(cluster_rows(items, wide=args.output == "wide")), end="")
+
+
+def add_parser(sub: argparse._SubParsersAction[OneLineParser]) -> None:
+    """Add ``list`` and its flags to ``kokumi cluster``."""
+    formatter = argparse.RawDescriptionHelpFormatter
+    list_cmd = sub.add_parser(
+        "list",
+        help="list Clusters with their state",
+        description="List Clusters: connection, server, version, readiness and labels.",
+        epilog=examples(
+            """
+            kokumi cluster list -n platform
+            kokumi cluster list -A -o wide
+            kokumi cluster list -n platform -o yaml
+            """
+        ),
+        formatter_class=formatter,
+    )
+    scope = list_cmd.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", help="the namespace (default: the context's)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
+    list_cmd.add_argument("-o", "--output", choices=("wide", "yaml", "json"), help="output format")
+    hub_flags(list_cmd)
+    list_cmd.set_defaults(run=runner(_cmd_list))

@@ -1,0 +1,281 @@
+"""A new Cluster and its ``<name>-kubeconfig`` Secret, created as the signed-in user.
+
+This is the one code path that registers a cluster with a kubeconfig: ``kokumi cluster add`` and
+``import`` call it, and a web UI's New Cluster form is meant to call the same functions, so that
+both check and write exactly alike. Nothing here parses a command line or prints.
+
+It builds the objects, checks the kubeconfig with :mod:`kokumi.core.kubeconfig` (the manager's own
+reader, so a kubeconfig accepted here is one the manager accepts, and a refusal reads the same in
+both places), refuses a ``<name>-kubeconfig`` Secret it did not write (overwriting it would hand
+another credential to the Cluster), creates the Cluster first and then the Secret owned by it (so
+that the Secret is deleted with the Cluster), deletes the Cluster again when the Secret cannot be
+written, and turns a refusal of the API server or of an admission policy into one line
+(:class:`~kokumi.cmd.cluster.errors.CliError`). It never puts a token, a key or a kubeconfig into
+an error.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+import attrs
+
+from kokumi.cmd.cluster.errors import CliError, api_error
+from kokumi.core import api, argocd, kubeconfig
+from kokumi.kube.client import SECRETS, Client
+from kokumi.kube.errors import AlreadyExists, Conflict, Forbidden, KubeError, NotFound
+from kokumi.kube.objects import Resource
+
+__all__ = [
+    "Added",
+    "FIELD_MANAGER",
+    "SECRET_KEY",
+    "SERVICE_ACCOUNT",
+    "Source",
+    "add_cluster",
+    "check_kubeconfig",
+    "cluster_object",
+    "kubeconfig_of_token",
+    "kubeconfig_secret",
+    "kubeconfig_secret_name",
+    "write",
+    "written_here",
+]
+
+SECRET_KEY: Final = "value"  # noqa: S105 - a key's name, not a password
+"""The key of the kubeconfig in the Secret: Cluster API's format, which Flux and Sveltos read."""
+
+LABEL_MANAGED_BY: Final = argocd.LABEL_MANAGED_BY
+WRITTEN_BY: Final = "kokumi-cli"
+"""The mark of a kubeconfig Secret this tool wrote: only such a Secret may be overwritten."""
+
+LABEL_CLUSTER: Final = argocd.LABEL_CLUSTER
+FIELD_MANAGER: Final = "kokumi-cli"
+
+SERVICE_ACCOUNT: Final = "kokumi"
+"""Kokumi's ServiceAccount on a cluster, and the user's name in a kubeconfig of a token."""
+
+
+def kubeconfig_secret_name(cluster: str) -> str:
+    """The Secret ``add`` keeps a Cluster's kubeconfig in, as the UI names it too."""
+    return f"{cluster}-kubeconfig"
+
+
+def cluster_object(
+    name: str,
+    namespace: str,
+    *,
+    secret: str | None,
+    labels: Mapping[str, str] | None = None,
+    description: str = "",
+) -> dict[str, Any]:
+    """A Cluster reached with the kubeconfig in ``secret`` (key ``value``), or InCluster."""
+    spec: dict[str, Any] = {"connection": "InCluster"}
+    if secret is not None:
+        spec = {"connection": "Kubeconfig", "kubeconfig": {"secretRef": {"name": secret}}}
+    if description:
+        spec["description"] = description
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels:
+        metadata["labels"] = dict(labels)
+    return {"apiVersion": api.API_VERSION, "kind": "Cluster", "metadata": metadata, "spec": spec}
+
+
+def kubeconfig_secret(
+    cluster: str, namespace: str, text: str, owner_uid: str | None = None
+) -> dict[str, Any]:
+    """The Secret ``<cluster>-kubeconfig``, marked as written by this tool, owned by the Cluster.
+
+    The ownerReference makes the garbage collector delete the Secret with the Cluster; the mark
+    is what a later ``add`` checks before it overwrites the Secret.
+    """
+    metadata: dict[str, Any] = {
+        "name": kubeconfig_secret_name(cluster),
+        "namespace": namespace,
+        "labels": {LABEL_MANAGED_BY: WRITTEN_BY, LABEL_CLUSTER: cluster},
+    }
+    if owner_uid is not None:
+        metadata["ownerReferences"] = [
+            {"apiVersion": api.API_VERSION, "kind": "Cluster", "name": cluster, "uid": owner_uid}
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata,
+        "type": "Opaque",
+        "data": {SECRET_KEY: base64.b64encode(text.encode()).decode("ascii")},
+    }
+
+
+def written_here(secret: Mapping[str, Any], cluster: str) -> bool:
+    """Whether this tool wrote the Secret for this Cluster, and may therefore overwrite it."""
+    labels = (secret.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(LABEL_MANAGED_BY) == WRITTEN_BY and labels.get(LABEL_CLUSTER) == cluster)
+
+
+@attrs.frozen
+class Source:
+    """What ``add`` stores: a kubeconfig (text never shown) and its server, or InCluster."""
+
+    server: str | None
+    kubeconfig: str | None = attrs.field(default=None, repr=False)
+    what: str = ""  # for --dry-run: where the kubeconfig comes from
+
+
+def kubeconfig_of_token(
+    name: str, server: str, ca: bytes | None, token: str, *, user: str = SERVICE_ACCOUNT
+) -> str:
+    """A kubeconfig of a server, its CA and a bearer token, checked as the manager checks it."""
+    connection = kubeconfig.Connection(server=server, token=token, certificate_authority=ca)
+    text = kubeconfig.render(connection, context=name, cluster=name, user=user)
+    try:
+        return kubeconfig.minimise(text)
+    except kubeconfig.KubeconfigRefused as refused:
+        raise CliError(f"the kubeconfig cannot be used: {refused.refusal.message}") from None
+
+
+def check_kubeconfig(text: str) -> tuple[str, str]:
+    """The kubeconfig as it is stored (its current context only, files inlined) and its server.
+
+    :class:`kokumi.core.kubeconfig.KubeconfigRefused` says why not, in the manager's own words:
+    a caller adds what its user can do about it.
+    """
+    minimal = kubeconfig.minimise(text)
+    connection = kubeconfig.parse(minimal)
+    assert isinstance(connection, kubeconfig.Connection)  # minimise accepted it
+    return minimal, connection.server
+
+
+@attrs.frozen
+class Added:
+    cluster: dict[str, Any]
+    cluster_created: bool
+    secret_created: bool | None  # None: no Secret (InCluster)
+
+
+async def add_cluster(
+    hub: Client,
+    name: str,
+    namespace: str,
+    source: Source,
+    *,
+    labels: Mapping[str, str] | None = None,
+    description: str = "",
+) -> Added:
+    """Create or update the Cluster, then its kubeconfig Secret, as the hub's user.
+
+    The Secret's name is checked first: one this tool did not write is refused before anything is
+    created. A Cluster created here is deleted again when its Secret cannot be written, so a
+    failed ``add`` leaves nothing half-registered behind.
+    """
+    secret = kubeconfig_secret_name(name)
+    existing_secret: dict[str, Any] | None = None
+    if source.kubeconfig is not None:
+        existing_secret = await _own_secret_or_none(hub, namespace, name)
+    body = cluster_object(
+        name,
+        namespace,
+        secret=secret if source.kubeconfig is not None else None,
+        labels=labels,
+        description=description,
+    )
+    cluster, created = await _create_or_update_cluster(hub, body)
+    if source.kubeconfig is None:
+        return Added(cluster, created, None)
+    uid = cluster["metadata"]["uid"]
+    wanted = kubeconfig_secret(name, namespace, source.kubeconfig, owner_uid=uid)
+    try:
+        if existing_secret is None:
+            await write(hub, "create", SECRETS, wanted, hub.create)
+        else:
+            wanted["metadata"]["resourceVersion"] = existing_secret["metadata"]["resourceVersion"]
+            await write(hub, "update", SECRETS, wanted, hub.replace)
+    except CliError as error:
+        if created:
+            try:
+                await hub.delete(api.CLUSTERS, name, namespace=namespace)
+            except KubeError:
+                raise CliError(
+                    f"{error}; the Cluster {namespace}/{name} it was for remains: delete it"
+                ) from None
+            raise CliError(f"{error}; the Cluster {namespace}/{name} was deleted again") from None
+        raise
+    return Added(cluster, created, existing_secret is None)
+
+
+async def _own_secret_or_none(hub: Client, namespace: str, cluster: str) -> dict[str, Any] | None:
+    """The Secret ``<cluster>-kubeconfig`` if this tool wrote it, None if there is none.
+
+    A user who may not read Secrets gets None: the admission policy then refuses the Cluster, in
+    its own words, which say what access is missing.
+    """
+    name = kubeconfig_secret_name(cluster)
+    try:
+        secret = await hub.get(SECRETS, name, namespace=namespace)
+    except (NotFound, Forbidden):
+        return None
+    except KubeError as exc:
+        raise api_error(f"cannot read Secret {namespace}/{name}", exc) from None
+    if not written_here(secret, cluster):
+        raise CliError(
+            f"Secret {namespace}/{name} exists and kokumi did not write it (it lacks the labels "
+            f"{LABEL_MANAGED_BY}={WRITTEN_BY} and {LABEL_CLUSTER}={cluster}), so nothing was "
+            "created: choose another Cluster name, or delete that Secret if nothing uses it"
+        )
+    return secret
+
+
+async def _create_or_update_cluster(
+    hub: Client, body: dict[str, Any]
+) -> tuple[dict[str, Any], bool]:
+    meta = body["metadata"]
+    try:
+        return await hub.create(api.CLUSTERS, body, namespace=meta["namespace"]), True
+    except AlreadyExists:
+        pass
+    except KubeError as exc:
+        raise api_error(f"cannot create Cluster {meta['namespace']}/{meta['name']}", exc) from None
+    for _attempt in range(5):
+        try:
+            current = await hub.get(api.CLUSTERS, meta["name"], namespace=meta["namespace"])
+        except KubeError as exc:
+            raise api_error(
+                f"cannot read Cluster {meta['namespace']}/{meta['name']}", exc
+            ) from None
+        updated = dict(current)
+        metadata = dict(current["metadata"])
+        metadata["labels"] = {**(metadata.get("labels") or {}), **(meta.get("labels") or {})}
+        updated["metadata"] = metadata
+        spec = dict(body["spec"])
+        old_description = (current.get("spec") or {}).get("description")
+        if "description" not in spec and old_description:
+            spec["description"] = old_description
+        updated["spec"] = spec
+        try:
+            return await hub.replace(api.CLUSTERS, updated, namespace=meta["namespace"]), False
+        except Conflict:
+            continue
+        except KubeError as exc:
+            raise api_error(
+                f"cannot update Cluster {meta['namespace']}/{meta['name']}", exc
+            ) from None
+    raise CliError(
+        f"Cluster {meta['namespace']}/{meta['name']} kept changing while being updated: run again"
+    )
+
+
+async def write(
+    client: Client,
+    verb: str,
+    resource: Resource,
+    body: dict[str, Any],
+    call: Callable[..., Awaitable[dict[str, Any]]],
+) -> dict[str, Any]:
+    meta = body["metadata"]
+    where = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
+    try:
+        return await call(resource, body, namespace=meta.get("namespace"))
+    except KubeError as exc:
+        raise api_error(f"cannot {verb} {resource.kind} {where}", exc) from None

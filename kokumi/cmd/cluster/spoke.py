@@ -1,0 +1,186 @@
+"""The cluster ``add`` registers, reached from the user's own kubeconfig.
+
+Either one context of it, files read and inlined, or the spec's "Register a cluster" steps run on
+that cluster: a ServiceAccount of Kokumi's with a token, whose kubeconfig is stored instead. The
+second is the way out for a context that signs in with something only a person can run.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import trio
+import yaml
+
+from kokumi.cmd.cluster.errors import CliError, api_error
+from kokumi.cmd.cluster.newcluster import (
+    FIELD_MANAGER,
+    SERVICE_ACCOUNT,
+    Source,
+    check_kubeconfig,
+    kubeconfig_of_token,
+    write,
+)
+from kokumi.core import kubeconfig
+from kokumi.kube.client import SECRETS, SERVICE_ACCOUNTS, Client
+from kokumi.kube.config import Config, flatten_context
+from kokumi.kube.errors import AlreadyExists, KubeError
+from kokumi.kube.objects import Resource, secret_data
+
+__all__ = ["kubeconfig_of_context", "service_account_kubeconfig", "service_account_objects"]
+
+
+SERVICE_ACCOUNT_NAMESPACE: Final = "kube-system"
+
+
+def token_secret(account: str) -> str:
+    """The service-account-token Secret of ``account``: kokumi-token, as in the spec's steps."""
+    return f"{account}-token"
+
+
+CLUSTER_ROLE_BINDINGS: Final = Resource(
+    "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False
+)
+
+_SERVICE_ACCOUNT_HINT: Final = (
+    "; or let kokumi create a ServiceAccount with a token on that cluster and store its "
+    "kubeconfig instead: add --create-service-account"
+)
+
+_NEED_SERVICE_ACCOUNT: Final = frozenset(
+    {kubeconfig.Code.EXEC_PLUGIN, kubeconfig.Code.AUTH_PROVIDER, kubeconfig.Code.BASIC_AUTH}
+)
+
+
+def kubeconfig_of_context(path: str | None, context: str | None) -> Source:
+    """The self-contained kubeconfig of one context and its server, files read and inlined.
+
+    Checked by the manager's own reader, so a refusal is the manager's own reason; where the
+    context signs in with something only a person can run, the fix is a ServiceAccount of Kokumi's.
+    """
+    try:
+        name, document = flatten_context(path, context)
+    except KubeError as exc:
+        raise CliError(str(exc)) from None
+    text = yaml.safe_dump(document, sort_keys=False)
+    try:
+        minimal, server = check_kubeconfig(text)
+    except kubeconfig.KubeconfigRefused as refused:
+        hint = _SERVICE_ACCOUNT_HINT if refused.refusal.code in _NEED_SERVICE_ACCOUNT else ""
+        raise CliError(
+            f"context {name!r} cannot be stored: {refused.refusal.message}{hint}"
+        ) from None
+    return Source(server, minimal, f"context {name}, server {server}")
+
+
+async def service_account_kubeconfig(
+    config: Config,
+    *,
+    name: str,
+    account: str = SERVICE_ACCOUNT,
+    cluster_role: str,
+    server: str | None,
+    token_wait: float,
+    poll: float = 0.5,
+) -> Source:
+    """The spec's "Register a cluster" steps on the spoke, then the kubeconfig they lead to.
+
+    ServiceAccount kokumi in kube-system, a ClusterRoleBinding to ``cluster_role``, and a
+    service-account-token Secret, whose token the spoke's token controller fills in (polled, as
+    ``argocd cluster add`` polls). Running it again reuses what is there.
+    """
+    account_body, binding, token_body = service_account_objects(account, cluster_role)
+    subject = binding["subjects"][0]
+    async with Client(config, field_manager=FIELD_MANAGER) as spoke:
+        await _create_or_keep(spoke, SERVICE_ACCOUNTS, account_body)
+        existing = await _create_or_keep(spoke, CLUSTER_ROLE_BINDINGS, binding)
+        if existing is not None:
+            bound = (existing.get("roleRef") or {}).get("name")
+            if bound != cluster_role:
+                raise CliError(
+                    f"ClusterRoleBinding {account} on the cluster binds ClusterRole "
+                    f"{bound}, not {cluster_role}: pass --cluster-role {bound}, or delete the "
+                    "binding to bind another role"
+                )
+            if subject not in (existing.get("subjects") or []):
+                existing["subjects"] = [*(existing.get("subjects") or []), subject]
+                await write(spoke, "update", CLUSTER_ROLE_BINDINGS, existing, spoke.replace)
+        await _create_or_keep(spoke, SECRETS, token_body)
+        token, ca = await _wait_for_token(spoke, token_secret(account), token_wait, poll)
+    address = server or config.server
+    text = kubeconfig_of_token(name, address, ca, token, user=account)
+    return Source(address, text, f"token of ServiceAccount kube-system/{account}, server {address}")
+
+
+async def _create_or_keep(
+    client: Client, resource: Resource, body: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Create ``body``; None when created, the object already there when it exists."""
+    meta = body["metadata"]
+    namespace = meta.get("namespace")
+    try:
+        await client.create(resource, body, namespace=namespace)
+    except AlreadyExists:
+        try:
+            return await client.get(resource, meta["name"], namespace=namespace)
+        except KubeError as exc:
+            raise api_error(f"cannot read {resource.kind} {meta['name']}", exc) from None
+    except KubeError as exc:
+        raise api_error(
+            f"cannot create {resource.kind} {meta['name']} on the cluster", exc
+        ) from None
+    return None
+
+
+async def _wait_for_token(
+    client: Client, token_secret_name: str, wait: float, poll: float
+) -> tuple[str, bytes | None]:
+    with trio.move_on_after(wait):
+        while True:
+            try:
+                secret = await client.get(
+                    SECRETS, token_secret_name, namespace=SERVICE_ACCOUNT_NAMESPACE
+                )
+            except KubeError as exc:
+                raise api_error(
+                    f"cannot read Secret kube-system/{token_secret_name}", exc
+                ) from None
+            token = secret_data(secret, "token")
+            if token:
+                return token.decode("utf-8"), secret_data(secret, "ca.crt")
+            await trio.sleep(poll)
+    raise CliError(
+        f"the cluster did not put a token into Secret kube-system/{token_secret_name} within "
+        f"{wait:g} s: is its token controller (kube-controller-manager) running?"
+    )
+
+
+def service_account_objects(
+    account: str, cluster_role: str
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """What the spec's steps create on the cluster: the account, its binding, its token Secret."""
+    meta = {"name": account, "namespace": SERVICE_ACCOUNT_NAMESPACE}
+    return (
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": account},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": cluster_role,
+            },
+            "subjects": [{"kind": "ServiceAccount", **meta}],
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                **meta,
+                "name": token_secret(account),
+                "annotations": {"kubernetes.io/service-account.name": account},
+            },
+            "type": "kubernetes.io/service-account-token",
+        },
+    )
