@@ -22,6 +22,7 @@ from typing import Any
 
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
+from kokumi.core.text import b64
 from kokumi.kube.objects import secret_data
 
 __all__ = [
@@ -72,10 +73,6 @@ def cluster_name(cluster: ClusterRef, server: str) -> str:
     return f"kokumi-{cluster.namespace}-{cluster.name}-{server_hash(server)}"
 
 
-def _b64(value: bytes) -> str:
-    return base64.b64encode(value).decode("ascii")
-
-
 def cluster_config(connection: Connection) -> dict[str, Any]:
     """Argo CD's ``ClusterConfig`` for the connection, with the empty fields left out.
 
@@ -86,11 +83,11 @@ def cluster_config(connection: Connection) -> dict[str, Any]:
     """
     tls: dict[str, Any] = {}
     if connection.certificate_authority:
-        tls["caData"] = _b64(connection.certificate_authority)
+        tls["caData"] = b64(connection.certificate_authority)
     if connection.client_certificate:
-        tls["certData"] = _b64(connection.client_certificate)
+        tls["certData"] = b64(connection.client_certificate)
     if connection.client_key:
-        tls["keyData"] = _b64(connection.client_key)
+        tls["keyData"] = b64(connection.client_key)
     if connection.tls_server_name:
         tls["serverName"] = connection.tls_server_name
     if connection.insecure_skip_tls_verify:
@@ -144,9 +141,9 @@ def cluster_secret(
         "metadata": metadata,
         "type": "Opaque",
         "data": {
-            "config": _b64(config.encode()),
-            "name": _b64(cluster_name(cluster, server).encode()),
-            "server": _b64(server.encode()),
+            "config": b64(config.encode()),
+            "name": b64(cluster_name(cluster, server).encode()),
+            "server": b64(server.encode()),
         },
     }
 

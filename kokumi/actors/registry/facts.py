@@ -16,7 +16,7 @@ import trio
 
 from kokumi.actors.pace import Pace
 from kokumi.actors.registry.line import Line
-from kokumi.actors.registry.state import Retry, log, name_of, version_of
+from kokumi.actors.registry.state import Retry, log, version_of
 from kokumi.core import argocd, handover, ownership
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef
@@ -25,7 +25,7 @@ from kokumi.core.registration import NOT_REGISTERED, Registration
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.client import SECRETS
-from kokumi.kube.objects import secret_data
+from kokumi.kube.objects import metadata_of, name_of, secret_data
 from kokumi.kube.watch import Resync, WatchEvent
 
 
@@ -300,7 +300,7 @@ class Facts(Line):
         return {s for s in self._step(ownership.Foreign(server, name)) if s is not None}
 
     async def _delete(self, name: str, existing: Mapping[str, Any]) -> None:
-        meta = existing.get("metadata") or {}
+        meta = metadata_of(existing)
         try:
             # Only the version we know is ours: a Secret changed meanwhile is read again first.
             await self._client.delete(
@@ -563,7 +563,7 @@ def _same_data(secret: Mapping[str, Any], connection: Connection, holder: Cluste
 
 
 def _same(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
-    labels = existing.get("metadata", {}).get("labels") or {}
+    labels = metadata_of(existing).get("labels") or {}
     wanted = desired["metadata"]["labels"]
     return (
         all(labels.get(k) == v for k, v in wanted.items())

@@ -25,6 +25,7 @@ from kokumi.core.registration import Registration
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.client import SECRETS, Client
+from kokumi.kube.objects import metadata_of, resource_version
 
 log = logging.getLogger("kokumi.actors.registry")
 """One logger for every section: the registry's log lines read as they did in one module."""
@@ -138,8 +139,8 @@ class State:
         self, name: str, existing: Mapping[str, Any], desired: Mapping[str, Any]
     ) -> None:
         """Update the Secret in place (a handover never deletes): Argo CD never sees it vanish."""
-        old_meta = existing.get("metadata") or {}
-        new_meta = desired.get("metadata") or {}
+        old_meta = metadata_of(existing)
+        new_meta = metadata_of(desired)
         metadata = {
             **old_meta,
             "labels": {**(old_meta.get("labels") or {}), **(new_meta.get("labels") or {})},
@@ -162,14 +163,10 @@ class State:
         self._metrics.registry_writes += 1
 
 
-def name_of(obj: Mapping[str, Any]) -> str:
-    return str(obj.get("metadata", {}).get("name", ""))
-
-
 def version_of(obj: Mapping[str, Any]) -> int:
     """etcd's resourceVersions are increasing integers; anything else sorts first."""
-    value = obj.get("metadata", {}).get("resourceVersion")
+    value = resource_version(obj)
     try:
-        return int(value)
-    except (TypeError, ValueError):
+        return int(value) if value is not None else -1
+    except ValueError:
         return -1

@@ -13,7 +13,8 @@ from typing import Any, NoReturn
 import trio
 
 from kokumi.cmd import DONE
-from kokumi.cmd.cluster.errors import CliError, CliUsageError, one_line
+from kokumi.cmd.cluster.errors import CliError, CliUsageError
+from kokumi.core.text import one_line
 from kokumi.kube.config import Config
 from kokumi.kube.errors import KubeError
 

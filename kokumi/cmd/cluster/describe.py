@@ -18,12 +18,14 @@ from kokumi.cmd.cluster.command import (
     runner,
     table,
 )
-from kokumi.cmd.cluster.errors import CliError, api_error, one_line
+from kokumi.cmd.cluster.errors import CliError, api_error
 from kokumi.cmd.cluster.newcluster import FIELD_MANAGER, SECRET_KEY
 from kokumi.core import api, argocd, selectors, targets
 from kokumi.core.ownership import ClusterRef, normalise_server
+from kokumi.core.text import one_line
 from kokumi.kube.client import EVENTS, SECRETS, Client
 from kokumi.kube.errors import Forbidden, KubeError, NotFound
+from kokumi.kube.objects import metadata_of
 
 __all__ = ["add_parser", "describe_text", "environment_targets", "registration"]
 
@@ -38,7 +40,7 @@ def registration(
     ``argocd_secrets`` are the cluster Secrets of Argo CD's namespace, None when the user may not
     list them. Names come from :mod:`kokumi.core.argocd`, the module the registry writes them with.
     """
-    meta = cluster.get("metadata") or {}
+    meta = metadata_of(cluster)
     spec = cluster.get("spec") or {}
     if spec.get("connection") == "InCluster":
         return "none needed: Argo CD knows the cluster it runs in (InCluster)"
@@ -165,7 +167,7 @@ def describe_text(
     argocd_namespace: str = argocd.ARGOCD_NAMESPACE,
 ) -> str:
     """Everything that answers "why is my Cluster not deploying?", on one screen."""
-    meta = cluster.get("metadata") or {}
+    meta = metadata_of(cluster)
     spec = cluster.get("spec") or {}
     status = cluster.get("status") or {}
     ready = ready_condition(cluster)

@@ -7,9 +7,10 @@ import sys
 from typing import Final
 
 from kokumi.cmd import CommandError, UsageError
+from kokumi.core.text import one_line
 from kokumi.kube.errors import ApiError, KubeError
 
-__all__ = ["CliError", "CliUsageError", "api_error", "one_line", "warn"]
+__all__ = ["CliError", "CliUsageError", "api_error", "warn"]
 
 
 _CONTEXT_PREFIX: Final = re.compile(r"^[A-Z]+ /\S*: ")
@@ -24,10 +25,6 @@ class CliError(CommandError):
 
 class CliUsageError(CliError, UsageError):
     """A CliError found before anything was read or written: the command exits 2."""
-
-
-def one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def api_error(what: str, exc: KubeError) -> CliError:

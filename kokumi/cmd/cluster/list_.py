@@ -20,11 +20,13 @@ from kokumi.cmd.cluster.command import (
     runner,
     table,
 )
-from kokumi.cmd.cluster.errors import api_error, one_line
+from kokumi.cmd.cluster.errors import api_error
 from kokumi.cmd.cluster.newcluster import FIELD_MANAGER, SECRET_KEY
 from kokumi.core import api
+from kokumi.core.text import one_line
 from kokumi.kube.client import Client
 from kokumi.kube.errors import KubeError
+from kokumi.kube.objects import metadata_of
 
 __all__ = ["add_parser", "cluster_rows"]
 
@@ -36,7 +38,7 @@ def cluster_rows(clusters: Sequence[Mapping[str, Any]], *, wide: bool = False) -
         header += ["SECRET", "MESSAGE"]
     rows = [header]
     for cluster in clusters:
-        meta = cluster.get("metadata") or {}
+        meta = metadata_of(cluster)
         spec = cluster.get("spec") or {}
         status = cluster.get("status") or {}
         ready = ready_condition(cluster)
@@ -60,7 +62,7 @@ def cluster_rows(clusters: Sequence[Mapping[str, Any]], *, wide: bool = False) -
 
 def _without_managed_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
     shown = dict(obj)
-    metadata = obj.get("metadata") or {}
+    metadata = metadata_of(obj)
     shown["metadata"] = {k: v for k, v in metadata.items() if k != "managedFields"}
     return shown
 

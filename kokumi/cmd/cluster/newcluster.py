@@ -26,7 +26,7 @@ from kokumi.cmd.cluster.errors import CliError, api_error
 from kokumi.core import api, argocd, kubeconfig
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.errors import AlreadyExists, Conflict, Forbidden, KubeError, NotFound
-from kokumi.kube.objects import Resource
+from kokumi.kube.objects import Resource, metadata_of
 
 __all__ = [
     "Added",
@@ -111,7 +111,7 @@ def kubeconfig_secret(
 
 def written_here(secret: Mapping[str, Any], cluster: str) -> bool:
     """Whether this tool wrote the Secret for this Cluster, and may therefore overwrite it."""
-    labels = (secret.get("metadata") or {}).get("labels") or {}
+    labels = metadata_of(secret).get("labels") or {}
     return bool(labels.get(LABEL_MANAGED_BY) == WRITTEN_BY and labels.get(LABEL_CLUSTER) == cluster)
 
 
