@@ -13,7 +13,6 @@ and the registry.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections import defaultdict
 from collections.abc import Callable
@@ -29,7 +28,7 @@ from kokumi.actors.registry import Registry
 from kokumi.actors.secretwatch import SecretWatches
 from kokumi.core import api
 from kokumi.core.ownership import ClusterRef
-from kokumi.kube.watch import Key, Resync, Store, WatchEvent, watch
+from kokumi.kube.watch import Key, Resync, Store, WatchEvent, start_watch
 
 __all__ = ["Dispatcher"]
 
@@ -101,11 +100,8 @@ class Dispatcher:
                 (api.CLUSTERS, self.clusters, self._follow_clusters, False),
             ]
             for resource, store, follow, metadata_only in watches:
-                send, receive = trio.open_memory_channel[WatchEvent | Resync](256)
-                await nursery.start(
-                    functools.partial(
-                        watch, client, resource, send, store=store, metadata_only=metadata_only
-                    )
+                receive = await start_watch(
+                    nursery, client, resource, buffer=256, store=store, metadata_only=metadata_only
                 )
                 nursery.start_soon(follow, receive)
             nursery.start_soon(self.environments_actor.run)

@@ -20,7 +20,6 @@ Secret is what is refused). Once the binding exists, the first list wakes them.
 
 from __future__ import annotations
 
-import functools
 import logging
 import random
 from collections.abc import Callable, MutableMapping
@@ -39,7 +38,7 @@ from kokumi.core.secretaccess import (
 )
 from kokumi.kube import errors
 from kokumi.kube.client import METADATA_LIST, SECRETS, Client
-from kokumi.kube.watch import Resync, WatchEvent, watch
+from kokumi.kube.watch import Resync, WatchEvent, start_watch
 
 __all__ = [
     "MANAGER_SECRETS_ROLE",
@@ -166,20 +165,16 @@ class SecretWatches:
     async def _follow(self, namespace: str | None, scope: trio.CancelScope) -> None:
         with scope:
             await self._wait_until_listable(namespace)
-            send, receive = trio.open_memory_channel[WatchEvent | Resync](64)
             async with trio.open_nursery() as nursery:
-                await nursery.start(
-                    functools.partial(
-                        watch,
-                        self._client,
-                        SECRETS,
-                        send,
-                        namespace=namespace,
-                        metadata_only=True,
-                        # A binding removed later shows as refused relists: retried (and
-                        # logged) at most every two minutes. The Clusters' own reads report it.
-                        backoff_max=120.0,
-                    )
+                receive = await start_watch(
+                    nursery,
+                    self._client,
+                    SECRETS,
+                    namespace=namespace,
+                    metadata_only=True,
+                    # A binding removed later shows as refused relists: retried (and logged) at
+                    # most every two minutes. The Clusters' own reads report it.
+                    backoff_max=120.0,
                 )
                 first = True
                 async for event in receive:

@@ -55,7 +55,7 @@ if _typing.TYPE_CHECKING:
         Unauthorized,
     )
     from .objects import Resource
-    from .watch import Resync, Store, WatchEvent, watch
+    from .watch import Resync, Store, WatchEvent, start_watch, watch
 
 __all__ = [
     "AlreadyExists",
@@ -96,6 +96,7 @@ __all__ = [
     "Unauthorized",
     "WatchEvent",
     "flatten_context",
+    "start_watch",
     "watch",
 ]
 
@@ -141,7 +142,7 @@ _BY_HOME = {
         "Unauthorized",
     ),
     "objects": ("Resource",),
-    "watch": ("Resync", "Store", "WatchEvent", "watch"),
+    "watch": ("Resync", "Store", "WatchEvent", "start_watch", "watch"),
 }
 #: Each public name -> the module that defines it.
 _HOMES = {name: f"{__name__}.{home}" for home, names in _BY_HOME.items() for name in names}

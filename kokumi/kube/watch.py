@@ -23,6 +23,7 @@ backoff, forever.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -38,7 +39,7 @@ from .client import METADATA_OBJECT, Client
 from .errors import BadRequest, Gone, Invalid, KubeError, TransportError, error_from_status
 from .objects import Resource, name_of, namespace_of, resource_version
 
-__all__ = ["Resync", "Store", "WatchEvent", "watch"]
+__all__ = ["Resync", "Store", "WatchEvent", "start_watch", "watch"]
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,25 @@ class Store:
 
 def _key(obj: Mapping[str, Any]) -> Key:
     return (namespace_of(obj) or None, name_of(obj))
+
+
+async def start_watch(
+    nursery: trio.Nursery,
+    client: Client,
+    resource: Resource,
+    *,
+    buffer: int = 64,
+    **options: Any,
+) -> trio.MemoryReceiveChannel[WatchEvent | Resync]:
+    """Start :func:`watch` in ``nursery`` and return the channel it feeds, once its first list is
+    in: the one way the actors open a watch, so that each says only what it watches and how.
+
+    ``options`` are :func:`watch`'s own (``namespace``, ``label_selector``, ``metadata_only``,
+    ``store``, ``backoff_max``, ...). The channel holds ``buffer`` events; the caller owns it.
+    """
+    send, receive = trio.open_memory_channel[WatchEvent | Resync](buffer)
+    await nursery.start(functools.partial(watch, client, resource, send, **options))
+    return receive
 
 
 async def watch(

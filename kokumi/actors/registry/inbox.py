@@ -8,7 +8,6 @@ table and the Secrets the registry keeps.
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -24,7 +23,7 @@ from kokumi.core.kubeconfig import Connection
 from kokumi.core.ownership import ClusterRef
 from kokumi.core.registration import Registration
 from kokumi.kube.client import SECRETS, Client
-from kokumi.kube.watch import Resync, WatchEvent, watch
+from kokumi.kube.watch import Resync, WatchEvent, start_watch
 
 __all__ = ["Registry"]
 
@@ -169,17 +168,13 @@ class Registry(Facts):
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Rebuild from Argo CD's Secrets, then serve requests, watch news and retries in turn."""
-        send, receive = trio.open_memory_channel[WatchEvent | Resync](64)
         async with trio.open_nursery() as nursery:
-            await nursery.start(
-                functools.partial(
-                    watch,
-                    self._client,
-                    SECRETS,
-                    send,
-                    namespace=self._namespace,
-                    label_selector=CLUSTER_SECRETS,
-                )
+            receive = await start_watch(
+                nursery,
+                self._client,
+                SECRETS,
+                namespace=self._namespace,
+                label_selector=CLUSTER_SECRETS,
             )
             first = await receive.receive()
             assert isinstance(first, Resync)
