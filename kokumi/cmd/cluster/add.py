@@ -2,7 +2,9 @@
 
 The flags choose where the kubeconfig comes from (a context, a server and token, a ServiceAccount
 created on the cluster, or none for InCluster); :mod:`kokumi.cmd.cluster.newcluster` does the
-rest. ``--dry-run`` shows the objects, the Secret without its kubeconfig.
+rest. ``--dry-run`` shows the objects, the Secret without its kubeconfig. ``--secret-only`` writes
+the Secret alone and prints the Cluster for its user to apply, as the spec's local try (``make
+kind-spoke``) does: the Cluster is the user's to create, with the labels their Environments select.
 """
 
 from __future__ import annotations
@@ -18,16 +20,21 @@ from typing import Any, Final
 import yaml
 
 from kokumi.cmd.cluster.command import OneLineParser, examples, hub_config, hub_flags, runner
-from kokumi.cmd.cluster.errors import CliError, CliUsageError, warn
+from kokumi.cmd.cluster.errors import CliError, CliUsageError, api_error, warn
 from kokumi.cmd.cluster.newcluster import (
     FIELD_MANAGER,
+    LABEL_CLUSTER,
+    LABEL_MANAGED_BY,
     SERVICE_ACCOUNT,
+    WRITTEN_BY,
     Source,
     add_cluster,
     cluster_object,
     kubeconfig_of_token,
     kubeconfig_secret,
     kubeconfig_secret_name,
+    write,
+    written_here,
 )
 from kokumi.cmd.cluster.spoke import (
     kubeconfig_of_context,
@@ -35,9 +42,9 @@ from kokumi.cmd.cluster.spoke import (
     service_account_objects,
 )
 from kokumi.core.ownership import IN_CLUSTER_SERVER, normalise_server
-from kokumi.kube.client import Client
+from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config
-from kokumi.kube.errors import KubeError
+from kokumi.kube.errors import Forbidden, KubeError, NotFound
 
 __all__ = ["add_parser", "dump_objects"]
 
@@ -186,6 +193,17 @@ async def _cmd_add(args: argparse.Namespace) -> None:
             raise CliError(
                 "--in-cluster needs no --server, --kubeconfig or --context: leave them out"
             )
+        if args.server is not None and not args.server.strip():
+            # Likely a shell's empty substitution: ignoring it would store the context's server.
+            raise CliError(
+                "--server is empty: give the API server's URL as the hub reaches it, such as "
+                "https://spoke.example:6443"
+            )
+        if args.secret_only and args.in_cluster:
+            raise CliError(
+                "--secret-only writes the kubeconfig Secret, and an --in-cluster Cluster has "
+                "none: leave --secret-only out"
+            )
         found, spoke_objects = _source(args)
         if isinstance(found, Source):
             _refuse_argocds_own_cluster(found)
@@ -225,6 +243,10 @@ async def _cmd_add(args: argparse.Namespace) -> None:
         print(dump_objects(objects), end="")
         return
 
+    if args.secret_only:
+        await _secret_only(args, source, labels)
+        return
+
     async with Client(hub_config(args), field_manager=FIELD_MANAGER) as hub:
         added = await add_cluster(
             hub, args.name, args.namespace, source, labels=labels, description=args.description
@@ -240,6 +262,52 @@ async def _cmd_add(args: argparse.Namespace) -> None:
     print(
         f"Kokumi checks it within a minute: kokumi cluster describe {args.name} -n {args.namespace}"
     )
+
+
+async def _secret_only(args: argparse.Namespace, source: Source, labels: dict[str, str]) -> None:
+    """Write only the Secret ``NAME-kubeconfig``; print the Cluster that reads it, to apply.
+
+    The Secret has no owner yet (there is no Cluster to own it): a later ``add`` of the Cluster
+    takes it over, since it carries the mark of this tool. A Secret of that name without the mark
+    is refused, as ``add`` refuses it; one with the mark keeps its owner and its other labels.
+    """
+    assert source.kubeconfig is not None  # --in-cluster was refused
+    name = kubeconfig_secret_name(args.name)
+    where = f"{args.namespace}/{name}"
+    wanted = kubeconfig_secret(args.name, args.namespace, source.kubeconfig)
+    async with Client(hub_config(args), field_manager=FIELD_MANAGER) as hub:
+        try:
+            existing: dict[str, Any] | None = await hub.get(SECRETS, name, namespace=args.namespace)
+        except (NotFound, Forbidden):
+            existing = None  # a user who may not read it is refused by the create, in its words
+        except KubeError as exc:
+            raise api_error(f"cannot read Secret {where}", exc) from None
+        if existing is None:
+            await write(hub, "create", SECRETS, wanted, hub.create)
+        else:
+            if not written_here(existing, args.name):
+                raise CliError(
+                    f"Secret {where} exists and kokumi did not write it (it lacks the labels "
+                    f"{LABEL_MANAGED_BY}={WRITTEN_BY} and {LABEL_CLUSTER}={args.name}), so "
+                    "nothing was written: choose another Cluster name, or delete that Secret if "
+                    "nothing uses it"
+                )
+            old = existing["metadata"]
+            meta = wanted["metadata"]
+            meta["labels"] = {**(old.get("labels") or {}), **meta["labels"]}
+            meta["resourceVersion"] = old["resourceVersion"]
+            if old.get("ownerReferences"):
+                meta["ownerReferences"] = old["ownerReferences"]
+            await write(hub, "update", SECRETS, wanted, hub.replace)
+    cluster = cluster_object(
+        args.name, args.namespace, secret=name, labels=labels, description=args.description
+    )
+    verb = "updated" if existing is not None else "created"
+    print(f"# Secret {where} {verb}: {source.what}")
+    print("# The Cluster that reads it, to apply: kubectl apply -f FILE (or pipe it to -f -)")
+    print(yaml.safe_dump(cluster, sort_keys=False), end="")
+    watch = f"kubectl get clusters.delivery.kokumi.dev {args.name} -n {args.namespace} -w"
+    print(f"# Then watch it: {watch}")
 
 
 def add_parser(sub: argparse._SubParsersAction[OneLineParser]) -> None:
@@ -266,6 +334,9 @@ def add_parser(sub: argparse._SubParsersAction[OneLineParser]) -> None:
             kokumi cluster add in-cluster -n team-a --in-cluster \\
                 --label delivery.kokumi.dev/in-cluster=true
             kokumi cluster add spoke -n platform --context spoke --dry-run
+            kokumi cluster add spoke -n platform --kubeconfig kind-spoke.kubeconfig \\
+                --create-service-account --server https://kokumi-spoke-control-plane:6443 \\
+                --secret-only
             """
         ),
         formatter_class=formatter,
@@ -311,6 +382,12 @@ def add_parser(sub: argparse._SubParsersAction[OneLineParser]) -> None:
         "--dry-run",
         action="store_true",
         help="print the objects (not the kubeconfig); write nothing",
+    )
+    add_cmd.add_argument(
+        "--secret-only",
+        action="store_true",
+        help="write only the Secret NAME-kubeconfig, without an owner, and print the Cluster "
+        "that reads it for you to apply",
     )
     hub_flags(add_cmd)
     add_cmd.set_defaults(run=runner(_cmd_add))
