@@ -26,7 +26,6 @@ import yaml
 
 from kokumi.cmd.cluster.describe import registration
 from kokumi.cmd.cluster.import_ import argocd_connection, cluster_name_for
-from kokumi.cmd.cluster.newcluster import written_here
 from kokumi.cmd.cluster.spoke import kubeconfig_of_context
 from kokumi.core import argocd, kubeconfig
 from kokumi.core.ownership import ClusterRef
@@ -36,6 +35,7 @@ from kokumi.kube.errors import ConfigError
 from kokumi.testing import Kubectl
 from kokumi.testing.controlplane import APIServer, CertificateAuthority
 from kokumi.testing.spoke import Registration
+from kokumi.workspace.newcluster import written_here
 from tests.fixtures_deploy import wait_until
 from tests.manager_support import manager, wait_for, wait_reason, workspace
 

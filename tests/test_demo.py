@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.cluster
 
 def test_demo_once_registers_the_spoke_and_exits() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "kokumi", "demo", "--once", "--timeout", "150"],
+        [sys.executable, "-m", "kokumi", "demo", "--once", "--ui", "--timeout", "150"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -43,6 +44,17 @@ def test_demo_once_registers_the_spoke_and_exits() -> None:
     secret = next(r for r in rows if r and r[0].startswith("kokumi-") and len(r) >= 4)
     assert secret[1].startswith("kokumi-platform-spoke-")
     assert "Everything is Ready" in out
+    # --ui serves the UI beside the manager and prints its one-time sign-in link.
+    assert re.search(
+        r"# The UI, as the hub's admin: open http://127\.0\.0\.1:\d+/signin\?token=\S+ ", out
+    )
+    # The Argo CD Secrets table lines up: each header starts where its column's values do.
+    lines = out.splitlines()
+    header = next(i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith("NAME   "))
+    value = lines[header + 1]
+    for column in ("ARGO CD NAME", "SERVER", "LABELS"):
+        start = lines[header].index(column)
+        assert value[start - 1] == " " and value[start] != " ", (lines[header], value)
     # The demo shows the registration's name, server and labels, never its credentials.
     assert "bearerToken" not in out
     assert "eyJ" not in out  # no JWT (the ServiceAccount token) anywhere

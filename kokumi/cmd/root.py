@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from kokumi.cmd import CommandError, cluster, demo, manager, uninstall
+from kokumi.cmd import CommandError, cluster, demo, manager, ui, uninstall
 from kokumi.runtime.logs import configure as configure_logs
 
 __all__ = ["main"]
@@ -21,6 +21,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     uninstall.add_parser(commands)
     demo.add_parser(commands)
     cluster.add_parser(commands)
+    ui.add_parser(commands)
 
     args = parser.parse_args(argv)
     configure_logs(

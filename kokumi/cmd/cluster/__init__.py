@@ -4,9 +4,9 @@ Every command acts as the user of the current kubeconfig (or ``--hub-kubeconfig`
 manager: their own RBAC applies, and the admission policy kokumi-cluster-secret-access sees who
 names which Secret. One module per subcommand holds its flags and its command; the shared pieces
 are :mod:`~kokumi.cmd.cluster.command` (the hub, the runner, the tables),
-:mod:`~kokumi.cmd.cluster.spoke` (the cluster to add), :mod:`~kokumi.cmd.cluster.newcluster`
-(creating a Cluster and its kubeconfig Secret, without argparse, for a web UI too) and
-:mod:`~kokumi.cmd.cluster.errors`. Nothing here prints a token, a key or a kubeconfig.
+:mod:`~kokumi.cmd.cluster.spoke` (the cluster to add) and :mod:`~kokumi.cmd.cluster.errors`;
+creating a Cluster and its kubeconfig Secret is :mod:`kokumi.workspace.newcluster`, which
+``kokumi ui`` calls too. Nothing here prints a token, a key or a kubeconfig.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``kokumi cluster add``: a Cluster and its kubeconfig Secret, from the flags that say how.
 
 The flags choose where the kubeconfig comes from (a context, a server and token, a ServiceAccount
-created on the cluster, or none for InCluster); :mod:`kokumi.cmd.cluster.newcluster` does the
+created on the cluster, or none for InCluster); :mod:`kokumi.workspace.newcluster` does the
 rest. ``--dry-run`` shows the objects, the Secret without its kubeconfig. ``--secret-only`` writes
 the Secret alone and prints the Cluster for its user to apply, as the spec's local try (``make
 kind-spoke``) does: the Cluster is the user's to create, with the labels their Environments select.
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import re
 import textwrap
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -21,35 +20,36 @@ import yaml
 
 from kokumi.cmd.cluster.command import OneLineParser, examples, hub_config, hub_flags, runner
 from kokumi.cmd.cluster.errors import CliError, CliUsageError, api_error, warn
-from kokumi.cmd.cluster.newcluster import (
-    FIELD_MANAGER,
-    LABEL_CLUSTER,
-    LABEL_MANAGED_BY,
-    SERVICE_ACCOUNT,
-    WRITTEN_BY,
-    Source,
-    add_cluster,
-    cluster_object,
-    kubeconfig_of_token,
-    kubeconfig_secret,
-    kubeconfig_secret_name,
-    write,
-    written_here,
-)
 from kokumi.cmd.cluster.spoke import (
     kubeconfig_of_context,
     service_account_kubeconfig,
     service_account_objects,
 )
-from kokumi.core.ownership import IN_CLUSTER_SERVER, normalise_server
+from kokumi.core.ownership import IN_CLUSTER_SERVER
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config
 from kokumi.kube.errors import Forbidden, KubeError, NotFound
+from kokumi.workspace.newcluster import (
+    FIELD_MANAGER,
+    LABEL_CLUSTER,
+    LABEL_MANAGED_BY,
+    SERVICE_ACCOUNT,
+    WRITTEN_BY,
+    Refused,
+    Source,
+    add_cluster,
+    check_name,
+    cluster_object,
+    kubeconfig_of_token,
+    kubeconfig_secret,
+    kubeconfig_secret_name,
+    refuse_argocds_own_cluster,
+    write,
+    written_here,
+)
 
 __all__ = ["add_parser", "dump_objects"]
 
-
-_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 _NOT_SHOWN: Final = "# data.value: the kubeconfig ({what}), not shown\n"
 
@@ -85,11 +85,7 @@ def _labels(values: Sequence[str]) -> dict[str, str]:
 
 
 def _check_name(name: str) -> None:
-    if len(name) > 63 or not _NAME.fullmatch(name):
-        raise CliError(
-            f"Cluster name {name!r} is not a DNS label: use at most 63 lowercase letters, digits "
-            "and '-', starting and ending with a letter or digit"
-        )
+    check_name(name)
 
 
 def _source(args: argparse.Namespace) -> tuple[Source | Config, list[tuple[dict[str, Any], str]]]:
@@ -160,16 +156,12 @@ def _nothing_ran_yet() -> Iterator[None]:
         yield
     except CliUsageError:
         raise
-    except CliError as error:
+    except Refused as error:
         raise CliUsageError(str(error)) from None
 
 
 def _refuse_argocds_own_cluster(source: Source) -> None:
-    if source.server and normalise_server(source.server) == IN_CLUSTER_SERVER and source.kubeconfig:
-        raise CliError(
-            f"server {IN_CLUSTER_SERVER} is the cluster Argo CD runs in: register it with "
-            "--in-cluster"
-        )
+    refuse_argocds_own_cluster(source)
 
 
 async def _cmd_add(args: argparse.Namespace) -> None:

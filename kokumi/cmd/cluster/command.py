@@ -7,16 +7,18 @@ from __future__ import annotations
 import argparse
 import os
 import textwrap
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, NoReturn
+from collections.abc import Awaitable, Callable, Sequence
+from typing import NoReturn
 
 import trio
 
 from kokumi.cmd import DONE
-from kokumi.cmd.cluster.errors import CliError, CliUsageError
+from kokumi.cmd.cluster.errors import CliError, CliUsageError, refusal
+from kokumi.core.clusterview import label_text, ready_condition
 from kokumi.core.text import one_line
 from kokumi.kube.config import Config
 from kokumi.kube.errors import KubeError
+from kokumi.workspace.newcluster import Refused
 
 __all__ = [
     "OneLineParser",
@@ -66,6 +68,8 @@ def runner(
             result = trio.run(command, args)
         except KubeError as error:
             raise CliError(str(error)) from None
+        except Refused as refused:
+            raise refusal(refused) from None
         return result or DONE
 
     return run
@@ -80,17 +84,6 @@ class OneLineParser(argparse.ArgumentParser):
 
 def usage_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
     parser.exit(2, f"{parser.prog}: {one_line(message)} (see {parser.prog} --help)\n")
-
-
-def ready_condition(cluster: Mapping[str, Any]) -> Mapping[str, Any]:
-    for condition in (cluster.get("status") or {}).get("conditions") or ():
-        if isinstance(condition, Mapping) and condition.get("type") == "Ready":
-            return condition
-    return {}
-
-
-def label_text(labels: Mapping[str, Any] | None) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted((labels or {}).items())) or "<none>"
 
 
 def table(rows: Sequence[Sequence[str]]) -> str:

@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import re
 import sys
-from typing import Final
 
 from kokumi.cmd import CommandError, UsageError
 from kokumi.core.text import one_line
-from kokumi.kube.errors import ApiError, KubeError
+from kokumi.kube.errors import KubeError
+from kokumi.workspace import newcluster
 
-__all__ = ["CliError", "CliUsageError", "api_error", "warn"]
-
-
-_CONTEXT_PREFIX: Final = re.compile(r"^[A-Z]+ /\S*: ")
+__all__ = ["CliError", "CliUsageError", "api_error", "refusal", "warn"]
 
 
-class CliError(CommandError):
-    """What went wrong, in one line that says how to fix it; the command exits 1."""
+class CliError(CommandError, newcluster.Refused):
+    """What went wrong, in one line that says how to fix it; the command exits 1.
+
+    A :class:`~kokumi.workspace.newcluster.Refused` too, so that what catches a refusal of the
+    shared New Cluster steps catches the command's own; :func:`refusal` turns one into the other.
+    """
 
     def __str__(self) -> str:
         return one_line(super().__str__())
@@ -29,9 +29,12 @@ class CliUsageError(CliError, UsageError):
 
 def api_error(what: str, exc: KubeError) -> CliError:
     """The server's own words (an admission policy's message among them) after what was tried."""
-    if isinstance(exc, ApiError):
-        return CliError(f"{what}: {exc.reason}: {_CONTEXT_PREFIX.sub('', exc.message)}")
-    return CliError(f"{what}: {exc}")
+    return refusal(newcluster.api_error(what, exc))
+
+
+def refusal(refused: newcluster.Refused) -> CliError:
+    """A refusal of the shared steps as the command's error: the same line, exit status 1."""
+    return refused if isinstance(refused, CliError) else CliError(str(refused))
 
 
 def warn(text: str) -> None:

@@ -1,7 +1,7 @@
 """``kokumi cluster import``: Cluster API's and Argo CD's clusters become Clusters.
 
 Argo CD's become a ``<name>-kubeconfig`` Secret and a Cluster through
-:mod:`kokumi.cmd.cluster.newcluster`, as ``add`` would make them; Cluster API's Secrets stay where
+:mod:`kokumi.workspace.newcluster`, as ``add`` would make them; Cluster API's Secrets stay where
 Cluster API rotates them, and the Cluster reads them there.
 """
 
@@ -16,20 +16,21 @@ from typing import Any, Final
 import attrs
 
 from kokumi.cmd.cluster.command import OneLineParser, examples, hub_config, hub_flags, runner
-from kokumi.cmd.cluster.errors import CliError, api_error
-from kokumi.cmd.cluster.newcluster import (
-    FIELD_MANAGER,
-    SECRET_KEY,
-    Source,
-    add_cluster,
-    cluster_object,
-    kubeconfig_secret_name,
-)
+from kokumi.cmd.cluster.errors import api_error
 from kokumi.core import api, argocd, kubeconfig
 from kokumi.core.ownership import IN_CLUSTER_SERVER
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.errors import KubeError, NotFound
 from kokumi.kube.objects import secret_data
+from kokumi.workspace.newcluster import (
+    FIELD_MANAGER,
+    SECRET_KEY,
+    Refused,
+    Source,
+    add_cluster,
+    cluster_object,
+    kubeconfig_secret_name,
+)
 
 __all__ = [
     "ImportResult",
@@ -259,7 +260,7 @@ async def import_argocd(
                     labels=labels,
                     description=f"Imported from Argo CD Secret {source}",
                 )
-            except CliError as error:
+            except Refused as error:
                 outcomes.append(ImportResult(source, where, "failed", str(error)))
                 continue
             state = "imported" if added.cluster_created else "updated"

@@ -21,12 +21,12 @@ from kokumi.cmd.cluster.command import (
     table,
 )
 from kokumi.cmd.cluster.errors import api_error
-from kokumi.cmd.cluster.newcluster import FIELD_MANAGER, SECRET_KEY
 from kokumi.core import api
 from kokumi.core.text import one_line
 from kokumi.kube.client import Client
 from kokumi.kube.errors import KubeError
 from kokumi.kube.objects import metadata_of
+from kokumi.workspace.newcluster import FIELD_MANAGER, SECRET_KEY
 
 __all__ = ["add_parser", "cluster_rows"]
 

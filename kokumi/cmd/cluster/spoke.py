@@ -13,7 +13,12 @@ import trio
 import yaml
 
 from kokumi.cmd.cluster.errors import CliError, api_error
-from kokumi.cmd.cluster.newcluster import (
+from kokumi.core import kubeconfig
+from kokumi.kube.client import SECRETS, SERVICE_ACCOUNTS, Client
+from kokumi.kube.config import Config, flatten_context
+from kokumi.kube.errors import AlreadyExists, KubeError
+from kokumi.kube.objects import Resource, secret_data
+from kokumi.workspace.newcluster import (
     FIELD_MANAGER,
     SERVICE_ACCOUNT,
     Source,
@@ -21,11 +26,6 @@ from kokumi.cmd.cluster.newcluster import (
     kubeconfig_of_token,
     write,
 )
-from kokumi.core import kubeconfig
-from kokumi.kube.client import SECRETS, SERVICE_ACCOUNTS, Client
-from kokumi.kube.config import Config, flatten_context
-from kokumi.kube.errors import AlreadyExists, KubeError
-from kokumi.kube.objects import Resource, secret_data
 
 __all__ = ["kubeconfig_of_context", "service_account_kubeconfig", "service_account_objects"]
 

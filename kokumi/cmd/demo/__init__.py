@@ -18,10 +18,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     demo.add_argument("--once", action="store_true", help="exit once everything is Ready")
     demo.add_argument("--timeout", type=float, default=180.0, help="seconds --once waits")
+    demo.add_argument(
+        "--ui", action="store_true", help="serve kokumi ui beside the manager and print its link"
+    )
     demo.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     from kokumi.cmd.demo.walkthrough import run_demo  # noqa: PLC0415 - only the demo needs it
 
-    return run_demo(once=args.once, timeout=args.timeout)
+    return run_demo(once=args.once, timeout=args.timeout, ui=args.ui)

@@ -94,14 +94,19 @@ def _argocd_secrets(hub: APIServer) -> str:
             show=False,
         )
     )
-    lines = ["NAME                      ARGO CD NAME                           SERVER   LABELS"]
+    rows = [["NAME", "ARGO CD NAME", "SERVER", "LABELS"]]
     for secret in listing.get("items", []):
         data = secret.get("data") or {}
         name = base64.b64decode(data.get("name", "")).decode(errors="replace")
         server = argocd.server_of(secret) or "?"
         labels = ",".join(f"{k}={v}" for k, v in sorted(secret["metadata"]["labels"].items()))
-        lines.append(f"{secret['metadata']['name']}  {name}  {server}  {labels}")
-    return "\n".join(lines)
+        rows.append([secret["metadata"]["name"], name, server, labels])
+    # Each column as wide as its widest cell, as kubectl aligns them.
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
 
 
 def _view(hub: APIServer) -> str:
@@ -140,12 +145,20 @@ def _state(hub: APIServer) -> tuple[str, bool]:
     return text + secrets, ready and registered
 
 
-async def _run(plane: ControlPlane, once: bool, patience: float) -> int:
+async def _run(plane: ControlPlane, once: bool, patience: float, ui: bool = False) -> int:
     config = Config.from_kubeconfig(plane.hub.admin_kubeconfig)
     options = Options(namespace="kokumi")
     async with trio.open_nursery() as nursery:
         manager: Manager = await nursery.start(run_manager, config, options)
         print("# The manager runs; it checks every Cluster and registers the selected ones")
+        if ui:
+            from kokumi.ui.serve import serve_ui  # noqa: PLC0415 - the web stack for --ui only
+
+            running = await nursery.start(serve_ui, config)
+            print(
+                f"# The UI, as the hub's admin: open {running.sign_in_url} (it signs in once)",
+                flush=True,
+            )
         await manager.wait_checked()
         last = ""
         deadline = trio.current_time() + patience
@@ -167,7 +180,7 @@ async def _run(plane: ControlPlane, once: bool, patience: float) -> int:
     return 0  # pragma: no cover - the loop returns
 
 
-def run_demo(*, once: bool = False, timeout: float = 180.0) -> int:
+def run_demo(*, once: bool = False, timeout: float = 180.0, ui: bool = False) -> int:
     try:
         kubectl_binary()
     except FileNotFoundError as exc:
@@ -178,7 +191,7 @@ def run_demo(*, once: bool = False, timeout: float = 180.0) -> int:
         print(f"# hub {plane.hub.url}, spoke {plane.spoke.url}, Kubernetes {plane.hub.version}")
         print(f"# kubectl --kubeconfig {plane.hub.admin_kubeconfig} reaches the hub")
         _setup(plane)
-        result = trio.run(until_signalled, _run, plane, once, timeout)
+        result = trio.run(until_signalled, _run, plane, once, timeout, ui)
         return result if isinstance(result, int) else 0  # None: stopped by Ctrl-C
     finally:
         plane.stop()

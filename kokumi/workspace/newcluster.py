@@ -1,8 +1,8 @@
 """A new Cluster and its ``<name>-kubeconfig`` Secret, created as the signed-in user.
 
-This is the one code path that registers a cluster with a kubeconfig: ``kokumi cluster add`` and
-``import`` call it, and a web UI's New Cluster form is meant to call the same functions, so that
-both check and write exactly alike. Nothing here parses a command line or prints.
+This is the one code path that registers a cluster: ``kokumi cluster add`` and ``import`` call it,
+and so does the New Cluster form of ``kokumi ui``, so that both check and write exactly alike.
+Nothing here parses a command line, prints or renders.
 
 It builds the objects, checks the kubeconfig with :mod:`kokumi.core.kubeconfig` (the manager's own
 reader, so a kubeconfig accepted here is one the manager accepts, and a refusal reads the same in
@@ -10,31 +10,38 @@ both places), refuses a ``<name>-kubeconfig`` Secret it did not write (overwriti
 another credential to the Cluster), creates the Cluster first and then the Secret owned by it (so
 that the Secret is deleted with the Cluster), deletes the Cluster again when the Secret cannot be
 written, and turns a refusal of the API server or of an admission policy into one line
-(:class:`~kokumi.cmd.cluster.errors.CliError`). It never puts a token, a key or a kubeconfig into
-an error.
+(:class:`Refused`). It never puts a token, a key or a kubeconfig into an error.
 """
 
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import attrs
+import yaml
 
-from kokumi.cmd.cluster.errors import CliError, api_error
 from kokumi.core import api, argocd, kubeconfig
+from kokumi.core.ownership import IN_CLUSTER_SERVER, normalise_server
+from kokumi.core.text import one_line
 from kokumi.kube.client import SECRETS, Client
-from kokumi.kube.errors import AlreadyExists, Conflict, Forbidden, KubeError, NotFound
+from kokumi.kube.errors import AlreadyExists, ApiError, Conflict, Forbidden, KubeError, NotFound
 from kokumi.kube.objects import Resource, metadata_of
 
 __all__ = [
     "Added",
     "FIELD_MANAGER",
+    "Refused",
     "SECRET_KEY",
     "SERVICE_ACCOUNT",
     "Source",
     "add_cluster",
+    "api_error",
+    "check_name",
+    "context_names",
+    "refuse_argocds_own_cluster",
     "check_kubeconfig",
     "cluster_object",
     "kubeconfig_of_token",
@@ -56,6 +63,47 @@ FIELD_MANAGER: Final = "kokumi-cli"
 
 SERVICE_ACCOUNT: Final = "kokumi"
 """Kokumi's ServiceAccount on a cluster, and the user's name in a kubeconfig of a token."""
+
+
+_CONTEXT_PREFIX: Final = re.compile(r"^[A-Z]+ /\S*: ")
+
+
+class Refused(Exception):
+    """What was refused, in one line that says how to fix it; never a credential.
+
+    The command line says it as ``kokumi: <line>`` and exits 1 (or 2 when nothing ran yet); the
+    web UI shows it beside the form.
+    """
+
+    def __str__(self) -> str:
+        return one_line(super().__str__())
+
+
+def api_error(what: str, exc: KubeError) -> Refused:
+    """The server's own words (an admission policy's message among them) after what was tried."""
+    if isinstance(exc, ApiError):
+        return Refused(f"{what}: {exc.reason}: {_CONTEXT_PREFIX.sub('', exc.message)}")
+    return Refused(f"{what}: {exc}")
+
+
+_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def check_name(name: str) -> None:
+    """A Cluster's name must be a DNS label: refused before any request, in one line."""
+    if len(name) > 63 or not _NAME.fullmatch(name):
+        raise Refused(
+            f"Cluster name {name!r} is not a DNS label: use at most 63 lowercase letters, digits "
+            "and '-', starting and ending with a letter or digit"
+        )
+
+
+def refuse_argocds_own_cluster(source: Source, how: str = "--in-cluster") -> None:
+    """A kubeconfig of https://kubernetes.default.svc is Argo CD's own cluster: InCluster."""
+    if source.server and normalise_server(source.server) == IN_CLUSTER_SERVER and source.kubeconfig:
+        raise Refused(
+            f"server {IN_CLUSTER_SERVER} is the cluster Argo CD runs in: register it with {how}"
+        )
 
 
 def kubeconfig_secret_name(cluster: str) -> str:
@@ -133,16 +181,16 @@ def kubeconfig_of_token(
     try:
         return kubeconfig.minimise(text)
     except kubeconfig.KubeconfigRefused as refused:
-        raise CliError(f"the kubeconfig cannot be used: {refused.refusal.message}") from None
+        raise Refused(f"the kubeconfig cannot be used: {refused.refusal.message}") from None
 
 
-def check_kubeconfig(text: str) -> tuple[str, str]:
-    """The kubeconfig as it is stored (its current context only, files inlined) and its server.
+def check_kubeconfig(text: str, context: str | None = None) -> tuple[str, str]:
+    """The kubeconfig as it is stored (one context, the current one by default) and its server.
 
     :class:`kokumi.core.kubeconfig.KubeconfigRefused` says why not, in the manager's own words:
     a caller adds what its user can do about it.
     """
-    minimal = kubeconfig.minimise(text)
+    minimal = kubeconfig.minimise(text, context)
     connection = kubeconfig.parse(minimal)
     assert isinstance(connection, kubeconfig.Connection)  # minimise accepted it
     return minimal, connection.server
@@ -155,6 +203,28 @@ class Added:
     secret_created: bool | None  # None: no Secret (InCluster)
 
 
+def context_names(text: str) -> list[str]:
+    """The names of a pasted kubeconfig's contexts, for a form to offer; [] if none can be read.
+
+    Only names are read: the manager's reader decides, with its reasons, whether the chosen one
+    can be used.
+    """
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return []
+    contexts = document.get("contexts") if isinstance(document, Mapping) else None
+    if not isinstance(contexts, list):
+        return []
+    return sorted(
+        {
+            str(c["name"])
+            for c in contexts
+            if isinstance(c, Mapping) and isinstance(c.get("name"), str)
+        }
+    )
+
+
 async def add_cluster(
     hub: Client,
     name: str,
@@ -163,12 +233,14 @@ async def add_cluster(
     *,
     labels: Mapping[str, str] | None = None,
     description: str = "",
+    update: bool = True,
 ) -> Added:
     """Create or update the Cluster, then its kubeconfig Secret, as the hub's user.
 
     The Secret's name is checked first: one this tool did not write is refused before anything is
     created. A Cluster created here is deleted again when its Secret cannot be written, so a
-    failed ``add`` leaves nothing half-registered behind.
+    failed ``add`` leaves nothing half-registered behind. Without ``update`` (a form for new
+    Clusters), an existing Cluster of that name is refused, and nothing is written.
     """
     secret = kubeconfig_secret_name(name)
     existing_secret: dict[str, Any] | None = None
@@ -181,7 +253,7 @@ async def add_cluster(
         labels=labels,
         description=description,
     )
-    cluster, created = await _create_or_update_cluster(hub, body)
+    cluster, created = await _create_or_update_cluster(hub, body, update=update)
     if source.kubeconfig is None:
         return Added(cluster, created, None)
     uid = cluster["metadata"]["uid"]
@@ -192,15 +264,15 @@ async def add_cluster(
         else:
             wanted["metadata"]["resourceVersion"] = existing_secret["metadata"]["resourceVersion"]
             await write(hub, "update", SECRETS, wanted, hub.replace)
-    except CliError as error:
+    except Refused as error:
         if created:
             try:
                 await hub.delete(api.CLUSTERS, name, namespace=namespace)
             except KubeError:
-                raise CliError(
+                raise Refused(
                     f"{error}; the Cluster {namespace}/{name} it was for remains: delete it"
                 ) from None
-            raise CliError(f"{error}; the Cluster {namespace}/{name} was deleted again") from None
+            raise Refused(f"{error}; the Cluster {namespace}/{name} was deleted again") from None
         raise
     return Added(cluster, created, existing_secret is None)
 
@@ -219,7 +291,7 @@ async def _own_secret_or_none(hub: Client, namespace: str, cluster: str) -> dict
     except KubeError as exc:
         raise api_error(f"cannot read Secret {namespace}/{name}", exc) from None
     if not written_here(secret, cluster):
-        raise CliError(
+        raise Refused(
             f"Secret {namespace}/{name} exists and kokumi did not write it (it lacks the labels "
             f"{LABEL_MANAGED_BY}={WRITTEN_BY} and {LABEL_CLUSTER}={cluster}), so nothing was "
             "created: choose another Cluster name, or delete that Secret if nothing uses it"
@@ -228,13 +300,17 @@ async def _own_secret_or_none(hub: Client, namespace: str, cluster: str) -> dict
 
 
 async def _create_or_update_cluster(
-    hub: Client, body: dict[str, Any]
+    hub: Client, body: dict[str, Any], *, update: bool
 ) -> tuple[dict[str, Any], bool]:
     meta = body["metadata"]
     try:
         return await hub.create(api.CLUSTERS, body, namespace=meta["namespace"]), True
     except AlreadyExists:
-        pass
+        if not update:
+            raise Refused(
+                f"Cluster {meta['namespace']}/{meta['name']} exists already, so nothing was "
+                "written: choose another name, or edit that Cluster on its page"
+            ) from None
     except KubeError as exc:
         raise api_error(f"cannot create Cluster {meta['namespace']}/{meta['name']}", exc) from None
     for _attempt in range(5):
@@ -261,7 +337,7 @@ async def _create_or_update_cluster(
             raise api_error(
                 f"cannot update Cluster {meta['namespace']}/{meta['name']}", exc
             ) from None
-    raise CliError(
+    raise Refused(
         f"Cluster {meta['namespace']}/{meta['name']} kept changing while being updated: run again"
     )
 

@@ -1,0 +1,7 @@
+"""``kokumi ui``: the Clusters pages and the New Cluster form, as the signed-in user.
+
+:mod:`~kokumi.ui.app` holds the pages, :mod:`~kokumi.ui.security` who may drive them and what a
+page may do, :mod:`~kokumi.ui.serve` runs them on Hypercorn's Trio worker inside a Trio program
+(``kokumi ui``, ``kokumi demo --ui``). Every Kubernetes call is the user's own, so their RBAC and
+Kokumi's admission policies apply exactly as to ``kokumi cluster``.
+"""

@@ -1,0 +1,236 @@
+"""Who may drive the UI, and what a page may do: sign-in, sessions, CSRF, headers, size limits.
+
+Local mode is Jupyter's: the command prints a URL with a one-time token; whoever opens it first
+gets a session cookie and the link is spent, so another local user, or a web page that guesses the
+port, cannot act with the user's kubeconfig. The cookie is signed (itsdangerous), HttpOnly,
+SameSite=Strict, and expires; the session behind it lives in this process only.
+
+SameSite alone does not stop a forged POST: another port of 127.0.0.1 is the same site (Argo CD's
+CVE-2024-22424 was the subdomain form of that). Every unsafe request therefore needs both the
+session's own CSRF token in the form and a browser's word that it came from this origin
+(``Sec-Fetch-Site: same-origin``, or an ``Origin`` equal to ours). No refusal here names a token.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Final
+
+import attrs
+from itsdangerous import BadSignature, TimestampSigner
+from starlette.exceptions import HTTPException
+
+__all__ = [
+    "COOKIE",
+    "CSP",
+    "MAX_BODY",
+    "Guard",
+    "Session",
+    "Sessions",
+    "cross_site_refusal",
+]
+
+log = logging.getLogger("kokumi.ui")
+
+COOKIE: Final = "kokumi_session"
+MAX_BODY: Final = 1024 * 1024
+"""The largest request body: a kubeconfig the manager accepts is at most 512 KiB, as a form."""
+
+SESSION_SECONDS: Final = 12 * 3600
+
+CSP: Final = (
+    "default-src 'none'; style-src 'self'; img-src 'self'; script-src 'none'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+"""No script at all: the pages are plain forms and links, so no injected markup can run."""
+
+HEADERS: Final = (
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+    (b"cache-control", b"no-store"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+@attrs.define
+class Session:
+    csrf: str
+    expires: float
+
+
+@attrs.define
+class Sessions:
+    """The one-time sign-in token, and the sessions it was exchanged for.
+
+    ``secure`` marks the cookie Secure (behind TLS). ``clock`` is monotonic time, for tests.
+    """
+
+    secure: bool = False
+    lifetime: float = SESSION_SECONDS
+    clock: Callable[[], float] = time.monotonic
+    _sign_in: str | None = attrs.field(factory=lambda: secrets.token_urlsafe(32))
+    _signer: TimestampSigner = attrs.field(
+        factory=lambda: TimestampSigner(secrets.token_bytes(32), salt="kokumi-ui-session")
+    )
+    _sessions: dict[str, Session] = attrs.field(factory=dict)
+
+    @property
+    def sign_in_token(self) -> str:
+        """The token of the printed URL, while it is unspent (read once, by the command)."""
+        if self._sign_in is None:
+            raise RuntimeError("the sign-in token was spent")
+        return self._sign_in
+
+    def exchange(self, token: str) -> str | None:
+        """The signed cookie value of a new session for the one-time token; None once spent."""
+        if self._sign_in is None or not hmac.compare_digest(token.encode(), self._sign_in.encode()):
+            return None
+        self._sign_in = None
+        session_id = secrets.token_urlsafe(32)
+        self._sessions[session_id] = Session(
+            csrf=secrets.token_urlsafe(32), expires=self.clock() + self.lifetime
+        )
+        return self._signer.sign(session_id).decode("ascii")
+
+    def get(self, cookie: str | None) -> Session | None:
+        if not cookie:
+            return None
+        try:
+            session_id = self._signer.unsign(cookie, max_age=int(self.lifetime)).decode("ascii")
+        except BadSignature:
+            return None
+        session = self._sessions.get(session_id)
+        if session is None:
+            return None
+        if session.expires <= self.clock():
+            del self._sessions[session_id]
+            return None
+        return session
+
+    def end(self, cookie: str | None) -> None:
+        if not cookie:
+            return
+        try:
+            session_id = self._signer.unsign(cookie).decode("ascii")
+        except BadSignature:
+            return
+        self._sessions.pop(session_id, None)
+
+    def cookie_header(self, value: str) -> str:
+        secure = "; Secure" if self.secure else ""
+        return (
+            f"{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; "
+            f"Max-Age={int(self.lifetime)}{secure}"
+        )
+
+    def csrf_ok(self, session: Session, given: str) -> bool:
+        return hmac.compare_digest(session.csrf.encode(), given.encode())
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers") or ():
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+def cross_site_refusal(scope: Scope) -> str | None:
+    """Why an unsafe request is refused as cross-site, or None: the browser's own word first.
+
+    ``Sec-Fetch-Site`` is what every current browser sends; ``Origin`` is the fallback. A request
+    with neither comes from no browser (a script of the user's own) and still needs the token.
+    """
+    site = _header(scope, b"sec-fetch-site")
+    if site is not None:
+        if site in ("same-origin", "none"):
+            return None
+        return f"the request came from another site (Sec-Fetch-Site: {site[:20]})"
+    origin = _header(scope, b"origin")
+    if origin is None:
+        return None
+    host = _header(scope, b"host") or ""
+    scheme = scope.get("scheme", "http")
+    if origin != f"{scheme}://{host}":
+        return "the request came from another origin than this page's"
+    return None
+
+
+@attrs.define
+class Guard:
+    """Outermost ASGI middleware: the security headers on every response, the body limit.
+
+    Cross-site checks happen here too, before any handler or form parser runs: a forged POST
+    never reaches the code that talks to the cluster.
+    """
+
+    app: ASGIApp
+    max_body: int = MAX_BODY
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *HEADERS]
+            await send(message)
+
+        if scope["method"] not in ("GET", "HEAD", "OPTIONS"):
+            refusal = cross_site_refusal(scope)
+            if refusal is not None:
+                log.warning("refused %s %s: %s", scope["method"], scope["path"], refusal)
+                await _plain(send_with_headers, 403, f"Refused: {refusal}.")
+                return
+        length = _header(scope, b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_body):
+            await _plain(send_with_headers, 413, _too_large(self.max_body))
+            return
+        received = 0
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body:
+                    # Raised into the form parser: Starlette answers it, as it would a handler's.
+                    raise HTTPException(413, _too_large(self.max_body))
+            return message
+
+        await self.app(scope, limited, send_with_headers)
+
+
+def _too_large(limit: int) -> str:
+    return (
+        f"Refused: the request is larger than {limit // 1024} KiB: a kubeconfig the manager "
+        "accepts is at most 512 KiB."
+    )
+
+
+async def _plain(send: Send, status: int, text: str) -> None:
+    body = text.encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

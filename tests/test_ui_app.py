@@ -1,0 +1,277 @@
+"""The UI's guards, without a browser: httpx against the ASGI app, the hub a recording fake.
+
+What a browser adds (cookies kept, forms posted from the page itself) is in test_ui_browser.py;
+here are the refusals a reviewer of Argo CD's CVEs would try first: a forged POST, a spent or
+forged sign-in, an oversized body, and a credential echoed back after a failed validation.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from kokumi.kube.client import Client
+from kokumi.kube.config import Config, StaticToken
+from kokumi.testing import canary
+from kokumi.ui.app import UI, create_app
+from kokumi.ui.security import COOKIE, CSP, MAX_BODY, Sessions
+
+ORIGIN = "http://127.0.0.1:8765"
+
+
+class Hub:
+    """A hub that answers 404 to everything and remembers what it was asked."""
+
+    def __init__(self) -> None:
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        return httpx.Response(
+            404,
+            json={"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404,
+                  "message": "not found"},
+        )  # fmt: skip
+
+
+@pytest.fixture
+async def fake_hub() -> AsyncIterator[tuple[Hub, Sessions, httpx.AsyncClient]]:
+    hub = Hub()
+    sessions = Sessions()
+    config = Config(
+        server="https://hub.invalid:6443",
+        token=StaticToken(canary.token("hub")),
+        namespace="platform",
+    )
+    async with Client(config, transport=httpx.MockTransport(hub)) as client:
+        app = create_app(UI(client, sessions))
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url=ORIGIN
+        ) as browser:
+            yield hub, sessions, browser
+
+
+async def signed_in(sessions: Sessions, browser: httpx.AsyncClient) -> str:
+    """Sign in with the one-time link; the session's CSRF token, read from a page's form."""
+    response = await browser.get(f"/signin?token={sessions.sign_in_token}")
+    assert response.status_code == 303
+    page = await browser.get("/clusters/new")
+    assert page.status_code == 200
+    marker = 'name="csrf" value="'
+    start = page.text.index(marker) + len(marker)
+    return page.text[start : page.text.index('"', start)]
+
+
+SAME_ORIGIN = {"Sec-Fetch-Site": "same-origin", "Origin": ORIGIN}
+
+
+async def test_the_sign_in_link_works_once_and_sets_a_strict_cookie(
+    fake_hub: tuple[Hub, Sessions, httpx.AsyncClient],
+) -> None:
+    _, sessions, browser = fake_hub
+    assert (await browser.get("/clusters")).status_code == 401
+    assert (await browser.get("/signin?token=guessed")).status_code == 403
+    token = sessions.sign_in_token
+    first = await browser.get(f"/signin?token={token}")
+    assert first.status_code == 303
+    assert first.headers["location"] == "/clusters"
+    cookie = first.headers["set-cookie"]
+    for attribute in ("HttpOnly", "SameSite=Strict", "Path=/", "Max-Age=43200"):
+        assert attribute in cookie
+    assert token not in cookie
+    # The link is spent: a second browser (no cookie) cannot sign in with it again.
+    second = httpx.AsyncClient(transport=browser._transport, base_url=ORIGIN)
+    async with second:
+        again = await second.get(f"/signin?token={token}")
+        assert again.status_code == 403
+        assert "used already" in again.text
+        assert (await second.get("/clusters")).status_code == 401
+
+
+async def test_a_forged_or_expired_session_cookie_is_refused(
+    fake_hub: tuple[Hub, Sessions, httpx.AsyncClient],
+) -> None:
+    _, sessions, browser = fake_hub
+    await signed_in(sessions, browser)
+    value = browser.cookies[COOKIE]
+    browser.cookies.set(COOKIE, value[:-2] + ("AA" if not value.endswith("AA") else "BB"))
+    assert (await browser.get("/clusters")).status_code == 401
+    browser.cookies.set(COOKIE, value)
+    assert (await browser.get("/clusters")).status_code == 200
+    sessions.clock = lambda: 1e12  # long after the session's 12 hours
+    assert (await browser.get("/clusters")).status_code == 401
+
+
+async def test_every_response_carries_a_strict_csp_and_no_page_has_a_script(
+    fake_hub: tuple[Hub, Sessions, httpx.AsyncClient],
+) -> None:
+    _, sessions, browser = fake_hub
+    await signed_in(sessions, browser)
+    for path in ("/clusters", "/clusters/new", "/environments", "/signin", "/static/style.css",
+                 "/clusters/platform/nothing"):  # fmt: skip
+        response = await browser.get(path)
+        assert response.headers["content-security-policy"] == CSP
+        assert "script-src 'none'" in CSP
+        assert response.headers["x-frame-options"] == "DENY"
+        assert response.headers["referrer-policy"] == "no-referrer"
+        assert response.headers["cache-control"] == "no-store"
+        assert "<script" not in response.text
+        assert "style=" not in response.text
+    missing = await browser.get("/clusters/platform/nothing")
+    assert missing.status_code == 404
+    assert "no Cluster nothing in namespace platform" in missing.text
+
+
+@pytest.mark.parametrize(
+    ("headers", "said"),
+    [
+        ({"Sec-Fetch-Site": "same-site", "Origin": "http://127.0.0.1:9999"}, "another site"),
+        ({"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"}, "another site"),
+        ({"Origin": "http://127.0.0.1:9999"}, "another origin"),
+    ],
+)
+async def test_a_cross_site_post_is_refused_before_it_reaches_the_hub(
+    fake_hub: tuple[Hub, Sessions, httpx.AsyncClient], headers: dict[str, str], said: str
+) -> None:
+    hub, sessions, browser = fake_hub
+    csrf = await signed_in(sessions, browser)
+    hub.requests.clear()
+    form = {"csrf": csrf, "namespace": "platform", "name": "spoke", "how": "incluster"}
+    response = await browser.post("/clusters/new", data=form, headers=headers)
+    assert response.status_code == 403
+    assert said in response.text
+    assert hub.requests == []
+    deleted = await browser.post(
+        "/clusters/platform/spoke/delete", data={"csrf": csrf, "confirm": "spoke"}, headers=headers
+    )
+    assert deleted.status_code == 403
+    assert hub.requests == []
+
+
+async def test_a_post_without_the_sessions_token_is_refused(
+    fake_hub: tuple[Hub, Sessions, httpx.AsyncClient],
+) -> None:
+    hub, sessions, browser = fake_hub
+    await signed_in(sessions, browser)
+    hub.requests.clear()
+    form = {"namespace": "platform", "name": "spoke", "how": "incluster"}
+    for given in ({}, {"csrf": "not-the-token"}):
+        response = await browser.post("/clusters/new", data={**form, **given}, headers=SAME_ORIGIN)
+        assert response.status_code == 403
+        assert response.text.startswith("Refused: the form is not from this session")
+    assert hub.requests == []
+
+
+async def test_a_body_over_the_limit_is_refused(
+    fake_hub: tuple[Hub, Sessions, httpx.AsyncClient],
+) -> None:
+    hub, sessions, browser = fake_hub
+    csrf = await signed_in(sessions, browser)
+    hub.requests.clear()
+    big = {"csrf": csrf, "how": "kubeconfig", "kubeconfig": "x" * (MAX_BODY + 1)}
+    response = await browser.post("/clusters/new", data=big, headers=SAME_ORIGIN)
+    assert response.status_code == 413
+    assert "larger than 1024 KiB" in response.text
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(20):
+            yield b"k" * (MAX_BODY // 10)
+
+    streamed = await browser.post(
+        "/clusters/new",
+        content=chunks(),
+        headers={**SAME_ORIGIN, "content-type": "application/x-www-form-urlencoded"},
+    )
+    assert streamed.status_code == 413
+    assert hub.requests == []
+
+
+def kubeconfig(user: dict[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "s", "cluster": {"server": "https://spoke.example:6443"}}],
+            "users": [{"name": "u", "user": user}],
+            "contexts": [{"name": "s", "context": {"cluster": "s", "user": "u"}}],
+            "current-context": "s",
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("form", "field", "said"),
+    [
+        (
+            {"how": "kubeconfig", "kubeconfig": kubeconfig(
+                {"token": canary.token(), "client-key": "/home/me/.kube/key.pem"})},
+            "kubeconfig", "FilePath: ",
+        ),
+        (
+            {"how": "kubeconfig", "kubeconfig": kubeconfig(
+                {"exec": {"command": "aws", "args": [canary.token()]}})},
+            "kubeconfig", "ExecPlugin: ",
+        ),
+        (
+            {"how": "kubeconfig", "context": "nope", "kubeconfig": kubeconfig(
+                {"token": canary.token()})},
+            "context", "UnknownContext: ",
+        ),
+        (
+            {"how": "token", "server": "spoke.example:6443", "token": canary.token()},
+            "server", "the kubeconfig cannot be used: ",
+        ),
+        (
+            {"how": "token", "server": "https://spoke.example", "token": canary.token(),
+             "ca": f"-----BEGIN CERTIFICATE-----\n{canary.CANARY}\n-----END CERTIFICATE-----"},
+            "server", "the kubeconfig cannot be used: ",
+        ),
+    ],
+)  # fmt: skip
+async def test_a_refused_credential_is_never_shown_again(
+    fake_hub: tuple[Hub, Sessions, httpx.AsyncClient],
+    caplog: pytest.LogCaptureFixture,
+    form: dict[str, str],
+    field: str,
+    said: str,
+) -> None:
+    hub, sessions, browser = fake_hub
+    caplog.set_level(logging.DEBUG)
+    csrf = await signed_in(sessions, browser)
+    hub.requests.clear()
+    posted = {"csrf": csrf, "namespace": "platform", "name": "spoke", **form}
+    response = await browser.post("/clusters/new", data=posted, headers=SAME_ORIGIN)
+    assert response.status_code == 422
+    assert f'id="{field}-error"' in response.text
+    shown = response.text.split(f'id="{field}-error" role="alert">')[1].split("</p>")[0]
+    assert said in shown
+    assert "\n" not in shown
+    assert canary.found(response.text) == []
+    assert canary.found(caplog.text) == []
+    assert 'name="token" type="password" autocomplete="new-password">' in response.text
+    assert hub.requests == []
+
+
+async def test_a_file_upload_is_read_like_a_paste(
+    fake_hub: tuple[Hub, Sessions, httpx.AsyncClient],
+) -> None:
+    hub, sessions, browser = fake_hub
+    csrf = await signed_in(sessions, browser)
+    hub.requests.clear()
+    text = kubeconfig({"tokenFile": "/var/run/token"})
+    response = await browser.post(
+        "/clusters/new",
+        data={"csrf": csrf, "namespace": "platform", "name": "spoke", "how": "kubeconfig"},
+        files={"kubeconfig_file": ("config", text.encode(), "application/octet-stream")},
+        headers=SAME_ORIGIN,
+    )
+    assert response.status_code == 422
+    assert "FilePath: " in response.text
+    assert "/var/run/token" not in response.text.split("</textarea>")[0].split("<textarea")[-1]
+    assert hub.requests == []
