@@ -213,8 +213,10 @@ class Replicas(RuleBasedStateMachine):
     def write(self, r: int, server: str, secret: Secret | None) -> None:
         old = self.secrets.get(server)
         if old is not None and secret is not None and old.holder != secret.holder:
-            # A handover: to the first recorded waiter that still wants the server.
+            # A handover: only once the holder lets go, to the first recorded waiter that
+            # still wants the server.
             self.handovers += 1
+            assert self.intent.get(old.holder) != server, ("the holder still wants it", old, secret)
             expected = next(
                 (c for c in old.line if c != old.holder and self.intent.get(c) == server), None
             )
