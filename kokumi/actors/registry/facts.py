@@ -485,14 +485,34 @@ class Facts(Line):
     def _adopt(self, server: str, holder: ClusterRef, secret: Mapping[str, Any]) -> set[str | None]:
         """Take in a Secret naming a Cluster served here, with the waiters it records whose
         actors have not told this registry what they want (those that have are in the table
-        already, or let go). A holder that let go since passes the server on at once."""
+        already, or let go). A holder that let go since passes the server on at once.
+
+        The table may have the holder at another server only because a Secret as last seen put
+        it there: this replica took its shard back before its watch brought the news that the
+        Cluster moved (that Secret deleted or handed on, this one written). Adopt would take
+        this Secret for a move cut short and pass the server on, though the holder never let go
+        of it. Unless the holder's actor said where it stands, that place stands only if
+        another Secret names it holder there and was written after this one, as at a restart
+        (``ownership.seed``); a place in a line, or one no Secret backs, gives way first.
+        """
+        touched: set[str | None] = set()
+        elsewhere = self._table.wanted_by(holder)
+        if elsewhere not in (None, server) and holder not in self._claims:
+            assert elsewhere is not None
+            seen = self._secrets.get(argocd.secret_name(elsewhere))
+            if (
+                seen is None
+                or argocd.holder_of(seen) != holder
+                or version_of(seen) < version_of(secret)
+            ):
+                touched |= self._step(ownership.Release(holder))
         waiting = tuple(
             c
             for c in handover.waiting_of(secret)
             if self._is_served(c) and c not in self._claims and c not in self._let_go
         )
         recorded = self._served(handover.waiting_of(secret))
-        touched = self._step(ownership.Adopt(server, holder, waiting, recorded))
+        touched |= self._step(ownership.Adopt(server, holder, waiting, recorded))
         if holder in self._let_go:
             touched |= self._step(ownership.Release(holder))
         return touched
