@@ -19,6 +19,7 @@ import trio
 from kokumi.actors.context import Context, write_status
 from kokumi.core import api, kubeconfig
 from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
+from kokumi.core.reasons import Reason
 from kokumi.core.registration import NOT_REGISTERED, Registration
 from kokumi.core.status import (
     Outcome,
@@ -403,7 +404,9 @@ class ClusterActor:
         """Want the server while selected and the kubeconfig is usable; else let go.
 
         "Usable" means a valid connection: an unreachable cluster keeps its registration (an
-        outage should not hand its server to someone else), a broken kubeconfig does not.
+        outage should not hand its server to someone else), a broken kubeconfig does not, nor
+        one whose server the egress policy refuses (Argo CD's pods would connect there with
+        the Cluster's credential; the registry judges literal addresses itself too).
         Whether the registry is settled for this Cluster (a release it has not done yet is not).
         """
         connection = check.connection
@@ -411,6 +414,7 @@ class ClusterActor:
             connection is not None
             and cluster.spec.connection == "Kubeconfig"
             and normalise_server(connection.server) != IN_CLUSTER_SERVER
+            and check.outcome.reason != Reason.EGRESS_DENIED
         )
         if self._superseded:
             return True

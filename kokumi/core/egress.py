@@ -14,16 +14,22 @@ probe inside one network. An address no entry matches is allowed. IPv4-mapped IP
 
 Pure: no I/O. The probe applies it to every address it resolves a host to, and connects to that
 same address, so a name cannot resolve to one address for the guard and another for the socket.
+
+The same policy guards the registry: Argo CD's pods connect to the server of every cluster Secret
+Kokumi writes, with the credential in it, so a server the probe may not reach is never
+registered either (:meth:`EgressPolicy.url_refusal` judges a server or proxy URL whose host is an
+address; the Cluster actor releases a Cluster whose check found a name resolving to one).
 """
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
+from urllib.parse import urlsplit
 
 import attrs
 
-__all__ = ["DEFAULT_DENY", "EgressPolicy", "Network", "parse_address"]
+__all__ = ["DEFAULT_DENY", "EgressPolicy", "Network", "Refused", "parse_address"]
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -49,6 +55,22 @@ def parse_address(text: str) -> Address | None:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return address.ipv4_mapped
     return address
+
+
+@attrs.frozen
+class Refused:
+    """Where a URL leads that the policy refuses: its host, the address it spells, the network."""
+
+    host: str
+    address: str
+    network: Network
+
+
+def _host(url: str) -> str | None:
+    try:
+        return urlsplit(url).hostname
+    except ValueError:
+        return None
 
 
 @attrs.frozen
@@ -85,3 +107,18 @@ class EgressPolicy:
         if best is None or best[1]:
             return None
         return best[2]
+
+    def url_refusal(self, *urls: str | None) -> Refused | None:
+        """The first of ``urls`` (a server, a proxy) whose host is an address the policy refuses.
+
+        A host name is not resolved here (no I/O): the probe resolves it and judges every address.
+        """
+        for url in urls:
+            host = _host(url) if url else None
+            address = parse_address(host) if host else None
+            if host is None or address is None:
+                continue
+            network = self.refusal(address)
+            if network is not None:
+                return Refused(host, str(address), network)
+        return None

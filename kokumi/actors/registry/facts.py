@@ -37,6 +37,9 @@ class Facts(Line):
         server = self._table.wanted_by(cluster)
         named = bool(self._named.get(cluster))
         if server is None:
+            denied = self._denied.get(cluster)
+            if denied is not None:
+                return Registration(named, denied[0], denied[1], Reason.EGRESS_DENIED)
             return Registration(holding=named)
         if server == IN_CLUSTER_SERVER or self._table.holder(server) != cluster:
             return Registration(named, server, self._table.message(server), Reason.CLUSTER_CONFLICT)
