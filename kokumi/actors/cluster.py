@@ -18,7 +18,7 @@ import trio
 
 from kokumi.actors.context import Context, write_status
 from kokumi.core import api, kubeconfig
-from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
+from kokumi.core.ownership import ClusterRef, is_argocd_own
 from kokumi.core.reasons import Reason
 from kokumi.core.registration import NOT_REGISTERED, Registration
 from kokumi.core.status import (
@@ -413,7 +413,7 @@ class ClusterActor:
         usable = (
             connection is not None
             and cluster.spec.connection == "Kubeconfig"
-            and normalise_server(connection.server) != IN_CLUSTER_SERVER
+            and not is_argocd_own(connection.server)
             and check.outcome.reason != Reason.EGRESS_DENIED
         )
         if self._superseded:

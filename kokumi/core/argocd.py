@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kokumi.core.kubeconfig import Connection
-from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
+from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, is_argocd_own, normalise_server
 from kokumi.core.text import b64
 from kokumi.kube.objects import secret_data
 
@@ -120,8 +120,10 @@ def cluster_secret(
     (:func:`kokumi.core.handover.with_waiting`).
     """
     server = normalise_server(connection.server)
-    if server == IN_CLUSTER_SERVER:
-        raise ValueError(f"refusing a cluster Secret for {IN_CLUSTER_SERVER}: use InCluster")
+    if is_argocd_own(server):
+        raise ValueError(
+            f"refusing a cluster Secret for Argo CD's own cluster ({server}): use InCluster"
+        )
     config = json.dumps(
         cluster_config(connection), sort_keys=True, separators=(",", ":"), ensure_ascii=True
     )

@@ -34,7 +34,7 @@ from kokumi.cmd.cluster.spoke import (
     service_account_kubeconfig,
     service_account_objects,
 )
-from kokumi.core.ownership import IN_CLUSTER_SERVER, normalise_server
+from kokumi.core.ownership import IN_CLUSTER_SERVER, is_argocd_own, normalise_server
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
 from kokumi.kube.errors import KubeError
@@ -158,10 +158,10 @@ def _nothing_ran_yet() -> Iterator[None]:
 
 
 def _refuse_argocds_own_cluster(source: Source) -> None:
-    if source.server and normalise_server(source.server) == IN_CLUSTER_SERVER and source.kubeconfig:
+    if source.server and is_argocd_own(source.server) and source.kubeconfig:
         raise CliError(
-            f"server {IN_CLUSTER_SERVER} is the cluster Argo CD runs in: register it with "
-            "--in-cluster"
+            f"server {normalise_server(source.server)} is the cluster Argo CD runs in: register "
+            "it with --in-cluster"
         )
 
 

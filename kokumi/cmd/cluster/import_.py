@@ -26,7 +26,7 @@ from kokumi.cmd.cluster.newcluster import (
     kubeconfig_secret_name,
 )
 from kokumi.core import api, argocd, kubeconfig
-from kokumi.core.ownership import IN_CLUSTER_SERVER
+from kokumi.core.ownership import is_argocd_own
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.errors import KubeError, NotFound
 from kokumi.kube.objects import secret_data
@@ -152,9 +152,9 @@ def argocd_connection(secret: Mapping[str, Any]) -> kubeconfig.Connection | str:
     server = argocd.server_of(secret)
     if server is None:
         return "it names no server: Argo CD ignores it too"
-    if server == IN_CLUSTER_SERVER:
+    if is_argocd_own(server):
         return (
-            f"it is Argo CD's own cluster ({IN_CLUSTER_SERVER}), reached with Argo CD's own "
+            f"it is Argo CD's own cluster ({server}), reached with Argo CD's own "
             "connection: add a Cluster with --in-cluster instead"
         )
     try:
