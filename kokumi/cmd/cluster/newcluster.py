@@ -164,11 +164,14 @@ async def add_cluster(
     labels: Mapping[str, str] | None = None,
     description: str = "",
 ) -> Added:
-    """Create or update the Cluster, then its kubeconfig Secret, as the hub's user.
+    """Create or update the Cluster and its kubeconfig Secret, as the hub's user.
 
     The Secret's name is checked first: one this tool did not write is refused before anything is
-    created. A Cluster created here is deleted again when its Secret cannot be written, so a
-    failed ``add`` leaves nothing half-registered behind.
+    created. A new Cluster is created first (the Secret is owned by it) and deleted again when
+    its Secret cannot be written. An existing Cluster is re-pointed last: its Secret is written
+    first, and restored when the Cluster cannot be updated, so a failed ``add`` never leaves a
+    Cluster pointing at a Secret that is not there. Every partial failure says what was changed
+    and what was not.
     """
     secret = kubeconfig_secret_name(name)
     existing_secret: dict[str, Any] | None = None
@@ -181,6 +184,19 @@ async def add_cluster(
         labels=labels,
         description=description,
     )
+    current: dict[str, Any] | None = None
+    if source.kubeconfig is not None:
+        try:
+            current = await hub.get(api.CLUSTERS, name, namespace=namespace)
+        except NotFound:
+            current = None
+        except KubeError as exc:
+            raise api_error(f"cannot read Cluster {namespace}/{name}", exc) from None
+    if current is not None:
+        assert source.kubeconfig is not None
+        return await _update_secret_then_cluster(
+            hub, body, current, source.kubeconfig, existing_secret
+        )
     cluster, created = await _create_or_update_cluster(hub, body)
     if source.kubeconfig is None:
         return Added(cluster, created, None)
@@ -203,6 +219,57 @@ async def add_cluster(
             raise CliError(f"{error}; the Cluster {namespace}/{name} was deleted again") from None
         raise
     return Added(cluster, created, existing_secret is None)
+
+
+async def _update_secret_then_cluster(
+    hub: Client,
+    body: dict[str, Any],
+    current: dict[str, Any],
+    text: str,
+    existing_secret: dict[str, Any] | None,
+) -> Added:
+    """An existing Cluster: the Secret first (owned by it), the Cluster last, or the Secret back."""
+    name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
+    where = f"Cluster {namespace}/{name}"
+    secret_where = f"Secret {namespace}/{kubeconfig_secret_name(name)}"
+    wanted = kubeconfig_secret(name, namespace, text, owner_uid=current["metadata"]["uid"])
+    try:
+        if existing_secret is None:
+            written = await write(hub, "create", SECRETS, wanted, hub.create)
+        else:
+            wanted["metadata"]["resourceVersion"] = existing_secret["metadata"]["resourceVersion"]
+            written = await write(hub, "update", SECRETS, wanted, hub.replace)
+    except CliError as error:
+        raise CliError(f"{error}; nothing was changed: the {where} is as it was") from None
+    try:
+        cluster, _ = await _create_or_update_cluster(hub, body)
+    except CliError as error:
+        try:
+            if existing_secret is None:
+                meta = written["metadata"]
+                await hub.delete(
+                    SECRETS,
+                    meta["name"],
+                    namespace=namespace,
+                    uid=meta.get("uid"),
+                    resource_version=meta.get("resourceVersion"),
+                )
+                undone = f"the {secret_where} written for it was deleted again"
+            else:
+                restored = dict(existing_secret)
+                restored["metadata"] = {
+                    **existing_secret["metadata"],
+                    "resourceVersion": written["metadata"]["resourceVersion"],
+                }
+                await hub.replace(SECRETS, restored, namespace=namespace)
+                undone = f"the {secret_where} was restored to its old kubeconfig"
+        except KubeError:
+            raise CliError(
+                f"{error}; the {where} was not changed, but the {secret_where} now holds the new "
+                "kubeconfig and could not be restored: run add again, or correct the Secret"
+            ) from None
+        raise CliError(f"{error}; the {where} was not changed and {undone}") from None
+    return Added(cluster, False, existing_secret is None)
 
 
 async def _own_secret_or_none(hub: Client, namespace: str, cluster: str) -> dict[str, Any] | None:
