@@ -42,7 +42,11 @@ REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
 KUBECTL = str(Path(sys.executable).with_name("kubectl"))
 FIELD_MANAGER = "kokumi-tests"
-CRD_NAMES = ("clusters.delivery.kokumi.dev", "environments.delivery.kokumi.dev")
+CRD_NAMES = (
+    "clusters.delivery.kokumi.dev",
+    "environments.delivery.kokumi.dev",
+    "clustersources.delivery.kokumi.dev",
+)
 
 # The probe objects that show a policy is enforced live in this namespace of the hub.
 PROBE_NAMESPACE = "kokumi-policy-probe"
@@ -140,11 +144,17 @@ def crds(control_plane: ControlPlane) -> tuple[str, ...]:
     # Established comes a moment before discovery and the handlers serve the new resources.
     def served() -> bool | None:
         listed = run(
-            hub.admin_kubeconfig, "get", "kcl,kenv", "--all-namespaces", "-o", "name", check=False
+            hub.admin_kubeconfig,
+            "get",
+            "kcl,kenv,kcs",
+            "--all-namespaces",
+            "-o",
+            "name",
+            check=False,
         )
         return True if listed.returncode == 0 else None
 
-    wait_until(served, "kubectl get kcl,kenv works")
+    wait_until(served, "kubectl get kcl,kenv,kcs works")
     return CRD_NAMES
 
 
