@@ -178,10 +178,12 @@ def admission_policies(control_plane: ControlPlane, crds: tuple[str, ...]) -> tu
         *sorted((DEPLOY / "policies").glob("*.yaml")),
     )
     _wait_secret_access_enforced(hub)
+    _wait_source_access_enforced(hub)
     _wait_secret_integrity_enforced(hub)
     _wait_role_bindings_enforced(hub)
     return (
         "kokumi-cluster-secret-access",
+        "kokumi-cluster-source-access",
         "kokumi-argocd-secret-integrity",
         "kokumi-secret-role-bindings",
     )
@@ -251,6 +253,28 @@ def _wait_secret_access_enforced(hub: APIServer) -> None:
         return True if "kokumi-cluster-secret-access" in created.stderr else None
 
     wait_until(refused, "kokumi-cluster-secret-access refuses Clusters", timeout=90)
+
+
+def _wait_source_access_enforced(hub: APIServer) -> None:
+    """Until a dry-run ClusterSource by a user who may not read Secrets is refused."""
+    user = f"policy-probe-{uuid.uuid4().hex[:6]}"
+    admin = hub.admin_kubeconfig
+    run(admin, "-n", PROBE_NAMESPACE, "create", "role", user, "--verb=create",
+        "--resource=clustersources.delivery.kokumi.dev")  # fmt: skip
+    run(admin, "-n", PROBE_NAMESPACE, "create", "rolebinding", user, f"--role={user}",
+        f"--user={user}")  # fmt: skip
+    probe = hub.kubeconfig_for(user)
+    source = (
+        "apiVersion: delivery.kokumi.dev/v1alpha1\nkind: ClusterSource\n"
+        "metadata: {name: probe}\nspec: {from: ClusterAPI}\n"
+    )
+
+    def refused() -> bool | None:
+        created = run(probe, "-n", PROBE_NAMESPACE, "create", "--dry-run=server", "-f", "-",
+                      input=source, check=False)  # fmt: skip
+        return True if "kokumi-cluster-source-access" in created.stderr else None
+
+    wait_until(refused, "kokumi-cluster-source-access refuses ClusterSources", timeout=90)
 
 
 def _wait_secret_integrity_enforced(hub: APIServer) -> None:

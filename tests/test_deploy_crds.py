@@ -208,6 +208,9 @@ def test_samples_are_accepted(hub: APIServer, namespace: str) -> None:
         "clustersource.delivery.kokumi.dev/capi",
         "environment.delivery.kokumi.dev/edge-eu",
     ]
+    # A ClusterSource left in a namespace being deleted would hold a later manager's Secret
+    # watch there until the namespace is gone.
+    run(hub.admin_kubeconfig, "-n", namespace, "delete", "kcs", "--all")
 
 
 # Environment validation
@@ -434,6 +437,7 @@ def test_get_kcs_prints_the_source_columns(hub: APIServer, namespace: str) -> No
         "NAME", "FROM", "MATCHED", "MADE", "NOT-USABLE", "CONFLICTS", "READY", "REASON", "AGE",
     ]  # fmt: skip
     assert row == ["capi", "ClusterAPI", _ANY_AGE]
+    run(hub.admin_kubeconfig, "-n", namespace, "delete", "kcs", "--all")
 
 
 def test_clustersource_refuses_another_source_and_kokumis_labels(
