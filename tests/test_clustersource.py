@@ -8,6 +8,7 @@ from typing import Any
 import hypothesis.strategies as st
 from hypothesis import given
 
+from kokumi.cmd.cluster.describe import describe_text
 from kokumi.core import clustersource as cs
 from kokumi.core.reasons import Reason
 from kokumi.testing import canary
@@ -82,6 +83,10 @@ def test_a_secret_becomes_a_cluster_with_both_labels_marked_and_owned() -> None:
         }
     ]
     assert body["spec"]["kubeconfig"]["secretRef"] == {"name": "work-kubeconfig", "key": "value"}
+    described = describe_text(body, [body], [], None, [])
+    assert "ClusterSource capi (from Cluster API's Secret work-kubeconfig)" in described
+    hand = describe_text({**body, "metadata": {"name": "work"}}, [], [], None, [])
+    assert "Source:" not in hand
     assert cs.existing_of(body) == cs.Existing(
         "work", ("capi", UID), body["metadata"]["labels"], "work-kubeconfig"
     )

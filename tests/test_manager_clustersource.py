@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import trio
 
+from kokumi.cmd.cluster.describe import describe_text
 from kokumi.core import api
 from kokumi.core.clustersource import CAPI_CLUSTER_NAME, CAPI_CLUSTERS, CLUSTER_SOURCES
 from kokumi.kube import errors
@@ -232,6 +233,11 @@ async def test_a_capi_secret_becomes_a_registered_cluster_and_goes_with_it(
             "key": "value",
         }
         assert cluster["status"]["server"] == spoke.url
+        described = describe_text(cluster, [cluster], [], None, [])
+        assert (
+            "ClusterSource capi (from Cluster API's Secret work-kubeconfig); edit the source,"
+            " not this Cluster" in described
+        ), described
         status = (await wait_source(ws, ns, "Ready", matched=1, made=1))["status"]
         assert (status["notUsable"], status["conflicts"], status["notImported"]) == (0, 0, [])
         secrets = await wait_for(ws.argocd_secrets, lambda s: len(s) == 1, "an Argo CD Secret")

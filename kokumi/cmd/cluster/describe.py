@@ -20,7 +20,7 @@ from kokumi.cmd.cluster.command import (
 )
 from kokumi.cmd.cluster.errors import CliError, api_error
 from kokumi.cmd.cluster.newcluster import FIELD_MANAGER, SECRET_KEY
-from kokumi.core import api, argocd, selectors, targets
+from kokumi.core import api, argocd, clustersource, selectors, targets
 from kokumi.core.ownership import ClusterRef, normalise_server
 from kokumi.core.text import one_line
 from kokumi.kube.client import EVENTS, SECRETS, Client
@@ -181,6 +181,18 @@ def describe_text(
         ("Labels", label_text(meta.get("labels"))),
         ("Description", str(spec.get("description") or "-")),
         ("Connection", connection),
+    ]
+    made_by = clustersource.source_of(cluster)
+    if made_by is not None:
+        # Edits to a sourced Cluster's labels or spec are undone: the source is where to edit.
+        lines.append(
+            (
+                "Source",
+                f"ClusterSource {made_by[0]} (from Cluster API's Secret {ref.get('name', '-')});"
+                " edit the source, not this Cluster",
+            )
+        )
+    lines += [
         ("Server", str(status.get("server") or "-")),
         ("Version", str(status.get("kubernetesVersion") or "-")),
     ]
