@@ -189,7 +189,10 @@ class SourcesActor:
             except (errors.Forbidden, errors.NotFound) as exc:
                 text = "not installed" if isinstance(exc, errors.NotFound) else "forbidden"
                 if said != text:
-                    log.warning(
+                    # Not installed is a normal state (no Cluster API here); forbidden is a choice
+                    # somebody made, or a mistake: worth a warning.
+                    log.log(
+                        logging.INFO if text == "not installed" else logging.WARNING,
                         "cannot read Cluster API's clusters (%s): ClusterSources with a selector"
                         " report ClusterAPINotReadable; retrying with backoff",
                         text,
