@@ -313,3 +313,35 @@ def service_account_kubeconfig(hub: APIServer, token: str, path: Path) -> Path:
     )
     path.chmod(0o600)
     return path
+
+
+CAPI_CRD = """
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: clusters.cluster.x-k8s.io}
+spec:
+  group: cluster.x-k8s.io
+  scope: Namespaced
+  names: {kind: Cluster, listKind: ClusterList, plural: clusters, singular: cluster}
+  versions:
+    - name: v1beta1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"""
+
+
+@pytest.fixture(scope="session")
+def capi_crd(control_plane: ControlPlane) -> None:
+    """Cluster API's Cluster kind, as far as Kokumi reads it: its labels."""
+    hub = control_plane.hub
+    run(hub.admin_kubeconfig, "apply", "-f", "-", input=CAPI_CRD)
+    run(hub.admin_kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
+        "crd/clusters.cluster.x-k8s.io")  # fmt: skip
+
+    def served() -> bool | None:
+        listed = run(hub.admin_kubeconfig, "get", "clusters.cluster.x-k8s.io", "-A", check=False)
+        return True if listed.returncode == 0 else None
+
+    wait_until(served, "Cluster API's clusters are served")

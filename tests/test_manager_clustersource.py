@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -16,7 +16,7 @@ from kokumi.kube import errors
 from kokumi.kube.client import SECRETS
 from kokumi.manager import Manager
 from kokumi.testing import canary
-from kokumi.testing.controlplane import APIServer, ControlPlane
+from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
 from tests.fixtures_deploy import run, wait_until
 from tests.manager_support import Workspace, manager, ready_of, wait_for, workspace
@@ -52,38 +52,6 @@ kind: Cluster
 metadata: {name: work}
 spec: {connection: InCluster}
 """
-
-CAPI_CRD = """
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: clusters.cluster.x-k8s.io}
-spec:
-  group: cluster.x-k8s.io
-  scope: Namespaced
-  names: {kind: Cluster, listKind: ClusterList, plural: clusters, singular: cluster}
-  versions:
-    - name: v1beta1
-      served: true
-      storage: true
-      schema:
-        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
-"""
-
-
-@pytest.fixture(scope="session")
-def capi_crd(control_plane: ControlPlane) -> Iterator[None]:
-    """Cluster API's Cluster kind, as far as Kokumi reads it: its labels."""
-    hub = control_plane.hub
-    run(hub.admin_kubeconfig, "apply", "-f", "-", input=CAPI_CRD)
-    run(hub.admin_kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
-        "crd/clusters.cluster.x-k8s.io")  # fmt: skip
-
-    def served() -> bool | None:
-        listed = run(hub.admin_kubeconfig, "get", "clusters.cluster.x-k8s.io", "-A", check=False)
-        return True if listed.returncode == 0 else None
-
-    wait_until(served, "Cluster API's clusters are served")
-    yield
 
 
 async def capi_secret(ws: Workspace, ns: str, cluster: str, kubeconfig: str) -> dict[str, Any]:
