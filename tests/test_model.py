@@ -381,6 +381,7 @@ class ManagerMachine(RuleBasedStateMachine):
         SEEN["steps"] += 1
         if self.world.crash is not None:
             raise AssertionError("the manager crashed") from self.world.crash
+        self._collect_garbage()
         self.world.arun(self.world.settle)
         if self.world.crash is not None:
             raise AssertionError("the manager crashed") from self.world.crash
@@ -542,14 +543,24 @@ class ManagerMachine(RuleBasedStateMachine):
     @rule(ns=st.sampled_from(WORKSPACES))
     def delete_source(self, ns: str) -> None:
         """The source goes, and the garbage collector deletes the Clusters it controls."""
-        source = self._object(clustersource.CLUSTER_SOURCES, "capi", ns)
-        if source is not None:
+        if self._object(clustersource.CLUSTER_SOURCES, "capi", ns) is not None:
             self._delete(clustersource.CLUSTER_SOURCES, "capi", ns)
-            for obj in self._objects(api.CLUSTERS, ns):
-                owner = clustersource.source_of(obj)
-                if owner is not None and owner[1] == source["metadata"]["uid"]:
-                    self._delete(api.CLUSTERS, obj["metadata"]["name"], ns)
         self._step()
+
+    def _collect_garbage(self) -> None:
+        """As the garbage collector does, whenever it runs: a Cluster whose controlling
+        ClusterSource no longer exists is deleted (a create in flight when the source went
+        lands after the source's deletion, and is collected then, too)."""
+        live = {
+            (obj["metadata"]["namespace"], obj["metadata"]["uid"])
+            for obj in self._objects(clustersource.CLUSTER_SOURCES)
+        }
+        for obj in self._objects(api.CLUSTERS):
+            meta = obj["metadata"]
+            owner = clustersource.source_of(obj)
+            gone = owner is not None and (meta["namespace"], owner[1]) not in live
+            if gone and not meta.get("deletionTimestamp"):
+                self._delete(api.CLUSTERS, meta["name"], meta["namespace"])
 
     @rule(
         ns=st.sampled_from(WORKSPACES),
@@ -972,6 +983,8 @@ class ManagerMachine(RuleBasedStateMachine):
         strays = any(argocd.holder_of(secret) is None for secret in self.ours().values())
         if not strays:  # strays go only at the registry's start: the running manager keeps them
             world.arun(world.advance, 400.0)
+            self._collect_garbage()
+            world.arun(world.advance, 60.0)
             assert world.crash is None, world.crash
             self.check_converged()
         world.run(world.fake.restart)
@@ -980,6 +993,8 @@ class ManagerMachine(RuleBasedStateMachine):
             world.arun(world.stop_manager)
             world.arun(world.start_manager)
         world.arun(world.advance, 400.0)
+        self._collect_garbage()
+        world.arun(world.advance, 60.0)
         assert world.crash is None, world.crash
         self.check_converged()
 
