@@ -155,7 +155,7 @@ class Dispatcher:
                     self._clusters_synced.set()
                 for namespace in {_ref(o).namespace for o in event.objects}:
                     self.environments_actor.changed(namespace)
-                self.sources_actor.changed(None)
+                self.sources_actor.clusters_listed(event.objects)
                 continue
             if event.type == "DELETED":
                 self._stop(_uid(event.object))
@@ -163,7 +163,7 @@ class Dispatcher:
                 self._upsert(event.object)
             ref = _ref(event.object)
             self.environments_actor.changed(ref.namespace, ref.name)
-            self.sources_actor.changed(ref.namespace)
+            self.sources_actor.cluster_changed(event.object, event.type == "DELETED")
 
     def _upsert(self, obj: dict[str, Any]) -> None:
         uid = _uid(obj)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import attrs
@@ -89,6 +89,7 @@ class SourcesActor:
         backoff_initial: float = 1.0,
         backoff_max: float = 120.0,
         capi_backoff_max: float = 300.0,
+        batch: float = 0.1,
     ) -> None:
         self._client = client
         self._clusters = clusters
@@ -98,6 +99,7 @@ class SourcesActor:
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
         self._capi_backoff_max = capi_backoff_max
+        self._batch = batch
         self.sources = Store()
         self.capi = Store()
         self.capi_readable: bool | None = None  # None: not known yet
@@ -105,6 +107,7 @@ class SourcesActor:
         self._dirty: set[str] = set()
         self._wake = trio.Event()
         self._retry: dict[str, Backoff] = {}
+        self._clusters_seen: dict[Key, clustersource.Existing] = {}
         self._writes = trio.CapacityLimiter(8)  # Cluster writes in flight
         self._failures: dict[tuple[str, str], FailureLog] = {}
         self._held: dict[str, str] = {}  # source uid -> namespace
@@ -125,6 +128,29 @@ class SourcesActor:
             return
         self._wake.set()
 
+    def cluster_changed(self, obj: Mapping[str, Any], deleted: bool) -> None:
+        """A Cluster changed: its namespace's sources look again only if what they read of it
+        (name, controlling source, labels, Secret) changed; a status write changes none of it."""
+        meta = obj.get("metadata", {})
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        seen = None if deleted else clustersource.existing_of(obj)
+        if self._clusters_seen.get(key) == seen:
+            return
+        if seen is None:
+            self._clusters_seen.pop(key, None)
+        else:
+            self._clusters_seen[key] = seen
+        self.changed(key[0])
+
+    def clusters_listed(self, objects: Iterable[Mapping[str, Any]]) -> None:
+        """The Clusters' watch listed again: what the sources read of each starts afresh."""
+        self._clusters_seen = {}
+        for obj in objects:
+            meta = obj.get("metadata", {})
+            key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+            self._clusters_seen[key] = clustersource.existing_of(obj)
+        self.changed(None)
+
     def secret_changed(self, key: Key) -> None:
         if key[0] in self._held.values():
             self.changed(key[0])
@@ -143,6 +169,10 @@ class SourcesActor:
             task_status.started()
             while True:
                 await self._wake.wait()
+                # A burst (a thousand Secrets written, their Clusters made and checked) is
+                # taken in one pass per tenth of a second, not one pass of the namespace per
+                # event: that was a pass of all N Secrets for each of N events.
+                await trio.sleep(self._batch)
                 self._wake = trio.Event()
                 while self._dirty:
                     namespace = min(self._dirty)
