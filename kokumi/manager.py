@@ -81,7 +81,6 @@ class Manager:
             backoff_initial=options.retry_initial,
             backoff_max=options.retry_max,
             events=events,
-            egress=options.probe_egress,
         )
         self.context = Context(
             client=client,
