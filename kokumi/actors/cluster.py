@@ -198,6 +198,8 @@ class ClusterActor:
                         self._failures.recovered()
             await self._release()
         finally:
+            # An actor that ends (its Cluster gone) is never checked: wait_checked goes on.
+            self.checked.set()
             self._context.registry.unsubscribe(self.ref, self.uid)
 
     def _retry_later(self, kind: str) -> float:
@@ -215,6 +217,9 @@ class ClusterActor:
             # checked any more: with the check timer in the past, a Cluster whose DELETED event
             # is late (a watch down) would reconcile in a loop that never blocks.
             self._next_check = math.inf
+            # Never checked again, so nobody waiting for its first check (wait_checked) may
+            # wait for it: a Cluster left deleting by a manager that stopped would hold them.
+            self.checked.set()
             self._doing = "releasing its Argo CD registration"
             if await self._release():
                 self._doing = "removing its finalizer"
