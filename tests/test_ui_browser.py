@@ -169,11 +169,15 @@ async def running_ui(config: Config, argocd_namespace: str) -> AsyncIterator[Bro
         await trio.to_thread.run_sync(driver.quit)
 
 
+_PEM_PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z ]*PRIVATE" r" KEY-----")
+
+
 def _no_credentials(browser: Browser, spoke: Registration) -> None:
     for source in browser.sources:
         assert spoke.token not in source
         assert canary.found(source) == []
-        assert "BEGIN RSA PRIVATE KEY" not in source
+        # Any PEM private key (RSA, EC, PKCS #8), not just one kind of header.
+        assert _PEM_PRIVATE_KEY.search(source) is None
         assert "client-key-data" not in source
 
 
