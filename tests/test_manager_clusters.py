@@ -145,3 +145,24 @@ async def test_invalid_spec_gets_a_reason(hub: APIServer, crds: object) -> None:
         )
         assert api.parse_cluster(cluster).__class__ is api.Cluster
         await ws.cleanup()
+
+
+async def test_wait_checked_does_not_wait_for_a_cluster_being_deleted(
+    hub: APIServer, crds: object
+) -> None:
+    """A Cluster left deleting (its finalizer held while no manager ran) is never checked
+    again: waiting for its first check would never end."""
+    async with workspace(hub) as ws:
+        ns = await ws.namespace()
+        cluster = await ws.cluster(ns, "leaving")
+        cluster["metadata"]["finalizers"] = [api.FINALIZER]
+        await ws.client.replace(api.CLUSTERS, cluster, namespace=ns)
+        await ws.client.delete(api.CLUSTERS, "leaving", namespace=ns)
+        async with manager(hub, ws.options(keep_in_cluster=False)) as running:
+            with trio.fail_after(30):
+                await running.wait_checked()
+            await wait_for(
+                lambda: ws.client.list(api.CLUSTERS, namespace=ns),
+                lambda listing: listing["items"] == [],
+                "the deleted Cluster to lose its finalizer and go",
+            )
