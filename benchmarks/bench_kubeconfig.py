@@ -104,7 +104,9 @@ def kubeconfigs() -> dict[str, str]:
         }
 
     def as_yaml(value: object) -> str:
-        return yaml.safe_dump(value, sort_keys=False, width=1 << 20)
+        # A copy with nothing shared: a shared object would be written as an anchor and its
+        # aliases, which the reader refuses.
+        return yaml.safe_dump(json.loads(json.dumps(value)), sort_keys=False, width=1 << 20)
 
     return {
         "token + CA (the spec's kubeconfig), YAML": as_yaml(document(users["token"])),

@@ -81,6 +81,7 @@ class Manager:
             backoff_initial=options.retry_initial,
             backoff_max=options.retry_max,
             events=events,
+            egress=options.probe_egress,
         )
         self.context = Context(
             client=client,

@@ -212,7 +212,14 @@ def kubeconfig(
     }
 
 
-_Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # the pure one takes 10 ms a document
+_BaseDumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # the pure one: 10 ms a document
+
+
+class _Dumper(_BaseDumper):  # type: ignore[misc]
+    """Writes a value shared by two places out twice: Kokumi refuses YAML's anchors."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def dump(document: object, style: str = "yaml") -> str:
@@ -646,3 +653,43 @@ def examples(full: int) -> int:
     if hypothesis.settings.get_current_profile_name() == "unit":
         return min(full, hypothesis.settings().max_examples)
     return full
+
+
+# --- hostile YAML: what costs a parser time or memory -------------------------------------------
+
+
+@st.composite
+def hostile_kubeconfigs(draw: st.DrawFn) -> str:
+    """A valid kubeconfig's YAML with one of YAML's costly extras spliced in.
+
+    Aliases and anchors (the billion laughs), merge keys (which copy, and multiply), base-60
+    integers (1:1:1:..., whose conversion is quadratic), and scalars as large as a Secret allows.
+    """
+    document, _ = draw(valid_kubeconfigs())
+    text = dump(document, "yaml")
+    kind = draw(st.sampled_from(["alias", "merge", "sexagesimal", "huge", "numbers"]))
+    levels = draw(st.integers(min_value=1, max_value=9))
+    width = draw(st.integers(min_value=1, max_value=12))
+    if kind == "alias":
+        lines = ['l0: &l0 ["lol"]']
+        for i in range(1, levels):
+            lines.append(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * width) + "]")
+        extra = "\n".join(lines)
+    elif kind == "merge":
+        lines = ["l0: &l0 {k0: v}"]
+        for i in range(1, levels):
+            merged = ", ".join([f"*l{i - 1}"] * width)
+            lines.append(f"l{i}: &l{i} {{<<: [{merged}], k{i}: v}}")
+        extra = "\n".join(lines)
+    elif kind == "sexagesimal":
+        size = draw(st.sampled_from([10, 1_000, 30_000, 200_000]))
+        extra = "preferences: {colors: " + ":".join(["1"] * size) + "}"
+    elif kind == "huge":
+        size = draw(st.sampled_from([1_000, 100_000, 900_000]))
+        extra = "preferences: {x: " + draw(st.sampled_from(["a", "'a", '"a', "9"])) + "a" * size
+        extra += draw(st.sampled_from(["", "'", '"'])) + "}"
+    else:
+        size = draw(st.sampled_from([1_000, 100_000, 400_000]))
+        extra = "preferences: {x: [" + ",".join(["1"] * size) + "]}"
+    where = draw(st.sampled_from(["start", "end"]))
+    return f"{extra}\n{text}" if where == "start" else f"{text}\n{extra}\n"

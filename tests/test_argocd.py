@@ -387,3 +387,54 @@ def test_config_that_is_not_base64_cannot_be_decoded() -> None:
 def test_the_public_names_exist() -> None:
     assert len(set(argocd.__all__)) == len(argocd.__all__)
     assert [name for name in argocd.__all__ if not hasattr(argocd, name)] == []
+
+
+# --- reading config as Go does: field names under bytes.EqualFold ------------------------------
+
+
+def _config_secret(config: dict[str, Any]) -> dict[str, Any]:
+    return {"data": {"config": base64.b64encode(json.dumps(config).encode()).decode()}}
+
+
+def test_keys_fold_as_gos_equal_fold_does() -> None:
+    """U+017F folds to s and U+212A to k in Go: Argo CD reads these as AWS auth and a token."""
+    config = argocd.config_from_secret(
+        _config_secret({"bearerTo\u212aen": "t", "aw\u017fAuthConfig": {"clusterName": "c"}})
+    )
+    assert config["bearerToken"] == "t"
+    assert config["awsAuthConfig"] == {"clusterName": "c"}
+    tls = argocd.config_from_secret(_config_secret({"tlsClientConfig": {"In\u017fecure": True}}))
+    assert tls["tlsClientConfig"]["insecure"] is True
+    # Python's lower folds these, Go's EqualFold does not: nothing to Argo CD, nothing here.
+    for key in ("BEARERTOKEN\u0130", "bearerToken\u0307", "proxyUrl\u00df"):
+        assert argocd._go_field(key, {"bearerToken": str, "proxyUrl": str}) is None
+    assert argocd._go_field("\u0130nsecure", {"insecure": bool}) is None  # İ is not i in Go
+
+
+_ORBITS = [set("sS\u017f"), set("kK\u212a")]
+_NAMES = ("bearerToken", "awsAuthConfig", "insecure", "tlsClientConfig")
+
+
+def _spellings(name: str) -> st.SearchStrategy[str]:
+    """``name`` with each letter in any of its folding orbit's runes, or another rune."""
+
+    def choices(c: str) -> list[str]:
+        orbit = next((o for o in _ORBITS if c in o), {c, c.upper(), c.lower()})
+        return sorted(orbit | {"x", "\u0131", "\u0130"})
+
+    return st.tuples(*[st.sampled_from(choices(c)) for c in name]).map("".join)
+
+
+@given(st.sampled_from(_NAMES).flatmap(_spellings))
+def test_equal_fold_agrees_with_simple_case_folding(key: str) -> None:
+    """Against Go's rule written out: each rune equal, or in one simple-folding orbit."""
+
+    def same(a: str, b: str) -> bool:
+        if a == b or (a.isascii() and b.isascii() and a.isalpha() and a.lower() == b.lower()):
+            return True
+        return any(a in orbit and b in orbit for orbit in _ORBITS)
+
+    for name in _NAMES:
+        pairs = zip(key, name, strict=False)
+        expected = len(key) == len(name) and all(same(a, b) for a, b in pairs)
+        assert argocd._equal_fold(key, name) == expected

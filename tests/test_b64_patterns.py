@@ -9,6 +9,7 @@ import hypothesis.strategies as st
 import yaml
 from hypothesis import given
 
+from kokumi.core.ownership import is_argocd_own
 from tests.b64_patterns import ASCII, contains, starts_with
 from tests.fixtures_deploy import DEPLOY
 
@@ -73,3 +74,43 @@ def test_the_policy_carries_exactly_these_patterns() -> None:
     assert ASCII in text
     for prefix in (b"https://kubernetes.default", b"http://kubernetes.default"):
         assert starts_with(prefix) in text, prefix
+
+
+def _own_cluster_patterns() -> list[str]:
+    """The regular expressions of the policy's argoCDOwnCluster variable, as the policy has them."""
+    path = DEPLOY / "policies" / "kokumi-argocd-secret-integrity.yaml"
+    policy = next(yaml.safe_load_all(path.read_text()))
+    (variable,) = [v for v in policy["spec"]["variables"] if v["name"] == "argoCDOwnCluster"]
+    patterns = re.findall(r"variables\.server\.matches\('([^']*)'\)", variable["expression"])
+    assert len(patterns) == 2
+    return patterns
+
+
+OWN_SPELLINGS = [
+    "https://kubernetes.default.svc",
+    "https://kubernetes.default.svc/",
+    "https://KUBERNETES.default.svc",
+    "HTTPS://Kubernetes.Default.Svc",
+    "https://kubernetes.default.svc:443",
+    "https://kubernetes.default.svc.cluster.local",
+    "https://kubernetes.default",
+    "http://kubernetes.default.svc",
+]
+
+
+@given(
+    st.sampled_from(OWN_SPELLINGS)
+    | st.text(alphabet="htpsHTPS:/kubernetsdfaulvcKUBERNETSDFAULVC.-4\u017f\u212a", max_size=40)
+    | st.sampled_from(OWN_SPELLINGS).map(lambda s: s.replace("k", "\u212a"))  # Kelvin sign
+)
+def test_the_policy_and_the_predicate_agree_on_argo_cds_own_cluster(server: str) -> None:
+    """One predicate: what the admission policy refuses, the manager and the CLI call a
+    ClusterConflict (and never try to register), and nothing else."""
+    refused = any(re.search(p, b64(server.encode())) for p in _own_cluster_patterns())
+    assert is_argocd_own(server) == refused
+
+
+def test_every_spelling_of_the_in_cluster_server_is_argo_cds_own() -> None:
+    assert all(is_argocd_own(s) for s in OWN_SPELLINGS)
+    assert not is_argocd_own("https://kubernetes.example")
+    assert not is_argocd_own("https://\u212aubernetes.default.svc")  # not an ASCII k

@@ -82,7 +82,15 @@ def test_a_bad_cidr_is_named() -> None:
     with pytest.raises(ValueError, match=re.escape("'10.0.0.0/33' is not a CIDR")):
         EgressPolicy.from_cidrs(deny=["10.0.0.0/33"])
     assert parse_address("spoke.example") is None
-    assert DEFAULT_DENY == ("169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128")
+    assert DEFAULT_DENY == (
+        "169.254.0.0/16",
+        "fe80::/10",
+        "fd00:ec2::254/128",
+        "fd20:ce::254/128",
+        "fd00:c1::a9fe:a9fe/128",
+        "100.100.100.200/32",
+        "168.63.129.16/32",
+    )
 
 
 def test_manager_refuses_a_bad_cidr_flag(
@@ -97,6 +105,71 @@ def test_manager_refuses_a_bad_cidr_flag(
     code = cli.main(["manager", "--kubeconfig", str(kubeconfig), "--probe-allow-cidr", "nope"])
     assert code == 2
     assert "'nope' is not a CIDR such as 10.0.0.0/8" in capsys.readouterr().err
+
+
+# --- spellings: as the resolver reads them --------------------------------------------------
+
+SPELLINGS = [
+    "2852039166",  # one decimal number
+    "0xa9fea9fe",  # one hexadecimal number
+    "0251.0376.0251.0376",  # octal parts
+    "169.254.43518",  # the last part fills the bytes left
+    "0xa9.0xfe.0xa9.0xfe",
+    "169.254.169.254.",  # a trailing dot
+    "64:ff9b::a9fe:a9fe",  # NAT64
+    "64:ff9b:1::a9fe:a9fe",  # local-use NAT64
+    "2002:a9fe:a9fe::1",  # 6to4
+    "::169.254.169.254",  # IPv4-compatible
+    "::ffff:169.254.169.254",  # IPv4-mapped
+    "2001:0:4136:e378:8000:63bf:5601:5601",  # Teredo, client 169.254.169.254 (obfuscated)
+]
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_every_spelling_of_the_metadata_address_is_refused(spelling: str) -> None:
+    refused = EgressPolicy().refusal(spelling)
+    assert refused == ipaddress.ip_network("169.254.0.0/16"), spelling
+
+
+@pytest.mark.parametrize(
+    ("address", "why"),
+    [
+        ("100.100.100.200", "Alibaba Cloud"),
+        ("fd20:ce::254", "Google Cloud, IPv6"),
+        ("fd00:c1::a9fe:a9fe", "Oracle Cloud, IPv6"),
+        ("168.63.129.16", "Azure WireServer"),
+        ("fd00:ec2::254", "AWS, IPv6"),
+    ],
+)
+def test_other_clouds_metadata_addresses_are_refused_by_default(address: str, why: str) -> None:
+    assert EgressPolicy().refusal(address) is not None, why
+
+
+@given(st.text(alphabet="0123456789xXabcdef.", min_size=1, max_size=20))
+def test_an_ipv4_spelling_reads_as_the_c_library_reads_it(text: str) -> None:
+    """The C library's inet_aton is what getaddrinfo, and proxies in C, take a host for."""
+    try:
+        packed = socket.inet_aton(text)
+    except OSError:
+        parsed = parse_address(text)
+        # Only a trailing dot, which Kokumi reads more broadly than inet_aton, may differ.
+        assert parsed is None or text.endswith("."), text
+        return
+    assert parse_address(text) == ipaddress.IPv4Address(packed), text
+
+
+@given(st.ip_addresses(v=4))
+def test_an_ipv4_address_in_any_ipv6_wrapping_is_judged_as_itself(
+    address: ipaddress.IPv4Address,
+) -> None:
+    link_local = address in ipaddress.ip_network("169.254.0.0/16")
+    value = int(address)
+    for wrapped in (
+        ipaddress.IPv6Address((0x64FF9B << 96) | value),
+        ipaddress.IPv6Address((0x2002 << 112) | (value << 80) | 1),
+        ipaddress.IPv6Address(f"::ffff:{address}"),
+    ):
+        assert (EgressPolicy().refusal(wrapped) is not None) == link_local, wrapped
 
 
 # --- the probe, watched by Trio's socket and resolver hooks ----------------------------------
@@ -173,7 +246,7 @@ async def test_a_name_that_resolves_to_metadata_is_refused_before_a_socket(
     assert finding.reason is Reason.EGRESS_DENIED
     assert finding.message.startswith(
         "spoke.example resolves to fd00:ec2::254, in fd00:ec2::254/128, where the manager does"
-        " not connect (link-local, where clouds serve instance metadata and credentials)"
+        " not connect (a cloud's instance metadata address, which serves credentials)"
     )
     assert resolver.asked == ["spoke.example"]
     assert sockets.opened == []
@@ -207,3 +280,19 @@ async def test_an_allowed_address_is_connected_to_the_address_judged(sockets: So
     assert finding.reason is Reason.UNREACHABLE
     assert resolver.asked == ["spoke.example"]  # resolved once, by the guard
     assert sockets.opened == [(socket.AF_INET, socket.SOCK_STREAM)]
+
+
+@pytest.mark.parametrize("proxy", [None, "http://proxy.example:3128"])
+@pytest.mark.parametrize("spelling", SPELLINGS)
+async def test_each_spelling_is_egress_denied_with_and_without_a_proxy(
+    sockets: Sockets, spelling: str, proxy: str | None
+) -> None:
+    """Behind a proxy the host goes to the proxy as text, which the proxy resolves: so it is
+    judged as the resolver would read it, before the proxy or a socket is asked anything."""
+    resolver = Resolver("10.0.0.1")
+    trio.socket.set_custom_hostname_resolver(resolver)
+    host = f"[{spelling}]" if ":" in spelling else spelling
+    finding = await check(connection(f"https://{host}:6443", proxy_url=proxy), timeout=5)
+    assert finding.reason is Reason.EGRESS_DENIED, finding.message
+    assert "169.254.0.0/16" in finding.message
+    assert sockets.opened == [] and resolver.asked == []

@@ -11,6 +11,7 @@ import base64
 import json
 import os
 import re
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -179,10 +180,46 @@ REFUSALS = [
         id="json-lone-surrogate",
     ),
     pytest.param(
+        # A timestamp stays text, as kubectl reads it into its string field.
         text("current-context: 2001-02-30"),
+        Code.UNKNOWN_CONTEXT,
+        'current context "2001-02-30" is not in contexts (current-context): name one that is '
+        "there, or add the context",
+        id="yaml-date-is-text",
+    ),
+    pytest.param(
+        text("current-context: 0b_"),
         Code.NOT_YAML,
         f"{YAML} (a value cannot be read): fix its syntax",
-        id="yaml-impossible-date",
+        id="yaml-number-without-digits",
+    ),
+    pytest.param(
+        text("current-context: &a spoke\ncontexts: [{name: *a}]"),
+        Code.NOT_YAML,
+        "the kubeconfig uses YAML anchors or aliases (&, *) (line 1, column 18), which a "
+        "kubeconfig has no need of: write each value out",
+        id="yaml-anchor",
+    ),
+    pytest.param(
+        text("current-context: *a"),
+        Code.NOT_YAML,
+        "the kubeconfig uses YAML anchors or aliases (&, *) (line 1, column 18), which a "
+        "kubeconfig has no need of: write each value out",
+        id="yaml-alias",
+    ),
+    pytest.param(
+        text("contexts:\n- name: spoke\n  context: {<<: {cluster: spoke}}\n"),
+        Code.NOT_YAML,
+        "the kubeconfig uses a YAML merge key (<<) (line 3, column 13), which a kubeconfig has "
+        "no need of: write the mapping out",
+        id="yaml-merge-key",
+    ),
+    pytest.param(
+        text("current-context: " + "9" * 101),
+        Code.NOT_YAML,
+        "the kubeconfig holds a number longer than 100 characters, which no kubeconfig field "
+        "is: quote it if it is text",
+        id="yaml-long-number",
     ),
     pytest.param(text(""), Code.EMPTY, EMPTY, id="empty"),
     pytest.param(text("# nothing but a comment\n"), Code.EMPTY, EMPTY, id="comment"),
@@ -797,6 +834,11 @@ def test_refusal(make: Callable[[], str | bytes], code: Code, message: str) -> N
 ASKED_FOR_UNKNOWN_CONTEXT = Refusal(
     "UnknownContext", 'context "hub" is not in contexts (contexts[].name): name one that is there'
 )
+TOO_COMPLEX = Refusal(
+    "TooComplex",
+    "reading the kubeconfig took more than 2 s of CPU: keep only the context Kokumi uses, with "
+    "its cluster and user, e.g. with kubectl config view --minify --flatten",
+)
 INTERNAL_ERROR = Refusal(
     "InternalError",
     "Kokumi failed to read the kubeconfig (RuntimeError), which is a bug in Kokumi, not in the "
@@ -844,7 +886,7 @@ def test_every_message_is_documented_and_every_documented_message_occurs() -> No
     """The table cases above produce each message there is; docs/reasons.md lists them all."""
     rows = [(code, template_pattern(template)) for code, template in documented_messages()]
     seen: set[int] = set()
-    produced = [ASKED_FOR_UNKNOWN_CONTEXT, INTERNAL_ERROR]
+    produced = [ASKED_FOR_UNKNOWN_CONTEXT, INTERNAL_ERROR, TOO_COMPLEX]
     for param in REFUSALS:
         _, code, message = param.values
         assert isinstance(code, Code)
@@ -1208,3 +1250,52 @@ def test_deep_and_self_referencing_yaml_is_refused_not_raised() -> None:
         "current-context: &a [*a]\ncontexts: &b [{name: x, context: *b}]",
     ):
         assert isinstance(parse(text), Refusal)
+
+
+# --- hostile YAML: refused while the events are walked, never paid for ---------------------------
+
+SLOWEST: list[float] = [0.0]
+
+
+@given(s.hostile_kubeconfigs())
+@settings(
+    max_examples=FUZZ_EXAMPLES or s.examples(200),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+def test_hostile_yaml_gives_a_connection_or_a_refusal(text: str) -> None:
+    """Aliases, merge keys, base-60 integers and huge scalars: a refusal or a connection, and
+    the slowest parse is printed (a figure for benchmarks/README.md, not an assertion)."""
+    started = time.perf_counter()
+    result = parse(text)
+    SLOWEST[0] = max(SLOWEST[0], time.perf_counter() - started)
+    assert_well_formed(result)
+    if "&l0" in text or "*l0" in text:
+        assert isinstance(result, Refusal)
+        assert "anchors or aliases" in result.message
+    print(f"slowest hostile kubeconfig so far: {SLOWEST[0] * 1000:.1f} ms")
+
+
+def test_yaml_extras_are_refused_or_read_as_text() -> None:
+    sexagesimal = ":".join(["1"] * 30_000)
+    read = parse(f"current-context: {sexagesimal}\ncontexts: [{{name: '{sexagesimal}'}}]")
+    assert isinstance(read, Refusal)
+    assert read.code == Code.UNKNOWN_CLUSTER  # the context was found: the value stayed text
+    merged = parse("a: &a {k: v}\nb: {<<: *a}\ncurrent-context: x")
+    assert isinstance(merged, Refusal)
+    assert "anchors or aliases" in merged.message
+    plain_merge = parse("b: {<<: {k: v}}\ncurrent-context: x")
+    assert isinstance(plain_merge, Refusal)
+    assert "merge key" in plain_merge.message
+    quoted_key = parse("b: {'<<': {k: v}}\ncurrent-context: x")
+    assert isinstance(quoted_key, Refusal)
+    assert quoted_key.code == Code.UNKNOWN_CONTEXT  # a quoted << is just a key
+
+
+def test_a_parse_stops_itself_at_its_cpu_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a worker thread a parse cannot be cancelled: it must end itself, whatever it reads."""
+    assert kubeconfig.PARSE_BUDGET == 2.0
+    clock = iter(range(0, 10_000, 1))  # each look at the clock: one more second of CPU
+    monkeypatch.setattr(time, "thread_time", lambda: float(next(clock)))
+    result = parse("clusters: [" + ",".join(["1"] * 1000) + "]\ncurrent-context: x")
+    assert result == TOO_COMPLEX

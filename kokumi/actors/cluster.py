@@ -18,7 +18,8 @@ import trio
 
 from kokumi.actors.context import Context, write_status
 from kokumi.core import api, kubeconfig
-from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
+from kokumi.core.ownership import ClusterRef, is_argocd_own
+from kokumi.core.reasons import Reason
 from kokumi.core.registration import NOT_REGISTERED, Registration
 from kokumi.core.status import (
     Outcome,
@@ -408,14 +409,17 @@ class ClusterActor:
         """Want the server while selected and the kubeconfig is usable; else let go.
 
         "Usable" means a valid connection: an unreachable cluster keeps its registration (an
-        outage should not hand its server to someone else), a broken kubeconfig does not.
+        outage should not hand its server to someone else), a broken kubeconfig does not, nor
+        one whose server the egress policy refuses (Argo CD's pods would connect there with
+        the Cluster's credential; the registry judges literal addresses itself too).
         Whether the registry is settled for this Cluster (a release it has not done yet is not).
         """
         connection = check.connection
         usable = (
             connection is not None
             and cluster.spec.connection == "Kubeconfig"
-            and normalise_server(connection.server) != IN_CLUSTER_SERVER
+            and not is_argocd_own(connection.server)
+            and check.outcome.reason != Reason.EGRESS_DENIED
         )
         if self._superseded:
             return True

@@ -18,10 +18,10 @@ import binascii
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from kokumi.core.kubeconfig import Connection
-from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
+from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, is_argocd_own, normalise_server
 from kokumi.core.text import b64
 from kokumi.kube.objects import secret_data
 
@@ -120,8 +120,10 @@ def cluster_secret(
     (:func:`kokumi.core.handover.with_waiting`).
     """
     server = normalise_server(connection.server)
-    if server == IN_CLUSTER_SERVER:
-        raise ValueError(f"refusing a cluster Secret for {IN_CLUSTER_SERVER}: use InCluster")
+    if is_argocd_own(server):
+        raise ValueError(
+            f"refusing a cluster Secret for Argo CD's own cluster ({server}): use InCluster"
+        )
     config = json.dumps(
         cluster_config(connection), sort_keys=True, separators=(",", ":"), ensure_ascii=True
     )
@@ -222,13 +224,39 @@ _CONFIG_FIELDS: dict[str, type] = {
 
 
 def _go_field(key: str, fields: Mapping[str, type]) -> str | None:
-    """Go's decoder prefers an exact key and falls back to a case-insensitive one."""
+    """Go's decoder prefers an exact key and falls back to one equal under ``bytes.EqualFold``.
+
+    That is Unicode's simple case folding, not Python's ``lower``: ``aw\u017fAuthConfig`` (the
+    long s) and ``bearerTo\u212aen`` (the Kelvin sign) are AWS auth and a bearer token to
+    Argo CD, and must be to the import too, or it would convert a token Argo CD never uses.
+    """
     if key in fields:
         return key
     for name in fields:
-        if name.lower() == key.lower():
+        if _equal_fold(key, name):
             return name
     return None
+
+
+# The non-ASCII runes whose simple case folding orbit holds an ASCII letter (Go's unicode tables):
+# the long s with s and S, the Kelvin sign with k and K. Every other orbit of an ASCII letter is
+# just its two cases.
+_FOLDS_TO_ASCII: Final = {"\u017f": "s", "\u212a": "k"}
+
+
+def _equal_fold(key: str, name: str) -> bool:
+    """``bytes.EqualFold(key, name)`` for an ASCII ``name``, as Go's encoding/json matches."""
+    if len(key) != len(name):
+        return False
+    for got, want in zip(key, name, strict=True):
+        if got == want:
+            continue
+        folded = _FOLDS_TO_ASCII.get(got, got)
+        if not (folded.isascii() and want.isascii() and folded.lower() == want.lower()):
+            return False
+        if not want.isalpha():
+            return False
+    return True
 
 
 def _go_decode(value: Any, kind: type, where: str) -> Any:

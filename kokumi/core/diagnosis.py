@@ -20,7 +20,7 @@ import ssl
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeAlias
 
-from kokumi.core.egress import Network
+from kokumi.core.egress import METADATA, Network
 from kokumi.core.reasons import Reason
 
 __all__ = [
@@ -397,6 +397,8 @@ def _handshake_message(exc: ssl.SSLError, where: str) -> str:
 
 
 def _why(network: Network) -> str:
-    if network.is_link_local or str(network) == "fd00:ec2::254/128":
+    if network.is_link_local:
         return "link-local, where clouds serve instance metadata and credentials"
+    if str(network) in METADATA:
+        return "a cloud's instance metadata address, which serves credentials"
     return "denied by --probe-deny-cidr"

@@ -14,22 +14,48 @@ probe inside one network. An address no entry matches is allowed. IPv4-mapped IP
 
 Pure: no I/O. The probe applies it to every address it resolves a host to, and connects to that
 same address, so a name cannot resolve to one address for the guard and another for the socket.
+
+The same policy guards the registry: Argo CD's pods connect to the server of every cluster Secret
+Kokumi writes, with the credential in it, so a server the probe may not reach is never
+registered either (:meth:`EgressPolicy.url_refusal` judges a server or proxy URL whose host is an
+address; the Cluster actor releases a Cluster whose check found a name resolving to one).
 """
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
+from urllib.parse import urlsplit
 
 import attrs
 
-__all__ = ["DEFAULT_DENY", "EgressPolicy", "Network", "parse_address"]
+__all__ = [
+    "DEFAULT_DENY",
+    "METADATA",
+    "EgressPolicy",
+    "Network",
+    "Refused",
+    "embedded_ipv4",
+    "parse_address",
+]
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-DEFAULT_DENY: tuple[str, ...] = ("169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128")
-"""Link-local IPv4 and IPv6 (where clouds serve instance metadata), and AWS's IPv6 metadata."""
+DEFAULT_DENY: tuple[str, ...] = (
+    "169.254.0.0/16",  # link-local: AWS, GCP, Azure, Oracle, OpenStack, DigitalOcean, Hetzner...
+    "fe80::/10",  # IPv6 link-local
+    "fd00:ec2::254/128",  # AWS's IPv6 instance metadata
+    "fd20:ce::254/128",  # Google Cloud's IPv6 metadata server
+    "fd00:c1::a9fe:a9fe/128",  # Oracle Cloud's IPv6 instance metadata
+    "100.100.100.200/32",  # Alibaba Cloud's instance metadata
+    "168.63.129.16/32",  # Azure's WireServer (extension configuration and certificates)
+)
+"""Link-local IPv4 and IPv6, where most clouds serve instance metadata, and the metadata (and
+similar) addresses of the clouds that serve them elsewhere. docs in deploy/README.md."""
+
+METADATA: frozenset[str] = frozenset(DEFAULT_DENY[2:])
+"""The default denials that are a cloud's service rather than link-local, for messages."""
 
 
 def _network(text: str) -> Network:
@@ -40,15 +66,99 @@ def _network(text: str) -> Network:
 
 
 def parse_address(text: str) -> Address | None:
-    """The IP address ``text`` spells (brackets and a zone allowed), or None for a host name."""
+    """The IP address ``text`` spells as the resolver reads it, or None for a host name.
+
+    Brackets and a zone are allowed. An IPv4 address is read as ``inet_aton`` (which
+    ``getaddrinfo`` and most proxies use) reads it: ``2852039166``, ``0xa9fea9fe``,
+    ``0251.0376.0251.0376`` and ``169.254.43518`` are all 169.254.169.254, and a trailing dot
+    changes nothing. Otherwise such a host would go to a proxy as a "name" the proxy resolves
+    to the metadata address, unjudged.
+    """
     text = text.strip("[]").partition("%")[0]
+    if text.endswith(".") and not text.endswith(".."):
+        text = text[:-1]
+    address: Address | None
     try:
         address = ipaddress.ip_address(text)
     except ValueError:
+        address = _inet_aton(text)
+    if address is None:
         return None
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return address.ipv4_mapped
     return address
+
+
+def _inet_aton(text: str) -> ipaddress.IPv4Address | None:
+    """IPv4 in the forms inet_aton accepts: 1 to 4 parts, each decimal, octal (0...) or hex
+    (0x...), the last filling the bytes left."""
+    parts = text.split(".")
+    if not 1 <= len(parts) <= 4:
+        return None
+    numbers = []
+    for part in parts:
+        lowered = part.lower()
+        try:
+            if lowered.startswith("0x"):
+                number = int(lowered[2:] or "0", 16) if len(lowered) <= 10 else -1
+            elif len(part) > 1 and part.startswith("0"):
+                number = int(part, 8) if part.isdigit() and len(part) <= 12 else -1
+            elif part.isdigit() and part.isascii() and len(part) <= 10:
+                number = int(part)
+            else:
+                return None
+        except ValueError:
+            return None
+        if number < 0:
+            return None
+        numbers.append(number)
+    *head, last = numbers
+    if any(n > 255 for n in head) or last >= 1 << (8 * (4 - len(head))):
+        return None
+    value = last
+    for index, number in enumerate(head):
+        value |= number << (8 * (3 - index))
+    return ipaddress.IPv4Address(value)
+
+
+_NAT64 = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("64:ff9b:1::/48"))
+_SIX_TO_FOUR = ipaddress.IPv6Network("2002::/16")
+_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, ...]:
+    """The IPv4 addresses an IPv6 address carries, where a translator or tunnel would take it:
+    IPv4-mapped and -compatible (::a.b.c.d), NAT64 (64:ff9b::/96 and the local 64:ff9b:1::/48,
+    the last 32 bits), 6to4 (2002::/16, bits 16 to 48) and Teredo (its server and client)."""
+    found: list[ipaddress.IPv4Address] = []
+    low = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if address.ipv4_mapped is not None:
+        found.append(address.ipv4_mapped)
+    if address in _COMPATIBLE and int(address) > 1:
+        found.append(low)
+    if any(address in network for network in _NAT64):
+        found.append(low)
+    if address in _SIX_TO_FOUR and address.sixtofour is not None:
+        found.append(address.sixtofour)
+    if address.teredo is not None:
+        found.extend(address.teredo)
+    return tuple(found)
+
+
+@attrs.frozen
+class Refused:
+    """Where a URL leads that the policy refuses: its host, the address it spells, the network."""
+
+    host: str
+    address: str
+    network: Network
+
+
+def _host(url: str) -> str | None:
+    try:
+        return urlsplit(url).hostname
+    except ValueError:
+        return None
 
 
 @attrs.frozen
@@ -75,6 +185,16 @@ class EgressPolicy:
             address = parsed
         elif isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
             address = address.ipv4_mapped
+        if isinstance(address, ipaddress.IPv6Address):
+            # Judged as each IPv4 address it carries too: a NAT64 gateway or a 6to4 relay
+            # takes 64:ff9b::a9fe:a9fe to 169.254.169.254.
+            for carried in embedded_ipv4(address):
+                refused = self._judge(carried)
+                if refused is not None:
+                    return refused
+        return self._judge(address)
+
+    def _judge(self, address: Address) -> Network | None:
         best: tuple[int, bool, Network] | None = None
         for allowed, networks in ((False, self.deny), (True, self.allow)):
             for network in networks:
@@ -85,3 +205,18 @@ class EgressPolicy:
         if best is None or best[1]:
             return None
         return best[2]
+
+    def url_refusal(self, *urls: str | None) -> Refused | None:
+        """The first of ``urls`` (a server, a proxy) whose host is an address the policy refuses.
+
+        A host name is not resolved here (no I/O): the probe resolves it and judges every address.
+        """
+        for url in urls:
+            host = _host(url) if url else None
+            address = parse_address(host) if host else None
+            if host is None or address is None:
+                continue
+            network = self.refusal(address)
+            if network is not None:
+                return Refused(host, str(address), network)
+        return None

@@ -18,6 +18,7 @@ import binascii
 import enum
 import json
 import re
+import time
 from typing import Final, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
@@ -58,6 +59,7 @@ class Code(enum.StrEnum):
     """
 
     TOO_LARGE = "TooLarge"
+    TOO_COMPLEX = "TooComplex"
     NOT_YAML = "NotYAML"
     EMPTY = "Empty"
     NOT_KUBECONFIG = "NotKubeconfig"
@@ -222,8 +224,7 @@ def render(
 # --- loading ------------------------------------------------------------------------------------
 
 _Loader: Final = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-# libyaml is ten times faster and caps nesting depth itself; the pure loader's deep recursion ends
-# in a RecursionError, which _load turns into a refusal as well.
+# Only its parser is used (libyaml's is ten times faster): _compose builds the document.
 
 _QUOTED: Final = re.compile(r"'(?!<)[^']*'|\"[^\"]*\"")
 
@@ -264,15 +265,13 @@ def _load(text: str | bytes) -> object:
         except (ValueError, RecursionError):
             pass  # a YAML flow mapping, or broken: YAML says which
     try:
-        _check_depth(text)
-        document = yaml.load(text, Loader=_Loader)  # noqa: S506 (a safe loader)
+        document = _compose(text)
     except yaml.MarkedYAMLError as error:
         _refuse(
             Code.NOT_YAML,
             f"the kubeconfig is not valid YAML or JSON{_where(error)}: fix its syntax",
         )
     except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError):
-        # ValueError: an impossible date such as 2001-02-30; RecursionError: deep nesting.
         _refuse(
             Code.NOT_YAML,
             "the kubeconfig is not valid YAML or JSON (a value cannot be read): fix its syntax",
@@ -281,25 +280,197 @@ def _load(text: str | bytes) -> object:
 
 
 MAX_DEPTH: Final = 64
-"""A kubeconfig nests five or six levels; libyaml's composer recurses in C without a limit, so a
-document nested many thousands deep must be refused before it is composed, or it overflows the C
-stack and takes the whole manager down."""
+"""A kubeconfig nests five or six levels; libyaml's composer recurses in C without a limit, so
+Kokumi builds the document from the events itself and refuses one nested deeper than this."""
+
+PARSE_BUDGET: Final = 2.0
+"""Seconds of CPU a parse may take (of the thread it runs on). The typical kubeconfig costs a
+fraction of a millisecond and a 1 MiB one of many tiny values about a second; a parse in a worker
+thread cannot be cancelled from outside, so it stops itself here, whatever the text holds."""
+
+_BUDGET_EVERY: Final = 256  # events between two looks at the clock
+
+MAX_NUMBER: Final = 100
+"""Characters of the longest number read as one: no kubeconfig field is a number that long, and
+converting a long one costs time quadratic in its length."""
+
+_STR: Final = "tag:yaml.org,2002:str"
+_MAP: Final = "tag:yaml.org,2002:map"
+_SEQ: Final = "tag:yaml.org,2002:seq"
+_NULLS: Final = frozenset({"", "~", "null", "Null", "NULL"})
+_TRUE: Final = frozenset({"yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"})
+_FALSE: Final = frozenset({"no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"})
+# YAML 1.1's integers and floats as PyYAML resolves them, without the base-60 forms (1:20:30),
+# whose conversion is quadratic, and which no kubeconfig field holds.
+_INT: Final = re.compile(
+    r"[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+"
+)
+_FLOAT: Final = re.compile(
+    r"[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9_]+(?:[eE][-+][0-9]+)?"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)"
+)
+_TAGGED: Final = {
+    "tag:yaml.org,2002:null": type(None),
+    "tag:yaml.org,2002:bool": bool,
+    "tag:yaml.org,2002:int": int,
+    "tag:yaml.org,2002:float": float,
+}
 
 
-def _check_depth(text: str) -> None:
-    """Refuse a document nested deeper than :data:`MAX_DEPTH`, reading its events iteratively."""
-    depth = 0
-    for event in yaml.parse(text, Loader=_Loader):
-        if isinstance(event, yaml.CollectionStartEvent):
-            depth += 1
-            if depth > MAX_DEPTH:
+def _compose(text: str) -> object:
+    """The document, built from the parser's events with only what a kubeconfig needs.
+
+    A kubeconfig is strings, booleans and a few numbers in mappings and lists. YAML's extras
+    are refused as their events come, before they cost anything: anchors and aliases (an alias
+    bomb multiplies a few hundred bytes into gigabytes), merge keys (which copy), explicit tags
+    other than the core schema's, and nesting deeper than :data:`MAX_DEPTH`. Scalars resolve as
+    PyYAML's safe loader would, except base-60 numbers and timestamps, which stay strings (as
+    kubectl reads them into its string fields). Iterative, so depth costs no recursion.
+    """
+    started = time.thread_time()
+    stack: list[list[object] | dict[object, object]] = []
+    keys: list[object] = []  # per open mapping: the key waiting for its value, or _NO_KEY
+    documents = 0
+    result: object = None
+    for count, event in enumerate(yaml.parse(text, Loader=_Loader)):
+        if count % _BUDGET_EVERY == 0 and time.thread_time() - started > PARSE_BUDGET:
+            _refuse(
+                Code.TOO_COMPLEX,
+                f"reading the kubeconfig took more than {PARSE_BUDGET:g} s of CPU: keep only the "
+                f"context Kokumi uses, with its cluster and user, {_FLATTEN}",
+            )
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            _refuse(
+                Code.NOT_YAML,
+                f"the kubeconfig uses YAML anchors or aliases (&, *){_at(event)}, which a "
+                "kubeconfig has no need of: write each value out",
+            )
+        if isinstance(event, yaml.DocumentStartEvent):
+            documents += 1
+            if documents > 1:
+                _syntax(
+                    event, "expected a single document in the stream but found another document"
+                )
+            continue
+        value: object
+        if isinstance(event, yaml.ScalarEvent):
+            value = _scalar(event)
+        elif isinstance(event, yaml.CollectionStartEvent):
+            _check_tag(event, _MAP if isinstance(event, yaml.MappingStartEvent) else _SEQ)
+            if len(stack) >= MAX_DEPTH:
                 _refuse(
                     Code.NOT_YAML,
                     f"the kubeconfig nests deeper than {MAX_DEPTH} levels: a kubeconfig is a "
                     "few levels deep; write it as kubectl config view --minify --flatten does",
                 )
+            container: list[object] | dict[object, object] = (
+                {} if isinstance(event, yaml.MappingStartEvent) else []
+            )
+            stack.append(container)
+            keys.append(_NO_KEY)
+            continue
         elif isinstance(event, yaml.CollectionEndEvent):
-            depth -= 1
+            value = stack.pop()
+            keys.pop()
+        else:
+            continue  # stream and document boundaries
+        if not stack:
+            result = value
+            continue
+        parent = stack[-1]
+        if isinstance(parent, list):
+            parent.append(value)
+        elif keys[-1] is _NO_KEY:
+            if isinstance(value, list | dict):
+                _syntax(event, "found a mapping or a list as a key")
+            if value == "<<" and isinstance(event, yaml.ScalarEvent) and not event.style:
+                _refuse(
+                    Code.NOT_YAML,
+                    f"the kubeconfig uses a YAML merge key (<<){_at(event)}, which a kubeconfig "
+                    "has no need of: write the mapping out",
+                )
+            keys[-1] = value
+        else:
+            parent[keys[-1]] = value
+            keys[-1] = _NO_KEY
+    return result
+
+
+_NO_KEY: Final = object()
+
+
+def _at(event: yaml.Event) -> str:
+    mark = event.start_mark
+    return f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+
+
+def _syntax(event: yaml.Event, problem: str) -> NoReturn:
+    """Refused as PyYAML's composer would have: where, and its words (never the value)."""
+    mark = event.start_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    _refuse(
+        Code.NOT_YAML,
+        f"the kubeconfig is not valid YAML or JSON ({where}{problem}): fix its syntax",
+    )
+
+
+def _check_tag(event: yaml.NodeEvent, own: str) -> None:
+    tag = getattr(event, "tag", None)
+    if tag is not None and tag not in ("!", own):
+        _syntax(event, "could not determine a constructor for the tag …")
+
+
+def _scalar(event: yaml.ScalarEvent) -> object:
+    value: str = event.value
+    tag = event.tag
+    if event.style or tag in ("!", _STR):  # quoted or a block scalar: libyaml says "" for plain
+        if tag not in (None, "!", _STR):
+            _check_tag(event, _STR)
+        return value  # quoted, or tagged as a string
+    resolved = _resolve(value)
+    if tag is None:
+        return resolved
+    wanted = _TAGGED.get(tag)
+    if wanted is None or type(resolved) is not wanted:
+        _check_tag(event, _STR)
+    return resolved
+
+
+def _resolve(value: str) -> object:
+    """A plain scalar as YAML 1.1's core schema reads it, minus base-60 and timestamps."""
+    if value in _NULLS:
+        return None
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    if not value or value[0] not in "+-.0123456789":
+        return value
+    if len(value) > MAX_NUMBER and (_INT.fullmatch(value) or _FLOAT.fullmatch(value)):
+        _refuse(
+            Code.NOT_YAML,
+            f"the kubeconfig holds a number longer than {MAX_NUMBER} characters, which no "
+            "kubeconfig field is: quote it if it is text",
+        )
+    if _INT.fullmatch(value):
+        digits = value.replace("_", "")
+        sign = -1 if digits[0] == "-" else 1
+        digits = digits.lstrip("+-")
+        if digits.startswith("0b"):
+            return sign * int(digits[2:], 2)
+        if digits.startswith("0x"):
+            return sign * int(digits[2:], 16)
+        if digits != "0" and digits.startswith("0"):
+            return sign * int(digits, 8)
+        return sign * int(digits)
+    if _FLOAT.fullmatch(value):
+        lowered = value.replace("_", "").lower()
+        if lowered.endswith(".inf"):
+            return float("-inf") if lowered.startswith("-") else float("inf")
+        if lowered == ".nan":
+            return float("nan")
+        return float(lowered)
+    return value
 
 
 def _utf8_size(text: str) -> int:

@@ -21,6 +21,7 @@ import attrs
 
 __all__ = [
     "IN_CLUSTER_SERVER",
+    "is_argocd_own",
     "Adopt",
     "Disown",
     "Remote",
@@ -44,6 +45,24 @@ __all__ = [
 
 IN_CLUSTER_SERVER = "https://kubernetes.default.svc"
 """Argo CD reaches this server with its own connection; a Secret for it would replace that."""
+
+
+_OWN_PREFIXES = ("https://kubernetes.default", "http://kubernetes.default")
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def is_argocd_own(server: str) -> bool:
+    """Whether ``server`` names Argo CD's own cluster, in any of its spellings.
+
+    The one predicate for it: the manager, the CLI, the Secret builder and the admission policy
+    kokumi-argocd-secret-integrity (whose base64 patterns tests/test_b64_patterns.py checks
+    against this) agree, so a spelling the policy refuses is a ClusterConflict with its hint,
+    never a registration retried for ever. ``https://KUBERNETES.default.svc``, ``:443`` and
+    ``.svc.cluster.local`` are all this cluster to the pods Argo CD runs in; so the rule is the
+    policy's: either scheme, then ``kubernetes.default``, ASCII letters in any case, whatever
+    follows.
+    """
+    return server.translate(_ASCII_LOWER).startswith(_OWN_PREFIXES)
 
 
 def normalise_server(url: str) -> str:
@@ -276,7 +295,7 @@ class Table:
         """Why a Cluster that wants ``server`` and does not hold it cannot register it."""
         server = normalise_server(server)
         shown = _shown(server)
-        if server == IN_CLUSTER_SERVER:
+        if is_argocd_own(server):
             return (
                 f"server {shown} is the cluster Argo CD runs in, reached with its own connection; "
                 "a registration would replace that connection for every Application: "
@@ -392,7 +411,7 @@ class _Draft:
         if cluster not in self.wants:
             return
         server = self._wants().pop(cluster)
-        if server == IN_CLUSTER_SERVER:
+        if is_argocd_own(server):
             return
         held = self.holder(server) == cluster
         line = tuple(other for other in self.lines[server] if other != cluster)
@@ -411,7 +430,7 @@ class _Draft:
         if self.wants.get(cluster) != server:
             self.leave(cluster)
             self._wants()[cluster] = server
-            if server != IN_CLUSTER_SERVER:
+            if not is_argocd_own(server):
                 self._lines()[server] = (*self.lines.get(server, ()), cluster)
         self.tell(cluster, server)
 
@@ -443,7 +462,7 @@ class _Draft:
         if cluster not in self.wants:
             return None
         server = self._wants().pop(cluster)
-        if server == IN_CLUSTER_SERVER:
+        if is_argocd_own(server):
             return None
         line = tuple(other for other in self.lines[server] if other != cluster)
         if line:
@@ -565,7 +584,7 @@ def seed(
         if server in seen:
             continue
         seen.add(server)
-        if server == IN_CLUSTER_SERVER:
+        if is_argocd_own(server):
             effects.append(DeleteSecret(server))
             continue
         kept = wants.get(cluster)

@@ -19,7 +19,7 @@ import attrs
 
 from kokumi.core import api, selectors, targets
 from kokumi.core.kubeconfig import Connection, Refusal
-from kokumi.core.ownership import IN_CLUSTER_SERVER, normalise_server
+from kokumi.core.ownership import IN_CLUSTER_SERVER, is_argocd_own, normalise_server
 from kokumi.core.reasons import PROBE_REASONS, Reason
 from kokumi.core.secretaccess import not_readable_message
 
@@ -148,10 +148,10 @@ def _kubeconfig_objection(
         return Outcome(False, Reason.SECRET_KEY_NOT_FOUND, message, None, None)
     if isinstance(parsed, Refusal):
         return Outcome(False, parsed.reason, f"Secret {name} key {key}: {parsed.message}")
-    if normalise_server(parsed.server) == IN_CLUSTER_SERVER:
+    if is_argocd_own(parsed.server):
         message = (
-            f"server {IN_CLUSTER_SERVER} is Argo CD's own cluster, reached in-cluster: "
-            "registering it would replace that connection for every Application; "
+            f"server {normalise_server(parsed.server)} is Argo CD's own cluster, reached "
+            "in-cluster: registering it would replace that connection for every Application; "
             "use connection: InCluster instead"
         )
         return Outcome(False, Reason.CLUSTER_CONFLICT, message, parsed.server)

@@ -5,7 +5,11 @@ Prometheus need no routing, streaming, HTTP/2 or lifespan protocol, and h11 is a
 as httpx's (httpcore's) HTTP/1.1 engine, so the whole server is this page with no new
 dependency. It runs in the manager's own Trio loop, which is the point of ``/healthz``: an answer
 proves the loop is turning. Each connection gets one request and is closed, under a deadline,
-so a slow or silent client cannot hold anything.
+so a slow or silent client cannot hold anything: its request head must arrive within
+:data:`HEAD_TIMEOUT`, the whole exchange within :data:`CONNECTION_TIMEOUT`. At most
+:data:`MAX_CONNECTIONS` are served at once, and no more are accepted meanwhile (the rest wait in the
+kernel's backlog): a flood of connections that never finish their headers cannot take the file
+descriptors the checks and watches need.
 
 ``/metrics`` is rendered by ``prometheus_client`` from the manager's own figures (the format is
 the library's, text or OpenMetrics as the scraper's ``Accept`` asks). The figures are taken on the
@@ -17,7 +21,6 @@ steady state (checks in flight time out falsely while the loop stands still).
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 from collections.abc import Callable
 
@@ -32,6 +35,10 @@ log = logging.getLogger(__name__)
 
 #: Seconds a client has to send its request and read the answer.
 CONNECTION_TIMEOUT = 10.0
+#: Seconds a client has to send its request's head (the kubelet and Prometheus take milliseconds).
+HEAD_TIMEOUT = 2.0
+#: Connections served at once; the kubelet and a scraper or two need a handful.
+MAX_CONNECTIONS = 32
 MAX_REQUEST_BYTES = 16 * 1024
 
 Readiness = Callable[[], tuple[bool, str]]
@@ -49,18 +56,43 @@ async def serve(
 ) -> None:
     """Serve until cancelled; ``nursery.start`` hands back the port bound (``port=0``: any)."""
     rendering = trio.CapacityLimiter(1)  # a client that scrapes in a loop gets no more threads
+    slots = trio.Semaphore(MAX_CONNECTIONS)
 
     async def handle(stream: trio.SocketStream) -> None:
-        with trio.move_on_after(CONNECTION_TIMEOUT):
-            # A client that went away or spoke nonsense gets no answer.
-            with contextlib.suppress(
-                trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError
-            ):
-                await _one_request(stream, exposition, readiness, rendering)
-        await trio.aclose_forcefully(stream)
+        try:
+            with trio.move_on_after(CONNECTION_TIMEOUT):
+                # A client that went away or spoke nonsense gets no answer.
+                with contextlib.suppress(
+                    trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError
+                ):
+                    await _one_request(stream, exposition, readiness, rendering)
+        finally:
+            # Closed whatever happens, cancellation included, as trio.serve_listeners does.
+            await trio.aclose_forcefully(stream)
+            slots.release()
+
+    async def accept(listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        async with listener:
+            while True:
+                await slots.acquire()  # no slot: the connection waits in the kernel, not here
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    # Out of descriptors or a connection reset before it was accepted: the
+                    # listener stays, as trio.serve_listeners keeps it.
+                    slots.release()
+                    log.debug("health: accept failed: %s", exc)
+                    await trio.sleep(0.1)
+                    continue
+                except BaseException:
+                    slots.release()
+                    raise
+                nursery.start_soon(handle, stream)
 
     async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(functools.partial(trio.serve_tcp, handle, port, host=host))
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        for listener in listeners:
+            nursery.start_soon(accept, listener, nursery)
         bound = listeners[0].socket.getsockname()[1]
         log.info("health and metrics on port %d: /healthz /readyz /metrics", bound)
         task_status.started(bound)
@@ -74,9 +106,16 @@ async def _one_request(
 ) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
     request: h11.Request | None = None
+    head_by = trio.current_time() + HEAD_TIMEOUT
     while True:
         event = conn.next_event()
         if event is h11.NEED_DATA:
+            if request is None:
+                with trio.move_on_at(head_by):
+                    data = await stream.receive_some(MAX_REQUEST_BYTES)
+                    conn.receive_data(data)
+                    continue
+                return  # no request head in time: the slot goes to somebody else
             data = await stream.receive_some(MAX_REQUEST_BYTES)
             conn.receive_data(data)
             continue

@@ -179,18 +179,20 @@ async def _check(
     egress: EgressPolicy | None = None,
 ) -> Finding:
     findings.version = None
+    if egress is not None:
+        # A literal address, in any spelling the resolver reads, is judged before anything
+        # else, the server's and the proxy's: no proxy, DNS or socket sees it (and Argo CD
+        # is never lent it either: the registry asks the same question).
+        literal = egress.url_refusal(findings.server, proxy_url)
+        if literal is not None:
+            refused = _Refused(literal.host, literal.address, literal.network)
+            return findings.egress_denied(refused)
     try:
         base = httpx.URL(findings.server.rstrip("/"))
     except httpx.InvalidURL:
         return findings.of(diagnosis.invalid_url())
     if base.scheme not in ("https", "http") or not base.host:
         return findings.of(diagnosis.not_http_url())
-    if egress is not None:
-        # A literal address is judged before anything else: no proxy, DNS or socket sees it.
-        literal = parse_address(base.host)
-        refused = egress.refusal(literal) if literal is not None else None
-        if refused is not None:
-            return findings.egress_denied(_Refused(base.host, str(literal), refused))
     try:
         context = _contexts.get(
             certificate_authority, client_certificate, client_key, insecure_skip_tls_verify

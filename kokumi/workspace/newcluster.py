@@ -24,7 +24,7 @@ import attrs
 import yaml
 
 from kokumi.core import api, argocd, kubeconfig
-from kokumi.core.ownership import IN_CLUSTER_SERVER, normalise_server
+from kokumi.core.ownership import is_argocd_own, normalise_server
 from kokumi.core.text import one_line
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.errors import AlreadyExists, ApiError, Conflict, Forbidden, KubeError, NotFound
@@ -100,9 +100,10 @@ def check_name(name: str) -> None:
 
 def refuse_argocds_own_cluster(source: Source, how: str = "--in-cluster") -> None:
     """A kubeconfig of https://kubernetes.default.svc is Argo CD's own cluster: InCluster."""
-    if source.server and normalise_server(source.server) == IN_CLUSTER_SERVER and source.kubeconfig:
+    if source.server and is_argocd_own(source.server) and source.kubeconfig:
         raise Refused(
-            f"server {IN_CLUSTER_SERVER} is the cluster Argo CD runs in: register it with {how}"
+            f"server {normalise_server(source.server)} is the cluster Argo CD runs in: register "
+            f"it with {how}"
         )
 
 
@@ -235,12 +236,15 @@ async def add_cluster(
     description: str = "",
     update: bool = True,
 ) -> Added:
-    """Create or update the Cluster, then its kubeconfig Secret, as the hub's user.
+    """Create or update the Cluster and its kubeconfig Secret, as the hub's user.
 
     The Secret's name is checked first: one this tool did not write is refused before anything is
-    created. A Cluster created here is deleted again when its Secret cannot be written, so a
-    failed ``add`` leaves nothing half-registered behind. Without ``update`` (a form for new
-    Clusters), an existing Cluster of that name is refused, and nothing is written.
+    created. A new Cluster is created first (the Secret is owned by it) and deleted again when
+    its Secret cannot be written. An existing Cluster is re-pointed last: its Secret is written
+    first, and restored when the Cluster cannot be updated, so a failed ``add`` never leaves a
+    Cluster pointing at a Secret that is not there. Every partial failure says what was changed
+    and what was not. Without ``update`` (a form for new Clusters), an existing Cluster of that
+    name is refused, and nothing is written.
     """
     secret = kubeconfig_secret_name(name)
     existing_secret: dict[str, Any] | None = None
@@ -253,6 +257,21 @@ async def add_cluster(
         labels=labels,
         description=description,
     )
+    current: dict[str, Any] | None = None
+    if source.kubeconfig is not None:
+        try:
+            current = await hub.get(api.CLUSTERS, name, namespace=namespace)
+        except NotFound:
+            current = None
+        except KubeError as exc:
+            raise api_error(f"cannot read Cluster {namespace}/{name}", exc) from None
+    if current is not None:
+        if not update:
+            raise _exists_already(namespace, name)
+        assert source.kubeconfig is not None
+        return await _update_secret_then_cluster(
+            hub, body, current, source.kubeconfig, existing_secret
+        )
     cluster, created = await _create_or_update_cluster(hub, body, update=update)
     if source.kubeconfig is None:
         return Added(cluster, created, None)
@@ -277,6 +296,57 @@ async def add_cluster(
     return Added(cluster, created, existing_secret is None)
 
 
+async def _update_secret_then_cluster(
+    hub: Client,
+    body: dict[str, Any],
+    current: dict[str, Any],
+    text: str,
+    existing_secret: dict[str, Any] | None,
+) -> Added:
+    """An existing Cluster: the Secret first (owned by it), the Cluster last, or the Secret back."""
+    name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
+    where = f"Cluster {namespace}/{name}"
+    secret_where = f"Secret {namespace}/{kubeconfig_secret_name(name)}"
+    wanted = kubeconfig_secret(name, namespace, text, owner_uid=current["metadata"]["uid"])
+    try:
+        if existing_secret is None:
+            written = await write(hub, "create", SECRETS, wanted, hub.create)
+        else:
+            wanted["metadata"]["resourceVersion"] = existing_secret["metadata"]["resourceVersion"]
+            written = await write(hub, "update", SECRETS, wanted, hub.replace)
+    except Refused as error:
+        raise Refused(f"{error}; nothing was changed: the {where} is as it was") from None
+    try:
+        cluster, _ = await _create_or_update_cluster(hub, body, update=True)
+    except Refused as error:
+        try:
+            if existing_secret is None:
+                meta = written["metadata"]
+                await hub.delete(
+                    SECRETS,
+                    meta["name"],
+                    namespace=namespace,
+                    uid=meta.get("uid"),
+                    resource_version=meta.get("resourceVersion"),
+                )
+                undone = f"the {secret_where} written for it was deleted again"
+            else:
+                restored = dict(existing_secret)
+                restored["metadata"] = {
+                    **existing_secret["metadata"],
+                    "resourceVersion": written["metadata"]["resourceVersion"],
+                }
+                await hub.replace(SECRETS, restored, namespace=namespace)
+                undone = f"the {secret_where} was restored to its old kubeconfig"
+        except KubeError:
+            raise Refused(
+                f"{error}; the {where} was not changed, but the {secret_where} now holds the new "
+                "kubeconfig and could not be restored: run add again, or correct the Secret"
+            ) from None
+        raise Refused(f"{error}; the {where} was not changed and {undone}") from None
+    return Added(cluster, False, existing_secret is None)
+
+
 async def _own_secret_or_none(hub: Client, namespace: str, cluster: str) -> dict[str, Any] | None:
     """The Secret ``<cluster>-kubeconfig`` if this tool wrote it, None if there is none.
 
@@ -299,6 +369,13 @@ async def _own_secret_or_none(hub: Client, namespace: str, cluster: str) -> dict
     return secret
 
 
+def _exists_already(namespace: str, name: str) -> Refused:
+    return Refused(
+        f"Cluster {namespace}/{name} exists already, so nothing was written: choose another "
+        "name, or edit that Cluster on its page"
+    )
+
+
 async def _create_or_update_cluster(
     hub: Client, body: dict[str, Any], *, update: bool
 ) -> tuple[dict[str, Any], bool]:
@@ -307,10 +384,7 @@ async def _create_or_update_cluster(
         return await hub.create(api.CLUSTERS, body, namespace=meta["namespace"]), True
     except AlreadyExists:
         if not update:
-            raise Refused(
-                f"Cluster {meta['namespace']}/{meta['name']} exists already, so nothing was "
-                "written: choose another name, or edit that Cluster on its page"
-            ) from None
+            raise _exists_already(meta["namespace"], meta["name"]) from None
     except KubeError as exc:
         raise api_error(f"cannot create Cluster {meta['namespace']}/{meta['name']}", exc) from None
     for _attempt in range(5):

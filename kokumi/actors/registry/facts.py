@@ -19,7 +19,7 @@ from kokumi.actors.registry.line import Line
 from kokumi.actors.registry.state import Retry, log, version_of
 from kokumi.core import argocd, handover, ownership
 from kokumi.core.kubeconfig import Connection
-from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef
+from kokumi.core.ownership import ClusterRef, is_argocd_own
 from kokumi.core.reasons import Reason
 from kokumi.core.registration import NOT_REGISTERED, Registration
 from kokumi.kube import errors
@@ -37,8 +37,11 @@ class Facts(Line):
         server = self._table.wanted_by(cluster)
         named = bool(self._named.get(cluster))
         if server is None:
+            denied = self._denied.get(cluster)
+            if denied is not None:
+                return Registration(named, denied[0], denied[1], Reason.EGRESS_DENIED)
             return Registration(holding=named)
-        if server == IN_CLUSTER_SERVER or self._table.holder(server) != cluster:
+        if is_argocd_own(server) or self._table.holder(server) != cluster:
             return Registration(named, server, self._table.message(server), Reason.CLUSTER_CONFLICT)
         secret = self._secrets.get(argocd.secret_name(server))
         registers = secret is not None and argocd.holder_of(secret) == cluster

@@ -18,7 +18,8 @@ import trio
 from kokumi.actors.context import EventRecorder, Metrics
 from kokumi.actors.registry.facts import Facts
 from kokumi.actors.registry.state import Liveness, Serves, log
-from kokumi.core import argocd, ownership
+from kokumi.core import argocd, diagnosis, ownership
+from kokumi.core.egress import EgressPolicy
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.ownership import ClusterRef
 from kokumi.core.registration import Registration
@@ -75,6 +76,7 @@ class Registry(Facts):
         backoff_initial: float = 1.0,
         backoff_max: float = 120.0,
         events: EventRecorder | None = None,
+        egress: EgressPolicy | None = None,
     ) -> None:
         super().__init__(
             client,
@@ -83,6 +85,7 @@ class Registry(Facts):
             backoff_initial=backoff_initial,
             backoff_max=backoff_max,
             events=events,
+            egress=egress,
         )
         self._reshard_wanted = trio.Event()
         self._inbox_send, self._inbox = trio.open_memory_channel[_Request](64)
@@ -240,6 +243,22 @@ class Registry(Facts):
             case _Want(cluster=cluster, uid=uid, connection=connection):
                 if not self._is_current(cluster, uid):
                     return None  # a Cluster that no longer exists wants nothing
+                refused = self._egress.url_refusal(connection.server, connection.proxy_url)
+                if refused is not None:
+                    # Argo CD's pods would connect there with the Cluster's credential: never
+                    # registered, and a registration it had is released.
+                    _, message = diagnosis.egress_denied(
+                        refused.host, refused.address, refused.network
+                    )
+                    server = ownership.normalise_server(connection.server)
+                    self._denied[cluster] = (server, message)
+                    self._claims.pop(cluster, None)
+                    self._connections.pop(cluster, None)
+                    before = self._table.wanted_by(cluster)
+                    await self._settle(self._step(ownership.Release(cluster)) | {before})
+                    self._tell(cluster, asked=True)
+                    return None
+                self._denied.pop(cluster, None)
                 self._claims[cluster] = uid
                 self._connections[cluster] = connection
                 self._let_go.discard(cluster)
@@ -255,6 +274,7 @@ class Registry(Facts):
                     return True
                 self._claims.pop(cluster, None)
                 self._connections.pop(cluster, None)
+                self._denied.pop(cluster, None)
                 if self._sharded:
                     self._let_go.add(cluster)
                 before = self._table.wanted_by(cluster)
@@ -263,6 +283,8 @@ class Registry(Facts):
                 return self._released(cluster)
             case _Prune(existing=existing):
                 gone = {c for c in self._table.wanting() if c not in existing}
+                for cluster in [c for c in self._denied if c not in existing]:
+                    del self._denied[cluster]
                 touched: set[str | None] = set()
                 for cluster in sorted(gone):
                     self._claims.pop(cluster, None)

@@ -19,6 +19,7 @@ import attrs
 
 from kokumi.actors.context import EventRecorder, Metrics
 from kokumi.core import argocd, ownership
+from kokumi.core.egress import EgressPolicy
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.ownership import ClusterRef
 from kokumi.core.registration import Registration
@@ -62,8 +63,13 @@ class State:
         backoff_initial: float = 1.0,
         backoff_max: float = 120.0,
         events: EventRecorder | None = None,
+        egress: EgressPolicy | None = None,
     ) -> None:
         self._client = client
+        # The probe's policy: a server the manager may not connect to, Argo CD may not either.
+        self._egress = egress or EgressPolicy()
+        # Clusters whose connection leads where the policy refuses: (server, why), for status.
+        self._denied: dict[ClusterRef, tuple[str, str]] = {}
         self._namespace = namespace
         self._metrics = metrics or Metrics()
         self._events = events

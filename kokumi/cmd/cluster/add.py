@@ -25,6 +25,7 @@ from kokumi.cmd.cluster.spoke import (
     service_account_kubeconfig,
     service_account_objects,
 )
+from kokumi.core.kubeconfig import KubeconfigRefused
 from kokumi.core.ownership import IN_CLUSTER_SERVER
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config
@@ -38,6 +39,7 @@ from kokumi.workspace.newcluster import (
     Refused,
     Source,
     add_cluster,
+    check_kubeconfig,
     check_name,
     cluster_object,
     kubeconfig_of_token,
@@ -136,17 +138,33 @@ def _source(args: argparse.Namespace) -> tuple[Source | Config, list[tuple[dict[
         )
         text = kubeconfig_of_token(args.name, args.server, ca, token)
         return Source(args.server, text, f"token from {args.token_file}, server {args.server}"), []
-    if args.server:
+    if args.server and not (args.kubeconfig or args.context):
         raise CliError(
-            "--server alone is not enough: add --token-file (and --certificate-authority), "
-            "or --create-service-account"
+            "--server alone is not enough: add --context (whose server it overrides), "
+            "--token-file (and --certificate-authority), or --create-service-account"
         )
     if args.kubeconfig or args.context:
-        return kubeconfig_of_context(args.kubeconfig, args.context), []
+        found = kubeconfig_of_context(args.kubeconfig, args.context)
+        if args.server and found.kubeconfig is not None:
+            return _with_server(found, args.server), []
+        return found, []
     raise CliError(
         "say how to reach the cluster: --context NAME (or --kubeconfig FILE), --server URL "
         "with --token-file FILE, --create-service-account with --context, or --in-cluster"
     )
+
+
+def _with_server(found: Source, server: str) -> Source:
+    """The context's kubeconfig with ``--server`` in place of its server, as the help says:
+    the address the hub reaches the cluster by, which may differ from the user's."""
+    assert found.kubeconfig is not None
+    document = yaml.safe_load(found.kubeconfig)  # minimise wrote it: one cluster, no anchors
+    document["clusters"][0]["cluster"]["server"] = server
+    try:
+        text, checked = check_kubeconfig(yaml.safe_dump(document, sort_keys=False))
+    except KubeconfigRefused as refused:
+        raise CliError(f"--server cannot be used: {refused.refusal.message}") from None
+    return Source(checked, text, f"{found.what.rpartition(', server ')[0]}, server {checked}")
 
 
 @contextlib.contextmanager

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import textwrap
 from collections.abc import Awaitable, Callable, Sequence
 from typing import NoReturn
@@ -16,6 +17,7 @@ from kokumi.cmd import DONE
 from kokumi.cmd.cluster.errors import CliError, CliUsageError, refusal
 from kokumi.core.clusterview import label_text, ready_condition
 from kokumi.core.text import one_line
+from kokumi.kube.config import SERVICE_ACCOUNT_ROOT as _SERVICE_ACCOUNT_ROOT
 from kokumi.kube.config import Config
 from kokumi.kube.errors import KubeError
 from kokumi.workspace.newcluster import Refused
@@ -33,17 +35,43 @@ __all__ = [
 ]
 
 
+SERVICE_ACCOUNT_ROOT = _SERVICE_ACCOUNT_ROOT
+"""Where a pod's ServiceAccount token is mounted (a module attribute so tests can move it)."""
+
+
 def hub_config(args: argparse.Namespace) -> Config:
-    """The user's own connection to the hub: --hub-kubeconfig/--hub-context, else as kubectl."""
+    """The user's own connection to the hub, chosen in kubectl's order.
+
+    --hub-kubeconfig/--hub-context, then ``$KUBECONFIG``, then ~/.kube/config, and only when
+    none of them is there the pod's ServiceAccount. Run in the manager's pod by a person who set
+    ``$KUBECONFIG``, the command acts as that person, never as the manager. In a pod, where
+    either could be meant, it says on stderr which identity it acts as, before any request.
+    """
+    in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    kubeconfig = (
+        args.hub_kubeconfig
+        or args.hub_context
+        or os.environ.get("KUBECONFIG")
+        or os.path.exists(os.path.expanduser("~/.kube/config"))
+    )
     try:
-        if args.hub_kubeconfig or args.hub_context or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        if kubeconfig or not in_pod:
             # A person's kubeconfig: its exec plugin (a cloud's sign-in) is theirs to run.
-            return Config.from_kubeconfig(
+            config = Config.from_kubeconfig(
                 args.hub_kubeconfig, context=args.hub_context, run_exec=True
             )
-        return Config.load()
+            where = args.hub_kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+            identity = f"the user of kubeconfig {where}"
+            if args.hub_context:
+                identity += f", context {args.hub_context}"
+        else:
+            config = Config.in_cluster(root=SERVICE_ACCOUNT_ROOT)
+            identity = f"this pod's ServiceAccount (namespace {config.namespace})"
     except KubeError as exc:
         raise CliUsageError(f"cannot connect to the hub: {exc}") from None
+    if in_pod:
+        print(f"kokumi: acting on the hub {config.server} as {identity}", file=sys.stderr)
+    return config
 
 
 def examples(text: str) -> str:

@@ -18,7 +18,7 @@ import attrs
 from kokumi.cmd.cluster.command import OneLineParser, examples, hub_config, hub_flags, runner
 from kokumi.cmd.cluster.errors import api_error
 from kokumi.core import api, argocd, kubeconfig
-from kokumi.core.ownership import IN_CLUSTER_SERVER
+from kokumi.core.ownership import is_argocd_own
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.errors import KubeError, NotFound
 from kokumi.kube.objects import secret_data
@@ -153,9 +153,9 @@ def argocd_connection(secret: Mapping[str, Any]) -> kubeconfig.Connection | str:
     server = argocd.server_of(secret)
     if server is None:
         return "it names no server: Argo CD ignores it too"
-    if server == IN_CLUSTER_SERVER:
+    if is_argocd_own(server):
         return (
-            f"it is Argo CD's own cluster ({IN_CLUSTER_SERVER}), reached with Argo CD's own "
+            f"it is Argo CD's own cluster ({server}), reached with Argo CD's own "
             "connection: add a Cluster with --in-cluster instead"
         )
     try:

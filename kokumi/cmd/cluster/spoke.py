@@ -92,7 +92,15 @@ async def service_account_kubeconfig(
     account_body, binding, token_body = service_account_objects(account, cluster_role)
     subject = binding["subjects"][0]
     async with Client(config, field_manager=FIELD_MANAGER) as spoke:
-        await _create_or_keep(spoke, SERVICE_ACCOUNTS, account_body)
+        found = await _create_or_keep(spoke, SERVICE_ACCOUNTS, account_body)
+        if found is None:
+            try:
+                found = await spoke.get(
+                    SERVICE_ACCOUNTS, account, namespace=SERVICE_ACCOUNT_NAMESPACE
+                )
+            except KubeError as exc:
+                raise api_error(f"cannot read ServiceAccount kube-system/{account}", exc) from None
+        uid = str((found.get("metadata") or {}).get("uid") or "")
         existing = await _create_or_keep(spoke, CLUSTER_ROLE_BINDINGS, binding)
         if existing is not None:
             bound = (existing.get("roleRef") or {}).get("name")
@@ -106,7 +114,9 @@ async def service_account_kubeconfig(
                 existing["subjects"] = [*(existing.get("subjects") or []), subject]
                 await write(spoke, "update", CLUSTER_ROLE_BINDINGS, existing, spoke.replace)
         await _create_or_keep(spoke, SECRETS, token_body)
-        token, ca = await _wait_for_token(spoke, token_secret(account), token_wait, poll)
+        token, ca = await _wait_for_token(
+            spoke, token_secret(account), token_wait, poll, account=account, uid=uid
+        )
     address = server or config.server
     text = kubeconfig_of_token(name, address, ca, token, user=account)
     return Source(address, text, f"token of ServiceAccount kube-system/{account}, server {address}")
@@ -132,8 +142,38 @@ async def _create_or_keep(
     return None
 
 
+_TOKEN_TYPE: Final = "kubernetes.io/service-account-token"  # noqa: S105 - a type, not a token
+_ACCOUNT_NAME: Final = "kubernetes.io/service-account.name"
+_ACCOUNT_UID: Final = "kubernetes.io/service-account.uid"
+
+
+def _not_the_accounts(secret: dict[str, Any], account: str, uid: str) -> str | None:
+    """Why a token Secret is not this ServiceAccount's token, or None when it is.
+
+    A Secret of that name may have been there before: written for another, more powerful account,
+    or for an earlier ServiceAccount of the same name. Only the token controller's marks say
+    whose token it holds: the type, the account's name and its uid.
+    """
+    annotations = (secret.get("metadata") or {}).get("annotations") or {}
+    if secret.get("type") != _TOKEN_TYPE:
+        return f"it is not of type {_TOKEN_TYPE}"
+    if annotations.get(_ACCOUNT_NAME) != account:
+        return f"its annotation {_ACCOUNT_NAME} names another ServiceAccount"
+    if annotations.get(_ACCOUNT_UID) not in (None, uid):
+        return (
+            f"its annotation {_ACCOUNT_UID} is not the uid of ServiceAccount kube-system/{account}"
+        )
+    return None
+
+
 async def _wait_for_token(
-    client: Client, token_secret_name: str, wait: float, poll: float
+    client: Client,
+    token_secret_name: str,
+    wait: float,
+    poll: float,
+    *,
+    account: str,
+    uid: str,
 ) -> tuple[str, bytes | None]:
     with trio.move_on_after(wait):
         while True:
@@ -145,8 +185,16 @@ async def _wait_for_token(
                 raise api_error(
                     f"cannot read Secret kube-system/{token_secret_name}", exc
                 ) from None
+            wrong = _not_the_accounts(secret, account, uid)
+            if wrong is not None:
+                raise CliError(
+                    f"Secret kube-system/{token_secret_name} is not the token of ServiceAccount "
+                    f"kube-system/{account} ({wrong}), so its token was not used: delete the "
+                    "Secret and run again, or choose another --service-account"
+                )
+            annotations = (secret.get("metadata") or {}).get("annotations") or {}
             token = secret_data(secret, "token")
-            if token:
+            if token and annotations.get(_ACCOUNT_UID) == uid:
                 return token.decode("utf-8"), secret_data(secret, "ca.crt")
             await trio.sleep(poll)
     raise CliError(
