@@ -1160,6 +1160,16 @@ def test_minimise_keeps_any_name(names: list[str]) -> None:
     assert written["users"][0]["name"] == written["contexts"][0]["context"]["user"] == user_name
 
 
+def test_a_name_that_looks_like_a_number_without_digits_stays_text() -> None:
+    """``._`` is text to PyYAML's resolver (a float needs a digit after its dot), so the reader
+    takes it as text too, and ``minimise``, which PyYAML writes, reads back what it wrote."""
+    for name in ("._", "-._", "._1"):
+        document = s.kubeconfig(context="hub", cluster_name="c", user_name=name)
+        minimal = minimise(json.dumps(document))
+        assert parse(minimal) == expected(), name
+        assert yaml.safe_load(minimal.replace(f"name: {name}", "name: x"))  # still a document
+
+
 def test_minimise_refuses_what_parse_refuses() -> None:
     with pytest.raises(KubeconfigRefused) as raised:
         minimise(s.dump(s.kubeconfig()), context="hub")
