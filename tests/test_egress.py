@@ -145,6 +145,13 @@ def test_other_clouds_metadata_addresses_are_refused_by_default(address: str, wh
     assert EgressPolicy().refusal(address) is not None, why
 
 
+def test_a_hex_prefix_without_digits_is_no_address() -> None:
+    """inet_aton refuses ``0x`` alone, so such a host is a name, as the resolver reads it."""
+    for text in ("0x", "0X", "1.0x", "0x.1"):
+        assert parse_address(text) is None, text
+    assert parse_address("0x1") == ipaddress.IPv4Address("0.0.0.1")
+
+
 @given(st.text(alphabet="0123456789xXabcdef.", min_size=1, max_size=20))
 def test_an_ipv4_spelling_reads_as_the_c_library_reads_it(text: str) -> None:
     """The C library's inet_aton is what getaddrinfo, and proxies in C, take a host for."""

@@ -100,7 +100,7 @@ def _inet_aton(text: str) -> ipaddress.IPv4Address | None:
         lowered = part.lower()
         try:
             if lowered.startswith("0x"):
-                number = int(lowered[2:] or "0", 16) if len(lowered) <= 10 else -1
+                number = int(lowered[2:], 16) if 2 < len(lowered) <= 10 else -1
             elif len(part) > 1 and part.startswith("0"):
                 number = int(part, 8) if part.isdigit() and len(part) <= 12 else -1
             elif part.isdigit() and part.isascii() and len(part) <= 10:
