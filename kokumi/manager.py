@@ -122,6 +122,8 @@ class Manager:
             self.dispatcher.environments_actor.writes_until = functools.partial(
                 self._serving_until, 0
             )
+            # ClusterSources are written by the replica serving shard 0, as Environments are.
+            self.dispatcher.sources_actor.writes = lambda: self._serving_until(0) is not None
         self.health_port: int | None = None
         self.started = trio.Event()
 
@@ -210,6 +212,7 @@ class Manager:
                 for environment in self.dispatcher.environments.values():
                     namespace = str(environment.get("metadata", {}).get("namespace", ""))
                     self.dispatcher.environments_actor.changed(namespace)
+                self.dispatcher.sources_actor.changed(None)
             await self.dispatcher.serve_shard(shard)
 
     async def serve(

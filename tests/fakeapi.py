@@ -91,6 +91,7 @@ DEFAULT_KINDS: tuple[Kind, ...] = (
     Kind("coordination.k8s.io", "v1", "leases", "Lease"),
     _crd("clusters", "Cluster"),
     _crd("environments", "Environment"),
+    _crd("clustersources", "ClusterSource"),
 )
 
 _WRITE_VERBS = frozenset(("create", "update", "patch", "delete", "deletecollection"))

@@ -42,7 +42,11 @@ REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
 KUBECTL = str(Path(sys.executable).with_name("kubectl"))
 FIELD_MANAGER = "kokumi-tests"
-CRD_NAMES = ("clusters.delivery.kokumi.dev", "environments.delivery.kokumi.dev")
+CRD_NAMES = (
+    "clusters.delivery.kokumi.dev",
+    "environments.delivery.kokumi.dev",
+    "clustersources.delivery.kokumi.dev",
+)
 
 # The probe objects that show a policy is enforced live in this namespace of the hub.
 PROBE_NAMESPACE = "kokumi-policy-probe"
@@ -140,11 +144,17 @@ def crds(control_plane: ControlPlane) -> tuple[str, ...]:
     # Established comes a moment before discovery and the handlers serve the new resources.
     def served() -> bool | None:
         listed = run(
-            hub.admin_kubeconfig, "get", "kcl,kenv", "--all-namespaces", "-o", "name", check=False
+            hub.admin_kubeconfig,
+            "get",
+            "kcl,kenv,kcs",
+            "--all-namespaces",
+            "-o",
+            "name",
+            check=False,
         )
         return True if listed.returncode == 0 else None
 
-    wait_until(served, "kubectl get kcl,kenv works")
+    wait_until(served, "kubectl get kcl,kenv,kcs works")
     return CRD_NAMES
 
 
@@ -168,10 +178,12 @@ def admission_policies(control_plane: ControlPlane, crds: tuple[str, ...]) -> tu
         *sorted((DEPLOY / "policies").glob("*.yaml")),
     )
     _wait_secret_access_enforced(hub)
+    _wait_source_access_enforced(hub)
     _wait_secret_integrity_enforced(hub)
     _wait_role_bindings_enforced(hub)
     return (
         "kokumi-cluster-secret-access",
+        "kokumi-cluster-source-access",
         "kokumi-argocd-secret-integrity",
         "kokumi-secret-role-bindings",
     )
@@ -243,6 +255,28 @@ def _wait_secret_access_enforced(hub: APIServer) -> None:
     wait_until(refused, "kokumi-cluster-secret-access refuses Clusters", timeout=90)
 
 
+def _wait_source_access_enforced(hub: APIServer) -> None:
+    """Until a dry-run ClusterSource by a user who may not read Secrets is refused."""
+    user = f"policy-probe-{uuid.uuid4().hex[:6]}"
+    admin = hub.admin_kubeconfig
+    run(admin, "-n", PROBE_NAMESPACE, "create", "role", user, "--verb=create",
+        "--resource=clustersources.delivery.kokumi.dev")  # fmt: skip
+    run(admin, "-n", PROBE_NAMESPACE, "create", "rolebinding", user, f"--role={user}",
+        f"--user={user}")  # fmt: skip
+    probe = hub.kubeconfig_for(user)
+    source = (
+        "apiVersion: delivery.kokumi.dev/v1alpha1\nkind: ClusterSource\n"
+        "metadata: {name: probe}\nspec: {from: ClusterAPI}\n"
+    )
+
+    def refused() -> bool | None:
+        created = run(probe, "-n", PROBE_NAMESPACE, "create", "--dry-run=server", "-f", "-",
+                      input=source, check=False)  # fmt: skip
+        return True if "kokumi-cluster-source-access" in created.stderr else None
+
+    wait_until(refused, "kokumi-cluster-source-access refuses ClusterSources", timeout=90)
+
+
 def _wait_secret_integrity_enforced(hub: APIServer) -> None:
     """Until the manager's dry-run create of an unlabeled Secret in argocd is refused."""
     token = run(
@@ -279,3 +313,35 @@ def service_account_kubeconfig(hub: APIServer, token: str, path: Path) -> Path:
     )
     path.chmod(0o600)
     return path
+
+
+CAPI_CRD = """
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: clusters.cluster.x-k8s.io}
+spec:
+  group: cluster.x-k8s.io
+  scope: Namespaced
+  names: {kind: Cluster, listKind: ClusterList, plural: clusters, singular: cluster}
+  versions:
+    - name: v1beta1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"""
+
+
+@pytest.fixture(scope="session")
+def capi_crd(control_plane: ControlPlane) -> None:
+    """Cluster API's Cluster kind, as far as Kokumi reads it: its labels."""
+    hub = control_plane.hub
+    run(hub.admin_kubeconfig, "apply", "-f", "-", input=CAPI_CRD)
+    run(hub.admin_kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
+        "crd/clusters.cluster.x-k8s.io")  # fmt: skip
+
+    def served() -> bool | None:
+        listed = run(hub.admin_kubeconfig, "get", "clusters.cluster.x-k8s.io", "-A", check=False)
+        return True if listed.returncode == 0 else None
+
+    wait_until(served, "Cluster API's clusters are served")

@@ -205,8 +205,12 @@ def test_samples_are_accepted(hub: APIServer, namespace: str) -> None:
     assert sorted(names.split()) == [
         "cluster.delivery.kokumi.dev/in-cluster",
         "cluster.delivery.kokumi.dev/spoke",
+        "clustersource.delivery.kokumi.dev/capi",
         "environment.delivery.kokumi.dev/edge-eu",
     ]
+    # A ClusterSource left in a namespace being deleted would hold a later manager's Secret
+    # watch there until the namespace is gone.
+    run(hub.admin_kubeconfig, "-n", namespace, "delete", "kcs", "--all")
 
 
 # Environment validation
@@ -402,7 +406,58 @@ def test_crds_are_namespaced_with_short_names_and_category(hub: APIServer) -> No
     assert resources["clusters"]["shortNames"] == ["kcl"]
     assert resources["environments"]["kind"] == "Environment"
     assert resources["environments"]["shortNames"] == ["kenv"]
-    for name in ("clusters", "environments"):
+    assert resources["clustersources"]["kind"] == "ClusterSource"
+    # Not cl or cc (Cluster API's clusters and clusterclasses) nor Rancher's: Kokumi's own.
+    assert resources["clustersources"]["shortNames"] == ["kcs"]
+    for name in ("clusters", "environments", "clustersources"):
         assert resources[name]["namespaced"] is True
         assert resources[name]["categories"] == ["kokumi"]
         assert f"{name}/status" in resources
+
+
+# ClusterSource
+
+
+def test_explain_clustersource_teaches_the_source_and_its_status(hub: APIServer) -> None:
+    spec = " ".join(explain(hub, "clustersource.spec").split())
+    assert "<cluster>-kubeconfig" in spec
+    assert "clusters.cluster.x-k8s.io" in spec
+    assert "ClusterAPINotReadable" in spec
+    status = " ".join(explain(hub, "clustersource.status").split())
+    for field in ("matched", "made", "notUsable", "conflicts", "notImported"):
+        assert field in status
+    top = " ".join(explain(hub, "clustersource").split())
+    assert "kokumi-cluster-source-access" in top
+
+
+def test_get_kcs_prints_the_source_columns(hub: APIServer, namespace: str) -> None:
+    create(hub, namespace, (DEPLOY / "samples" / "clustersource.yaml").read_text())
+    header, row = table(hub, namespace, "kcs")
+    assert header == [
+        "NAME", "FROM", "MATCHED", "MADE", "NOT-USABLE", "CONFLICTS", "READY", "REASON", "AGE",
+    ]  # fmt: skip
+    assert row == ["capi", "ClusterAPI", _ANY_AGE]
+    run(hub.admin_kubeconfig, "-n", namespace, "delete", "kcs", "--all")
+
+
+def test_clustersource_refuses_another_source_and_kokumis_labels(
+    hub: APIServer, namespace: str
+) -> None:
+    def source(spec: Mapping[str, object]) -> str:
+        return json.dumps(
+            {
+                "apiVersion": "delivery.kokumi.dev/v1alpha1",
+                "kind": "ClusterSource",
+                "metadata": {"name": "s"},
+                "spec": spec,
+            }
+        )
+
+    assert 'spec.from: Unsupported value: "Rancher"' in refused(
+        hub, namespace, source({"from": "Rancher"})
+    )
+    assert "spec.from: Required value" in refused(hub, namespace, source({}))
+    ours = {"from": "ClusterAPI", "labels": {"delivery.kokumi.dev/cluster-source": "x"}}
+    assert "keys under delivery.kokumi.dev/ are Kokumi's own" in refused(
+        hub, namespace, source(ours)
+    )

@@ -28,6 +28,7 @@ import trio
 import yaml
 
 from kokumi.core import api, argocd
+from kokumi.core.clustersource import CAPI_CLUSTER_NAME, CAPI_CLUSTERS, CLUSTER_SOURCES
 from kokumi.kube import errors
 from kokumi.kube.client import EVENTS, NAMESPACES, SECRETS, Client
 from kokumi.kube.config import Config
@@ -371,3 +372,89 @@ async def test_manager_works_with_the_installed_rbac_and_policies(
                 await admin.delete(NAMESPACES, workspace)
             except errors.KubeError:
                 pass
+
+
+async def test_cluster_sources_work_with_the_installed_rbac_and_policies(
+    hub: APIServer, admission_policies: object, capi_crd: object, spoke_kubeconfig: Registration
+) -> None:
+    """As kokumi:kokumi: no RoleBinding, SecretNotReadable with the fix; with it, the Cluster.
+
+    The manager creates the Cluster past kokumi-cluster-secret-access (it may get the Secret
+    only through the RoleBinding), reads the Cluster API cluster's labels with its ClusterRole,
+    and deletes the Cluster when the Secret stops matching.
+    """
+    kubeconfig = manager_kubeconfig(hub)
+    suffix = uuid.uuid4().hex[:8]
+    own, workspace = f"kokumi-own-{suffix}", f"sources-{suffix}"
+    async with admin_client(hub) as admin:
+        for name in (own, workspace):
+            await admin.create(NAMESPACES, {"metadata": {"name": name}})
+        capi = {
+            "apiVersion": "cluster.x-k8s.io/v1beta1",
+            "kind": "Cluster",
+            "metadata": {"name": "work", "labels": {"env": "prod"}},
+            "spec": {},
+        }
+        await admin.create(CAPI_CLUSTERS, capi, namespace=workspace)
+        secret = {
+            "metadata": {"name": "work-kubeconfig", "labels": {CAPI_CLUSTER_NAME: "work"}},
+            "data": secret_data(spoke_kubeconfig.kubeconfig),
+        }
+        await admin.create(SECRETS, secret, namespace=workspace)
+        source = {
+            "apiVersion": api.API_VERSION,
+            "kind": "ClusterSource",
+            "metadata": {"name": "capi"},
+            "spec": {"from": "ClusterAPI", "selector": {"matchLabels": {"env": "prod"}}},
+        }
+        await admin.create(CLUSTER_SOURCES, source, namespace=workspace)
+
+        async def get_source() -> dict[str, Any]:
+            found: dict[str, Any] = await admin.get(CLUSTER_SOURCES, "capi", namespace=workspace)
+            return found
+
+        async def clusters() -> list[str]:
+            listing = await admin.list(api.CLUSTERS, namespace=workspace)
+            return [c["metadata"]["name"] for c in listing["items"]]
+
+        options = Options(namespace=own, argocd_namespace="argocd", keep_in_cluster=False)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(run_manager, Config.from_kubeconfig(kubeconfig), options)
+                refused = await wait_for(
+                    get_source,
+                    lambda s: ready(s).get("reason") == "SecretNotReadable",
+                    "the source reports SecretNotReadable",
+                )
+                command = (
+                    f"kubectl -n {workspace} create rolebinding kokumi-manager-secrets"
+                    " --clusterrole=kokumi-manager-secrets --serviceaccount=kokumi:kokumi"
+                )
+                assert ready(refused)["message"] == (
+                    f"Kokumi may not list Secrets in namespace {workspace}: bind it the ClusterRole"
+                    f" kokumi-manager-secrets there: {command}; its Clusters stay as they are"
+                    " meanwhile"
+                )
+                assert await clusters() == []
+                run(hub.admin_kubeconfig, *shlex.split(command)[1:])
+                made = await wait_for(
+                    get_source,
+                    lambda s: ready(s).get("reason") == "Ready" and s["status"]["made"] == 1,
+                    "the source makes the Cluster once the manager may read the Secrets",
+                )
+                assert made["status"]["matched"] == 1
+                assert await clusters() == ["work"]
+                # Cluster API relabels its cluster: the Cluster goes (its finalizer released).
+                await admin.patch_merge(
+                    CAPI_CLUSTERS, "work", {"metadata": {"labels": {"env": "dev"}}},
+                    namespace=workspace,
+                )  # fmt: skip
+                await wait_for(clusters, lambda names: names == [], "the Cluster is deleted")
+                await admin.delete(CLUSTER_SOURCES, "capi", namespace=workspace)
+                nursery.cancel_scope.cancel()
+        finally:
+            for name in (own, workspace):
+                try:
+                    await admin.delete(NAMESPACES, name)
+                except errors.KubeError:
+                    pass

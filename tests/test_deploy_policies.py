@@ -3,6 +3,9 @@
 kokumi-cluster-secret-access: a Cluster may only name a Secret its author may read. The author is
 a minted client-certificate identity with RBAC on Clusters and get on one Secret by name, or none.
 
+kokumi-cluster-source-access: a ClusterSource's author must be allowed to list and get Secrets
+in its namespace, since the source lends every Cluster API kubeconfig there to its Environments.
+
 kokumi-argocd-secret-integrity: in argocd, the manager (the real ServiceAccount kokumi:kokumi with
 a token from the TokenRequest API) may only write Secrets that carry Kokumi's two labels, before and
 after. Its role kokumi-argocd-cluster-registrar grants create, update and delete of every Secret
@@ -11,6 +14,7 @@ there; the policy is what keeps it to Kokumi's own.
 
 from __future__ import annotations
 
+import functools
 import json
 import ssl
 import uuid
@@ -183,6 +187,90 @@ def test_in_cluster_clusters_need_no_secret_access(namespace: str, author: Kubec
     }
     created = author("-n", namespace, "create", "-f", "-", input=json.dumps(cluster))
     assert "created" in created.stdout
+
+
+# kokumi-cluster-source-access
+
+
+def cluster_source(name: str, labels: dict[str, str] | None = None) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "delivery.kokumi.dev/v1alpha1",
+            "kind": "ClusterSource",
+            "metadata": {"name": name},
+            "spec": {"from": "ClusterAPI", "labels": labels or {}},
+        }
+    )
+
+
+@pytest.fixture
+def source_author(hub: APIServer, namespace: str) -> Kubectl:
+    """kubectl as a user who may create and change ClusterSources in ``namespace``, no Secret."""
+    user = f"source-author-{uuid.uuid4().hex[:8]}"
+    admin = hub.admin_kubeconfig
+    resource = "clustersources.delivery.kokumi.dev"
+    run(admin, "-n", namespace, "create", "role", "source-author",
+        "--verb=get,list,create,update,patch", f"--resource={resource}")  # fmt: skip
+    run(admin, "-n", namespace, "create", "rolebinding", "source-author", "--role=source-author",
+        f"--user={user}")  # fmt: skip
+    as_author = kubectl_as(hub.kubeconfig_for(user))
+    wait_until(lambda: may(as_author, namespace, "create", resource), "RBAC")
+    return as_author
+
+
+def grant_secrets(hub: APIServer, author: Kubectl, namespace: str, verbs: str) -> None:
+    user = author("auth", "whoami", "-o", "jsonpath={.status.userInfo.username}").stdout
+    admin = hub.admin_kubeconfig
+    run(admin, "-n", namespace, "create", "role", "secrets", f"--verb={verbs}",
+        "--resource=secrets")  # fmt: skip
+    run(admin, "-n", namespace, "create", "rolebinding", "secrets", "--role=secrets",
+        f"--user={user}")  # fmt: skip
+    for verb in verbs.split(","):
+        wait_until(functools.partial(may, author, namespace, verb, "secrets"), f"{verb} on Secrets")
+
+
+def source_refused(result: Any, namespace: str) -> bool:
+    return (
+        result.returncode != 0
+        and "ValidatingAdmissionPolicy 'kokumi-cluster-source-access'" in result.stderr
+        and f"you may not list and get Secrets in namespace {namespace}: a ClusterSource lends"
+        in result.stderr
+        and "ask for list and get on Secrets there" in result.stderr
+        and result.stderr.count("\n") <= 1
+    )
+
+
+def test_a_source_by_a_user_who_may_not_read_secrets_is_refused(
+    hub: APIServer, namespace: str, source_author: Kubectl
+) -> None:
+    created = source_author("-n", namespace, "create", "-f", "-", input=cluster_source("capi"),
+                            check=False)  # fmt: skip
+    assert source_refused(created, namespace), created.stderr
+    gone = run(hub.admin_kubeconfig, "-n", namespace, "get", "kcs", "capi", check=False)
+    assert "NotFound" in gone.stderr
+
+
+def test_get_on_secrets_is_not_enough_list_and_get_are(
+    hub: APIServer, namespace: str, source_author: Kubectl
+) -> None:
+    grant_secrets(hub, source_author, namespace, "get")
+    created = source_author("-n", namespace, "create", "-f", "-", input=cluster_source("capi"),
+                            check=False)  # fmt: skip
+    assert source_refused(created, namespace), created.stderr
+    run(hub.admin_kubeconfig, "-n", namespace, "delete", "role,rolebinding", "secrets")
+    grant_secrets(hub, source_author, namespace, "get,list")
+    source_author("-n", namespace, "create", "-f", "-", input=cluster_source("capi"))
+
+
+def test_a_source_may_be_relabelled_without_secrets_but_not_respecified(
+    hub: APIServer, namespace: str, source_author: Kubectl
+) -> None:
+    run(hub.admin_kubeconfig, "-n", namespace, "create", "-f", "-", input=cluster_source("capi"))
+    source_author("-n", namespace, "label", "kcs/capi", "team=a")
+    body = json.dumps({"spec": {"labels": {"fleet": "edge"}}})
+    changed = source_author("-n", namespace, "patch", "kcs/capi", "--type=merge", "-p", body,
+                            check=False)  # fmt: skip
+    assert source_refused(changed, namespace), changed.stderr
 
 
 def test_updates_that_keep_secret_and_key_need_no_access_and_changes_do(

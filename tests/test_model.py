@@ -20,12 +20,20 @@ Invariants after every step:
   registry knows that server is out of step and is retrying it);
 - a Secret is deleted or handed over from a holder only if that holder stopped wanting the server
   (it was deleted, unselected, re-pointed or broken, or a foreign Secret blocked the server)
-  since the Secret last named it: a holder that never stopped is never let go.
+  since the Secret last named it: a holder that never stopped is never let go;
+- the manager creates, re-specifies or deletes a Cluster only for a ClusterSource: it creates
+  only Clusters a source controls, and changes or deletes only Clusters a source controls.
+
+ClusterSources (one per workspace at most, no selector) make Clusters from Cluster API-shaped
+Secrets (``<name>-kubeconfig``, labelled) that rules create, break and delete; the rule that
+deletes a source deletes its Clusters as the garbage collector would (the fake has none).
 
 At convergence: exactly the servers wanted and not blocked have a Secret, held by one of their
 wanters with its current connection; every other wanter reports ClusterConflict; holders and only
 holders carry the finalizer; no Cluster is stuck terminating; each Cluster's Ready reason is the
-one its objects and its spoke call for.
+one its objects and its spoke call for; in each workspace with a source, every Cluster
+API Secret has the source's Cluster unless another Cluster of its name is in the way, the source
+has no Cluster without its Secret, and its status counts say so.
 
 ``MODEL_EXAMPLES`` sets the number of examples and ``MODEL_MIN_STEPS`` the steps a run must
 count (the soak session runs 2,200 examples and asserts 50,000 steps).
@@ -57,7 +65,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from kokumi.core import api, argocd, selectors
+from kokumi.core import api, argocd, clustersource, selectors
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
 from kokumi.core.reasons import Reason
@@ -81,7 +89,16 @@ TIERS = ("gold", "iron")
 HUB = "https://hub.example:6443"
 
 # Counted across all examples of one test: rules run, and what the convergence checks saw.
-SEEN = {"steps": 0, "holders": 0, "waiters": 0, "blocked": 0, "restarts": 0, "faults": 0}
+SEEN = {
+    "steps": 0,
+    "holders": 0,
+    "waiters": 0,
+    "blocked": 0,
+    "restarts": 0,
+    "faults": 0,
+    "sourced": 0,
+    "source_conflicts": 0,
+}
 EXAMPLES = int(os.environ.get("MODEL_EXAMPLES", "90"))
 MIN_STEPS = int(os.environ.get("MODEL_MIN_STEPS", "2000"))
 STEPS_PER_EXAMPLE = 30
@@ -364,6 +381,7 @@ class ManagerMachine(RuleBasedStateMachine):
         SEEN["steps"] += 1
         if self.world.crash is not None:
             raise AssertionError("the manager crashed") from self.world.crash
+        self._collect_garbage()
         self.world.arun(self.world.settle)
         if self.world.crash is not None:
             raise AssertionError("the manager crashed") from self.world.crash
@@ -379,8 +397,14 @@ class ManagerMachine(RuleBasedStateMachine):
             max_size=5,
         ),
         before=st.booleans(),
+        sourced=st.lists(st.tuples(st.sampled_from(NAMES), st.sampled_from(SERVERS)), max_size=3),
     )
-    def start(self, layout: list[tuple[str, str, str]], before: bool) -> None:
+    def start(
+        self,
+        layout: list[tuple[str, str, str]],
+        before: bool,
+        sourced: list[tuple[str, str]] = [],  # noqa: B006 (never mutated)
+    ) -> None:
         """Environments that select every Cluster and a few Clusters sharing servers, so that
         each example starts with holders and waiters; created before or after the manager."""
         if not before:
@@ -399,6 +423,19 @@ class ManagerMachine(RuleBasedStateMachine):
             self._put_cluster(ns, name, TIERS[0], in_cluster=False)
             if not before:
                 self.world.arun(self.world.settle)
+        if sourced:
+            # A ClusterSource in ws2 and Cluster API Secrets for it: some names are taken by
+            # the layout's hand-made Clusters there.
+            self._put(
+                {
+                    "apiVersion": api.API_VERSION,
+                    "kind": "ClusterSource",
+                    "metadata": {"name": "capi", "namespace": "ws2"},
+                    "spec": {"from": "ClusterAPI", "labels": {"tier": TIERS[0]}},
+                }
+            )
+            for name, server in sourced:
+                self._put_capi_secret("ws2", name, server, None)
         if before:
             self.world.arun(self.world.start_manager)
         self._step()
@@ -488,6 +525,78 @@ class ManagerMachine(RuleBasedStateMachine):
     @rule(ns=st.sampled_from(WORKSPACES), name=st.sampled_from(NAMES))
     def delete_kubeconfig(self, ns: str, name: str) -> None:
         self._delete(SECRETS, f"{name}-kc", ns)
+        self._step()
+
+    @rule(ns=st.sampled_from(WORKSPACES), tier=st.sampled_from(TIERS))
+    def put_source(self, ns: str, tier: str) -> None:
+        """A ClusterSource that labels its Clusters with a tier, so Environments select them."""
+        existing = self._object(clustersource.CLUSTER_SOURCES, "capi", ns)
+        body = existing or {
+            "apiVersion": api.API_VERSION,
+            "kind": "ClusterSource",
+            "metadata": {"name": "capi", "namespace": ns},
+        }
+        body["spec"] = {"from": "ClusterAPI", "labels": {"tier": tier}}
+        self._put(body)
+        self._step()
+
+    @rule(ns=st.sampled_from(WORKSPACES))
+    def delete_source(self, ns: str) -> None:
+        """The source goes, and the garbage collector deletes the Clusters it controls."""
+        if self._object(clustersource.CLUSTER_SOURCES, "capi", ns) is not None:
+            self._delete(clustersource.CLUSTER_SOURCES, "capi", ns)
+        self._step()
+
+    def _collect_garbage(self) -> None:
+        """As the garbage collector does, whenever it runs: a Cluster whose controlling
+        ClusterSource no longer exists is deleted (a create in flight when the source went
+        lands after the source's deletion, and is collected then, too)."""
+        live = {
+            (obj["metadata"]["namespace"], obj["metadata"]["uid"])
+            for obj in self._objects(clustersource.CLUSTER_SOURCES)
+        }
+        for obj in self._objects(api.CLUSTERS):
+            meta = obj["metadata"]
+            owner = clustersource.source_of(obj)
+            gone = owner is not None and (meta["namespace"], owner[1]) not in live
+            if gone and not meta.get("deletionTimestamp"):
+                self._delete(api.CLUSTERS, meta["name"], meta["namespace"])
+
+    @rule(
+        ns=st.sampled_from(WORKSPACES),
+        name=st.sampled_from(NAMES),
+        server=st.sampled_from(SERVERS),
+        broken=st.sampled_from([None, None, "exec", "no value"]),
+    )
+    def put_capi_secret(self, ns: str, name: str, server: str, broken: str | None) -> None:
+        """Cluster API writes (or rotates) a cluster's kubeconfig Secret."""
+        self._put_capi_secret(ns, name, server, broken)
+        self._step()
+
+    def _put_capi_secret(self, ns: str, name: str, server: str, broken: str | None) -> None:
+        self.tokens += 1
+        text = kubeconfig_text(server, f"token-{self.tokens}")
+        if broken == "exec":
+            document = s.kubeconfig(cluster={"server": server})
+            document["users"][0]["user"] = {"exec": {"command": "aws", "apiVersion": "x"}}
+            text = s.dump(document)
+        data = {} if broken == "no value" else {"value": base64.b64encode(text.encode()).decode()}
+        self._put(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {
+                    "name": f"{name}-kubeconfig",
+                    "namespace": ns,
+                    "labels": {clustersource.CAPI_CLUSTER_NAME: name},
+                },
+                "data": data,
+            }
+        )
+
+    @rule(ns=st.sampled_from(WORKSPACES), name=st.sampled_from(NAMES))
+    def delete_capi_secret(self, ns: str, name: str) -> None:
+        self._delete(SECRETS, f"{name}-kubeconfig", ns)
         self._step()
 
     @rule(ns=st.sampled_from(WORKSPACES), tier=st.sampled_from((None, *TIERS)))
@@ -680,6 +789,9 @@ class ManagerMachine(RuleBasedStateMachine):
         for the object the manager knows to be the live one of that name (items: a Cluster
         created again must not inherit its predecessor's selection or claim)."""
         manager = self.world.manager
+        # A ClusterSource's Clusters are made by the manager, not by a rule: note what selects
+        # them now too.
+        self._note_selected()
         obj = self.world.fake.object(api.CLUSTERS, holder.name, holder.namespace)
         if manager is None or obj is None:
             return  # deleted meanwhile: the manager acts on a view a moment old
@@ -716,6 +828,39 @@ class ManagerMachine(RuleBasedStateMachine):
                     f"{ref}'s finalizer was removed while Secret {secret_name} still names it"
                 )
 
+    def _check_source_write(self, request: httpx.Request) -> None:
+        """The manager creates, re-specifies or deletes only Clusters a ClusterSource controls;
+        what such a write does to what the Cluster wants is the source's doing, so any release
+        of that Cluster's server is allowed from then on."""
+        parts = request.url.path.rstrip("/").split("/")
+        if "clusters" not in parts or parts[1] != "apis" or parts[2] != api.GROUP:
+            return
+        at = parts.index("clusters")
+        if len(parts) > at + 2:
+            return  # a subresource: the status
+        namespace = parts[at - 1]
+        if namespace not in WORKSPACES:
+            return  # the in-cluster keeper's own Cluster
+        body = json.loads(request.content) if request.content else {}
+        if request.method == "POST":
+            if clustersource.source_of(body) is None:
+                self.violations.append(f"created Cluster {namespace}/? without a source: {body}")
+            return
+        if len(parts) != at + 2:
+            return
+        name = parts[at + 1]
+        if request.method not in ("PATCH", "DELETE") or (
+            request.method == "PATCH" and "spec" not in body
+        ):
+            return  # a read, or the finalizer
+        current = self.world.fake.object(api.CLUSTERS, name, namespace)
+        if current is not None and clustersource.source_of(current) is None:
+            self.violations.append(
+                f"{request.method} of Cluster {namespace}/{name}, which no ClusterSource controls"
+            )
+        for server in SERVERS:
+            self.may_let_go.add((ClusterRef(namespace, name), normalise_server(server)))
+
     def ours(self) -> dict[str, dict[str, Any]]:
         return prediction.ours(self.objects())
 
@@ -737,6 +882,7 @@ class ManagerMachine(RuleBasedStateMachine):
         """Before the fake handles a write to an Argo CD Secret: may its holder be let go?"""
         path = request.url.path
         self._check_finalizer_write(request)
+        self._check_source_write(request)
         if f"/namespaces/{ARGOCD}/secrets/" not in path or request.method not in ("PUT", "DELETE"):
             if f"/namespaces/{ARGOCD}/secrets" in path and request.method == "POST":
                 body = json.loads(request.content)
@@ -837,6 +983,8 @@ class ManagerMachine(RuleBasedStateMachine):
         strays = any(argocd.holder_of(secret) is None for secret in self.ours().values())
         if not strays:  # strays go only at the registry's start: the running manager keeps them
             world.arun(world.advance, 400.0)
+            self._collect_garbage()
+            world.arun(world.advance, 60.0)
             assert world.crash is None, world.crash
             self.check_converged()
         world.run(world.fake.restart)
@@ -845,10 +993,64 @@ class ManagerMachine(RuleBasedStateMachine):
             world.arun(world.stop_manager)
             world.arun(world.start_manager)
         world.arun(world.advance, 400.0)
+        self._collect_garbage()
+        world.arun(world.advance, 60.0)
         assert world.crash is None, world.crash
         self.check_converged()
 
+    def check_sources_converged(self) -> None:
+        for ns in WORKSPACES:
+            source = self._object(clustersource.CLUSTER_SOURCES, "capi", ns)
+            clusters = {c["metadata"]["name"]: c for c in self._objects(api.CLUSTERS, ns)}
+            mine = {
+                n
+                for n, c in clusters.items()
+                if source is not None
+                and (clustersource.source_of(c) or ("", ""))[1] == source["metadata"]["uid"]
+            }
+            capi = {}
+            for secret in self._objects(SECRETS, ns):
+                meta = secret["metadata"]
+                name = clustersource.capi_cluster_of(meta["name"], meta.get("labels") or {})
+                if name is not None:
+                    capi[name] = clustersource.kubeconfig_problem(secret)
+            orphans = (
+                [n for n, c in clusters.items() if clustersource.source_of(c) is not None]
+                if source is None
+                else sorted(mine - set(capi))
+            )
+            assert not orphans, f"{ns}: source Clusters without their source or Secret: {orphans}"
+            if source is None:
+                continue
+            conflicts = {n for n in capi if n in clusters and n not in mine}
+            for name, problem in capi.items():
+                if name in conflicts:
+                    continue
+                if problem is None:
+                    assert name in mine, f"{ns}/{name}: a usable Cluster API Secret, no Cluster"
+                if name in mine:
+                    cluster = clusters[name]
+                    ref = cluster["spec"]["kubeconfig"]["secretRef"]
+                    assert ref == {"name": f"{name}-kubeconfig", "key": "value"}, ref
+                    labels = cluster["metadata"].get("labels") or {}
+                    assert labels == {
+                        **source["spec"]["labels"],
+                        clustersource.SOURCE_LABEL: "capi",
+                    }, labels
+            status = source.get("status") or {}
+            not_usable = sum(1 for n, p in capi.items() if p is not None and n not in conflicts)
+            assert (status.get("matched"), status.get("made")) == (len(capi), len(mine)), status
+            assert (status.get("conflicts"), status.get("notUsable")) == (
+                len(conflicts),
+                not_usable,
+            ), status
+            ready = (status.get("conditions") or [{}])[0]
+            assert ready.get("status") == ("True" if not conflicts and not not_usable else "False")
+            SEEN["sourced"] += len(mine)
+            SEEN["source_conflicts"] += len(conflicts)
+
     def check_converged(self) -> None:
+        self.check_sources_converged()
         counts = prediction.check_converged(self.objects(), SERVERS, self.probe)
         SEEN["holders"] += counts.holders
         SEEN["waiters"] += counts.waiters
@@ -879,7 +1081,10 @@ def test_the_manager_survives_faults_and_converges() -> None:
     assert min(MIN_STEPS, EXAMPLES * 20) <= SEEN["steps"], f"only {SEEN['steps']} steps ran"
     # A run that never converged on a holder, a waiter or a foreign block proved nothing of them.
     if EXAMPLES >= 50:
-        assert all(SEEN[k] > 0 for k in ("holders", "waiters", "blocked", "restarts")), SEEN
+        assert all(
+            SEEN[k] > 0
+            for k in ("holders", "waiters", "blocked", "restarts", "sourced", "source_conflicts")
+        ), SEEN
 
 
 @pytest.fixture(autouse=True)

@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fleet import PORT, SERVER_NAME, TOKEN, address  # noqa: E402
 
 from kokumi.core import api, argocd  # noqa: E402
+from kokumi.core.clustersource import CAPI_CLUSTER_NAME, CLUSTER_SOURCES  # noqa: E402
 from kokumi.kube.client import NAMESPACES, SECRETS, Client  # noqa: E402
 from kokumi.kube.config import Config  # noqa: E402
 from kokumi.kube.objects import Resource  # noqa: E402
@@ -185,7 +186,13 @@ def writes(
     out: dict[str, float] = defaultdict(float)
     for key, value in after.items():
         verb, res, sub = key
-        if verb in WRITES and res in ("clusters", "environments", "secrets", "events"):
+        if verb in WRITES and res in (
+            "clusters",
+            "environments",
+            "secrets",
+            "events",
+            "clustersources",
+        ):
             delta = value - before.get(key, 0.0)
             if delta:
                 out[f"{verb} {res}{'/' + sub if sub else ''}"] += delta
@@ -646,9 +653,34 @@ async def main_async(
                 )
                 created: dict[str, float] = {}
                 limiter = trio.CapacityLimiter(32)
+                if args.sourced:
+                    # One ClusterSource makes every Cluster from Cluster API-shaped Secrets.
+                    await client.create(
+                        CLUSTER_SOURCES,
+                        {
+                            "apiVersion": api.API_VERSION,
+                            "kind": "ClusterSource",
+                            "metadata": {"name": "capi", "namespace": FLEET_NS},
+                            "spec": {"from": "ClusterAPI", "labels": {"fleet": "bench"}},
+                        },
+                        namespace=FLEET_NS,
+                    )
 
                 async def create(index: int) -> None:
                     name = f"c{index:05d}"
+                    if args.sourced:
+                        async with limiter:
+                            value = base64.b64encode(kubeconfig(index, ca_pem).encode()).decode()
+                            meta = {
+                                "name": f"{name}-kubeconfig",
+                                "labels": {CAPI_CLUSTER_NAME: name},
+                            }
+                            await client.create(
+                                SECRETS, {"metadata": meta, "data": {"value": value}},
+                                namespace=FLEET_NS,
+                            )  # fmt: skip
+                            created[name] = time.time()
+                        return
                     async with limiter:
                         data = {
                             "value": base64.b64encode(kubeconfig(index, ca_pem).encode()).decode()
@@ -912,6 +944,11 @@ def main() -> None:
     parser.add_argument("--onboard-timeout", type=float, default=1800.0)
     for kind in ("slow", "hanging", "refusing", "unauthorized"):
         parser.add_argument(f"--{kind}", type=float, default=0.0, help=f"share of {kind} spokes")
+    parser.add_argument(
+        "--sourced",
+        action="store_true",
+        help="Cluster API-shaped Secrets and one ClusterSource instead of hand-made Clusters",
+    )
     parser.add_argument("--output", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args()
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

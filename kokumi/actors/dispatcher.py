@@ -26,6 +26,7 @@ from kokumi.actors.environments import EnvironmentsActor
 from kokumi.actors.pace import Pace
 from kokumi.actors.registry import Registry
 from kokumi.actors.secretwatch import SecretWatches
+from kokumi.actors.sources import KEEP_LABELS, SecretsView, SourcesActor
 from kokumi.core import api
 from kokumi.core.ownership import ClusterRef
 from kokumi.kube.watch import Key, Resync, Store, WatchEvent, start_watch
@@ -67,6 +68,24 @@ class Dispatcher:
             self._secret_changed,
             scope=context.options.secrets_scope,
             own_namespace=context.options.namespace,
+            keep_labels=KEEP_LABELS,
+            on_listing=self._secrets_listed,
+        )
+        watches = self.secret_watches
+        self.sources_actor = SourcesActor(
+            context.client,
+            self.clusters,
+            SecretsView(
+                hold=watches.hold,
+                labels=watches.labels,
+                versions=context.secret_versions,
+                listable=watches.listable,
+                username=lambda: watches.username,
+            ),
+            context.secret_reads,
+            own_namespace=context.options.namespace,
+            backoff_initial=context.options.retry_initial,
+            backoff_max=context.options.retry_max,
         )
         registry.follow_liveness(self.is_current)
 
@@ -106,6 +125,8 @@ class Dispatcher:
                 nursery.start_soon(follow, receive)
             nursery.start_soon(self.environments_actor.run)
             await self._clusters_synced.wait()
+            # After the Clusters' first list, so that its first plan finds them all.
+            await nursery.start(self.sources_actor.run)
             task_status.started()
 
     # --- Clusters -----------------------------------------------------------------------------
@@ -130,6 +151,7 @@ class Dispatcher:
                     self._clusters_synced.set()
                 for namespace in {_ref(o).namespace for o in event.objects}:
                     self.environments_actor.changed(namespace)
+                self.sources_actor.clusters_listed(event.objects)
                 continue
             if event.type == "DELETED":
                 self._stop(_uid(event.object))
@@ -137,6 +159,7 @@ class Dispatcher:
                 self._upsert(event.object)
             ref = _ref(event.object)
             self.environments_actor.changed(ref.namespace, ref.name)
+            self.sources_actor.cluster_changed(event.object, event.type == "DELETED")
 
     def _upsert(self, obj: dict[str, Any]) -> None:
         uid = _uid(obj)
@@ -276,8 +299,14 @@ class Dispatcher:
             for namespace in namespaces:
                 self.environments_actor.environments_changed(namespace)
 
+    def _secrets_listed(self, namespace: str | None) -> None:
+        """A namespace's Secrets were listed or refused: its ClusterSources know it now."""
+        self.sources_actor.changed(namespace)
+
     def _secret_changed(self, key: tuple[str, str], first: bool) -> None:
-        """A followed Secret changed: the Clusters naming it check again (see SecretWatches)."""
+        """A followed Secret changed: the Clusters naming it check again (see SecretWatches),
+        and the ClusterSources of its namespace look again."""
+        self.sources_actor.secret_changed(key)
         for uid in self._by_secret.get(key, ()):
             actor = self._actors.get(uid)
             if actor is not None:

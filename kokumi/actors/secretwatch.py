@@ -16,6 +16,14 @@ A namespace whose Secrets the manager may not list is not an error of the manage
 there logs once, backs off (up to five minutes) and tries again, and the Clusters of that
 namespace report ``SecretNotReadable`` with the RoleBinding that fixes it (their own read of the
 Secret is what is refused). Once the binding exists, the first list wakes them.
+
+The ClusterSources follow Secrets through these same watches (a source holds its namespace as a
+Cluster does): they need the labels of Cluster API's kubeconfig Secrets, which the metadata
+carries, so the watches keep the labels of the Secrets that carry a label of ``keep_labels``, and
+say when a namespace's Secrets have been listed or refused (``on_listing``). What a source needs
+of the data (is the kubeconfig usable?) it reads with one GET per new version of a matched
+Secret, as a Cluster reads its own: a full watch would hold every Secret of the namespace in
+memory, kubeconfigs and all, to learn what one GET per change tells.
 """
 
 from __future__ import annotations
@@ -98,6 +106,8 @@ class SecretWatches:
         scope: SecretScope = SecretScope.NAMESPACE,
         own_namespace: str = "kokumi",
         forbidden_backoff_max: float = 300.0,
+        keep_labels: frozenset[str] = frozenset(),
+        on_listing: Callable[[str | None], None] | None = None,
     ) -> None:
         self._client = client
         self._versions = versions
@@ -109,6 +119,22 @@ class SecretWatches:
         self._held: dict[str, str] = {}  # holder -> the namespace it needs followed
         self._nursery: trio.Nursery | None = None
         self.username: str | None = None
+        self._keep_labels = keep_labels
+        #: (namespace, name) -> labels, of the Secrets followed that carry a ``keep_labels`` key.
+        self.labels: dict[Key, dict[str, str]] = {}
+        self._listable: dict[str | None, bool] = {}
+        self._on_listing = on_listing
+
+    def listable(self, namespace: str) -> bool | None:
+        """Whether Secrets of ``namespace`` have been listed (True), refused (False), or not yet."""
+        if self.scope is SecretScope.CLUSTER:
+            return self._listable.get(None)
+        return self._listable.get(namespace)
+
+    def _listing(self, namespace: str | None, listable: bool) -> None:
+        self._listable[namespace] = listable
+        if self._on_listing is not None:
+            self._on_listing(namespace)
 
     @property
     def namespaces(self) -> frozenset[str | None]:
@@ -160,6 +186,9 @@ class SecretWatches:
             running.scope.cancel()
             for key in [k for k in self._versions if k[0] == namespace]:
                 del self._versions[key]
+            for key in [k for k in self.labels if k[0] == namespace]:
+                del self.labels[key]
+            self._listable.pop(namespace, None)
             log.debug("no longer following Secrets in namespace %s", namespace)
 
     async def _follow(self, namespace: str | None, scope: trio.CancelScope) -> None:
@@ -179,6 +208,8 @@ class SecretWatches:
                 first = True
                 async for event in receive:
                     self._apply(namespace, event, first)
+                    if isinstance(event, Resync):
+                        self._listing(namespace, True)
                     first = False
 
     async def _wait_until_listable(self, namespace: str | None) -> None:
@@ -201,6 +232,8 @@ class SecretWatches:
                 )
             except errors.Forbidden:
                 text = "forbidden"
+                if self._listable.get(namespace) is not False:
+                    self._listing(namespace, False)
                 if said != text:
                     if not namespace:
                         fix = (
@@ -239,16 +272,30 @@ class SecretWatches:
             for key in mine - set(fresh):
                 del versions[key]
             versions.update(fresh)
+            if self._keep_labels:
+                for key in [k for k in self.labels if namespace is None or k[0] == namespace]:
+                    del self.labels[key]
+                for obj in event.objects:
+                    self._keep(_key(obj), obj)
         else:
             key = _key(event.object)
             if event.type == "DELETED":
                 versions.pop(key, None)
+                self.labels.pop(key, None)
             else:
                 versions[key] = _version(event.object)
+                self._keep(key, event.object)
             changed = {key}
             first = False
         for key in changed:
             self._changed(key, first)
+
+    def _keep(self, key: Key, obj: dict[str, Any]) -> None:
+        labels = obj.get("metadata", {}).get("labels") or {}
+        if self._keep_labels.intersection(labels):
+            self.labels[key] = {str(k): str(v) for k, v in labels.items()}
+        else:
+            self.labels.pop(key, None)
 
 
 def _key(obj: dict[str, Any]) -> Key:

@@ -53,6 +53,12 @@ class Reason(enum.StrEnum):
     NO_CLUSTER_READY = "NoClusterReady"
     INVALID_SELECTOR = "InvalidSelector"
 
+    # A ClusterSource's Ready condition, and its list of Secrets not imported.
+    NOT_ALL_IMPORTED = "NotAllImported"
+    CLUSTER_API_NOT_READABLE = "ClusterAPINotReadable"
+    CLUSTER_WRITE_FAILED = "ClusterWriteFailed"
+    """The API server refused the source's create or update of a Cluster; retried with backoff."""
+
     # An Environment's targets.
     DEPLOY = "Deploy"
     CLUSTER_NOT_READY = "ClusterNotReady"

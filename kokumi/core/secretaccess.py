@@ -13,6 +13,7 @@ __all__ = [
     "PROTECTED_NAMESPACES",
     "SecretScope",
     "binding_command",
+    "not_listable_message",
     "not_readable_message",
     "subject_flag",
 ]
@@ -70,4 +71,21 @@ def not_readable_message(
     return (
         f"Kokumi may not read Secret {secret} in namespace {namespace}: bind it the ClusterRole"
         f" {MANAGER_SECRETS_ROLE} there: {binding_command(namespace, username)}"
+    )
+
+
+def not_listable_message(
+    namespace: str, username: str | None, own_namespace: str = "kokumi"
+) -> str:
+    """The Ready message of a ClusterSource whose namespace's Secrets the manager may not list."""
+    if namespace == own_namespace or namespace in PROTECTED_NAMESPACES:
+        return (
+            f"Kokumi may not list Secrets in namespace {namespace}, and never will: the session"
+            " signing key and login Secrets live there; keep ClusterSources and Cluster API's"
+            " Secrets in a workspace of their own"
+        )
+    return (
+        f"Kokumi may not list Secrets in namespace {namespace}: bind it the ClusterRole"
+        f" {MANAGER_SECRETS_ROLE} there: {binding_command(namespace, username)}; its Clusters"
+        " stay as they are meanwhile"
     )

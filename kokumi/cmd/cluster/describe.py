@@ -18,7 +18,7 @@ from kokumi.cmd.cluster.command import (
     table,
 )
 from kokumi.cmd.cluster.errors import CliError, api_error
-from kokumi.core import argocd
+from kokumi.core import argocd, clustersource
 from kokumi.core.clusterview import environment_targets, registration
 from kokumi.core.text import one_line
 from kokumi.kube.client import Client
@@ -80,6 +80,18 @@ def describe_text(
         ("Labels", label_text(meta.get("labels"))),
         ("Description", str(spec.get("description") or "-")),
         ("Connection", connection),
+    ]
+    made_by = clustersource.source_of(cluster)
+    if made_by is not None:
+        # Edits to a sourced Cluster's labels or spec are undone: the source is where to edit.
+        lines.append(
+            (
+                "Source",
+                f"ClusterSource {made_by[0]} (from Cluster API's Secret {ref.get('name', '-')});"
+                " edit the source, not this Cluster",
+            )
+        )
+    lines += [
         ("Server", str(status.get("server") or "-")),
         ("Version", str(status.get("kubernetesVersion") or "-")),
     ]

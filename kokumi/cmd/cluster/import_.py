@@ -17,7 +17,7 @@ import attrs
 
 from kokumi.cmd.cluster.command import OneLineParser, examples, hub_config, hub_flags, runner
 from kokumi.cmd.cluster.errors import api_error
-from kokumi.core import api, argocd, kubeconfig
+from kokumi.core import api, argocd, clustersource, kubeconfig
 from kokumi.core.ownership import is_argocd_own
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.errors import KubeError, NotFound
@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 
-CAPI_CLUSTER_NAME: Final = "cluster.x-k8s.io/cluster-name"
+CAPI_CLUSTER_NAME: Final = clustersource.CAPI_CLUSTER_NAME
 
 
 @attrs.frozen
@@ -81,15 +81,13 @@ async def import_cluster_api(hub: Client, namespace: str, *, dry_run: bool) -> l
     outcomes = []
     for secret in sorted(listing["items"], key=lambda s: s["metadata"]["name"]):
         meta = secret["metadata"]
-        name = str((meta.get("labels") or {}).get(CAPI_CLUSTER_NAME, ""))
-        if meta["name"] != kubeconfig_secret_name(name):
+        name = clustersource.capi_cluster_of(meta["name"], meta.get("labels") or {})
+        if name is None:
             continue  # Cluster API's other Secrets of the cluster: CAs, service-account keys
         source = f"{namespace}/{meta['name']}"
-        text = secret_data(secret, SECRET_KEY)
-        checked = kubeconfig.parse(text) if text is not None else None
-        if not isinstance(checked, kubeconfig.Connection):
-            why = checked.message if checked is not None else f"it has no key {SECRET_KEY}"
-            outcomes.append(ImportResult(source, None, "not importable", why))
+        problem = clustersource.kubeconfig_problem(secret)
+        if problem is not None:
+            outcomes.append(ImportResult(source, None, "not importable", problem[1]))
             continue
         outcomes.append(await _import_reference(hub, namespace, name, meta["name"], dry_run))
     return outcomes

@@ -1,0 +1,470 @@
+"""The ClusterSources actor: keeps one Cluster per Cluster API kubeconfig Secret a source matches.
+
+It follows, with watches only (never a periodic list):
+
+- the ClusterSources, in a watch of its own (they are few and small);
+- the Secrets, through the dispatcher's per-namespace metadata watches (:mod:`secretwatch`): a
+  source holds its namespace as a Kubeconfig Cluster does, and the watches keep the labels of
+  Cluster API's Secrets. Whether a matched Secret's kubeconfig is usable needs its data: one GET
+  per new resourceVersion, under the same limiter as the Clusters' own reads, and only the
+  verdict is kept (never the data);
+- the Cluster API clusters (``clusters.cluster.x-k8s.io``, metadata only: their labels), cluster-
+  wide, once the manager may list them; while it may not, or Cluster API is not installed, a
+  source with a selector reports ``ClusterAPINotReadable`` and changes nothing;
+- the Clusters, through the dispatcher's store, which tells it of every change.
+
+Each change marks its namespace; one loop takes the marked namespaces in turn and makes each
+source's Clusters what :func:`kokumi.core.clustersource.plan` says, then writes its status if it
+differs. A quiet fleet plans nothing and writes nothing; after a restart the plan finds every
+Cluster as it should be, and the status byte-identical. A refused write is retried for its
+namespace with backoff (1 s doubling up to 2 min), logged once per change of error.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Literal
+
+import attrs
+import trio
+
+from kokumi.core import api, clustersource
+from kokumi.core.clustersource import (
+    CAPI_CLUSTER_NAME,
+    CAPI_CLUSTERS,
+    CLUSTER_SOURCES,
+    CapiView,
+    SecretView,
+)
+from kokumi.core.reasons import Reason
+from kokumi.core.secretaccess import not_listable_message, not_readable_message
+from kokumi.core.text import one_line
+from kokumi.kube import errors
+from kokumi.kube.backoff import Backoff, FailureLog
+from kokumi.kube.client import METADATA_LIST, SECRETS, Client
+from kokumi.kube.watch import Resync, Store, WatchEvent, watch
+
+__all__ = ["KEEP_LABELS", "SecretsView", "SourcesActor"]
+
+log = logging.getLogger(__name__)
+
+KEEP_LABELS = frozenset({CAPI_CLUSTER_NAME})
+"""The Secret labels the sources need the Secret watches to keep."""
+
+Key = tuple[str, str]
+
+
+@attrs.frozen
+class SecretsView:
+    """What the actor reads of the dispatcher's Secret watches, as plain callables and maps.
+
+    Keeps the actors independent: the dispatcher, which owns the watches, hands these over.
+    """
+
+    hold: Callable[[str, str | None], None]
+    labels: Mapping[Key, Mapping[str, str]]
+    versions: Mapping[Key, str]
+    listable: Callable[[str], bool | None]
+    username: Callable[[], str | None]
+
+
+@attrs.define
+class _Verdict:
+    version: str
+    problem: tuple[Reason, str] | None
+
+
+class SourcesActor:
+    def __init__(
+        self,
+        client: Client,
+        clusters: Store,
+        secrets: SecretsView,
+        reads: trio.CapacityLimiter,
+        *,
+        own_namespace: str = "kokumi",
+        backoff_initial: float = 1.0,
+        backoff_max: float = 120.0,
+        capi_backoff_max: float = 300.0,
+        batch: float = 0.1,
+    ) -> None:
+        self._client = client
+        self._clusters = clusters
+        self._secrets = secrets
+        self._reads = reads
+        self._own_namespace = own_namespace
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
+        self._capi_backoff_max = capi_backoff_max
+        self._batch = batch
+        self.sources = Store()
+        self.capi = Store()
+        self.capi_readable: bool | None = None  # None: not known yet
+        self._verdicts: dict[Key, _Verdict] = {}
+        self._dirty: set[str] = set()
+        self._wake = trio.Event()
+        self._retry: dict[str, Backoff] = {}
+        self._clusters_seen: dict[Key, clustersource.Existing] = {}
+        self._writes = trio.CapacityLimiter(8)  # Cluster writes in flight
+        self._failures: dict[tuple[str, str], FailureLog] = {}
+        self._held: dict[str, str] = {}  # source uid -> namespace
+        self._nursery: trio.Nursery | None = None
+        #: Whether this replica writes now: with shards, only the one serving shard 0 does.
+        self.writes: Callable[[], bool] = lambda: True
+        self.passes = 0  # reconciles of one namespace, for tests and benchmarks
+
+    # --- news -----------------------------------------------------------------------------------
+
+    def changed(self, namespace: str | None) -> None:
+        """Something in ``namespace`` changed (None: anywhere): its sources look again."""
+        if namespace is None:
+            self._dirty.update(self._held.values())
+        elif namespace in self._held.values():
+            self._dirty.add(namespace)
+        else:
+            return
+        self._wake.set()
+
+    def cluster_changed(self, obj: Mapping[str, Any], deleted: bool) -> None:
+        """A Cluster changed: its namespace's sources look again only if what they read of it
+        (name, controlling source, labels, Secret) changed; a status write changes none of it."""
+        meta = obj.get("metadata", {})
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        seen = None if deleted else clustersource.existing_of(obj)
+        if self._clusters_seen.get(key) == seen:
+            return
+        if seen is None:
+            self._clusters_seen.pop(key, None)
+        else:
+            self._clusters_seen[key] = seen
+        self.changed(key[0])
+
+    def clusters_listed(self, objects: Iterable[Mapping[str, Any]]) -> None:
+        """The Clusters' watch listed again: what the sources read of each starts afresh."""
+        self._clusters_seen = {}
+        for obj in objects:
+            meta = obj.get("metadata", {})
+            key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+            self._clusters_seen[key] = clustersource.existing_of(obj)
+        self.changed(None)
+
+    def secret_changed(self, key: Key) -> None:
+        if key[0] in self._held.values():
+            self.changed(key[0])
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            send, receive = trio.open_memory_channel[WatchEvent | Resync](64)
+            await nursery.start(
+                functools.partial(watch, self._client, CLUSTER_SOURCES, send, store=self.sources)
+            )
+            nursery.start_soon(self._follow_sources, receive)
+            nursery.start_soon(self._follow_capi)
+            task_status.started()
+            while True:
+                await self._wake.wait()
+                # A burst (a thousand Secrets written, their Clusters made and checked) is
+                # taken in one pass per tenth of a second, not one pass of the namespace per
+                # event: that was a pass of all N Secrets for each of N events.
+                await trio.sleep(self._batch)
+                self._wake = trio.Event()
+                while self._dirty:
+                    namespace = min(self._dirty)
+                    self._dirty.discard(namespace)
+                    await self._reconcile(namespace)
+
+    async def _follow_sources(
+        self, receive: trio.MemoryReceiveChannel[WatchEvent | Resync]
+    ) -> None:
+        async for event in receive:
+            objects = event.objects if isinstance(event, Resync) else (event.object,)
+            if isinstance(event, Resync):
+                present = {str(o["metadata"].get("uid")) for o in objects}
+                for uid in set(self._held) - present:
+                    self._release(uid)
+            for obj in objects:
+                meta = obj.get("metadata", {})
+                uid, namespace = str(meta.get("uid", "")), str(meta.get("namespace", ""))
+                if not isinstance(event, Resync) and event.type == "DELETED":
+                    # Its Clusters are the garbage collector's: their ownerReference names it.
+                    self._release(uid)
+                    continue
+                if self._held.get(uid) != namespace:
+                    self._held[uid] = namespace
+                    self._secrets.hold(f"clustersource:{uid}", namespace)
+                self.changed(namespace)
+
+    def _release(self, uid: str) -> None:
+        namespace = self._held.pop(uid, None)
+        self._secrets.hold(f"clustersource:{uid}", None)
+        if namespace is not None and namespace not in self._held.values():
+            for key in [k for k in self._verdicts if k[0] == namespace]:
+                del self._verdicts[key]
+
+    async def _follow_capi(self) -> None:
+        """Watch Cluster API's clusters once they can be listed; until then say they cannot."""
+        delay = 0.0
+        said: str | None = None
+        while True:
+            try:
+                await self._client.request(
+                    "GET", CAPI_CLUSTERS.path(), params={"limit": "1"}, accept=METADATA_LIST
+                )
+                break
+            except (errors.Forbidden, errors.NotFound) as exc:
+                text = "not installed" if isinstance(exc, errors.NotFound) else "forbidden"
+                if said != text:
+                    # Not installed is a normal state (no Cluster API here); forbidden is a choice
+                    # somebody made, or a mistake: worth a warning.
+                    log.log(
+                        logging.INFO if text == "not installed" else logging.WARNING,
+                        "cannot read Cluster API's clusters (%s): ClusterSources with a selector"
+                        " report ClusterAPINotReadable; retrying with backoff",
+                        text,
+                    )
+                    said = text
+                if self.capi_readable is not False:
+                    self.capi_readable = False
+                    self.changed(None)
+            except errors.KubeError as exc:
+                if said != type(exc).__name__:
+                    log.warning("cannot list Cluster API's clusters: %s; retrying", exc)
+                    said = type(exc).__name__
+            delay = min(self._capi_backoff_max, max(1.0, delay * 2))
+            await trio.sleep(delay / 2 + random.uniform(0, delay / 2))  # noqa: S311 (jitter)
+        if said is not None:
+            log.info("may read Cluster API's clusters now")
+        send, receive = trio.open_memory_channel[WatchEvent | Resync](64)
+        assert self._nursery is not None
+        await self._nursery.start(
+            functools.partial(
+                watch, self._client, CAPI_CLUSTERS, send, store=self.capi, metadata_only=True
+            )
+        )
+        async for event in receive:
+            if isinstance(event, Resync):
+                self.capi_readable = True
+                self.changed(None)
+            else:
+                self.changed(str(event.object.get("metadata", {}).get("namespace", "")))
+
+    # --- one namespace --------------------------------------------------------------------------
+
+    async def _reconcile(self, namespace: str) -> None:
+        listable = self._secrets.listable(namespace)
+        if self.capi_readable is None or listable is None or not self.writes():
+            return  # not known yet: a restart must not write a passing state
+        self.passes += 1
+        views = await self._secret_views(namespace)
+        capi = CapiView(
+            bool(self.capi_readable),
+            {
+                str(o["metadata"].get("name")): dict(o["metadata"].get("labels") or {})
+                for o in self.capi.in_namespace(namespace)
+            },
+        )
+        clusters = self._clusters.named_in_namespace(namespace)
+        existing = {name: clustersource.existing_of(obj) for name, obj in clusters.items()}
+        failed_any = False
+        for obj in sorted(self.sources.in_namespace(namespace), key=_name):
+            source = clustersource.parse_source(obj)
+            decided = None
+            failed: dict[str, str] = {}
+            if isinstance(source, clustersource.ClusterSource):
+                decided = clustersource.plan(
+                    source,
+                    views,
+                    capi,
+                    existing,
+                    secrets_listable=listable,
+                    not_listable_message=not_listable_message(
+                        namespace, self._secrets.username(), self._own_namespace
+                    ),
+                )
+                failed = await self._write(source, decided, clusters)
+            status = clustersource.status_of(source, decided, failed)
+            failed_any |= bool(failed)
+            failed_any |= not await self._write_status(obj, status)
+        self._schedule_retry(namespace, failed_any)
+
+    async def _secret_views(self, namespace: str) -> list[SecretView]:
+        """The namespace's Cluster API kubeconfig Secrets, each read once per new version.
+
+        The reads run side by side, as many as the limiter lets (eight, shared with the
+        Clusters' own reads): 1,000 new Secrets one after another held the first pass for
+        tens of seconds.
+        """
+        found: dict[str, tuple[str, _Verdict | None]] = {}
+        for (ns, name), labels in list(self._secrets.labels.items()):
+            if ns != namespace:
+                continue
+            cluster = clustersource.capi_cluster_of(name, labels)
+            if cluster is None:
+                continue
+            version = self._secrets.versions.get((ns, name), "")
+            verdict = self._verdicts.get((ns, name))
+            found[name] = (cluster, verdict if verdict and verdict.version == version else None)
+
+        async def read(name: str) -> None:
+            version = self._secrets.versions.get((namespace, name), "")
+            problem = await self._read(namespace, name)
+            if problem is False:
+                del found[name]  # deleted meanwhile: the watch says so next
+                return
+            verdict = _Verdict(version, problem)
+            if problem is None or problem[0] is not Reason.SECRET_NOT_READABLE:
+                self._verdicts[(namespace, name)] = verdict
+            found[name] = (found[name][0], verdict)
+
+        async with trio.open_nursery() as nursery:
+            for name, (_, verdict) in list(found.items()):
+                if verdict is None:
+                    nursery.start_soon(read, name)
+        views = []
+        for name, (cluster, verdict) in found.items():
+            assert verdict is not None
+            views.append(SecretView(name, cluster, verdict.problem))
+        return views
+
+    async def _read(self, namespace: str, name: str) -> tuple[Reason, str] | Literal[False] | None:
+        """The Secret's verdict (None: usable), or False when it is gone. Its data dies here."""
+        try:
+            async with self._reads:
+                secret = await self._client.get(SECRETS, name, namespace=namespace)
+        except errors.NotFound:
+            return False
+        except errors.Forbidden:
+            return (
+                Reason.SECRET_NOT_READABLE,
+                not_readable_message(
+                    name, namespace, self._secrets.username(), self._own_namespace
+                ),
+            )
+        except errors.KubeError as exc:
+            return (
+                Reason.SECRET_NOT_READABLE,
+                f"reading Secret {name} failed ({type(exc).__name__}); Kokumi retries",
+            )
+        return clustersource.kubeconfig_problem(secret)
+
+    async def _write(
+        self,
+        source: clustersource.ClusterSource,
+        decided: clustersource.Plan,
+        clusters: Mapping[str, dict[str, Any]],
+    ) -> dict[str, str]:
+        failed: dict[str, str] = {}
+        ns = source.namespace
+        # Creates side by side, a few at a time: a thousand new Secrets are a thousand POSTs.
+        async with trio.open_nursery() as nursery:
+            for desired in decided.create:
+                body = clustersource.cluster_body(source, desired)
+                nursery.start_soon(
+                    self._attempt, source, desired.name, "create", failed,
+                    functools.partial(self._client.create, api.CLUSTERS, body, namespace=ns),
+                )  # fmt: skip
+        for desired in decided.update:
+            body = clustersource.cluster_body(source, desired)
+            old = clusters.get(desired.name, {}).get("metadata", {}).get("labels") or {}
+            labels: dict[str, str | None] = {k: None for k in old if k not in desired.labels}
+            labels.update(desired.labels)
+            patch = {
+                "metadata": {"labels": labels, "resourceVersion": _version(clusters, desired.name)},
+                "spec": body["spec"],
+            }
+            await self._attempt(
+                source, desired.name, "update", failed,
+                functools.partial(
+                    self._client.patch_merge, api.CLUSTERS, desired.name, patch, namespace=ns
+                ),
+            )  # fmt: skip
+        for name in decided.delete:
+            uid = str(clusters.get(name, {}).get("metadata", {}).get("uid", "")) or None
+            await self._attempt(
+                source, name, "delete", failed,
+                functools.partial(self._client.delete, api.CLUSTERS, name, namespace=ns, uid=uid),
+            )  # fmt: skip
+        return failed
+
+    async def _attempt(
+        self,
+        source: clustersource.ClusterSource,
+        cluster: str,
+        verb: str,
+        failed: dict[str, str],
+        call: Callable[[], Awaitable[object]],
+    ) -> None:
+        where = f"Cluster {source.namespace}/{cluster}"
+        failures = self._failures.setdefault(
+            (source.namespace, cluster),
+            FailureLog(log, f"ClusterSource {source.namespace}/{source.name}: {verb} {where}"),
+        )
+        try:
+            async with self._writes:
+                await call()
+        except (errors.AlreadyExists, errors.NotFound, errors.Conflict):
+            # The store is behind the server: its watch brings what is there, and the next
+            # pass plans from it.
+            return
+        except errors.KubeError as exc:
+            failures.failed(exc)
+            failed[cluster] = one_line(f"{verb} of {where} failed ({exc}); Kokumi retries")
+            return
+        failures.recovered()
+        log.info("ClusterSource %s/%s: %sd %s", source.namespace, source.name, verb[:-1], where)
+
+    async def _write_status(self, obj: dict[str, Any], status: clustersource.SourceStatus) -> bool:
+        """Write the status if it differs; whether it is as it should be now."""
+        meta = obj.get("metadata", {})
+        patch = clustersource.status_patch(obj.get("status"), status, api.now_rfc3339())
+        if patch is None:
+            return True
+        try:
+            await self._client.patch_merge(
+                CLUSTER_SOURCES,
+                str(meta.get("name")),
+                {"status": patch},
+                namespace=str(meta.get("namespace")),
+                subresource="status",
+            )
+        except errors.NotFound:
+            return True
+        except errors.KubeError as exc:
+            log.warning(
+                "ClusterSource %s/%s: status write failed (%s); retrying",
+                meta.get("namespace"),
+                meta.get("name"),
+                exc,
+            )
+            return False
+        return True
+
+    def _schedule_retry(self, namespace: str, failed: bool) -> None:
+        if not failed:
+            self._retry.pop(namespace, None)
+            return
+        backoff = self._retry.setdefault(
+            namespace, Backoff(self._backoff_initial, self._backoff_max)
+        )
+        delay = backoff.next()
+        assert self._nursery is not None
+        self._nursery.start_soon(self._again_after, namespace, delay)
+
+    async def _again_after(self, namespace: str, delay: float) -> None:
+        await trio.sleep(delay)
+        self.changed(namespace)
+
+
+def _name(obj: dict[str, Any]) -> str:
+    return str(obj.get("metadata", {}).get("name", ""))
+
+
+def _version(clusters: Mapping[str, dict[str, Any]], name: str) -> str | None:
+    version = clusters.get(name, {}).get("metadata", {}).get("resourceVersion")
+    return version if isinstance(version, str) else None

@@ -1,0 +1,512 @@
+"""A ClusterSource's rules: which Secrets it takes, the Cluster it keeps for each, its status.
+
+A ``ClusterSource`` (``from: ClusterAPI``) keeps one Cluster per Cluster API kubeconfig Secret of
+its namespace that its selector matches. Everything it decides is here, as pure functions of what
+the actor read (the source, the Secrets' metadata and verdicts, the Cluster API clusters' labels,
+the Clusters that exist), so that Hypothesis can hold the rules without a server:
+
+- a Secret is Cluster API's kubeconfig when it is labelled ``cluster.x-k8s.io/cluster-name: X``
+  and named ``X-kubeconfig`` (Cluster API's other Secrets of the cluster carry the label too);
+- the selector is over the Cluster API cluster's labels, which live on the
+  ``clusters.cluster.x-k8s.io`` object, not on the Secret;
+- the Cluster is named ``X``, reads the Secret where it is (key ``value``), carries the Cluster
+  API cluster's labels with the source's on top and the mark ``delivery.kokumi.dev/cluster-source``,
+  and its controller ownerReference names the source: that reference, not the label, is what
+  makes a Cluster the source's, since anybody who may create a Cluster may write a label;
+- a Cluster of that name that is not the source's is never touched: a conflict, reported;
+- a Cluster is made only for a Secret the manager can use; one the source made already stays
+  while its Secret is matched, even if a rotation broke it (its own status says so, and its
+  registration follows the Cluster's own rules), so that a bad rotation never deletes it;
+- while the source cannot tell what matches (the manager may not list the Secrets, or a selector
+  needs Cluster API clusters it may not read), nothing is created or deleted, as through an outage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+import attrs
+
+from kokumi.core import api, kubeconfig, selectors
+from kokumi.core.reasons import Reason
+from kokumi.kube.objects import Resource, metadata_of, secret_data, secret_keys
+
+__all__ = [
+    "CAPI_CLUSTERS",
+    "CAPI_CLUSTER_NAME",
+    "CAPI_KEY",
+    "CLUSTER_SOURCES",
+    "KIND",
+    "MAX_LISTED",
+    "SOURCE_LABEL",
+    "CapiView",
+    "ClusterSource",
+    "Desired",
+    "Existing",
+    "NotImported",
+    "Plan",
+    "SecretView",
+    "SourceInvalid",
+    "SourceStatus",
+    "capi_cluster_of",
+    "cluster_body",
+    "existing_of",
+    "kubeconfig_problem",
+    "parse_source",
+    "plan",
+    "source_of",
+    "status_of",
+    "status_patch",
+]
+
+KIND: Final = "ClusterSource"
+CLUSTER_SOURCES: Final = Resource(api.GROUP, api.VERSION, "clustersources", KIND)
+CAPI_CLUSTERS: Final = Resource("cluster.x-k8s.io", "v1beta1", "clusters", "Cluster")
+CAPI_CLUSTER_NAME: Final = "cluster.x-k8s.io/cluster-name"
+CAPI_KEY: Final = "value"
+SOURCE_LABEL: Final = "delivery.kokumi.dev/cluster-source"
+FROM_CLUSTER_API: Final = "ClusterAPI"
+MAX_LISTED: Final = 50
+"""``status.notImported`` lists this many Secrets at most (by name); ``more`` counts the rest."""
+
+_OURS: Final = "delivery.kokumi.dev/"
+_NOT_USABLE: Final = frozenset(
+    {Reason.INVALID_KUBECONFIG, Reason.SECRET_KEY_NOT_FOUND, Reason.SECRET_NOT_READABLE}
+)
+
+
+# --- the source ---------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class ClusterSource:
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    selector: selectors.Selector
+    labels: Mapping[str, str]
+
+
+@attrs.frozen
+class SourceInvalid:
+    """A ClusterSource that does not fit its schema: its status says why, and it makes nothing."""
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    reason: Reason
+    message: str
+
+
+def parse_source(obj: Mapping[str, Any]) -> ClusterSource | SourceInvalid:
+    """Read a ClusterSource; total, as the CRD validates but old objects can be anything."""
+    meta = metadata_of(obj)
+    name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
+    uid = str(meta.get("uid", ""))
+    generation = meta.get("generation")
+    gen = generation if isinstance(generation, int) else 0
+
+    def invalid(reason: Reason, message: str) -> SourceInvalid:
+        return SourceInvalid(name, namespace, uid, gen, reason, message)
+
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return invalid(Reason.INVALID_SPEC, "spec is missing: set spec.from to ClusterAPI")
+    origin = spec.get("from")
+    if origin != FROM_CLUSTER_API:
+        return invalid(
+            Reason.INVALID_SPEC,
+            f"spec.from {origin!r} is not supported: ClusterAPI is the only source today",
+        )
+    raw_selector = spec.get("selector", {})
+    selector = selectors.parse(raw_selector, "spec.selector")
+    if isinstance(selector, selectors.SelectorError):
+        return invalid(Reason.INVALID_SELECTOR, selector.message)
+    labels = spec.get("labels", {})
+    if not isinstance(labels, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        return invalid(
+            Reason.INVALID_SPEC, "spec.labels must map label keys to strings, e.g. {fleet: edge}"
+        )
+    problem = _label_problem(labels)
+    if problem is not None:
+        return invalid(Reason.INVALID_SPEC, problem)
+    return ClusterSource(name, namespace, uid, gen, selector, dict(labels))
+
+
+def _label_problem(labels: Mapping[str, str]) -> str | None:
+    """Why spec.labels cannot go on a Cluster, in the selector parser's own words; or None."""
+    for key, value in sorted(labels.items()):
+        if key.startswith(_OURS):
+            return f"spec.labels.{key}: keys under {_OURS} are Kokumi's own: choose another prefix"
+        checked = selectors.parse({"matchLabels": {key: value}}, "spec.labels")
+        if isinstance(checked, selectors.SelectorError):
+            return checked.message.replace("spec.labels.matchLabels", "spec.labels")
+    return None
+
+
+def source_of(obj: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(name, uid) of the ClusterSource that controls a Cluster, from its ownerReferences."""
+    for ref in metadata_of(obj).get("ownerReferences") or ():
+        if (
+            isinstance(ref, Mapping)
+            and ref.get("kind") == KIND
+            and str(ref.get("apiVersion", "")).startswith(f"{api.GROUP}/")
+            and ref.get("controller") is True
+        ):
+            return str(ref.get("name", "")), str(ref.get("uid", ""))
+    return None
+
+
+# --- Secrets ------------------------------------------------------------------------------------
+
+
+def capi_cluster_of(name: str, labels: Mapping[str, str]) -> str | None:
+    """The Cluster API cluster whose kubeconfig Secret this is, or None for any other Secret."""
+    cluster = labels.get(CAPI_CLUSTER_NAME)
+    if not cluster or name != f"{cluster}-kubeconfig":
+        return None
+    return cluster
+
+
+def kubeconfig_problem(secret: Mapping[str, Any]) -> tuple[Reason, str] | None:
+    """Why the manager cannot use a Cluster API kubeconfig Secret, or None when it can.
+
+    The same check as a Cluster's own (``kubeconfig.parse``), so that the source never makes a
+    Cluster that would only report ``InvalidKubeconfig``; ``kokumi cluster import`` uses it too.
+    """
+    text = secret_data(secret, CAPI_KEY)
+    if text is None:
+        keys = ", ".join(secret_keys(secret)) or "none"
+        return (
+            Reason.SECRET_KEY_NOT_FOUND,
+            f"it has no key {CAPI_KEY} (its keys: {keys}): Cluster API writes the kubeconfig "
+            "there once the cluster's control plane is up",
+        )
+    checked = kubeconfig.parse(text)
+    if isinstance(checked, kubeconfig.Refusal):
+        return Reason.INVALID_KUBECONFIG, checked.message
+    return None
+
+
+@attrs.frozen
+class SecretView:
+    """One Cluster API kubeconfig Secret as the source sees it: never its data."""
+
+    name: str
+    cluster: str  # the Cluster API cluster's name, from its label
+    problem: tuple[Reason, str] | None = None  # None: usable
+
+
+@attrs.frozen
+class CapiView:
+    """The Cluster API clusters of the namespace: their labels, if the manager may read them."""
+
+    readable: bool
+    labels: Mapping[str, Mapping[str, str]] = attrs.field(factory=dict)
+
+
+# --- Clusters -----------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Existing:
+    """A Cluster that exists, as far as the source's rules need it."""
+
+    name: str
+    owner: tuple[str, str] | None  # (name, uid) of its controlling ClusterSource
+    labels: Mapping[str, str]
+    secret: str | None  # the Secret a Kubeconfig Cluster reads (key value), else None
+
+
+def existing_of(obj: Mapping[str, Any]) -> Existing:
+    meta = metadata_of(obj)
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    assert isinstance(spec, Mapping)
+    ref = ((spec.get("kubeconfig") or {}).get("secretRef")) or {}
+    secret = None
+    if spec.get("connection") == "Kubeconfig" and ref.get("key", CAPI_KEY) == CAPI_KEY:
+        secret = ref.get("name")
+    labels = meta.get("labels") or {}
+    return Existing(
+        str(meta.get("name", "")),
+        source_of(obj),
+        {str(k): str(v) for k, v in labels.items()},
+        secret if isinstance(secret, str) else None,
+    )
+
+
+@attrs.frozen
+class Desired:
+    """The Cluster the source keeps for one Secret."""
+
+    name: str
+    secret: str
+    labels: Mapping[str, str]
+
+
+def _desired(source: ClusterSource, secret: SecretView, capi: Mapping[str, str]) -> Desired:
+    labels = {k: v for k, v in capi.items() if not k.startswith(_OURS)}
+    labels.update(source.labels)
+    labels[SOURCE_LABEL] = source.name
+    return Desired(secret.cluster, secret.name, labels)
+
+
+def cluster_body(source: ClusterSource, desired: Desired) -> dict[str, Any]:
+    """The Cluster object for ``desired``: what a create sends and an update restores."""
+    return {
+        "apiVersion": api.API_VERSION,
+        "kind": "Cluster",
+        "metadata": {
+            "name": desired.name,
+            "namespace": source.namespace,
+            "labels": dict(desired.labels),
+            "ownerReferences": [
+                {
+                    "apiVersion": api.API_VERSION,
+                    "kind": KIND,
+                    "name": source.name,
+                    "uid": source.uid,
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "connection": "Kubeconfig",
+            "kubeconfig": {"secretRef": {"name": desired.secret, "key": CAPI_KEY}},
+            "description": f"Cluster API cluster {desired.name}, from ClusterSource {source.name}",
+        },
+    }
+
+
+# --- the plan and the status --------------------------------------------------------------------
+
+
+@attrs.frozen
+class NotImported:
+    """A matched Secret that no Cluster of the source uses as it should, and why."""
+
+    secret: str
+    cluster: str
+    reason: Reason
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "secret": self.secret,
+            "cluster": self.cluster,
+            "reason": str(self.reason),
+            "message": self.message,
+        }
+
+
+@attrs.frozen
+class Plan:
+    """What the source writes, and what its status says before the writes' own outcome."""
+
+    create: tuple[Desired, ...] = ()
+    update: tuple[Desired, ...] = ()
+    delete: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()  # the source's Clusters that stay as they are
+    matched: int = 0
+    not_imported: tuple[NotImported, ...] = ()
+    blocked: tuple[Reason, str] | None = None  # the source cannot decide: nothing changes
+
+
+def plan(
+    source: ClusterSource,
+    secrets: Iterable[SecretView],
+    capi: CapiView,
+    existing: Mapping[str, Existing],
+    *,
+    secrets_listable: bool | None = True,
+    not_listable_message: str = "",
+) -> Plan:
+    """The writes that make the namespace's Clusters what the source says, and its findings.
+
+    ``secrets_listable`` is False when the manager may not list Secrets there (None: not known
+    yet); then, and while a selector needs Cluster API clusters the manager may not read, the
+    plan writes nothing: a missing permission must not delete Clusters.
+    """
+    mine = {n: e for n, e in existing.items() if e.owner is not None and e.owner[1] == source.uid}
+    kept_all = tuple(sorted(mine))
+    if secrets_listable is None:
+        waiting = (
+            "the manager has not listed the Secrets of this namespace yet; its Clusters stay as "
+            "they are meanwhile"
+        )
+        return Plan(kept=kept_all, blocked=(Reason.SECRET_NOT_READABLE, waiting))
+    if not secrets_listable:
+        return Plan(kept=kept_all, blocked=(Reason.SECRET_NOT_READABLE, not_listable_message))
+    if not capi.readable and not source.selector.selects_everything:
+        return Plan(
+            kept=kept_all,
+            blocked=(
+                Reason.CLUSTER_API_NOT_READABLE,
+                f"spec.selector {source.selector} is over the labels of Cluster API's clusters, "
+                "which the manager may not read (or Cluster API is not installed): grant it get, "
+                "list and watch on clusters.cluster.x-k8s.io, or remove spec.selector",
+            ),
+        )
+    create: list[Desired] = []
+    update: list[Desired] = []
+    kept: list[str] = []
+    problems: list[NotImported] = []
+    wanted: set[str] = set()
+    matched = 0
+    for secret in sorted(secrets, key=lambda s: s.name):
+        labels = capi.labels.get(secret.cluster, {}) if capi.readable else {}
+        if not source.selector.matches(labels):
+            continue
+        matched += 1
+        target = _desired(source, secret, labels)
+        there = existing.get(secret.cluster)
+        if there is not None and secret.cluster not in mine:
+            problems.append(NotImported(secret.name, secret.cluster, *_conflict(there)))
+            continue
+        if secret.problem is not None:
+            problems.append(NotImported(secret.name, secret.cluster, *secret.problem))
+            if there is None:
+                continue
+        wanted.add(secret.cluster)
+        if there is None:
+            create.append(target)
+        elif there.secret != target.secret or dict(there.labels) != dict(target.labels):
+            update.append(target)
+        else:
+            kept.append(target.name)
+    delete = tuple(sorted(set(mine) - wanted))
+    return Plan(tuple(create), tuple(update), delete, tuple(kept), matched, tuple(problems), None)
+
+
+def _conflict(there: Existing) -> tuple[Reason, str]:
+    who = (
+        f"ClusterSource {there.owner[0]} made it"
+        if there.owner is not None
+        else "it was not made by this ClusterSource"
+    )
+    return (
+        Reason.CLUSTER_CONFLICT,
+        f"a Cluster {there.name} exists and {who}: the source leaves it alone; delete or rename it "
+        "to let this ClusterSource keep one for the Secret",
+    )
+
+
+@attrs.frozen
+class SourceStatus:
+    observed_generation: int
+    ready: bool
+    reason: Reason
+    message: str
+    matched: int = 0
+    made: int = 0
+    not_usable: int = 0
+    conflicts: int = 0
+    not_imported: tuple[NotImported, ...] = ()
+
+    def to_json(self, last_transition_time: str) -> dict[str, Any]:
+        listed = self.not_imported[:MAX_LISTED]
+        status: dict[str, Any] = {
+            "observedGeneration": self.observed_generation,
+            "matched": self.matched,
+            "made": self.made,
+            "notUsable": self.not_usable,
+            "conflicts": self.conflicts,
+            "notImported": [entry.to_json() for entry in listed],
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True" if self.ready else "False",
+                    "reason": str(self.reason),
+                    "message": self.message,
+                    "lastTransitionTime": last_transition_time,
+                    "observedGeneration": self.observed_generation,
+                }
+            ],
+        }
+        if len(self.not_imported) > MAX_LISTED:
+            status["more"] = len(self.not_imported) - MAX_LISTED
+        return status
+
+
+def status_of(
+    source: ClusterSource | SourceInvalid, decided: Plan | None, failed: Mapping[str, str]
+) -> SourceStatus:
+    """The status once the plan's writes are done; ``failed`` maps a Cluster to its refused write.
+
+    A Cluster whose create failed is not made; one whose update or delete failed still is.
+    """
+    if isinstance(source, SourceInvalid):
+        return SourceStatus(source.generation, False, source.reason, source.message)
+    assert decided is not None
+    generation = source.generation
+    if decided.blocked is not None:
+        reason, message = decided.blocked
+        return SourceStatus(generation, False, reason, message, made=len(decided.kept))
+    entries = list(decided.not_imported)
+    for desired in (*decided.create, *decided.update):
+        refused = failed.get(desired.name)
+        if refused is not None:
+            entries.append(
+                NotImported(desired.secret, desired.name, Reason.CLUSTER_WRITE_FAILED, refused)
+            )
+    created = sum(1 for d in decided.create if d.name not in failed)
+    gone = sum(1 for name in decided.delete if name not in failed)
+    made = created + len(decided.update) + len(decided.kept) + len(decided.delete) - gone
+    entries.sort(key=lambda e: (e.secret, e.reason))
+    conflicts = sum(1 for e in entries if e.reason is Reason.CLUSTER_CONFLICT)
+    not_usable = sum(1 for e in entries if e.reason in _NOT_USABLE)
+    if not entries:
+        message = (
+            f"{decided.matched} Cluster API kubeconfig Secrets matched, each with its Cluster"
+            if decided.matched
+            else "no Cluster API kubeconfig Secret of this namespace matches: Clusters appear "
+            "here as Cluster API writes <cluster>-kubeconfig Secrets"
+        )
+        return SourceStatus(
+            generation, True, Reason.READY, message, decided.matched, made, not_usable, conflicts
+        )
+    message = (
+        f"{len(entries)} of {decided.matched} matched Cluster API kubeconfig Secrets have no "
+        f"usable Cluster of this source ({conflicts} in conflict, {not_usable} not usable): "
+        "see status.notImported"
+    )
+    return SourceStatus(
+        generation,
+        False,
+        Reason.NOT_ALL_IMPORTED,
+        message,
+        decided.matched,
+        made,
+        not_usable,
+        conflicts,
+        tuple(entries),
+    )
+
+
+def status_patch(current: object, new: SourceStatus, now: str) -> dict[str, Any] | None:
+    """The status to write, or None when the object's status says this already.
+
+    The Ready condition's transition time moves only when its status does, so a source whose
+    findings did not change is byte-identical to what it has, and nothing is written.
+    """
+    old = current if isinstance(current, Mapping) else {}
+    stamp = now
+    for condition in old.get("conditions") or ():
+        if (
+            isinstance(condition, Mapping)
+            and condition.get("type") == "Ready"
+            and condition.get("status") == ("True" if new.ready else "False")
+            and condition.get("lastTransitionTime")
+        ):
+            stamp = str(condition["lastTransitionTime"])
+    wanted = new.to_json(stamp)
+    if {k: old.get(k) for k in (*wanted, "more")} == {**{"more": None}, **wanted}:
+        return None
+    if "more" not in wanted and "more" in old:
+        wanted["more"] = None  # a merge patch removes it
+    return wanted
