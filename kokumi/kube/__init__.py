@@ -7,10 +7,11 @@ is: every public name in one place, each re-exported from its home and imported 
 client, Trio nor httpx with its package.
 """
 
-import importlib as _importlib
 import sys as _sys
 import types as _types
 import typing as _typing
+
+from . import lazy as _lazy
 
 if _typing.TYPE_CHECKING:
     # What mypy and IDEs see; tests/test_exports.py holds it equal to ``_HOMES``.
@@ -167,14 +168,4 @@ _sys.modules[__name__].__class__ = _Face
 
 # Hidden from mypy, which would otherwise take any attribute of the package for one that exists.
 if not _typing.TYPE_CHECKING:
-
-    def __getattr__(name: str) -> object:
-        home = _HOMES.get(name)
-        if home is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(_importlib.import_module(home), name)
-        globals()[name] = value  # the next lookup is an ordinary one
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted({*globals(), *__all__})
+    __getattr__, __dir__ = _lazy.face(__name__, _HOMES, __all__)
