@@ -42,7 +42,7 @@ def chaos(session: nox.Session) -> None:
     """The chaos test on the real hub: CHAOS_SEED replays a seed, CHAOS_OPS sets its length."""
     session.install("-e", ".[test]")
     session.run("python", "-m", "kokumi.testing", "build")
-    session.run("pytest", "tests/chaos", "-s", *session.posargs)
+    session.run("pytest", "tests/chaos", "-s", "--timeout=0", *session.posargs)
 
 
 @nox.session(python="3.11")
@@ -55,6 +55,7 @@ def soak(session: nox.Session) -> None:
         "pytest",
         "tests/test_model.py",
         "-s",
+        "--timeout=0",  # as long as its steps take
         *session.posargs,
         env={
             "MODEL_EXAMPLES": session.env.get("MODEL_EXAMPLES", "2200"),
@@ -64,6 +65,7 @@ def soak(session: nox.Session) -> None:
     session.run(
         "pytest",
         "tests/test_kubeconfig.py",
+        "--timeout=0",
         "-k",
         "connection_or_a_refusal",
         "--hypothesis-show-statistics",
@@ -75,6 +77,7 @@ def soak(session: nox.Session) -> None:
         "pytest",
         "tests/chaos",
         "-s",
+        "--timeout=0",
         *session.posargs,
         env={
             "CHAOS_OPS": session.env.get("CHAOS_OPS", "2000"),
