@@ -24,6 +24,7 @@ if _typing.TYPE_CHECKING:
         SECRETS,
         SERVICE_ACCOUNTS,
         Client,
+        Identity,
         Observer,
     )
     from .config import (
@@ -72,6 +73,7 @@ __all__ = [
     "FileToken",
     "Forbidden",
     "Gone",
+    "Identity",
     "Invalid",
     "KubeError",
     "LEASES",
@@ -106,6 +108,7 @@ _BY_HOME = {
         "CUSTOM_RESOURCE_DEFINITIONS",
         "Client",
         "EVENTS",
+        "Identity",
         "LEASES",
         "NAMESPACES",
         "Observer",
