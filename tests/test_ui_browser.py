@@ -32,9 +32,10 @@ from kokumi.kube.errors import NotFound
 from kokumi.testing import Kubectl, canary
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
-from kokumi.ui.serve import serve_ui
+from kokumi.ui.serve import serve_in_cluster, serve_ui
 from tests.manager_support import Workspace, manager, ready_of, wait_for, wait_reason, workspace
 from tests.test_cli_cluster import user_with
+from tests.ui_support import install_ui_account, user
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -162,6 +163,25 @@ async def running_ui(config: Config, argocd_namespace: str) -> AsyncIterator[Bro
             # The link is spent once used: opened again, it signs in no one.
             await browser.open(running.sign_in_url.removeprefix(running.url))
             assert "This sign-in link cannot be used" in await browser.text()
+            await browser.open("/clusters")
+            yield browser
+            nursery.cancel_scope.cancel()
+    finally:
+        await trio.to_thread.run_sync(driver.quit)
+
+
+@asynccontextmanager
+async def running_in_cluster_ui(own: Config, argocd_namespace: str) -> AsyncIterator[Browser]:
+    """``kokumi ui --in-cluster`` as its Deployment runs it, the browser on its sign-in page."""
+    driver = await trio.to_thread.run_sync(_chrome)
+    try:
+        async with trio.open_nursery() as nursery:
+            url = await nursery.start(
+                functools.partial(
+                    serve_in_cluster, own, bind="127.0.0.1:0", argocd_namespace=argocd_namespace
+                )
+            )
+            browser = Browser(driver, url)
             await browser.open("/clusters")
             yield browser
             nursery.cancel_scope.cancel()
@@ -444,3 +464,40 @@ async def test_a_cluster_in_conflict_says_who_holds_its_server(
             environment = await browser.open(f"/environments/{second}/edge")
             assert "ClusterConflict" in environment
         _no_credentials(browser, spoke_kubeconfig)
+
+
+async def test_in_cluster_a_bearer_token_signs_in_and_shows_the_clusters(
+    hub: APIServer, admission_policies: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with fleet(hub) as (ws, ns):
+        await ws.cluster(ns, "in-cluster")
+        own = install_ui_account(hub)
+        alice = user(hub, ns, "alice", verbs="get,list")
+        async with running_in_cluster_ui(own, ws.argocd) as browser:
+            assert "Paste a Kubernetes bearer token" in await browser.text()
+            await browser.fill("token", canary.token())
+            await browser.submit()
+            refused = await browser.text()
+            assert "Refused: the API server does not accept this token" in refused
+            await browser.shot("in-cluster-sign-in-refused")
+            await browser.fill("token", alice)
+            await browser.submit()
+            assert browser.url == f"{browser.base}/clusters", await browser.text()
+            listed = await browser.until(
+                f"/clusters?namespace={ns}", lambda t: "in-cluster" in t and "True" in t, "Ready"
+            )
+            assert f"system:serviceaccount:{ns}:alice" in listed
+            cookie = await browser._run(lambda: browser.driver.get_cookie("kokumi_session"))
+            assert cookie is not None and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+            assert alice not in cookie["value"]
+            await browser.shot("in-cluster-clusters-list")
+            await browser.open("/clusters/new")
+            assert "aria-current" in await browser._run(
+                lambda: browser.driver.find_element(
+                    By.CSS_SELECTOR, "header a.button"
+                ).get_attribute("outerHTML")
+            )
+        for source in browser.sources:
+            assert alice not in source
+            assert canary.found(source) == []
+        assert alice not in caplog.text

@@ -25,6 +25,7 @@ if _typing.TYPE_CHECKING:
         SECRETS,
         SERVICE_ACCOUNTS,
         Client,
+        Identity,
         Observer,
     )
     from .config import (
@@ -73,6 +74,7 @@ __all__ = [
     "FileToken",
     "Forbidden",
     "Gone",
+    "Identity",
     "Invalid",
     "KubeError",
     "LEASES",
@@ -107,6 +109,7 @@ _BY_HOME = {
         "CUSTOM_RESOURCE_DEFINITIONS",
         "Client",
         "EVENTS",
+        "Identity",
         "LEASES",
         "NAMESPACES",
         "Observer",

@@ -9,12 +9,14 @@ the server asked for.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, Self
 
+import attrs
 import httpcore
 import httpx
 import trio
@@ -46,6 +48,7 @@ __all__ = [
     "SECRETS",
     "SERVICE_ACCOUNTS",
     "Client",
+    "Identity",
     "Observer",
 ]
 
@@ -73,6 +76,58 @@ CUSTOM_RESOURCE_DEFINITIONS = Resource(
     "CustomResourceDefinition",
     namespaced=False,
 )
+
+
+def _header_value(what: str) -> Any:
+    def check(instance: Any, attribute: Any, value: str) -> None:
+        if not value or len(value) > 1024 or not value.isprintable() or not value.isascii():
+            raise ConfigError(
+                f"{what} must be 1 to 1024 printable ASCII characters, as an HTTP header carries"
+            )
+
+    return check
+
+
+def _groups(instance: Identity, attribute: Any, value: tuple[str, ...]) -> None:
+    check = _header_value("an impersonated group")
+    for group in value:
+        check(instance, attribute, group)
+    if value and instance.user is None:
+        raise ConfigError("groups are impersonated together with a user: name the user too")
+
+
+@attrs.frozen
+class Identity:
+    """Whom one request acts for, instead of the connection's own user.
+
+    Either ``token``, a bearer token of that user's own (sent in place of the connection's
+    credentials), or ``user`` with ``groups``, which the connection's user impersonates with
+    ``Impersonate-User`` and ``Impersonate-Group`` (it needs the ``impersonate`` verb on them).
+    A web front end serving many users makes each of its calls as one of them, so that their
+    RBAC, not the front end's, decides.
+    """
+
+    token: str | None = attrs.field(
+        default=None,
+        repr=False,
+        validator=attrs.validators.optional(_header_value("a bearer token")),
+    )
+    user: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_header_value("an impersonated user"))
+    )
+    groups: tuple[str, ...] = attrs.field(default=(), validator=_groups)
+
+    def __attrs_post_init__(self) -> None:
+        if (self.token is None) == (self.user is None):
+            raise ConfigError("an identity is a token or a user to impersonate: give one of them")
+
+    def headers(self) -> list[tuple[str, str]]:
+        if self.token is not None:
+            return [("Authorization", f"Bearer {self.token}")]
+        assert self.user is not None
+        return [("Impersonate-User", self.user)] + [
+            ("Impersonate-Group", group) for group in self.groups
+        ]
 
 
 class Observer(Protocol):
@@ -131,6 +186,8 @@ class Client:
         self._max_retries = max_retries
         self._max_retry_delay = max_retry_delay
         self._extensions: dict[str, Any] = {}
+        self._identity: Identity | None = None
+        self._shared = False
         self.observer: Observer = _Unobserved()
         if config.tls_server_name and config.proxy_url:
             # Through a CONNECT tunnel httpx sends SNI for the URL's host and checks that name:
@@ -166,6 +223,29 @@ class Client:
         """The namespace of the connection (the pod's own, or the kubeconfig context's)."""
         return self._config.namespace
 
+    @property
+    def identity(self) -> Identity | None:
+        """Whom this client's requests act for; None: the connection's own user."""
+        return self._identity
+
+    def acting_as(self, identity: Identity) -> Client:
+        """This connection, each request made as ``identity``; cheap enough for every request.
+
+        The result shares the connection pool, the limiter and the observer with this client,
+        and closing it closes nothing: close this one. A token of the user's own is refused over
+        a connection that presents a client certificate, since the API server would take the
+        certificate's user and never look at the token; connect without one for that.
+        """
+        if identity.token is not None and self._config.client_certificate is not None:
+            raise ConfigError(
+                "a user's own token cannot be sent over a connection with a client certificate: "
+                "the API server would act as the certificate's user; connect without one"
+            )
+        clone = copy.copy(self)
+        clone._identity = identity
+        clone._shared = True
+        return clone
+
     async def __aenter__(self) -> Self:
         return self
 
@@ -178,7 +258,8 @@ class Client:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if not self._shared:
+            await self._http.aclose()
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -483,13 +564,17 @@ class Client:
         context = f"{method} {path}"
         retries = 0
         token_refreshed = False
-        provider = self._config.token
+        identity = self._identity
+        # A user's own token replaces the connection's credentials; impersonation adds to them.
+        provider = None if identity is not None and identity.token else self._config.token
         while True:
-            headers = {"Accept": accept}
+            headers = [("Accept", accept)]
             if content is not None:
-                headers["Content-Type"] = content_type
+                headers.append(("Content-Type", content_type))
             if provider is not None:
-                headers["Authorization"] = f"Bearer {await provider.token()}"
+                headers.append(("Authorization", f"Bearer {await provider.token()}"))
+            if identity is not None:
+                headers.extend(identity.headers())
             request = self._http.build_request(
                 method,
                 path,

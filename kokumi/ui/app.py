@@ -6,6 +6,11 @@ show, computed by :mod:`kokumi.core.clusterview`; New Cluster calls
 :mod:`kokumi.workspace.newcluster`, the steps ``kokumi cluster add`` takes. A refusal is one line
 under the field it is about; a kubeconfig, a token or a key is never put back into a page, not
 even into the form after a failed attempt.
+
+The routes come in groups: signing in (which differs by mode: the one-time link locally, a
+bearer token or an authenticating proxy in a cluster), the Clusters, the Environments. Every page
+but the sign-in's goes through :func:`_signed_in`, which finds the session, checks the CSRF token
+of an unsafe request, and hands the page the client that acts as the session's user.
 """
 
 from __future__ import annotations
@@ -21,16 +26,17 @@ import jinja2
 from starlette.applications import Starlette
 from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
-from starlette.routing import Mount, Route
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from kokumi.core import api, argocd, clusterview, kubeconfig
+from kokumi.core import api, argocd, clusterview, kubeconfig, sessioncookie
 from kokumi.core.ownership import IN_CLUSTER_SERVER
 from kokumi.core.text import one_line
 from kokumi.kube.client import NAMESPACES, Client
-from kokumi.kube.errors import Conflict, Forbidden, KubeError, NotFound
-from kokumi.ui.security import COOKIE, Guard, Session, Sessions
+from kokumi.kube.errors import ConfigError, Conflict, Forbidden, KubeError, NotFound, Unauthorized
+from kokumi.ui.incluster import ProxyTrust, Who, who_is
+from kokumi.ui.security import COOKIE, Guard, SealedSessions, Session, Sessions, clear_cookie
 from kokumi.workspace import inspect, newcluster
 
 __all__ = ["UI", "create_app"]
@@ -40,6 +46,9 @@ log = logging.getLogger("kokumi.ui")
 REFRESH: Final = 10
 """Seconds between reloads of the list and a Cluster's page: a check runs about once a minute."""
 
+MAX_TOKEN: Final = 16 * 1024
+"""The longest bearer token the sign-in form takes (a cookie holds about 2,800 characters)."""
+
 _FILES = importlib.resources.files("kokumi.ui")
 _ENV: Final = jinja2.Environment(
     loader=jinja2.FunctionLoader(lambda name: (_FILES / "templates" / name).read_text("utf-8")),
@@ -47,33 +56,112 @@ _ENV: Final = jinja2.Environment(
     undefined=jinja2.StrictUndefined,
 )
 
-Handler = Callable[[Request, Session], Awaitable[Response]]
+Handler = Callable[[Request, Session, Client], Awaitable[Response]]
+Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 @attrs.define
 class UI:
-    """What the pages need: the user's connection to the hub, the sessions, Argo CD's namespace."""
+    """What the pages need: the connection to the hub, the sessions, Argo CD's namespace.
+
+    Locally ``hub`` is the user's own connection and ``sessions`` the one-time link's. In a
+    cluster ``sessions`` are :class:`SealedSessions`, and ``hub`` is the connection each request
+    acts through as its user: without credentials of its own when users sign in with a token,
+    the UI's ServiceAccount (which impersonates) when ``proxy`` names an authenticating proxy.
+    """
 
     hub: Client
-    sessions: Sessions
+    sessions: Sessions | SealedSessions
     argocd_namespace: str = argocd.ARGOCD_NAMESPACE
     clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)
+    proxy: ProxyTrust | None = None
+
+    @property
+    def mode(self) -> str:
+        """``local``, ``token`` (in a cluster, bearer sign-in) or ``proxy``."""
+        if isinstance(self.sessions, Sessions):
+            return "local"
+        return "token" if self.proxy is None else "proxy"
+
+    def client_for(self, session: Session) -> Client:
+        return self.hub if session.identity is None else self.hub.acting_as(session.identity)
 
 
 def create_app(ui: UI) -> Guard:
     """The ASGI app, wrapped in the guard that adds the headers and refuses cross-site writes."""
 
-    def signed_in(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-        async def endpoint(request: Request) -> Response:
-            session = ui.sessions.get(request.cookies.get(COOKIE))
-            if session is None:
-                return _page(
-                    "signin.html",
-                    {"title": "Sign in", "session": None},
-                    status=401,
-                )
-            if request.method != "POST":
-                return await handler(request, session)
+    async def index(request: Request) -> Response:
+        return RedirectResponse("/clusters", status_code=303)
+
+    async def healthz(request: Request) -> Response:
+        # For the kubelet's probes, which come from no proxy and hold no session.
+        return PlainTextResponse("ok")
+
+    routes: list[BaseRoute] = [
+        Route("/", index),
+        Route("/healthz", healthz),
+        *_sign_in_routes(ui),
+        *_cluster_routes(ui),
+        *_environment_routes(ui),
+        Mount("/static", StaticFiles(directory=str(_FILES / "static")), name="static"),
+    ]
+    return Guard(Starlette(routes=routes))
+
+
+# --- sessions ---------------------------------------------------------------------------------
+
+
+def _secure(request: Request) -> bool:
+    """Whether the browser reached us over TLS: directly, or through a proxy that says so."""
+    forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+    return request.url.scheme == "https" or forwarded == "https"
+
+
+def _refused(text: str, status: int) -> Response:
+    return PlainTextResponse(text, status_code=status)
+
+
+def _signin_page(ui: UI, *, status: int = 401, **context: Any) -> HTMLResponse:
+    return _page(
+        "signin.html",
+        {"title": "Sign in", "session": None, "mode": ui.mode, "message": "", **context},
+        status=status,
+    )
+
+
+def _proxy_session(ui: UI, request: Request) -> tuple[Session, str | None] | Response:
+    """The proxy's user for this request, and their session (a new one when the user changed)."""
+    assert ui.proxy is not None and isinstance(ui.sessions, SealedSessions)
+    identity = ui.proxy.identity(request)
+    if isinstance(identity, str):
+        log.warning("refused %s %s: %s", request.method, request.url.path, identity)
+        return _refused(identity + ".", 401 if "named no user" in identity else 403)
+    assert identity.user is not None
+    session = ui.sessions.get(request.cookies.get(COOKIE))
+    fresh = None
+    if session is None or session.user != identity.user:
+        cookie, session = ui.sessions.start(identity.user, groups=identity.groups)
+        fresh = ui.sessions.cookie_header(cookie, secure=_secure(request))
+    return attrs.evolve(session, identity=identity), fresh
+
+
+def _signed_in(ui: UI, handler: Handler) -> Endpoint:
+    async def endpoint(request: Request) -> Response:
+        fresh = None
+        if ui.proxy is not None:
+            found = _proxy_session(ui, request)
+            if isinstance(found, Response):
+                return found
+            session, fresh = found
+        else:
+            looked_up = ui.sessions.get(request.cookies.get(COOKIE))
+            if looked_up is None:
+                return _signin_page(ui)
+            session = looked_up
+        hub = ui.client_for(session)
+        if request.method != "POST":
+            response = await handler(request, session, hub)
+        else:
             # Parsed once, here, with its limits; the handler's request.form() returns it.
             form = await request.form(max_files=1, max_fields=40)
             try:
@@ -82,48 +170,126 @@ def create_app(ui: UI) -> Guard:
                     log.warning(
                         "refused %s %s: no valid CSRF token", request.method, request.url.path
                     )
-                    return Response(
+                    return _refused(
                         "Refused: the form is not from this session: reload the page and try "
                         "again.",
-                        status_code=403,
-                        media_type="text/plain",
+                        403,
                     )
-                return await handler(request, session)
+                response = await handler(request, session, hub)
             finally:
                 await form.close()
+        if fresh is not None:
+            response.headers.append("set-cookie", fresh)
+        return response
 
-        return endpoint
+    return endpoint
 
-    async def sign_in(request: Request) -> Response:
+
+# --- signing in -------------------------------------------------------------------------------
+
+
+def _sign_in_routes(ui: UI) -> list[BaseRoute]:
+    async def local_sign_in(request: Request) -> Response:
+        assert isinstance(ui.sessions, Sessions)
         cookie = ui.sessions.exchange(request.query_params.get("token", ""))
         if cookie is None:
             log.warning("refused a sign-in: the link was used already or is wrong")
-            return _page(
-                "signin.html",
-                {"title": "Sign in", "session": None, "spent": True},
-                status=403,
-            )
+            return _signin_page(ui, status=403, spent=True)
         log.info("signed in with the one-time link")
         response = RedirectResponse("/clusters", status_code=303)
         response.headers.append("set-cookie", ui.sessions.cookie_header(cookie))
         return response
 
-    async def sign_out(request: Request, session: Session) -> Response:
-        ui.sessions.end(request.cookies.get(COOKIE))
-        response = _page("signin.html", {"title": "Signed out", "session": None, "out": True})
+    async def token_sign_in(request: Request) -> Response:
+        if request.method != "POST":
+            if "token" in request.query_params:
+                # Said without the token: a URL ends up in histories, proxies' logs, Referers.
+                log.warning("refused a sign-in: a token in the URL")
+                return _signin_page(
+                    ui,
+                    status=400,
+                    message="Refused: a token in a URL ends up in browser histories and logs: "
+                    "paste it into this form instead, and make a new one, since this one was "
+                    "exposed.",
+                )
+            return _signin_page(ui, status=200)
+        form = await request.form(max_files=0, max_fields=4, max_part_size=MAX_TOKEN)
+        try:
+            given = form.get("token")
+            token = given.strip() if isinstance(given, str) else ""
+        finally:
+            await form.close()
+        who = await _who(ui, token)
+        if isinstance(who, tuple):
+            refusal, status = who
+            log.warning("refused a sign-in: %s", refusal)
+            return _signin_page(ui, status=status, message=f"Refused: {refusal}.")
+        assert isinstance(ui.sessions, SealedSessions)
+        cookie, _ = ui.sessions.start(who.user, token=token)
+        if len(cookie) > sessioncookie.MAX_COOKIE:
+            log.warning("refused a sign-in as %s: the token is too long for a cookie", who.user)
+            return _signin_page(
+                ui,
+                status=400,
+                message="Refused: this token is too long to keep in a session cookie (at most "
+                "about 2,800 characters): sign in with a ServiceAccount's token, or run the UI "
+                "behind an authenticating proxy.",
+            )
+        log.info("signed in as %s with a bearer token", who.user)
+        response = RedirectResponse("/clusters", status_code=303)
         response.headers.append(
-            "set-cookie", f"{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
+            "set-cookie", ui.sessions.cookie_header(cookie, secure=_secure(request))
         )
         return response
 
-    async def index(request: Request) -> Response:
+    async def proxy_sign_in(request: Request) -> Response:
         return RedirectResponse("/clusters", status_code=303)
 
-    async def clusters(request: Request, session: Session) -> Response:
+    async def sign_out(request: Request, session: Session, hub: Client) -> Response:
+        ui.sessions.end(request.cookies.get(COOKIE))
+        response = _signin_page(ui, status=200, title="Signed out", out=True)
+        response.headers.append("set-cookie", clear_cookie(secure=_secure(request)))
+        return response
+
+    sign_in: Endpoint = {"local": local_sign_in, "token": token_sign_in}.get(ui.mode, proxy_sign_in)
+    return [
+        Route("/signin", sign_in, methods=["GET", "POST"] if ui.mode == "token" else ["GET"]),
+        Route("/signout", _signed_in(ui, sign_out), methods=["POST"]),
+    ]
+
+
+async def _who(ui: UI, token: str) -> Who | tuple[str, int]:
+    """Whom ``token`` signs in, or why it signs no one in (one line, never the token), and the
+    status to answer with."""
+    if not token:
+        return "paste a bearer token, e.g. from kubectl create token NAME -n NAMESPACE", 400
+    if len(token) > MAX_TOKEN:
+        return f"a bearer token is at most {MAX_TOKEN // 1024} KiB", 400
+    try:
+        who = await who_is(ui.hub, token)
+    except ConfigError:
+        return "a bearer token is one line of printable characters: paste it again", 400
+    except Unauthorized:
+        return (
+            "the API server does not accept this token: it is wrong, expired or revoked; "
+            "make a new one, e.g. with kubectl create token NAME -n NAMESPACE"
+        ), 401
+    except KubeError as exc:
+        return f"cannot ask the API server whom this token names: {exc}", 502
+    if not who.user or who.user == "system:anonymous":
+        return "the API server takes this token for no user: sign in with a user's token", 401
+    return who
+
+
+# --- the Clusters -----------------------------------------------------------------------------
+
+
+def _cluster_routes(ui: UI) -> list[BaseRoute]:
+    async def clusters(request: Request, session: Session, hub: Client) -> Response:
         namespace = request.query_params.get("namespace", "").strip()
         selector = request.query_params.get("selector", "").strip()
         reason = request.query_params.get("reason", "").strip()
-        items, scope, error = await _clusters(ui.hub, namespace or None, selector)
+        items, scope, error = await _clusters(hub, namespace or None, selector)
         now = ui.clock()
         rows = sorted((clusterview.row(c, now) for c in items), key=lambda r: (r.namespace, r.name))
         reasons = sorted({r.reason for r in rows})
@@ -146,10 +312,10 @@ def create_app(ui: UI) -> Guard:
             },
         )
 
-    async def cluster(request: Request, session: Session) -> Response:
+    async def cluster(request: Request, session: Session, hub: Client) -> Response:
         namespace, name = request.path_params["namespace"], request.path_params["name"]
         try:
-            facts = await inspect.cluster_facts(ui.hub, namespace, name, ui.argocd_namespace)
+            facts = await inspect.cluster_facts(hub, namespace, name, ui.argocd_namespace)
         except NotFound:
             return _missing(session, namespace, name)
         except KubeError as exc:
@@ -164,10 +330,10 @@ def create_app(ui: UI) -> Guard:
              **_cluster_context(facts, ui.argocd_namespace, ui.clock())},
         )  # fmt: skip
 
-    async def edit(request: Request, session: Session) -> Response:
+    async def edit(request: Request, session: Session, hub: Client) -> Response:
         namespace, name = request.path_params["namespace"], request.path_params["name"]
         try:
-            current = await ui.hub.get(api.CLUSTERS, name, namespace=namespace)
+            current = await hub.get(api.CLUSTERS, name, namespace=namespace)
         except NotFound:
             return _missing(session, namespace, name)
         except KubeError as exc:
@@ -186,7 +352,7 @@ def create_app(ui: UI) -> Guard:
             values = {k: _text(form, k) for k in ("labels", "description", "version")}
             try:
                 parsed = _labels(values["labels"])
-                await _save(ui.hub, current, parsed, values["description"], values["version"])
+                await _save(hub, current, parsed, values["description"], values["version"])
             except newcluster.Refused as refused:
                 error = str(refused)
             else:
@@ -198,7 +364,7 @@ def create_app(ui: UI) -> Guard:
             status=422 if error else 200,
         )  # fmt: skip
 
-    async def delete(request: Request, session: Session) -> Response:
+    async def delete(request: Request, session: Session, hub: Client) -> Response:
         namespace, name = request.path_params["namespace"], request.path_params["name"]
         error = ""
         if request.method == "POST":
@@ -207,7 +373,7 @@ def create_app(ui: UI) -> Guard:
                 error = f"type the Cluster's name, {name}, to delete it"
             else:
                 try:
-                    await ui.hub.delete(api.CLUSTERS, name, namespace=namespace)
+                    await hub.delete(api.CLUSTERS, name, namespace=namespace)
                 except NotFound:
                     pass
                 except KubeError as exc:
@@ -224,9 +390,9 @@ def create_app(ui: UI) -> Guard:
             status=422 if error else 200,
         )  # fmt: skip
 
-    async def new(request: Request, session: Session) -> Response:
+    async def new(request: Request, session: Session, hub: Client) -> Response:
         values: dict[str, str] = {
-            "namespace": request.query_params.get("namespace", "") or ui.hub.namespace,
+            "namespace": request.query_params.get("namespace", "") or hub.namespace,
             "name": "",
             "how": "kubeconfig",
             "context": "",
@@ -240,7 +406,7 @@ def create_app(ui: UI) -> Guard:
             form = await request.form()
             for key in values:
                 values[key] = _text(form, key).strip()
-            outcome = await _add(ui.hub, form, values)
+            outcome = await _add(hub, form, values)
             if isinstance(outcome, str):
                 return RedirectResponse(outcome, status_code=303)
             errors, contexts = outcome
@@ -251,17 +417,31 @@ def create_app(ui: UI) -> Guard:
             status=422 if errors else 200,
         )  # fmt: skip
 
-    async def environments(request: Request, session: Session) -> Response:
+    both = ["GET", "POST"]
+    return [
+        Route("/clusters", _signed_in(ui, clusters)),
+        Route("/clusters/new", _signed_in(ui, new), methods=both),
+        Route("/clusters/{namespace}/{name}", _signed_in(ui, cluster)),
+        Route("/clusters/{namespace}/{name}/edit", _signed_in(ui, edit), methods=both),
+        Route("/clusters/{namespace}/{name}/delete", _signed_in(ui, delete), methods=both),
+    ]
+
+
+# --- the Environments -------------------------------------------------------------------------
+
+
+def _environment_routes(ui: UI) -> list[BaseRoute]:
+    async def environments(request: Request, session: Session, hub: Client) -> Response:
         namespace = request.query_params.get("namespace", "").strip()
         views: list[clusterview.EnvironmentView] = []
         error = ""
         try:
-            envs = (await ui.hub.list(api.ENVIRONMENTS, namespace=namespace or None))["items"]
+            envs = (await hub.list(api.ENVIRONMENTS, namespace=namespace or None))["items"]
             by_namespace: dict[str, list[dict[str, Any]]] = {}
             for env in envs:
                 ns = env["metadata"]["namespace"]
                 if ns not in by_namespace:
-                    by_namespace[ns] = (await ui.hub.list(api.CLUSTERS, namespace=ns))["items"]
+                    by_namespace[ns] = (await hub.list(api.CLUSTERS, namespace=ns))["items"]
                 views.append(clusterview.environment_view(env, by_namespace[ns]))
         except KubeError as exc:
             where = f"namespace {namespace}" if namespace else "all namespaces"
@@ -273,11 +453,11 @@ def create_app(ui: UI) -> Guard:
              "namespace": namespace, "error": error},
         )  # fmt: skip
 
-    async def environment(request: Request, session: Session) -> Response:
+    async def environment(request: Request, session: Session, hub: Client) -> Response:
         namespace, name = request.path_params["namespace"], request.path_params["name"]
         try:
-            env = await ui.hub.get(api.ENVIRONMENTS, name, namespace=namespace)
-            items = (await ui.hub.list(api.CLUSTERS, namespace=namespace))["items"]
+            env = await hub.get(api.ENVIRONMENTS, name, namespace=namespace)
+            items = (await hub.list(api.CLUSTERS, namespace=namespace))["items"]
         except NotFound:
             missing = newcluster.Refused(f"no Environment {name} in namespace {namespace}")
             return _error(session, missing, status=404)
@@ -293,20 +473,10 @@ def create_app(ui: UI) -> Guard:
              "refresh": REFRESH},
         )  # fmt: skip
 
-    routes = [
-        Route("/", index),
-        Route("/signin", sign_in),
-        Route("/signout", signed_in(sign_out), methods=["POST"]),
-        Route("/clusters", signed_in(clusters)),
-        Route("/clusters/new", signed_in(new), methods=["GET", "POST"]),
-        Route("/clusters/{namespace}/{name}", signed_in(cluster)),
-        Route("/clusters/{namespace}/{name}/edit", signed_in(edit), methods=["GET", "POST"]),
-        Route("/clusters/{namespace}/{name}/delete", signed_in(delete), methods=["GET", "POST"]),
-        Route("/environments", signed_in(environments)),
-        Route("/environments/{namespace}/{name}", signed_in(environment)),
-        Mount("/static", StaticFiles(directory=str(_FILES / "static")), name="static"),
+    return [
+        Route("/environments", _signed_in(ui, environments)),
+        Route("/environments/{namespace}/{name}", _signed_in(ui, environment)),
     ]
-    return Guard(Starlette(routes=routes))
 
 
 def _page(template: str, context: Mapping[str, Any], *, status: int = 200) -> HTMLResponse:

@@ -5,6 +5,10 @@ gets a session cookie and the link is spent, so another local user, or a web pag
 port, cannot act with the user's kubeconfig. The cookie is signed (itsdangerous), HttpOnly,
 SameSite=Strict, and expires; the session behind it lives in this process only.
 
+In a cluster (:class:`SealedSessions`) the session lives in the cookie itself, sealed with the key
+the replicas share (:mod:`kokumi.core.sessioncookie`), so that any replica, and one started after
+a restart, accepts it; the user's bearer token travels in it encrypted, never in clear.
+
 SameSite alone does not stop a forged POST: another port of 127.0.0.1 is the same site (Argo CD's
 CVE-2024-22424 was the subdomain form of that). Every unsafe request therefore needs both the
 session's own CSRF token in the form and a browser's word that it came from this origin
@@ -17,18 +21,22 @@ import hmac
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any, Final
 
 import attrs
 from itsdangerous import BadSignature, TimestampSigner
 from starlette.exceptions import HTTPException
 
+from kokumi.core import sessioncookie
+from kokumi.kube.client import Identity
+
 __all__ = [
     "COOKIE",
     "CSP",
     "MAX_BODY",
     "Guard",
+    "SealedSessions",
     "Session",
     "Sessions",
     "cross_site_refusal",
@@ -41,6 +49,8 @@ MAX_BODY: Final = 1024 * 1024
 """The largest request body: a kubeconfig the manager accepts is at most 512 KiB, as a form."""
 
 SESSION_SECONDS: Final = 12 * 3600
+CLUSTER_SESSION_SECONDS: Final = 8 * 3600
+"""In a cluster a session ends after a working day, or when its token expires if that is sooner."""
 
 CSP: Final = (
     "default-src 'none'; style-src 'self'; img-src 'self'; script-src 'none'; "
@@ -67,8 +77,16 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 @attrs.define
 class Session:
+    """One signed-in browser, as a request sees it.
+
+    ``identity`` is whom the request's Kubernetes calls act for: None for local mode (the
+    kubeconfig's user), the user's own token, or the user the authenticating proxy names.
+    """
+
     csrf: str
     expires: float
+    user: str = ""
+    identity: Identity | None = None
 
 
 @attrs.define
@@ -129,12 +147,85 @@ class Sessions:
             return
         self._sessions.pop(session_id, None)
 
-    def cookie_header(self, value: str) -> str:
-        secure = "; Secure" if self.secure else ""
-        return (
-            f"{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; "
-            f"Max-Age={int(self.lifetime)}{secure}"
+    def cookie_header(self, value: str, *, secure: bool = False) -> str:
+        return _cookie(value, int(self.lifetime), self.secure or secure)
+
+    def csrf_ok(self, session: Session, given: str) -> bool:
+        return hmac.compare_digest(session.csrf.encode(), given.encode())
+
+
+def _cookie(value: str, max_age: int, secure: bool) -> str:
+    return f"{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}" + (
+        "; Secure" if secure else ""
+    )
+
+
+def clear_cookie(*, secure: bool = False) -> str:
+    return _cookie("", 0, secure)
+
+
+@attrs.define
+class SealedSessions:
+    """Sessions in their cookies, sealed with the key the UI keeps in a Secret (in a cluster).
+
+    Nothing is kept here but the ids of sessions signed out at this replica, until they expire:
+    a cookie copied before its user signed out still works at another replica until it expires,
+    as any stateless session does; ``lifetime`` bounds that. ``secure`` marks every cookie
+    Secure; without it a cookie is Secure when its request came over TLS (or a proxy says so).
+    ``clock`` is wall-clock time, which the replicas share.
+    """
+
+    keys: sessioncookie.Keys
+    lifetime: float = CLUSTER_SESSION_SECONDS
+    secure: bool = False
+    clock: Callable[[], float] = time.time
+    _ended: dict[str, float] = attrs.field(factory=dict)
+
+    def start(
+        self, user: str, *, token: str | None = None, groups: Sequence[str] = ()
+    ) -> tuple[str, Session]:
+        """A new session's cookie value; it ends no later than the token says it expires."""
+        now = self.clock()
+        expires = int(now + self.lifetime)
+        if token is not None:
+            until = sessioncookie.token_expiry(token)
+            if until is not None:
+                expires = min(expires, until)
+        sealed = sessioncookie.Sealed(
+            secrets.token_urlsafe(16), expires, user, tuple(groups), token
         )
+        value = self.keys.seal(sealed, secrets.token_bytes(sessioncookie.NONCE_BYTES))
+        return value, self._session(sealed)
+
+    def get(self, cookie: str | None) -> Session | None:
+        if not cookie:
+            return None
+        now = self.clock()
+        sealed = self.keys.open(cookie, now)
+        if sealed is None or sealed.session_id in self._ended:
+            return None
+        return self._session(sealed)
+
+    def _session(self, sealed: sessioncookie.Sealed) -> Session:
+        identity = None if sealed.token is None else Identity(token=sealed.token)
+        return Session(
+            csrf=self.keys.csrf(sealed.session_id),
+            expires=float(sealed.expires),
+            user=sealed.user,
+            identity=identity,
+        )
+
+    def end(self, cookie: str | None) -> None:
+        now = self.clock()
+        self._ended = {sid: until for sid, until in self._ended.items() if until > now}
+        sealed = self.keys.open(cookie or "", now)
+        if sealed is not None:
+            self._ended[sealed.session_id] = sealed.expires
+
+    def cookie_header(self, value: str, *, secure: bool = False) -> str:
+        sealed = self.keys.open(value, self.clock())
+        max_age = max(0, int(sealed.expires - self.clock())) if sealed is not None else 0
+        return _cookie(value, max_age, self.secure or secure)
 
     def csrf_ok(self, session: Session, given: str) -> bool:
         return hmac.compare_digest(session.csrf.encode(), given.encode())

@@ -1,8 +1,10 @@
 """The UI on Hypercorn's Trio worker, inside the Trio program that runs it.
 
-``kokumi ui`` runs it alone; ``kokumi demo --ui`` beside the manager, in the same event loop. It
-binds 127.0.0.1 only: local mode signs in with a one-time link, which is only as private as the
-address it is served on. Hypercorn's access log stays off, since the sign-in URL carries a token.
+``kokumi ui`` runs it alone; ``kokumi demo --ui`` beside the manager, in the same event loop.
+Locally it binds 127.0.0.1 only: local mode signs in with a one-time link, which is only as
+private as the address it is served on. ``kokumi ui --in-cluster`` (:func:`serve_in_cluster`)
+listens where it is told, for users who sign in with their own token or through a trusted proxy.
+Hypercorn's access log stays off, since the local sign-in URL carries a token.
 """
 
 from __future__ import annotations
@@ -15,13 +17,15 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 
 from kokumi.core import argocd
+from kokumi.core.sessioncookie import Keys
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
 from kokumi.ui.app import UI, create_app
-from kokumi.ui.security import Sessions
+from kokumi.ui.incluster import KEY_NAMESPACE, KEY_SECRET, ProxyTrust, session_key
+from kokumi.ui.security import CLUSTER_SESSION_SECONDS, SealedSessions, Sessions
 from kokumi.workspace.newcluster import FIELD_MANAGER
 
-__all__ = ["Running", "serve_ui"]
+__all__ = ["Running", "serve_in_cluster", "serve_ui"]
 
 log = logging.getLogger("kokumi.ui")
 
@@ -44,12 +48,7 @@ async def serve_ui(
     task_status: trio.TaskStatus[Running] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled, as the user of ``config``; started() gives the sign-in link."""
-    hypercorn = HypercornConfig()
-    hypercorn.bind = [f"{HOST}:{port}"]
-    hypercorn.accesslog = None
-    hypercorn.errorlog = logging.getLogger("kokumi.ui.server")
-    hypercorn.include_server_header = False
-    hypercorn.h11_max_incomplete_size = 64 * 1024
+    hypercorn = _hypercorn(f"{HOST}:{port}")
     sessions = Sessions()
     async with Client(config, field_manager=FIELD_MANAGER) as hub:
         app = create_app(UI(hub, sessions, argocd_namespace))
@@ -58,3 +57,55 @@ async def serve_ui(
             url = binds[0]
             log.info("serving the UI on %s", url)
             task_status.started(Running(url, f"{url}/signin?token={sessions.sign_in_token}"))
+
+
+def _hypercorn(bind: str) -> HypercornConfig:
+    hypercorn = HypercornConfig()
+    hypercorn.bind = [bind]
+    hypercorn.accesslog = None
+    hypercorn.errorlog = logging.getLogger("kokumi.ui.server")
+    hypercorn.include_server_header = False
+    # Headers and request line: enough for a sealed cookie and a proxy's groups, no more.
+    hypercorn.h11_max_incomplete_size = 64 * 1024
+    return hypercorn
+
+
+async def serve_in_cluster(
+    own: Config,
+    *,
+    bind: str = "0.0.0.0:8080",
+    proxy: ProxyTrust | None = None,
+    key_secret: tuple[str, str] = (KEY_NAMESPACE, KEY_SECRET),
+    lifetime: float = CLUSTER_SESSION_SECONDS,
+    secure_cookies: bool = False,
+    tls: tuple[str, str] | None = None,
+    argocd_namespace: str = argocd.ARGOCD_NAMESPACE,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve until cancelled, every page as its signed-in user; started() gives the URL.
+
+    ``own`` is the UI's own identity (its ServiceAccount): it reads the session key, and with a
+    ``proxy`` it impersonates the users the proxy names. Without one, users sign in with a bearer
+    token, sent on a connection that carries no credentials of the UI's. ``tls`` is a
+    (certificate file, key file) pair to serve HTTPS with; cookies are then always Secure.
+    """
+    hypercorn = _hypercorn(bind)
+    if tls is not None:
+        hypercorn.certfile, hypercorn.keyfile = tls
+    async with Client(own, field_manager=FIELD_MANAGER) as ui_account:
+        keys = Keys(await session_key(ui_account, *key_secret))
+        sessions = SealedSessions(keys, lifetime=lifetime, secure=secure_cookies or tls is not None)
+        if proxy is not None:
+            await _serve(UI(ui_account, sessions, argocd_namespace, proxy=proxy), hypercorn,
+                         task_status)  # fmt: skip
+            return
+        bare = attrs.evolve(own, token=None, client_certificate=None, client_key=None)
+        async with Client(bare, field_manager=FIELD_MANAGER) as users:
+            await _serve(UI(users, sessions, argocd_namespace), hypercorn, task_status)
+
+
+async def _serve(ui: UI, hypercorn: HypercornConfig, task_status: trio.TaskStatus[str]) -> None:
+    async with trio.open_nursery() as nursery:
+        binds: list[str] = await nursery.start(serve, create_app(ui), hypercorn)
+        log.info("serving the UI on %s (%s sign-in)", binds[0], ui.mode)
+        task_status.started(binds[0])

@@ -1,0 +1,142 @@
+"""A web session kept whole in its cookie, sealed with a key every replica of the UI shares.
+
+In a cluster the UI runs as several replicas behind one Service, and restarts: a session kept in
+one process's memory would sign its user out at the next request another replica answers. So the
+cookie carries the session itself, encrypted and authenticated with AES-GCM under a key the
+replicas read from one Secret: a bearer token in it is never readable by the browser, by a proxy
+that logs cookies, or by anyone without the key, and a cookie changed in one bit opens to nothing.
+The CSRF token is derived from the session's id with a second key, so any replica can check it.
+
+Pure: the caller supplies the time and the random nonce.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+from typing import Any, Final
+
+import attrs
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+__all__ = ["KEY_BYTES", "MAX_COOKIE", "NONCE_BYTES", "Keys", "Sealed", "token_expiry"]
+
+KEY_BYTES: Final = 32
+"""The shared key's length: 256 random bits, from which the cookie and CSRF keys are derived."""
+
+NONCE_BYTES: Final = 12
+MAX_COOKIE: Final = 4000
+"""The longest cookie value browsers keep for sure (RFC 6265 asks them for 4096 with the name)."""
+
+_AAD: Final = b"kokumi-ui-session/1"
+
+
+@attrs.frozen
+class Sealed:
+    """What a session cookie holds: who, until when (Unix seconds), and the user's token if any."""
+
+    session_id: str
+    expires: int
+    user: str
+    groups: tuple[str, ...] = ()
+    token: str | None = attrs.field(default=None, repr=False)
+
+
+def _derive(master: bytes, purpose: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=purpose).derive(master)
+
+
+class Keys:
+    """The cookie key and the CSRF key, both derived from the one shared key (HKDF-SHA256)."""
+
+    def __init__(self, master: bytes) -> None:
+        if len(master) < KEY_BYTES:
+            raise ValueError(f"the session key is {len(master)} bytes: it needs {KEY_BYTES}")
+        self._cookie = AESGCM(_derive(master, b"kokumi-ui cookie"))
+        self._csrf = _derive(master, b"kokumi-ui csrf")
+
+    def __repr__(self) -> str:
+        return "Keys(...)"
+
+    def seal(self, session: Sealed, nonce: bytes) -> str:
+        """The cookie value: base64url of nonce + AES-GCM ciphertext of the session's JSON."""
+        if len(nonce) != NONCE_BYTES:
+            raise ValueError(f"a nonce is {NONCE_BYTES} bytes")
+        payload = {
+            "s": session.session_id,
+            "e": session.expires,
+            "u": session.user,
+            "g": list(session.groups),
+        }
+        if session.token is not None:
+            payload["t"] = session.token
+        plain = json.dumps(payload, separators=(",", ":")).encode()
+        sealed = nonce + self._cookie.encrypt(nonce, plain, _AAD)
+        return base64.urlsafe_b64encode(sealed).rstrip(b"=").decode("ascii")
+
+    def open(self, cookie: str, now: float) -> Sealed | None:
+        """The session in ``cookie``, or None: not sealed with this key, changed, or expired."""
+        try:
+            raw = base64.urlsafe_b64decode(cookie + "=" * (-len(cookie) % 4))
+        except (binascii.Error, ValueError):
+            return None
+        if len(raw) <= NONCE_BYTES:
+            return None
+        try:
+            plain = self._cookie.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], _AAD)
+        except InvalidTag:
+            return None
+        session = _session(plain)
+        if session is None or session.expires <= now:
+            return None
+        return session
+
+    def csrf(self, session_id: str) -> str:
+        """The session's CSRF token: the same on every replica, unguessable without the key."""
+        digest = hmac.new(self._csrf, session_id.encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def _session(plain: bytes) -> Sealed | None:
+    try:
+        data: Any = json.loads(plain)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    session_id, expires, user = data.get("s"), data.get("e"), data.get("u")
+    groups, token = data.get("g", []), data.get("t")
+    if not (isinstance(session_id, str) and isinstance(user, str)):
+        return None
+    if not isinstance(expires, int) or isinstance(expires, bool):
+        return None
+    if not (isinstance(groups, list) and all(isinstance(g, str) for g in groups)):
+        return None
+    if token is not None and not isinstance(token, str):
+        return None
+    return Sealed(session_id, expires, user, tuple(groups), token)
+
+
+def token_expiry(token: str) -> int | None:
+    """When a JSON Web Token says it expires (its ``exp``), unverified; None if it says nothing.
+
+    Only ever used to end a session sooner: a session must not outlive its token, and the API
+    server, which verifies the token, refuses it after that anyway.
+    """
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        claims: Any = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (binascii.Error, ValueError):
+        return None
+    exp = claims.get("exp") if isinstance(claims, dict) else None
+    if isinstance(exp, int | float) and not isinstance(exp, bool) and 0 < exp < 2**62:
+        return int(exp)
+    return None

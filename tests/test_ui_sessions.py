@@ -1,0 +1,172 @@
+"""Sealed session cookies, per-request identities and the proxy's name, without a server.
+
+A sealed cookie opens to exactly what was sealed, with the key it was sealed with, before it
+expires, and to nothing else: not with one bit changed, not with another key. An Identity puts
+exactly the headers the API server reads on a request, and refuses what a header cannot carry.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import attrs
+import httpx
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kokumi.core import sessioncookie
+from kokumi.core.sessioncookie import Keys, Sealed, token_expiry
+from kokumi.kube.client import Client, Identity
+from kokumi.kube.config import Config, StaticToken
+from kokumi.kube.errors import ConfigError
+from kokumi.testing import canary
+from kokumi.testing.controlplane import CertificateAuthority
+from kokumi.ui.incluster import ProxyTrust
+from kokumi.ui.security import SealedSessions
+
+KEY = bytes(range(32))
+NONCE = b"\x01" * sessioncookie.NONCE_BYTES
+names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=40)
+sessions = st.builds(
+    Sealed,
+    session_id=names,
+    expires=st.integers(min_value=1, max_value=2**40),
+    user=names,
+    groups=st.lists(names, max_size=4).map(tuple),
+    token=st.none() | names,
+)
+
+
+@given(sessions)
+def test_a_sealed_session_opens_to_itself_until_it_expires(session: Sealed) -> None:
+    keys = Keys(KEY)
+    cookie = keys.seal(session, NONCE)
+    assert keys.open(cookie, session.expires - 1) == session
+    assert keys.open(cookie, session.expires) is None
+    assert Keys(bytes(reversed(KEY))).open(cookie, 0) is None
+    with_canary = attrs.evolve(session, token=canary.token())
+    assert canary.found(keys.seal(with_canary, NONCE)) == []
+
+
+@given(sessions, st.data())
+def test_a_changed_cookie_opens_to_nothing(session: Sealed, data: st.DataObject) -> None:
+    keys = Keys(KEY)
+    raw = bytearray(base64.urlsafe_b64decode(keys.seal(session, NONCE) + "=="))
+    index = data.draw(st.integers(0, len(raw) - 1))
+    raw[index] ^= data.draw(st.integers(1, 255))
+    forged = base64.urlsafe_b64encode(bytes(raw)).rstrip(b"=").decode()
+    assert keys.open(forged, 0) is None
+
+
+@given(st.text(max_size=200))
+def test_any_text_as_a_cookie_opens_to_nothing(text: str) -> None:
+    assert Keys(KEY).open(text, 0) is None
+
+
+def test_the_csrf_token_is_the_sessions_on_every_replica_and_needs_the_key() -> None:
+    assert Keys(KEY).csrf("s1") == Keys(KEY).csrf("s1")
+    assert Keys(KEY).csrf("s1") != Keys(KEY).csrf("s2")
+    assert Keys(KEY).csrf("s1") != Keys(bytes(reversed(KEY))).csrf("s1")
+    with pytest.raises(ValueError, match="needs 32"):
+        Keys(b"short")
+
+
+def _jwt(claims: object) -> str:
+    body = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+    return f"eyJhbGciOiJSUzI1NiJ9.{body}.signature"
+
+
+@pytest.mark.parametrize(
+    ("token", "expected"),
+    [
+        (_jwt({"exp": 1900000000}), 1900000000),
+        (_jwt({"exp": "soon"}), None),
+        (_jwt({"exp": True}), None),
+        (_jwt(["exp"]), None),
+        ("not.a-jwt.at all", None),
+        ("opaque-token", None),
+    ],
+)
+def test_a_tokens_expiry_is_read_from_its_claims_when_it_has_one(
+    token: str, expected: int | None
+) -> None:
+    assert token_expiry(token) == expected
+
+
+def test_a_session_ends_with_its_token_and_signing_out_ends_it_here() -> None:
+    now = [1_000_000.0]
+    store = SealedSessions(Keys(KEY), lifetime=8 * 3600, clock=lambda: now[0])
+    cookie, session = store.start("alice", token=_jwt({"exp": 1_000_600}))
+    assert session.expires == 1_000_600
+    assert "Max-Age=600;" in store.cookie_header(cookie) + ";"
+    assert store.cookie_header(cookie, secure=True).endswith("; Secure")
+    assert store.get(cookie) is not None
+    store.end(cookie)
+    assert store.get(cookie) is None
+    long_lived, _ = store.start("bob")
+    now[0] += 8 * 3600
+    assert store.get(long_lived) is None
+
+
+def test_an_identity_sends_a_token_of_its_own_or_impersonates() -> None:
+    secret = canary.token()
+    own = Identity(token=secret)
+    assert own.headers() == [("Authorization", f"Bearer {secret}")]
+    assert secret not in repr(own)
+    assert Identity(user="bob", groups=("a", "b")).headers() == [
+        ("Impersonate-User", "bob"),
+        ("Impersonate-Group", "a"),
+        ("Impersonate-Group", "b"),
+    ]
+    for refused in (
+        {},
+        {"token": secret, "user": "bob"},
+        {"groups": ("a",), "token": secret},
+        {"user": "bob\r\nX-Evil: 1"},
+        {"user": "bob", "groups": ("",)},
+        {"token": f"{secret}\n"},
+    ):
+        with pytest.raises(ConfigError) as error:
+            Identity(**refused)
+        assert canary.found(str(error.value)) == []
+
+
+async def test_each_request_carries_its_identity_and_not_the_connections_token() -> None:
+    seen: list[httpx.Headers] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers)
+        return httpx.Response(200, json={"kind": "Status"})
+
+    config = Config(server="https://hub.invalid", token=StaticToken("the-uis-own"))
+    async with Client(config, transport=httpx.MockTransport(answer)) as client:
+        await client.acting_as(Identity(token="users-own")).request("GET", "/version")
+        await client.acting_as(Identity(user="bob", groups=("g1", "g2"))).request("GET", "/x")
+        await client.request("GET", "/version")
+        assert client.identity is None
+    own, impersonated, plain = seen
+    assert own.get_list("authorization") == ["Bearer users-own"]
+    assert impersonated.get_list("authorization") == ["Bearer the-uis-own"]
+    assert impersonated["impersonate-user"] == "bob"
+    assert impersonated.get_list("impersonate-group") == ["g1", "g2"]
+    assert plain.get_list("authorization") == ["Bearer the-uis-own"]
+    assert "impersonate-user" not in plain
+
+
+async def test_a_users_token_is_refused_over_a_client_certificate_connection() -> None:
+    authority = CertificateAuthority.create("test")
+    cert, key = authority.issue("kokumi-ui")
+    config = Config(server="https://hub.invalid", client_certificate=cert, client_key=key)
+    async with Client(config) as client:
+        with pytest.raises(ConfigError, match="the API server would act as the certificate's"):
+            client.acting_as(Identity(token="users-own"))
+        assert client.acting_as(Identity(user="bob")).identity == Identity(user="bob")
+
+
+def test_the_trusted_proxy_is_named_by_address() -> None:
+    trust = ProxyTrust.parse(["127.0.0.1", "10.0.0.0/8"], "X-Forwarded-User", "X-Forwarded-Groups")
+    assert [str(n) for n in trust.networks] == ["127.0.0.1/32", "10.0.0.0/8"]
+    with pytest.raises(ValueError, match="is not an address or CIDR"):
+        ProxyTrust.parse(["proxy.example"], "X-Forwarded-User", "X-Forwarded-Groups")
