@@ -115,6 +115,8 @@ def test_an_identity_sends_a_token_of_its_own_or_impersonates() -> None:
     own = Identity(token=secret)
     assert own.headers() == [("Authorization", f"Bearer {secret}")]
     assert secret not in repr(own)
+    # An identity provider's ID token with its claims is longer than a ServiceAccount's.
+    assert Identity(token="e" * 2500).headers() == [("Authorization", f"Bearer {'e' * 2500}")]
     assert Identity(user="bob", groups=("a", "b")).headers() == [
         ("Impersonate-User", "bob"),
         ("Impersonate-Group", "a"),
@@ -127,6 +129,7 @@ def test_an_identity_sends_a_token_of_its_own_or_impersonates() -> None:
         {"user": "bob\r\nX-Evil: 1"},
         {"user": "bob", "groups": ("",)},
         {"token": f"{secret}\n"},
+        {"token": "x" * (16 * 1024 + 1)},
     ):
         with pytest.raises(ConfigError) as error:
             Identity(**refused)

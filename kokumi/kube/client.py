@@ -78,11 +78,12 @@ CUSTOM_RESOURCE_DEFINITIONS = Resource(
 )
 
 
-def _header_value(what: str) -> Any:
+def _header_value(what: str, longest: int = 1024) -> Any:
     def check(instance: Any, attribute: Any, value: str) -> None:
-        if not value or len(value) > 1024 or not value.isprintable() or not value.isascii():
+        if not value or len(value) > longest or not value.isprintable() or not value.isascii():
             raise ConfigError(
-                f"{what} must be 1 to 1024 printable ASCII characters, as an HTTP header carries"
+                f"{what} must be 1 to {longest:,} printable ASCII characters, as an HTTP header "
+                "carries"
             )
 
     return check
@@ -110,7 +111,9 @@ class Identity:
     token: str | None = attrs.field(
         default=None,
         repr=False,
-        validator=attrs.validators.optional(_header_value("a bearer token")),
+        # An identity provider's ID token is often 1-2 KB with its claims; 16 KiB is far
+        # above any token a login hands out and below what servers take in a header.
+        validator=attrs.validators.optional(_header_value("a bearer token", 16 * 1024)),
     )
     user: str | None = attrs.field(
         default=None, validator=attrs.validators.optional(_header_value("an impersonated user"))
