@@ -115,24 +115,31 @@ class Browser:
     def url(self) -> str:
         return str(self.driver.current_url)
 
-    async def shot(self, name: str) -> None:
+    async def shot(self, name: str, *, narrow: bool = False) -> None:
+        """Save the page as a person sees it; ``narrow`` also as on a phone-wide window."""
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
 
-        def save() -> None:
+        def save(width: int, path: Path) -> None:
             # The whole page, not the window: the device's height set to the content's.
+            self.driver.execute_cdp_cmd(
+                "Emulation.setDeviceMetricsOverride",
+                {"width": width, "height": 600, "deviceScaleFactor": 1, "mobile": False},
+            )
             metrics = self.driver.execute_cdp_cmd("Page.getLayoutMetrics", {})
             height = int(metrics["cssContentSize"]["height"])
             self.driver.execute_cdp_cmd(
                 "Emulation.setDeviceMetricsOverride",
-                {"width": 1440, "height": min(max(height, 600), 3000), "deviceScaleFactor": 1,
+                {"width": width, "height": min(max(height, 600), 3000), "deviceScaleFactor": 1,
                  "mobile": False},
             )  # fmt: skip
             try:
-                self.driver.save_screenshot(str(ARTIFACTS / f"{name}.png"))
+                self.driver.save_screenshot(str(path))
             finally:
                 self.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
-        await self._run(save)
+        await self._run(lambda: save(1440, ARTIFACTS / f"{name}.png"))
+        if narrow:
+            await self._run(lambda: save(420, ARTIFACTS / f"{name}-narrow.png"))
 
     async def until(
         self, path: str, accept: Callable[[str], bool], what: str, timeout: float = 60
@@ -228,7 +235,7 @@ async def test_add_from_a_pasted_kubeconfig_turns_ready_then_edit_and_delete(
             await browser.fill("labels", "fleet=edge\ntier=prod")
             await browser.fill("description", "The edge spoke")
             # Shown before the paste: a screenshot is no place for a token either.
-            await browser.shot("new-cluster-form")
+            await browser.shot("new-cluster-form", narrow=True)
             await browser.fill("kubeconfig", spoke_kubeconfig.kubeconfig)
             await browser.submit()
             assert browser.url == f"{browser.base}/clusters/{ns}/spoke", await browser.text()
@@ -244,13 +251,13 @@ async def test_add_from_a_pasted_kubeconfig_turns_ready_then_edit_and_delete(
             )
             assert spoke_kubeconfig.server.rstrip("/") in listed
             assert "fleet=edge" in listed
-            await browser.shot("clusters-list")
+            await browser.shot("clusters-list", narrow=True)
             page = await browser.until(
                 f"/clusters/{ns}/spoke", lambda t: "registers this Cluster" in t, "registered"
             )
             assert "edge" in page and "Deploy" in page
             assert "Secret spoke-kubeconfig (key value)" in page
-            await browser.shot("cluster-page")
+            await browser.shot("cluster-page", narrow=True)
 
             environment = await browser.until(
                 f"/environments/{ns}/edge", lambda t: "Deploy" in t, "the target Deploy"
