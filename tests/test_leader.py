@@ -98,9 +98,29 @@ def test_a_spec_with_missing_or_mistyped_fields_reads_as_free() -> None:
     assert parse_record(odd) == LeaseRecord()
 
 
-def test_without_a_lease_the_candidate_creates_one_it_holds() -> None:
-    decision = decide(Elector("a", TIMING), 0.0, wall(0))
-    assert decision == Create(LeaseRecord("a", 15, format_time(wall(0)), format_time(wall(0)), 0))
+def test_without_a_lease_the_candidate_creates_one_it_holds_a_renew_deadline_later() -> None:
+    elector = Elector("a", TIMING).observe(None, "", now=5.0)
+    assert decide(elector, 5.0, wall(5)) == Wait("", 15.0)
+    # Reading "no Lease" again does not restart the wait.
+    elector = elector.observe(None, "", now=14.0)
+    assert decide(elector, 14.9, wall(14)) == Wait("", 15.0)
+    decision = decide(elector, 15.0, wall(15))
+    assert decision == Create(LeaseRecord("a", 15, format_time(wall(15)), format_time(wall(15)), 0))
+    # A Lease seen in between starts the wait over the next time it is missing.
+    elector = elector.observe(held_by("b"), "3", now=16.0).observe(None, "", now=20.0)
+    assert decide(elector, 29.0, wall(29)) == Wait("", 30.0)
+
+
+def test_a_leader_that_finds_its_lease_deleted_stops_without_writing() -> None:
+    """client-go creates the Lease again and goes on leading; a standby may have created it
+    first and lead meanwhile. Here the leader stops at once, and stands again as anybody."""
+    elector = Elector("a", TIMING).wrote(held_by("a"), "5", started=10.0)
+    gone = elector.observe(None, "", now=12.0)
+    lost = decide(gone, 12.0, wall(12))
+    assert lost == Lost("")
+    assert lost.why("kokumi/kokumi-clusters") == "the Lease kokumi/kokumi-clusters was deleted"
+    assert Lost("b").why("x/y") == "the Lease x/y is held by b"
+    assert decide(gone.stepped_down(), 12.0, wall(12)) == Wait("", 22.0)
 
 
 def test_a_standby_waits_out_the_lease_on_its_own_clock_not_the_renew_time() -> None:
@@ -165,8 +185,9 @@ class ElectionModel(RuleBasedStateMachine):
     """Candidates racing for one Lease on a server that checks resourceVersions.
 
     Reads and writes interleave freely, writes may land long after their read, candidates
-    crash and come back, time jumps. Whatever happens, no two candidates may both believe they
-    can write at the same moment: "may write" is leading and before the renew deadline.
+    crash and come back, time jumps, the Lease is deleted. Whatever happens, no two candidates
+    may both believe they can write at the same moment: "may write" is leading and before the
+    renew deadline.
     """
 
     def __init__(self) -> None:
@@ -222,6 +243,12 @@ class ElectionModel(RuleBasedStateMachine):
     def write_fails(self, name: str) -> None:
         self.pending.pop(name, None)
 
+    @rule()
+    def lease_deleted(self) -> None:
+        """Somebody deletes the Lease (kubectl, a namespace cleanup) while a leader writes."""
+        self.lease = None
+        self.version += 1
+
     @rule(name=names)
     def crash_and_restart(self, name: str) -> None:
         if name in self.electors:
@@ -251,8 +278,8 @@ class ElectionModel(RuleBasedStateMachine):
     @invariant()
     def a_writer_is_the_holder(self) -> None:
         for name, elector in self.electors.items():
-            if self.may_write(elector):
-                assert self.lease is not None
+            # Deleted since its last write, it learns so at its next read.
+            if self.may_write(elector) and self.lease is not None:
                 assert self.lease.holder == name
 
 

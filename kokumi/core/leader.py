@@ -19,6 +19,13 @@ The rules are client-go's (``tools/leaderelection``), so a Kokumi manager reads 
   ``renew_deadline < lease_duration`` it stops before any standby may take over.
 - Writes carry the ``resourceVersion`` read just before, so two candidates racing for a free
   Lease cannot both win: the server turns the second write into a Conflict.
+
+Where Kokumi is stricter than client-go, a deleted Lease: client-go creates a missing Lease at
+once, so a standby leads while the old leader writes until its next renewal. Here a leader that
+finds its Lease gone stops writing at once (:class:`Lost`), and nobody creates a missing Lease
+before it has been seen missing for a renew deadline: whoever held the deleted Lease renewed it
+before it was deleted, so by then it has stopped, whether it noticed or not. A candidate cannot
+tell a deleted Lease from a first start, so a first start waits the same renew deadline once.
 """
 
 from __future__ import annotations
@@ -171,6 +178,8 @@ class Elector:
     timing: Timing
     observed: Observation | None = None
     renewed_at: float | None = None
+    #: When this candidate first read "no Lease" since it last saw one (None: it has not).
+    absent_since: float | None = None
 
     @property
     def leading(self) -> bool:
@@ -195,10 +204,19 @@ class Elector:
     def observe(self, record: LeaseRecord | None, resource_version: str, now: float) -> Elector:
         """Remember the Lease as just read (``None``: none exists); a change restarts its clock."""
         if record is None:
-            return attrs.evolve(self, observed=None)
+            since = self.absent_since if self.absent_since is not None else now
+            return attrs.evolve(self, observed=None, absent_since=since)
         old = self.observed
         changed_at = now if old is None or old.record != record else old.changed_at
-        return attrs.evolve(self, observed=Observation(record, resource_version, changed_at))
+        return attrs.evolve(
+            self, observed=Observation(record, resource_version, changed_at), absent_since=None
+        )
+
+    def may_create_at(self, now: float) -> float:
+        """When a missing Lease may be created: a renew deadline after it was first seen missing
+        (no writer of a deleted Lease can still be writing by then)."""
+        since = self.absent_since if self.absent_since is not None else now
+        return since + self.timing.renew_deadline
 
     def wrote(self, record: LeaseRecord, resource_version: str, started: float) -> Elector:
         """The write of ``record`` that began at ``started`` went through: this candidate leads."""
@@ -206,6 +224,7 @@ class Elector:
             self,
             observed=Observation(record, resource_version, started),
             renewed_at=started,
+            absent_since=None,
         )
 
     def stepped_down(self) -> Elector:
@@ -245,7 +264,8 @@ class Update:
 
 @attrs.frozen
 class Wait:
-    """Somebody else holds a lease that has not run out: try again after a retry period."""
+    """Somebody else holds a lease that has not run out (or, ``holder`` empty, the Lease has not
+    been missing long enough to be created): try again after a retry period."""
 
     holder: str
     expires_at: float
@@ -253,9 +273,15 @@ class Wait:
 
 @attrs.frozen
 class Lost:
-    """This candidate led, but the Lease now names somebody else: stop writing at once."""
+    """This candidate led, but the Lease now names somebody else (``holder``), or is gone
+    (``holder`` empty): stop writing at once."""
 
     holder: str
+
+    def why(self, lease: str) -> str:
+        if self.holder:
+            return f"the Lease {lease} is held by {self.holder}"
+        return f"the Lease {lease} was deleted"
 
 
 Decision = Create | Update | Wait | Lost
@@ -267,6 +293,11 @@ def decide(elector: Elector, now: float, wall: dt.datetime) -> Decision:
     seconds = elector.timing.lease_seconds
     observed = elector.observed
     if observed is None:
+        if elector.leading:
+            return Lost("")
+        create_at = elector.may_create_at(now)
+        if now < create_at:
+            return Wait("", create_at)
         return Create(LeaseRecord(elector.identity, seconds, stamp, stamp, 0))
     record = observed.record
     mine = record.holder == elector.identity
