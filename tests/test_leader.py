@@ -98,17 +98,21 @@ def test_a_spec_with_missing_or_mistyped_fields_reads_as_free() -> None:
     assert parse_record(odd) == LeaseRecord()
 
 
-def test_without_a_lease_the_candidate_creates_one_it_holds_a_renew_deadline_later() -> None:
+def test_without_a_lease_the_candidate_creates_one_and_writes_a_renew_deadline_later() -> None:
     elector = Elector("a", TIMING).observe(None, "", now=5.0)
-    assert decide(elector, 5.0, wall(5)) == Wait("", 15.0)
-    # Reading "no Lease" again does not restart the wait.
-    elector = elector.observe(None, "", now=14.0)
-    assert decide(elector, 14.9, wall(14)) == Wait("", 15.0)
-    decision = decide(elector, 15.0, wall(15))
-    assert decision == Create(LeaseRecord("a", 15, format_time(wall(15)), format_time(wall(15)), 0))
-    # A Lease seen in between starts the wait over the next time it is missing.
-    elector = elector.observe(held_by("b"), "3", now=16.0).observe(None, "", now=20.0)
-    assert decide(elector, 29.0, wall(29)) == Wait("", 30.0)
+    decision = decide(elector, 5.0, wall(5))
+    assert decision == Create(LeaseRecord("a", 15, format_time(wall(5)), format_time(wall(5)), 0))
+    created = elector.wrote(decision.record, "1", started=5.0, created=True)
+    assert created.leading and not created.may_write(14.9)
+    # Renewals keep the hold: whoever wrote for a Lease deleted before the create has stopped
+    # by its renew deadline, at most 10 s after the create.
+    renewed = created.wrote(decision.record, "2", started=14.0)
+    assert not renewed.may_write(14.9)
+    assert renewed.may_write(15.0)
+    # A Lease taken over (not created) is written for at once.
+    taken = Elector("b", TIMING).wrote(held_by("b"), "3", started=5.0)
+    assert taken.may_write(5.0)
+    assert not taken.stepped_down().may_write(5.0)
 
 
 def test_a_leader_that_finds_its_lease_deleted_stops_without_writing() -> None:
@@ -120,7 +124,7 @@ def test_a_leader_that_finds_its_lease_deleted_stops_without_writing() -> None:
     assert lost == Lost("")
     assert lost.why("kokumi/kokumi-clusters") == "the Lease kokumi/kokumi-clusters was deleted"
     assert Lost("b").why("x/y") == "the Lease x/y is held by b"
-    assert decide(gone.stepped_down(), 12.0, wall(12)) == Wait("", 22.0)
+    assert isinstance(decide(gone.stepped_down(), 12.0, wall(12)), Create)
 
 
 def test_a_standby_waits_out_the_lease_on_its_own_clock_not_the_renew_time() -> None:
@@ -236,7 +240,10 @@ class ElectionModel(RuleBasedStateMachine):
         self.version += 1
         self.writes += 1
         self.electors[name] = self.electors[name].wrote(
-            decision.record, str(self.version), pending.started
+            decision.record,
+            str(self.version),
+            pending.started,
+            created=isinstance(decision, Create),
         )
 
     @rule(name=names)
@@ -268,7 +275,7 @@ class ElectionModel(RuleBasedStateMachine):
             self.version += 1
 
     def may_write(self, elector: Elector) -> bool:
-        return elector.leading and self.now < elector.stop_by()
+        return elector.may_write(self.now)
 
     @invariant()
     def at_most_one_may_write(self) -> None:

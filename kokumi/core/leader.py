@@ -22,10 +22,11 @@ The rules are client-go's (``tools/leaderelection``), so a Kokumi manager reads 
 
 Where Kokumi is stricter than client-go, a deleted Lease: client-go creates a missing Lease at
 once, so a standby leads while the old leader writes until its next renewal. Here a leader that
-finds its Lease gone stops writing at once (:class:`Lost`), and nobody creates a missing Lease
-before it has been seen missing for a renew deadline: whoever held the deleted Lease renewed it
-before it was deleted, so by then it has stopped, whether it noticed or not. A candidate cannot
-tell a deleted Lease from a first start, so a first start waits the same renew deadline once.
+finds its Lease gone stops writing at once (:class:`Lost`), and a candidate that *created* the
+Lease holds it a renew deadline before it leads (:meth:`Elector.may_write`): whoever held a
+deleted Lease renewed it last before the deletion, so before the create, and has stopped by
+then, whether it noticed or not. A candidate cannot tell a deleted Lease from a first start, so
+a first start waits the same renew deadline once.
 """
 
 from __future__ import annotations
@@ -178,8 +179,8 @@ class Elector:
     timing: Timing
     observed: Observation | None = None
     renewed_at: float | None = None
-    #: When this candidate first read "no Lease" since it last saw one (None: it has not).
-    absent_since: float | None = None
+    #: Set by a create: until then this candidate holds the Lease but may not write.
+    hold_until: float | None = None
 
     @property
     def leading(self) -> bool:
@@ -204,31 +205,33 @@ class Elector:
     def observe(self, record: LeaseRecord | None, resource_version: str, now: float) -> Elector:
         """Remember the Lease as just read (``None``: none exists); a change restarts its clock."""
         if record is None:
-            since = self.absent_since if self.absent_since is not None else now
-            return attrs.evolve(self, observed=None, absent_since=since)
+            return attrs.evolve(self, observed=None)
         old = self.observed
         changed_at = now if old is None or old.record != record else old.changed_at
-        return attrs.evolve(
-            self, observed=Observation(record, resource_version, changed_at), absent_since=None
-        )
+        return attrs.evolve(self, observed=Observation(record, resource_version, changed_at))
 
-    def may_create_at(self, now: float) -> float:
-        """When a missing Lease may be created: a renew deadline after it was first seen missing
-        (no writer of a deleted Lease can still be writing by then)."""
-        since = self.absent_since if self.absent_since is not None else now
-        return since + self.timing.renew_deadline
+    def may_write(self, now: float) -> bool:
+        """Whether this candidate may write for the Lease now: it leads, is past the hold of a
+        Lease it created, and before its renew deadline."""
+        if not self.leading or now >= self.stop_by():
+            return False
+        return self.hold_until is None or now >= self.hold_until
 
-    def wrote(self, record: LeaseRecord, resource_version: str, started: float) -> Elector:
-        """The write of ``record`` that began at ``started`` went through: this candidate leads."""
+    def wrote(
+        self, record: LeaseRecord, resource_version: str, started: float, *, created: bool = False
+    ) -> Elector:
+        """The write of ``record`` that began at ``started`` went through: this candidate leads
+        (``created``: it created the Lease, and holds it a renew deadline before it writes)."""
+        hold = started + self.timing.renew_deadline if created else self.hold_until
         return attrs.evolve(
             self,
             observed=Observation(record, resource_version, started),
             renewed_at=started,
-            absent_since=None,
+            hold_until=hold,
         )
 
     def stepped_down(self) -> Elector:
-        return attrs.evolve(self, renewed_at=None)
+        return attrs.evolve(self, renewed_at=None, hold_until=None)
 
     def release(self, wall: dt.datetime) -> LeaseRecord | None:
         """The record that hands the Lease back at once, as client-go's ``ReleaseOnCancel`` does.
@@ -264,8 +267,7 @@ class Update:
 
 @attrs.frozen
 class Wait:
-    """Somebody else holds a lease that has not run out (or, ``holder`` empty, the Lease has not
-    been missing long enough to be created): try again after a retry period."""
+    """Somebody else holds a lease that has not run out: try again after a retry period."""
 
     holder: str
     expires_at: float
@@ -295,9 +297,6 @@ def decide(elector: Elector, now: float, wall: dt.datetime) -> Decision:
     if observed is None:
         if elector.leading:
             return Lost("")
-        create_at = elector.may_create_at(now)
-        if now < create_at:
-            return Wait("", create_at)
         return Create(LeaseRecord(elector.identity, seconds, stamp, stamp, 0))
     record = observed.record
     mine = record.holder == elector.identity

@@ -52,8 +52,10 @@ class Admission:
         self.lock = trio.Lock()
         self.electors: list[LeaseElector] = []
 
-    def room(self) -> bool:
-        return sum(e.state.leading for e in self.electors) < self.limit
+    def room(self, me: LeaseElector) -> bool:
+        """Whether ``me`` may hold one more (a Lease it holds already, created and not yet
+        written for, is its own place)."""
+        return sum(e.state.leading for e in self.electors if e is not me) < self.limit
 
 
 class CountGate:
@@ -125,8 +127,6 @@ class LeaseElector:
         self.leading = trio.Event()
         self._admission = admission
         self._gate = gate
-        #: When the Lease, seen missing, may be created (None: it was not missing).
-        self._create_at: float | None = None
         self._last_rivals: list[tuple[str, str]] = []
         if admission is not None:
             admission.electors.append(self)
@@ -185,12 +185,7 @@ class LeaseElector:
         # Polled, as client-go does: a watch would not tell when a silent holder's lease expires.
         while not await self._admitted_attempt():
             self.tried.set()
-            if self._create_at is not None:
-                # No jitter: a replica's electors, which first saw their Leases missing in its
-                # order of preference, create them in that order too.
-                await trio.sleep_until(self._create_at)
-            else:
-                await trio.sleep(self._retry_delay())
+            await trio.sleep(self._retry_delay())
         self.tried.set()
         log.info("leading: Lease %s/%s is held by %s", *self._where(), self.identity)
 
@@ -211,13 +206,12 @@ class LeaseElector:
 
     async def _admitted_attempt(self) -> bool:
         """One try to take the Lease, if this replica has room for one more."""
-        self._create_at = None
         admission = self._admission
         if admission is None:
             taken = await self._take()
         else:
             async with admission.lock:
-                taken = admission.room() and await self._take()
+                taken = admission.room(self) and await self._take()
         if taken:
             self._set_leading(True)
         return taken
@@ -230,15 +224,11 @@ class LeaseElector:
         """
         gate = self._gate
         if gate is not None and await self._rivals(gate):
-            # Still read the Lease, so that one missing meanwhile may be created at once
-            # when the rivals have gone (it has been seen missing for long enough).
-            try:
-                await self._read(trio.current_time())
-            except errors.KubeError as exc:
-                self._problem(str(exc))
             return False
         if not await self._attempt():
             return False
+        if not self.state.may_write(trio.current_time()):
+            return False  # created just now: held, renewed, not written for yet
         if gate is None or not await self._rivals(gate):
             return True
         with trio.CancelScope(shield=True) as scope:
@@ -272,8 +262,6 @@ class LeaseElector:
         try:
             await self._read(started)
             decision = leader.decide(self.state, trio.current_time(), self._wall())
-            missing = isinstance(decision, leader.Wait) and not decision.holder
-            self._create_at = decision.expires_at if missing else None  # type: ignore[union-attr]
             if isinstance(decision, leader.Wait):
                 self._problem("")
                 return False
@@ -323,7 +311,8 @@ class LeaseElector:
             written = await self._client.replace(LEASES, body, namespace=self.namespace)
         self._lease = written
         version = resource_version(written) or ""
-        self.state = self.state.wrote(decision.record, version, started)
+        created = isinstance(decision, leader.Create)
+        self.state = self.state.wrote(decision.record, version, started, created=created)
         self.last_seen = trio.current_time()
 
     async def _release(self) -> None:
