@@ -37,11 +37,11 @@ from kokumi.actors.incluster import keep_in_cluster
 from kokumi.actors.registry import Registry
 from kokumi.core.leader import LeaderElection
 from kokumi.core.ownership import ClusterRef
-from kokumi.core.shards import lease_name, preference
+from kokumi.core.shards import preference
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
 from kokumi.runtime import health, heap, probe
-from kokumi.runtime.election import Admission, LeadershipLost, LeaseElector
+from kokumi.runtime.election import Admission, CountGate, LeadershipLost, LeaseElector
 from kokumi.runtime.options import Options
 
 __all__ = ["Manager", "run_manager"]
@@ -95,27 +95,36 @@ class Manager:
         )
         self.dispatcher = Dispatcher(self.context, self.registry)
         self.elector: LeaseElector | None = None
+        #: The Leases of other shard counts, as this replica last listed them.
+        self.gate: CountGate | None = None
         if options.leader_election is not None:
+            # The single leader is one shard: it waits for the replicas of any --shards N too.
+            self.gate = CountGate(client, options.namespace, 1, options.leader_election.lease_name)
             self.elector = LeaseElector(
                 client,
                 options.namespace,
                 options.leader_election,
                 on_change=lambda leading: self.metrics.leader.set(int(leading)),
+                gate=self.gate,
             )
         #: shard -> this replica's candidate for its Lease (empty without sharding).
         self.shard_electors: dict[int, LeaseElector] = {}
         sharding = options.sharding
         if sharding is not None:
             admission = Admission(sharding.limit)
+            self.gate = CountGate(client, options.namespace, sharding.shards, sharding.leader_lease)
             for shard in preference(sharding.identity, sharding.shards):
                 self.shard_electors[shard] = LeaseElector(
                     client,
                     options.namespace,
                     LeaderElection(
-                        sharding.identity, lease_name=lease_name(shard), timing=sharding.timing
+                        sharding.identity,
+                        lease_name=sharding.lease_name(shard),
+                        timing=sharding.timing,
                     ),
                     on_change=self._shards_changed,
                     admission=admission,
+                    gate=self.gate,
                 )
             # A waiter of a dead replica is served again once its shard has moved.
             self.registry.follow_shards(self._serves, grace=2 * sharding.timing.lease_duration)
@@ -160,6 +169,9 @@ class Manager:
             limit = elector.timing.lease_duration
             if seen is None or trio.current_time() - seen > limit:
                 return False, f"standby: the Lease has not been read in the last {limit:g} s"
+            if self.gate is not None and self.gate.rivals:
+                name, holder = self.gate.rivals[0]
+                return True, f"standby: waiting for the Lease {name} of another --shards ({holder})"
             holder = elector.state.holder or "nobody"
             return True, f"standby: the Lease is held by {holder}"
         synced = self.dispatcher.clusters.synced and self.dispatcher.environments.synced

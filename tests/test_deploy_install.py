@@ -147,7 +147,7 @@ def test_two_replicas_elect_a_leader_and_answer_their_probes() -> None:
     (volume,) = pod["volumes"]
     assert volume["emptyDir"]["medium"] == "Memory"
     assert container["volumeMounts"] == [{"name": volume["name"], "mountPath": "/tmp"}]
-    # The Lease, and nothing else, in Kokumi's namespace only.
+    # The Leases, and nothing else, in Kokumi's namespace only (listed: the other --shards).
     (role,) = [
         doc
         for doc in documents()
@@ -158,7 +158,7 @@ def test_two_replicas_elect_a_leader_and_answer_their_probes() -> None:
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
-            "verbs": ["get", "create", "update"],
+            "verbs": ["get", "list", "create", "update"],
         }
     ]
 

@@ -392,7 +392,7 @@ def test_a_leader_whose_renewals_are_refused_exits_non_zero(
         "create",
         "role",
         "elect",
-        "--verb=get,create,update",
+        "--verb=get,list,create,update",
         "--resource=leases.coordination.k8s.io",
     )
     run(

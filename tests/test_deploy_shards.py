@@ -47,7 +47,7 @@ def test_two_replicas_split_the_shards_under_the_installed_rbac(
     lease, workspace, _ = install(hub, tmp_path)
     flags = ("--shards=2", "--max-shards=1")
     names = {shard: _name_in(workspace, shard) for shard in (0, 1)}
-    leases = [lease_name(shard) for shard in (0, 1)]
+    leases = [lease_name(shard, 2) for shard in (0, 1)]
     try:
         with replicas(hub, tmp_path, lease, flags) as start:
             a = start("a")

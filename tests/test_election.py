@@ -5,6 +5,7 @@ Short timings (a 2 s lease) keep the tests quick; the rules are the same as with
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import attrs
@@ -187,3 +188,64 @@ async def test_a_leader_that_sees_another_holder_steps_down_at_once(
             await elector.run(body)
     assert cancelled.is_set()
     assert (await holder(admin, namespace))["holderIdentity"] == "intruder"
+
+
+async def test_a_deleted_lease_never_has_two_writers(admin: Client, namespace: str) -> None:
+    """The Lease is deleted while a leads and b stands by, and again while a fresh candidate c
+    that never saw it starts: a stops at its next renewal, and nobody leads before every body
+    that wrote under the deleted Lease has ended (client-go lets a standby create it at once)."""
+    a, b = candidate(admin, namespace, "a"), candidate(admin, namespace, "b")
+    writing: set[str] = set()
+    both: list[set[str]] = []
+
+    def body(name: str) -> Callable[[], Awaitable[None]]:
+        async def work() -> None:
+            writing.add(name)
+            if len(writing) > 1:
+                both.append(set(writing))
+            try:
+                await trio.sleep_forever()
+            finally:
+                writing.discard(name)
+
+        return work
+
+    async def stand(elector: LeaseElector, name: str) -> None:
+        while True:
+            try:
+                await elector.run(body(name))
+            except LeadershipLost:
+                continue
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stand, a, "a")
+        with trio.fail_after(5):
+            await a.leading.wait()
+        nursery.start_soon(stand, b, "b")
+        await trio.sleep(TIMING.retry_period * 3)  # b has seen a hold it
+        for round_ in range(2):
+            leader = next(e for e in (a, b) if e.leading.is_set())
+            if round_:
+                nursery.start_soon(stand, candidate(admin, namespace, "c"), "c")
+            deleted = trio.current_time()
+            await admin.delete(LEASES, LEASE, namespace=namespace)
+            stopped = await _until(functools.partial(_stopped, leader), TIMING.retry_period * 2)
+            led = await _until(lambda: bool(writing), TIMING.renew_deadline * 3)
+            print(f"round {round_}: the leader stopped {stopped - deleted:.2f} s after the delete,")
+            print(f"  {sorted(writing)} led {led - deleted:.2f} s after it")
+            assert led - stopped > 0
+            assert led - deleted >= TIMING.renew_deadline, "led before a renew deadline"
+        nursery.cancel_scope.cancel()
+    assert both == [], "two bodies ran at once"
+
+
+async def _until(condition: Callable[[], bool], timeout: float) -> float:
+    """Poll ``condition`` (a Lease loop's state has no event for every change); when it held."""
+    with trio.fail_after(timeout):
+        while not condition():  # noqa: ASYNC110
+            await trio.sleep(0.01)
+    return trio.current_time()
+
+
+def _stopped(elector: LeaseElector) -> bool:
+    return not elector.leading.is_set()

@@ -98,9 +98,33 @@ def test_a_spec_with_missing_or_mistyped_fields_reads_as_free() -> None:
     assert parse_record(odd) == LeaseRecord()
 
 
-def test_without_a_lease_the_candidate_creates_one_it_holds() -> None:
-    decision = decide(Elector("a", TIMING), 0.0, wall(0))
-    assert decision == Create(LeaseRecord("a", 15, format_time(wall(0)), format_time(wall(0)), 0))
+def test_without_a_lease_the_candidate_creates_one_and_writes_a_renew_deadline_later() -> None:
+    elector = Elector("a", TIMING).observe(None, "", now=5.0)
+    decision = decide(elector, 5.0, wall(5))
+    assert decision == Create(LeaseRecord("a", 15, format_time(wall(5)), format_time(wall(5)), 0))
+    created = elector.wrote(decision.record, "1", started=5.0, created=True)
+    assert created.leading and not created.may_write(14.9)
+    # Renewals keep the hold: whoever wrote for a Lease deleted before the create has stopped
+    # by its renew deadline, at most 10 s after the create.
+    renewed = created.wrote(decision.record, "2", started=14.0)
+    assert not renewed.may_write(14.9)
+    assert renewed.may_write(15.0)
+    # A Lease taken over (not created) is written for at once.
+    taken = Elector("b", TIMING).wrote(held_by("b"), "3", started=5.0)
+    assert taken.may_write(5.0)
+    assert not taken.stepped_down().may_write(5.0)
+
+
+def test_a_leader_that_finds_its_lease_deleted_stops_without_writing() -> None:
+    """client-go creates the Lease again and goes on leading; a standby may have created it
+    first and lead meanwhile. Here the leader stops at once, and stands again as anybody."""
+    elector = Elector("a", TIMING).wrote(held_by("a"), "5", started=10.0)
+    gone = elector.observe(None, "", now=12.0)
+    lost = decide(gone, 12.0, wall(12))
+    assert lost == Lost("")
+    assert lost.why("kokumi/kokumi-clusters") == "the Lease kokumi/kokumi-clusters was deleted"
+    assert Lost("b").why("x/y") == "the Lease x/y is held by b"
+    assert isinstance(decide(gone.stepped_down(), 12.0, wall(12)), Create)
 
 
 def test_a_standby_waits_out_the_lease_on_its_own_clock_not_the_renew_time() -> None:
@@ -165,8 +189,9 @@ class ElectionModel(RuleBasedStateMachine):
     """Candidates racing for one Lease on a server that checks resourceVersions.
 
     Reads and writes interleave freely, writes may land long after their read, candidates
-    crash and come back, time jumps. Whatever happens, no two candidates may both believe they
-    can write at the same moment: "may write" is leading and before the renew deadline.
+    crash and come back, time jumps, the Lease is deleted. Whatever happens, no two candidates
+    may both believe they can write at the same moment: "may write" is leading and before the
+    renew deadline.
     """
 
     def __init__(self) -> None:
@@ -215,12 +240,21 @@ class ElectionModel(RuleBasedStateMachine):
         self.version += 1
         self.writes += 1
         self.electors[name] = self.electors[name].wrote(
-            decision.record, str(self.version), pending.started
+            decision.record,
+            str(self.version),
+            pending.started,
+            created=isinstance(decision, Create),
         )
 
     @rule(name=names)
     def write_fails(self, name: str) -> None:
         self.pending.pop(name, None)
+
+    @rule()
+    def lease_deleted(self) -> None:
+        """Somebody deletes the Lease (kubectl, a namespace cleanup) while a leader writes."""
+        self.lease = None
+        self.version += 1
 
     @rule(name=names)
     def crash_and_restart(self, name: str) -> None:
@@ -241,7 +275,7 @@ class ElectionModel(RuleBasedStateMachine):
             self.version += 1
 
     def may_write(self, elector: Elector) -> bool:
-        return elector.leading and self.now < elector.stop_by()
+        return elector.may_write(self.now)
 
     @invariant()
     def at_most_one_may_write(self) -> None:
@@ -251,8 +285,8 @@ class ElectionModel(RuleBasedStateMachine):
     @invariant()
     def a_writer_is_the_holder(self) -> None:
         for name, elector in self.electors.items():
-            if self.may_write(elector):
-                assert self.lease is not None
+            # Deleted since its last write, it learns so at its next read.
+            if self.may_write(elector) and self.lease is not None:
                 assert self.lease.holder == name
 
 

@@ -288,7 +288,7 @@ async def test_a_replica_that_loses_a_shard_lease_writes_nothing_for_it(
                 await watching.start(follow, ws.client, SECRETS, ws.argocd, writes)
 
                 # Somebody else takes the shard's Lease: replica a must stop at once.
-                lease = await ws.client.get(LEASES, lease_name(shard), namespace=ws.own)
+                lease = await ws.client.get(LEASES, lease_name(shard, SHARDS), namespace=ws.own)
                 lease["spec"]["holderIdentity"] = "intruder"
                 lease["spec"]["leaseDurationSeconds"] = 30
                 await ws.client.replace(LEASES, lease, namespace=ws.own)
@@ -314,7 +314,7 @@ async def test_a_replica_that_loses_a_shard_lease_writes_nothing_for_it(
                 assert (ns, name) in await secrets_by_holder(ws), "still registered meanwhile"
 
                 # The intruder lets go: a replica serves the shard again and catches up.
-                lease = await ws.client.get(LEASES, lease_name(shard), namespace=ws.own)
+                lease = await ws.client.get(LEASES, lease_name(shard, SHARDS), namespace=ws.own)
                 lease["spec"]["holderIdentity"] = ""
                 lease["spec"]["leaseDurationSeconds"] = 1
                 await ws.client.replace(LEASES, lease, namespace=ws.own)
@@ -553,7 +553,7 @@ async def test_a_replica_holds_no_more_shards_than_it_may(hub: APIServer) -> Non
                 LeaseElector(
                     client,
                     namespace,
-                    LeaderElection(identity, lease_name=lease_name(shard), timing=TIMING),
+                    LeaderElection(identity, lease_name=lease_name(shard, 3), timing=TIMING),
                     admission=admission,
                 )
                 for shard in preference(identity, 3)
@@ -567,14 +567,135 @@ async def test_a_replica_holds_no_more_shards_than_it_may(hub: APIServer) -> Non
             await trio.sleep(TIMING.lease_duration * 2)  # ample time to take more, if it could
             held = [e.config.lease_name for e in first if e.leading.is_set()]
             assert len(held) == 2
-            assert held == [lease_name(s) for s in preference("replica-a", 3)[:2]]
+            assert held == [lease_name(s, 3) for s in preference("replica-a", 3)[:2]]
             for elector in second:
                 nursery.start_soon(elector.run, trio.sleep_forever)
             await wait_for(
                 lambda: _async([e.config.lease_name for e in second if e.leading.is_set()]),
-                lambda names: names == [lease_name(preference("replica-a", 3)[2])],
+                lambda names: names == [lease_name(preference("replica-a", 3)[2], 3)],
                 "the other replica to take the third shard",
                 timeout=10,
             )
             nursery.cancel_scope.cancel()
         await client.delete(NAMESPACES, namespace)
+
+
+@asynccontextmanager
+async def replica_of(
+    nursery: trio.Nursery, hub: APIServer, ws: Workspace, name: str, shards: int
+) -> AsyncIterator[Replica]:
+    """One sharded manager of ``shards`` (no --max-shards), until the block ends (as SIGTERM)."""
+    options = ws.options(
+        keep_in_cluster=False,
+        check_interval=3.0,
+        check_jitter=0.3,
+        field_manager=f"kokumi-{name}",
+        sharding=Sharding(f"replica-{name}", shards, None, TIMING),
+    )
+    scope = trio.CancelScope()
+
+    async def run(*, task_status: trio.TaskStatus[Manager]) -> None:
+        with scope:
+            await run_manager(
+                Config.from_kubeconfig(hub.admin_kubeconfig), options, task_status=task_status
+            )
+
+    manager: Manager = await nursery.start(run)
+    try:
+        yield Replica(name, manager, scope)
+    finally:
+        scope.cancel()
+
+
+def _uids(replica: Replica, namespace: str | None = None) -> set[str]:
+    """The Clusters this replica has an actor for (in ``namespace``: other tests' run beside)."""
+    actors = replica.manager.dispatcher._actors
+    return {u for u, a in actors.items() if namespace is None or a.ref.namespace == namespace}
+
+
+async def _one_count_at_a_time(old: Replica, new: Replica, seconds: float) -> int:
+    """Sample both replicas' actors for ``seconds``: never one Cluster in both; the new count
+    holds no shard. Returns how many samples were taken."""
+    samples = 0
+    with trio.move_on_after(seconds):
+        while True:
+            both = _uids(old) & _uids(new)
+            assert not both, f"{len(both)} Clusters have an actor in both replicas"
+            assert new.manager.held_shards() == set(), "a replica of another count serves"
+            samples += 1
+            await trio.sleep(0.02)
+    return samples
+
+
+async def test_a_change_of_the_shard_count_never_serves_a_cluster_twice(
+    hub: APIServer, crds: object, spoke_kubeconfig: Registration
+) -> None:
+    """--shards 2 runs; a replica of --shards 3 joins, as in a rolling change, and waits
+    (holding nothing) until the last replica of 2 has gone; then it serves every Cluster. And
+    back: a replica of 2 waits for the replica of 3 the same way."""
+    async with workspace(hub) as ws:
+        ns = await ws.namespace()
+        names = [f"edge-{k}" for k in range(16)]
+        await ws.environment(ns, "edge", {"fleet": "edge"})
+        async with trio.open_nursery() as nursery:
+            async with replica_of(nursery, hub, ws, "two", 2) as two:
+                await wait_for(
+                    lambda: _async(two.manager.held_shards()),
+                    lambda held: held == {0, 1},
+                    "the replica of 2 to take both shards",
+                )
+                for name in names:
+                    await kubeconfig_cluster(ws, spoke_kubeconfig, ns, name, closed_port_server())
+                every = {(ns, n) for n in names}
+                before = await wait_for(
+                    functools.partial(secrets_by_holder, ws),
+                    lambda found: set(found) == every,
+                    "every Cluster to be registered",
+                )
+                await wait_for(
+                    lambda: _async(len(_uids(two, ns))), lambda n: n == len(names), "16 actors"
+                )
+                async with replica_of(nursery, hub, ws, "three", 3) as three:
+                    samples = await _one_count_at_a_time(two, three, TIMING.lease_duration * 2)
+                    ready, why = three.manager.readiness()
+                    assert ready, why
+                    assert three.manager.gate is not None and three.manager.gate.rivals
+                    # The replica of 2 goes (SIGTERM): the replica of 3 takes all three shards.
+                    stopped = trio.current_time()
+                    two.scope.cancel()
+                    await wait_for(
+                        lambda: _async(three.manager.held_shards()),
+                        lambda held: held == {0, 1, 2},
+                        "the replica of 3 to serve once the replica of 2 has gone",
+                        timeout=TIMING.lease_duration * 3,
+                    )
+                    took = trio.current_time() - stopped
+                    await wait_for(
+                        lambda: _async(len(_uids(three, ns))),
+                        lambda n: n == len(names),
+                        "16 actors",
+                    )
+                    # And back: a replica of 2 joins the replica of 3.
+                    async with replica_of(nursery, hub, ws, "two-again", 2) as again:
+                        samples += await _one_count_at_a_time(three, again, TIMING.lease_duration)
+                        three.scope.cancel()
+                        await wait_for(
+                            lambda: _async(again.manager.held_shards()),
+                            lambda held: held == {0, 1},
+                            "the new replica of 2 to serve once the replica of 3 has gone",
+                            timeout=TIMING.lease_duration * 3,
+                        )
+                        after = await wait_for(
+                            functools.partial(secrets_by_holder, ws),
+                            lambda found: set(found) == every,
+                            "every Cluster still registered",
+                        )
+                        assert {k: s["metadata"]["uid"] for k, s in after.items()} == {
+                            k: s["metadata"]["uid"] for k, s in before.items()
+                        }, "no Secret was deleted or created again"
+                        print(
+                            f"{samples} samples, never a Cluster in two replicas; the replica"
+                            f" of 3 served {took:.2f} s after the last replica of 2 stopped"
+                        )
+                        await drain(ws)
+            nursery.cancel_scope.cancel()

@@ -90,7 +90,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=int,
         default=1,
         help="split the Clusters among the replicas in this many shards, one Lease each"
-        " (kokumi-clusters-shard-<i>); 1: one leader does everything (default 1)",
+        " (kokumi-clusters-shard-<i>-of-<N>); 1: one leader does everything (default 1)",
     )
     manager.add_argument(
         "--max-shards",
@@ -189,4 +189,6 @@ def _sharding(args: argparse.Namespace) -> Sharding | None:
         retry_period=args.leader_elect_retry_period,
     )
     identity = f"{socket.gethostname()}_{secrets.token_hex(4)}"
-    return Sharding(identity, args.shards, args.max_shards, timing)
+    return Sharding(
+        identity, args.shards, args.max_shards, timing, leader_lease=args.leader_elect_lease_name
+    )

@@ -19,6 +19,14 @@ The rules are client-go's (``tools/leaderelection``), so a Kokumi manager reads 
   ``renew_deadline < lease_duration`` it stops before any standby may take over.
 - Writes carry the ``resourceVersion`` read just before, so two candidates racing for a free
   Lease cannot both win: the server turns the second write into a Conflict.
+
+Where Kokumi is stricter than client-go, a deleted Lease: client-go creates a missing Lease at
+once, so a standby leads while the old leader writes until its next renewal. Here a leader that
+finds its Lease gone stops writing at once (:class:`Lost`), and a candidate that *created* the
+Lease holds it a renew deadline before it leads (:meth:`Elector.may_write`): whoever held a
+deleted Lease renewed it last before the deletion, so before the create, and has stopped by
+then, whether it noticed or not. A candidate cannot tell a deleted Lease from a first start, so
+a first start waits the same renew deadline once.
 """
 
 from __future__ import annotations
@@ -171,6 +179,8 @@ class Elector:
     timing: Timing
     observed: Observation | None = None
     renewed_at: float | None = None
+    #: Set by a create: until then this candidate holds the Lease but may not write.
+    hold_until: float | None = None
 
     @property
     def leading(self) -> bool:
@@ -200,16 +210,28 @@ class Elector:
         changed_at = now if old is None or old.record != record else old.changed_at
         return attrs.evolve(self, observed=Observation(record, resource_version, changed_at))
 
-    def wrote(self, record: LeaseRecord, resource_version: str, started: float) -> Elector:
-        """The write of ``record`` that began at ``started`` went through: this candidate leads."""
+    def may_write(self, now: float) -> bool:
+        """Whether this candidate may write for the Lease now: it leads, is past the hold of a
+        Lease it created, and before its renew deadline."""
+        if not self.leading or now >= self.stop_by():
+            return False
+        return self.hold_until is None or now >= self.hold_until
+
+    def wrote(
+        self, record: LeaseRecord, resource_version: str, started: float, *, created: bool = False
+    ) -> Elector:
+        """The write of ``record`` that began at ``started`` went through: this candidate leads
+        (``created``: it created the Lease, and holds it a renew deadline before it writes)."""
+        hold = started + self.timing.renew_deadline if created else self.hold_until
         return attrs.evolve(
             self,
             observed=Observation(record, resource_version, started),
             renewed_at=started,
+            hold_until=hold,
         )
 
     def stepped_down(self) -> Elector:
-        return attrs.evolve(self, renewed_at=None)
+        return attrs.evolve(self, renewed_at=None, hold_until=None)
 
     def release(self, wall: dt.datetime) -> LeaseRecord | None:
         """The record that hands the Lease back at once, as client-go's ``ReleaseOnCancel`` does.
@@ -253,9 +275,15 @@ class Wait:
 
 @attrs.frozen
 class Lost:
-    """This candidate led, but the Lease now names somebody else: stop writing at once."""
+    """This candidate led, but the Lease now names somebody else (``holder``), or is gone
+    (``holder`` empty): stop writing at once."""
 
     holder: str
+
+    def why(self, lease: str) -> str:
+        if self.holder:
+            return f"the Lease {lease} is held by {self.holder}"
+        return f"the Lease {lease} was deleted"
 
 
 Decision = Create | Update | Wait | Lost
@@ -267,6 +295,8 @@ def decide(elector: Elector, now: float, wall: dt.datetime) -> Decision:
     seconds = elector.timing.lease_seconds
     observed = elector.observed
     if observed is None:
+        if elector.leading:
+            return Lost("")
         return Create(LeaseRecord(elector.identity, seconds, stamp, stamp, 0))
     record = observed.record
     mine = record.holder == elector.identity

@@ -7,6 +7,10 @@ pod as a fresh standby). When the body is cancelled from outside (SIGTERM), the 
 back after the body has stopped, so a standby takes over at its next try instead of waiting out
 the lease. What to do at each step is decided by :mod:`kokumi.core.leader`; this module only reads,
 writes and sleeps.
+
+With a :class:`CountGate`, a candidate that has just taken its Lease lists the Leases of other
+shard counts before it runs the body, and hands its own back when one is held
+(:class:`kokumi.core.shards.Counts`): replicas of two ``--shards`` never serve side by side.
 """
 
 from __future__ import annotations
@@ -19,12 +23,12 @@ from typing import Any
 
 import trio
 
-from kokumi.core import leader
+from kokumi.core import leader, shards
 from kokumi.kube import errors
 from kokumi.kube.client import LEASES, Client
 from kokumi.kube.objects import metadata_of, resource_version
 
-__all__ = ["Admission", "LeadershipLost", "LeaseElector"]
+__all__ = ["Admission", "CountGate", "LeadershipLost", "LeaseElector"]
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +52,48 @@ class Admission:
         self.lock = trio.Lock()
         self.electors: list[LeaseElector] = []
 
-    def room(self) -> bool:
-        return sum(e.state.leading for e in self.electors) < self.limit
+    def room(self, me: LeaseElector) -> bool:
+        """Whether ``me`` may hold one more (a Lease it holds already, created and not yet
+        written for, is its own place)."""
+        return sum(e.state.leading for e in self.electors if e is not me) < self.limit
+
+
+class CountGate:
+    """The Leases of other shard counts, as this replica lists them (one per replica).
+
+    ``own`` is this replica's count (1: the single leader). Listing needs ``list`` on Leases in
+    Kokumi's namespace; a listing that fails counts as a rival held, so nothing is served on a
+    guess.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        namespace: str,
+        own: int,
+        leader_lease: str = leader.DEFAULT_LEASE_NAME,
+    ) -> None:
+        self._client = client
+        self.namespace = namespace
+        self.counts = shards.Counts(own, leader_lease)
+        #: The rivals found by the last listing, as (Lease, holder).
+        self.rivals: list[tuple[str, str]] = []
+
+    async def held(self) -> list[tuple[str, str]]:
+        """The Leases of another shard count held now, read from the server just now."""
+        try:
+            listing = await self._client.list(LEASES, namespace=self.namespace)
+        except errors.KubeError as exc:
+            self.rivals = [("(the Leases could not be listed)", str(exc))]
+            return self.rivals
+        leases = [
+            (str(metadata_of(item).get("name", "")), leader.parse_record(item.get("spec")))
+            for item in listing.get("items", [])
+        ]
+        now = trio.current_time()
+        self.counts = self.counts.observe(leases, now)
+        self.rivals = self.counts.held(now)
+        return self.rivals
 
 
 class LeaseElector:
@@ -69,6 +113,7 @@ class LeaseElector:
         on_change: Callable[[bool], None] | None = None,
         wall: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         admission: Admission | None = None,
+        gate: CountGate | None = None,
     ) -> None:
         self._client = client
         self.namespace = namespace
@@ -81,6 +126,8 @@ class LeaseElector:
         self._last_problem = ""
         self.leading = trio.Event()
         self._admission = admission
+        self._gate = gate
+        self._last_rivals: list[tuple[str, str]] = []
         if admission is not None:
             admission.electors.append(self)
         #: Set once this candidate has made its first try: a replica standing for several
@@ -149,7 +196,7 @@ class LeaseElector:
                 await trio.sleep(self.timing.retry_period)
                 while not await self._attempt():
                     if not self.state.leading:
-                        return f"the Lease {'/'.join(self._where())} is held by {self.state.holder}"
+                        return leader.Lost(self.state.holder).why("/".join(self._where()))
                     await trio.sleep(self._retry_delay())
                 continue
             return (
@@ -161,13 +208,50 @@ class LeaseElector:
         """One try to take the Lease, if this replica has room for one more."""
         admission = self._admission
         if admission is None:
-            return await self._attempt()
-        async with admission.lock:
-            return admission.room() and await self._attempt()
+            taken = await self._take()
+        else:
+            async with admission.lock:
+                taken = admission.room(self) and await self._take()
+        if taken:
+            self._set_leading(True)
+        return taken
+
+    async def _take(self) -> bool:
+        """Take the Lease, and keep it only if no Lease of another shard count is held.
+
+        The listing after the write is what makes it safe (each side writes, then reads); the
+        one before it only spares a write while a rival is plainly there.
+        """
+        gate = self._gate
+        if gate is not None and await self._rivals(gate):
+            return False
+        if not await self._attempt():
+            return False
+        if not self.state.may_write(trio.current_time()):
+            return False  # created just now: held, renewed, not written for yet
+        if gate is None or not await self._rivals(gate):
+            return True
+        with trio.CancelScope(shield=True) as scope:
+            scope.deadline = trio.current_time() + RELEASE_TIMEOUT
+            await self._release()
+        return False
+
+    async def _rivals(self, gate: CountGate) -> bool:
+        rivals = await gate.held()
+        if rivals and rivals != self._last_rivals:
+            held = ", ".join(f"{name} by {holder}" for name, holder in rivals)
+            log.warning(
+                "Lease %s/%s: waiting, a Lease of another shard count is held (%s); this"
+                " replica serves once the replicas of the other --shards have gone",
+                *self._where(),
+                held,
+            )
+        self._last_rivals = rivals
+        return bool(rivals)
 
     def serving_until(self) -> float | None:
         """Until when (Trio time) the holder may write: the renew deadline; None if not held."""
-        if not self.state.leading:
+        if not (self.state.leading and self.leading.is_set()):
             return None
         until = self.state.stop_by()
         return until if until > trio.current_time() else None
@@ -182,7 +266,7 @@ class LeaseElector:
                 self._problem("")
                 return False
             if isinstance(decision, leader.Lost):
-                log.warning("the Lease is now held by %s: stepping down", decision.holder)
+                log.warning("%s: stepping down", decision.why("/".join(self._where())))
                 self.state = self.state.stepped_down()
                 return False
             await self._write(decision, started)
@@ -194,8 +278,6 @@ class LeaseElector:
             self._problem(str(exc))
             return False
         self._problem("")
-        if not self.leading.is_set():
-            self._set_leading(True)
         return True
 
     async def _read(self, now: float) -> None:
@@ -229,7 +311,8 @@ class LeaseElector:
             written = await self._client.replace(LEASES, body, namespace=self.namespace)
         self._lease = written
         version = resource_version(written) or ""
-        self.state = self.state.wrote(decision.record, version, started)
+        created = isinstance(decision, leader.Create)
+        self.state = self.state.wrote(decision.record, version, started, created=created)
         self.last_seen = trio.current_time()
 
     async def _release(self) -> None:
