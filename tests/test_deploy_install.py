@@ -266,6 +266,8 @@ def test_built_in_roles_may_work_with_clusters_and_environments(hub: APIServer) 
 
 def test_optional_files_are_valid_objects_for_the_api_server(hub: APIServer) -> None:
     """A server-side dry run: the schema and admission accept them; nothing is changed."""
+    # The NetworkPolicy lives in Kokumi's namespace, which an earlier test may not have made.
+    ensure_namespace(hub, "kokumi")
     for name in ("network-policy.yaml", "manager-secrets-cluster-wide.yaml"):
         applied = run(
             hub.admin_kubeconfig,
