@@ -8,7 +8,9 @@ first out: measured with half of 400 spokes hanging, every healthy Cluster was c
 
 from __future__ import annotations
 
+import itertools
 import logging
+import math
 
 import pytest
 import trio
@@ -93,3 +95,148 @@ async def test_without_an_interval_nothing_is_said(
         for _ in range(3):
             nursery.start_soon(check)
     assert [r for r in caplog.records if r.name == LOGGER] == []
+
+
+# --- two classes: answering Clusters first, silent ones take what is left -------------------
+
+
+async def test_an_answering_check_never_waits_for_silent_ones(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Forty silent checks (10 s each) queue for eight slots; quick answering checks keep
+    arriving: silent ones hold at most seven slots, so each answering check starts at once."""
+    metrics = Metrics()
+    limiter = CountingLimiter(8, metrics, late_after=60.0)
+    waits: list[float] = []
+    most_silent = 0
+
+    async def silent() -> None:
+        nonlocal most_silent
+        async with limiter.slot(silent=True):
+            most_silent = max(most_silent, limiter.running("silent"))
+            await trio.sleep(10.0)
+
+    async def answering() -> None:
+        asked = trio.current_time()
+        async with limiter.slot(silent=False):
+            waits.append(trio.current_time() - asked)
+            await trio.sleep(0.005)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(40):
+            nursery.start_soon(silent)
+        await trio.testing.wait_all_tasks_blocked()
+        assert limiter.running("silent") == 7
+        assert limiter.waiting("silent") == 33
+        scraped = generate_latest(metrics.registry).decode()
+        assert 'kokumi_checks_waiting{class="silent"} 33.0' in scraped
+        assert 'kokumi_checks_waiting{class="answering"} 0.0' in scraped
+        for _ in range(200):  # every 0.25 s for 50 s
+            nursery.start_soon(answering)
+            await trio.sleep(0.25)
+    assert most_silent == 7
+    assert len(waits) == 200
+    assert max(waits) == 0.0
+
+
+async def test_a_freed_slot_goes_to_an_answering_check_before_any_silent_one(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """With one slot, silent checks may take it (nothing else would run them): an answering
+    check that arrives then waits for that one silent check, never for the silent queue."""
+    limiter = CountingLimiter(1, Metrics())
+    order: list[str] = []
+    began: dict[str, float] = {}
+
+    async def check(name: str, silent: bool, seconds: float) -> None:
+        async with limiter.slot(silent=silent):
+            order.append(name)
+            began[name] = trio.current_time()
+            await trio.sleep(seconds)
+
+    async with trio.open_nursery() as nursery:
+        for index in range(5):
+            nursery.start_soon(check, f"silent-{index}", True, 10.0)
+            await trio.testing.wait_all_tasks_blocked()
+        await trio.sleep(1.0)
+        asked = trio.current_time()
+        nursery.start_soon(check, "answering", False, 0.01)
+        await trio.testing.wait_all_tasks_blocked()
+        assert limiter.waiting("answering") == 1
+    assert began["answering"] - asked == pytest.approx(9.0)  # the rest of one silent check
+    assert order == ["silent-0", "answering", "silent-1", "silent-2", "silent-3", "silent-4"]
+
+
+async def test_silent_checks_take_turns(autojump_clock: trio.testing.MockClock) -> None:
+    """Thirty silent Clusters ask again as soon as each check ends, seven at a time finishing
+    together; the answering ones keep one slot busy. The silent one checked longest ago goes
+    first, so over half an hour each is checked every 30 / 7 rounds of 10 s: its gaps are 40 or
+    50 s, never more, and none is checked twice while another waits longer."""
+    limiter = CountingLimiter(8, Metrics())
+    times: dict[int, list[float]] = {index: [] for index in range(30)}
+
+    async def silent(index: int) -> None:
+        last = -math.inf
+        while True:
+            async with limiter.slot(silent=True, since=last):
+                last = trio.current_time()
+                times[index].append(last)
+                await trio.sleep(10.0)
+
+    async def answering() -> None:
+        while True:
+            async with limiter.slot(silent=False):
+                await trio.sleep(0.5)
+            await trio.sleep(0.1)
+
+    with trio.move_on_after(1800.0):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(answering)
+            for index in range(30):
+                nursery.start_soon(silent, index)
+    # Seven slots, 10 s each, for half an hour: 1,260 checks.
+    assert sum(len(t) for t in times.values()) == 1260
+    gaps = [b - a for t in times.values() for a, b in itertools.pairwise(t)]
+    assert min(gaps) == pytest.approx(40.0)
+    assert max(gaps) == pytest.approx(50.0)
+    assert all(len(t) >= 36 for t in times.values())
+
+
+async def test_a_cancelled_wait_gives_up_its_place_and_loses_no_slot(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A Cluster deleted while its check waits: its place goes, and the slots stay counted."""
+    metrics = Metrics()
+    limiter = CountingLimiter(2, metrics)
+    started: list[str] = []
+
+    async def check(name: str, silent: bool) -> None:
+        async with limiter.slot(silent=silent):
+            started.append(name)
+            await trio.sleep(10.0)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(check, "a", False)
+        nursery.start_soon(check, "b", False)
+        await trio.testing.wait_all_tasks_blocked()
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await check("cancelled-at-once", False)
+        waiter = trio.CancelScope()
+
+        async def gone() -> None:
+            with waiter:
+                await check("gone", True)
+
+        nursery.start_soon(gone)
+        nursery.start_soon(check, "c", True)
+        await trio.testing.wait_all_tasks_blocked()
+        assert limiter.waiting("silent") == 2
+        waiter.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        assert limiter.waiting("silent") == 0 + 1
+    assert sorted(started) == ["a", "b", "c"]
+    assert limiter.running("answering") == limiter.running("silent") == 0
+    assert metrics.concurrent_checks == 0
+    scraped = generate_latest(metrics.registry).decode()
+    assert 'kokumi_checks_waiting{class="silent"} 0.0' in scraped

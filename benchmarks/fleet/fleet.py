@@ -11,10 +11,13 @@ A spoke behaves as its kind says (chosen by the runner, by index):
 - ``ok``: answers at once;
 - ``slow``: waits ``--slow-seconds`` before each answer (within the check's 10 s);
 - ``refusing``: nothing listens, so connections are refused;
-- ``hanging``: listens but never accepts, so the TLS handshake never starts and the check times out;
+- ``hanging``: accepts the connection and reads what comes, but never answers, so the TLS
+  handshake never ends and the check times out (the time of each connection is recorded, as
+  ``/version`` is for the others, so the silent spokes' gaps can be measured too);
 - ``unauthorized``: answers 401, as for a revoked token.
 
-The process records when each spoke was asked ``/version`` (the first question of every check),
+The process records when each spoke was asked ``/version`` (the first question of every check;
+for a hanging spoke, when it was connected to),
 and serves those times as JSON on a plain control port: ``GET /stats?since=<unix time>``. That is
 how the runner measures the gap between two checks of one Cluster, from outside the manager.
 """
@@ -22,6 +25,7 @@ how the runner measures the gap between two checks of one Cluster, from outside 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import resource
 import ssl
@@ -77,6 +81,17 @@ class Fleet:
         self.slow_seconds = slow_seconds
         self.asked: dict[int, list[float]] = defaultdict(list)
         self.requests = 0
+
+    async def hang(self, index: int, stream: trio.SocketStream) -> None:
+        """Take the connection and whatever the client sends, answer nothing, until it gives up."""
+        self.asked[index].append(time.time())
+        try:
+            while await stream.receive_some(65536):
+                pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            await trio.aclose_forcefully(stream)
 
     async def serve(self, index: int, stream: trio.abc.Stream) -> None:
         kind = self.kinds[index]
@@ -185,7 +200,6 @@ async def main_async(args: argparse.Namespace) -> None:
     ca_path, chain = make_pki(directory)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(chain)
-    held: list[trio.SocketListener] = []  # hanging spokes: listening, never accepting
     async with trio.open_nursery() as nursery:
         for index, kind in enumerate(kinds):
             if kind == "refusing":
@@ -196,7 +210,8 @@ async def main_async(args: argparse.Namespace) -> None:
             sock.listen(128)
             listener = trio.SocketListener(sock)
             if kind == "hanging":
-                held.append(listener)
+                handler = functools.partial(fleet.hang, index)
+                nursery.start_soon(trio.serve_listeners, handler, [listener])
                 continue
             tls = trio.SSLListener(listener, context, https_compatible=True)
             nursery.start_soon(trio.serve_listeners, lambda s, i=index: fleet.serve(i, s), [tls])

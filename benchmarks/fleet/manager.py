@@ -85,8 +85,24 @@ def _time_slots(timer: LoopTimer) -> None:
     """Record how long each check holds one of the eight slots of the check limiter."""
     from kokumi.actors.context import CountingLimiter  # noqa: PLC0415
 
-    enter, leave = CountingLimiter.__aenter__, CountingLimiter.__aexit__
     held: dict[trio.lowlevel.Task, float] = {}
+    if hasattr(CountingLimiter, "acquire"):  # two classes: every slot goes through these
+        acquire, release = CountingLimiter.acquire, CountingLimiter.release
+
+        async def timed_acquire(self: CountingLimiter, *args: Any) -> None:
+            await acquire(self, *args)
+            held[trio.lowlevel.current_task()] = time.perf_counter()
+
+        def timed_release(self: CountingLimiter) -> None:
+            began = held.pop(trio.lowlevel.current_task(), None)
+            release(self)
+            if began is not None:
+                timer.slots.append(time.perf_counter() - began)
+
+        CountingLimiter.acquire = timed_acquire  # type: ignore[method-assign]
+        CountingLimiter.release = timed_release  # type: ignore[method-assign]
+        return
+    enter, leave = CountingLimiter.__aenter__, CountingLimiter.__aexit__
 
     async def aenter(self: CountingLimiter) -> None:
         await enter(self)

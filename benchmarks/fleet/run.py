@@ -215,13 +215,22 @@ def manager_checks(port: int) -> float:
 
 
 def manager_reports(port: int) -> dict[str, float]:
-    """What one manager's ``/metrics`` says of its fleet: Clusters by Ready reason (``reason:X``)
-    and checks waiting for a slot now."""
+    """What one manager's ``/metrics`` says of its fleet: Clusters by Ready reason (``reason:X``),
+    checks waiting for a slot now (``waiting``, and by class ``waiting:answering``,
+    ``waiting:silent``; a manager before the two classes has only the total) and checks holding
+    a slot by class (``running:...``)."""
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
     found: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("kokumi_checks_waiting "):
             found["waiting"] = float(line.split()[1])
+        elif line.startswith(("kokumi_checks_waiting{", "kokumi_checks_running{")):
+            what = "waiting" if "waiting" in line.split("{")[0] else "running"
+            value = float(line.rsplit(" ", 1)[1])
+            kind = line.split('"')[1]
+            found[f"{what}:{kind}"] = value
+            if what == "waiting":
+                found["waiting"] = found.get("waiting", 0.0) + value
         elif line.startswith('kokumi_clusters{reason="'):
             reason = line.split('"')[1] or "unchecked"
             found[f"reason:{reason}"] = float(line.rsplit(" ", 1)[1])
@@ -274,6 +283,8 @@ def loop_steps(workdir: Path, start: float, end: float) -> dict[str, float]:
         # Slots busy on average (8 at most): all checks, and those of healthy spokes only.
         "slots_busy": sum(slots) / (end - start),
         "slots_busy_ok": sum(s for s in slots if s < 1.0) / (end - start),
+        # Checks that ran out their 10 s (a silent spoke's).
+        "slots_busy_timed_out": sum(s for s in slots if s >= 9.5) / (end - start),
     }
 
 
@@ -416,6 +427,66 @@ async def bare_writes(client: Client, n: int, ca_pem: bytes) -> float:
     return took
 
 
+def bare_openssl(kinds: list[str], ca_pem: bytes, count: int) -> dict[str, float]:
+    """The floor of a check's CPU: Python's ``ssl`` on a blocking socket, with nothing between.
+
+    Each check is what a check must be: a new TCP connection, a TLS handshake that verifies the
+    server against the CA (the server name by SNI), ``GET /version`` and ``POST`` of a
+    SelfSubjectReview as two HTTP/1.1 requests on that connection, both answers read to their
+    Content-Length, the socket closed. One at a time, in one thread, whose own CPU time is the
+    figure: the handshake's cryptography and the kernel's socket work, no event loop, no HTTP
+    library.
+    """
+    import socket  # noqa: PLC0415
+    import ssl  # noqa: PLC0415
+
+    context = ssl.create_default_context(cadata=ca_pem.decode())
+    healthy = [i for i, k in enumerate(kinds) if k == "ok"][:count]
+    review = json.dumps(
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    ).encode()
+    head = f"Host: {SERVER_NAME}\r\nAuthorization: Bearer {TOKEN}\r\nAccept: application/json\r\n"
+    requests = (
+        f"GET /version HTTP/1.1\r\n{head}\r\n".encode(),
+        (
+            f"POST /apis/authentication.k8s.io/v1/selfsubjectreviews HTTP/1.1\r\n{head}"
+            f"Content-Type: application/json\r\nContent-Length: {len(review)}\r\n\r\n"
+        ).encode()
+        + review,
+    )
+    failures = 0
+
+    def answer(tls: ssl.SSLSocket) -> int:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += tls.recv(65536)
+        top, _, body = data.partition(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: *(\d+)", top).group(1))  # type: ignore[union-attr]
+        while len(body) < length:
+            body += tls.recv(65536)
+        return int(top.split(b" ", 2)[1])
+
+    began, wall = time.thread_time(), time.perf_counter()
+    for index in healthy:
+        with (
+            socket.create_connection((address(index), PORT), timeout=10) as raw,
+            context.wrap_socket(raw, server_hostname=SERVER_NAME) as tls,
+        ):
+            codes = []
+            for request in requests:
+                tls.sendall(request)
+                codes.append(answer(tls))
+            if codes != [200, 201]:
+                failures += 1
+    cpu, wall = time.thread_time() - began, time.perf_counter() - wall
+    return {
+        "checks": len(healthy),
+        "cpu_ms": cpu / len(healthy) * 1000,
+        "per_s": len(healthy) / wall,
+        "failures": failures,
+    }
+
+
 # --- the run ------------------------------------------------------------------------------------
 
 
@@ -487,7 +558,8 @@ class Managers:
         total: dict[str, float] = {}
         for port in self.ports:
             for key, value in manager_reports(port).items():
-                combined = (lambda a, b: a + b) if key == "waiting" else max
+                summed = key.startswith(("waiting", "running"))
+                combined = (lambda a, b: a + b) if summed else max
                 total[key] = combined(total.get(key, 0.0), value)
         return total
 
@@ -549,8 +621,9 @@ async def steady(
     end = time.time()
     m1, cpu1, checks1 = hub.metrics(), managers.cpu(), managers.checks()
     reports = managers.reports()
-    # A gap counts when its second check falls in the window; its first may come before.
-    asked = fleet_asked(control, start - 150)
+    # A gap counts when its second check falls in the window; its first may come before (a
+    # silent spoke's by several minutes).
+    asked = fleet_asked(control, start - 900)
     gaps = [
         b - a
         for i, times in asked.items()
@@ -558,6 +631,18 @@ async def steady(
         for a, b in itertools.pairwise(times)
         if b >= start
     ]
+    silent_gaps = [
+        b - a
+        for i, times in asked.items()
+        if kinds[i] == "hanging"
+        for a, b in itertools.pairwise(times)
+        if b >= start
+    ]
+    silent_checked = sum(
+        1
+        for i, k in enumerate(kinds)
+        if k == "hanging" and any(t >= start for t in asked.get(i, ()))
+    )
     checked = sum(
         1 for i, k in enumerate(kinds) if k == "ok" and any(t >= start for t in asked.get(i, ()))
     )
@@ -571,6 +656,10 @@ async def steady(
         "gap_p99": pct(gaps, 0.99),
         "gap_max": max(gaps, default=math.nan),
         "ok_spokes_checked": f"{checked}/{kinds.count('ok')}",
+        "silent_gap_p50": pct(silent_gaps, 0.5),
+        "silent_gap_p99": pct(silent_gaps, 0.99),
+        "silent_gap_max": max(silent_gaps, default=math.nan),
+        "silent_spokes_checked": f"{silent_checked}/{kinds.count('hanging')}",
         "writes_per_min": sum(w.values()) / (end - start) * 60,
         "writes": w,
         "secret_gets_per_s": secret_gets(m0, m1) / (end - start),
@@ -583,6 +672,9 @@ async def steady(
         "hub_connections_max": max(sampler.conns, default=0),
         "loop": loop_steps(workdir, start, end),
         "checks_waiting_end": reports.pop("waiting", math.nan),
+        "slots_by_class_end": {
+            k: reports.pop(k) for k in list(reports) if k.startswith(("waiting:", "running:"))
+        },
         "clusters_by_reason_end": reports,
     }
 
@@ -626,6 +718,10 @@ async def main_async(
             # Baselines, with no manager.
             result["bare_checks"] = await bare_checks(kinds, ca_pem, min(n, 1000))
             print("bare checks:", result["bare_checks"], flush=True)
+            result["bare_openssl"] = await trio.to_thread.run_sync(
+                bare_openssl, kinds, ca_pem, min(n, 1000)
+            )
+            print("bare OpenSSL checks:", result["bare_openssl"], flush=True)
             m0, t0 = hub.metrics(), time.time()
             await trio.sleep(args.idle_window)
             idle = writes(m0, hub.metrics())
@@ -823,6 +919,7 @@ def _cpu_steps(loop: dict[str, float]) -> str:
 
 def report(r: dict[str, Any]) -> str:
     s, rs, bc = r["steady"], r["restart"], r["bare_checks"]
+    floor = r.get("bare_openssl", {}).get("cpu_ms", math.nan)
     rows = [
         ("spokes by kind", ", ".join(f"{k} {v}" for k, v in r["kinds"].items() if v), ""),
         (
@@ -860,6 +957,13 @@ def report(r: dict[str, Any]) -> str:
                 f"healthy spokes checked {p['ok_spokes_checked']}; load {p['load']}",
             ),
             (
+                f"silent spokes' check gap p50 / p99 / max, {label}",
+                f"{p['silent_gap_p50']:.1f} / {p['silent_gap_p99']:.1f}"
+                f" / {p['silent_gap_max']:.1f} s",
+                f"silent spokes checked {p['silent_spokes_checked']}; slots held by checks that"
+                f" timed out {p['loop']['slots_busy_timed_out']:.1f} of 8",
+            ),
+            (
                 f"writes per minute, {label}",
                 f"{p['writes_per_min']:.1f}",
                 f"idle hub {r['bare_idle_writes_per_min']:.1f}; {p['writes'] or 'none'}",
@@ -873,7 +977,8 @@ def report(r: dict[str, Any]) -> str:
                 f"manager CPU per check, {label}",
                 f"{p['cpu_ms_per_check']:.1f} ms",
                 f"bare httpx check {bc['cpu_ms']:.1f} ms:"
-                f" {p['cpu_ms_per_check'] / bc['cpu_ms']:.1f}x",
+                f" {p['cpu_ms_per_check'] / bc['cpu_ms']:.1f}x; bare OpenSSL floor"
+                f" {floor:.2f} ms: {p['cpu_ms_per_check'] / floor:.1f}x",
             ),
             (f"manager CPU, {label}", f"{p['cpu_cores']:.2f} cores", ""),
             (
@@ -904,7 +1009,15 @@ def report(r: dict[str, Any]) -> str:
             ),
             (
                 f"/metrics at the end, {label}: checks waiting for a slot",
-                f"{p['checks_waiting_end']:.0f}",
+                f"{p['checks_waiting_end']:.0f}"
+                + (
+                    f" (answering {p['slots_by_class_end']['waiting:answering']:.0f},"
+                    f" silent {p['slots_by_class_end']['waiting:silent']:.0f}; slots held:"
+                    f" answering {p['slots_by_class_end'].get('running:answering', 0):.0f},"
+                    f" silent {p['slots_by_class_end'].get('running:silent', 0):.0f})"
+                    if "waiting:silent" in p.get("slots_by_class_end", {})
+                    else ""
+                ),
                 "Clusters by Ready reason: "
                 + ", ".join(
                     f"{k.removeprefix('reason:')} {v:.0f}"

@@ -17,7 +17,7 @@ import attrs
 import trio
 
 from kokumi.actors.context import Context, write_status
-from kokumi.core import api, kubeconfig
+from kokumi.core import api, kubeconfig, schedule
 from kokumi.core.ownership import ClusterRef, is_argocd_own
 from kokumi.core.reasons import Reason
 from kokumi.core.registration import NOT_REGISTERED, Registration
@@ -112,6 +112,13 @@ class ClusterActor:
         # its first check and spreads its own first checks over the interval (see _seed_check).
         self._seed = seeded_outcome(cluster)
         self._next_check = -math.inf
+        # Its own place in the check interval (kokumi.core.schedule), so the fleet's checks
+        # spread evenly over the minute from the first one.
+        identity = cluster.metadata.uid or f"{self.ref.namespace}/{self.ref.name}"
+        self._offset = schedule.offset_of(identity, context.options.check_interval)
+        # Checks in a row that got no answer: from SILENT_AFTER on, the Cluster's checks take
+        # only the slots that answering Clusters leave.
+        self._unanswered = 0
         self._retry_at = math.inf
         self._backoffs: dict[str, Backoff] = {}
         self._failures = FailureLog(log, f"Cluster {self.ref}")
@@ -168,6 +175,9 @@ class ClusterActor:
 
     async def run(self) -> None:
         self._context.registry.subscribe(self.ref, self.uid, self.registration)
+        metrics = self._context.metrics
+        metrics.due_clock = trio.current_time
+        metrics.check_interval = self._context.options.check_interval
         try:
             while True:
                 # While a retry is pending its backoff rules, also over a check that fell due:
@@ -217,7 +227,7 @@ class ClusterActor:
             # object go only once the registry says no Secret names it any more. Nothing is
             # checked any more: with the check timer in the past, a Cluster whose DELETED event
             # is late (a watch down) would reconcile in a loop that never blocks.
-            self._next_check = math.inf
+            self._plan(math.inf)
             # Never checked again, so nobody waiting for its first check (wait_checked) may
             # wait for it: a Cluster left deleting by a manager that stopped would hold them.
             self.checked.set()
@@ -234,7 +244,7 @@ class ClusterActor:
             self._doing = "writing its status"
             await self._write(self._status(cluster_outcome(cluster), None), cluster.metadata)
             self.checked.set()
-            self._next_check = math.inf
+            self._plan(math.inf)
             if released:
                 self._doing = "removing its finalizer"
                 await self._drop_finalizer(cluster)
@@ -246,13 +256,19 @@ class ClusterActor:
             pass
         elif self._needs_check(now):
             self._doing = "reading its kubeconfig Secret"
+            self._context.metrics.check_planned(self.ref, None)
             self._check = await self._run_check(cluster)
             self._checked_generation = cluster.metadata.generation
-            self._context.metrics.check_finished(self.ref, self._check.outcome.reason)
+            reason = self._check.outcome.reason
+            self._context.metrics.check_finished(self.ref, reason)
+            self._unanswered = self._unanswered + 1 if schedule.is_unanswered(reason) else 0
             self._secret_dirty = False
-            # Counted from when the check began, so that waiting for the limiter or a silent
-            # cluster's full 10 s does not stretch "about once a minute".
-            self._next_check = now + self._context.options.next_check_delay()
+            # The Cluster's next place in the interval, counted from when this check fell due,
+            # so that waiting for a slot or a silent cluster's full 10 s does not stretch "about
+            # once a minute"; then the spec's random lateness on top.
+            options = self._context.options
+            due = schedule.due_after(now, trio.current_time(), self._offset, options.check_interval)
+            self._plan(due + options.check_lateness())
             self.checked.set()
         assert self._check is not None
         if self._selected is None:
@@ -305,7 +321,7 @@ class ClusterActor:
         together, the loop too busy to finish the checks in their 10 s, and healthy Clusters
         marked Unreachable. The status holds what the last check found, so the actor reads the
         kubeconfig (for its registration), keeps that finding, writes nothing since nothing
-        changed, and checks at a random moment within the interval. A Cluster whose status
+        changed, and checks at its own place within the interval. A Cluster whose status
         does not match its spec or its kubeconfig's server is checked at once.
         """
         seed, self._seed = self._seed, None
@@ -319,10 +335,24 @@ class ClusterActor:
             return False
         self._check = Check(seed, now, read.version, read.connection)
         self._checked_generation = cluster.metadata.generation
+        if schedule.is_unanswered(seed.reason):
+            # Silent before the restart: its first checks must not take the answering
+            # Clusters' slots either (200 dead spokes, two checks each at full priority, would
+            # hold all eight slots for eight minutes).
+            self._unanswered = schedule.SILENT_AFTER
         options = self._context.options
-        self._next_check = now + random.uniform(0.0, options.check_interval)  # noqa: S311
+        # The first moment of its own place in the interval: the restarted fleet's checks are
+        # as evenly spread as they were before it.
+        due = schedule.due_after(now - options.check_interval / 2, now, self._offset,
+                                 options.check_interval)  # fmt: skip
+        self._plan(due + options.check_lateness())
         self.checked.set()
         return True
+
+    def _plan(self, at: float) -> None:
+        """The next check falls due ``at`` (``math.inf``: never); ``/metrics`` shows the spread."""
+        self._next_check = at
+        self._context.metrics.check_planned(self.ref, at)
 
     async def _run_check(self, cluster: api.Cluster) -> Check:
         now = trio.current_time()
@@ -338,7 +368,9 @@ class ClusterActor:
         if read.outcome is not None:
             return Check(read.outcome, now, version, parsed)
         assert parsed is not None
-        async with self._context.probe_limiter:
+        silent = self._unanswered >= schedule.SILENT_AFTER
+        since = self._check.at if self._check is not None else -math.inf
+        async with self._context.probe_limiter.slot(silent=silent, since=since):
             found = await self._context.check(
                 parsed,
                 timeout=self._context.options.probe_timeout,
