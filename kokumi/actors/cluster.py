@@ -16,7 +16,7 @@ import random
 import attrs
 import trio
 
-from kokumi.actors.context import Context, write_status
+from kokumi.actors.context import ANSWERING, SILENT, Context, write_status
 from kokumi.core import api, kubeconfig, schedule
 from kokumi.core.ownership import ClusterRef, is_argocd_own
 from kokumi.core.reasons import Reason
@@ -126,17 +126,19 @@ class ClusterActor:
         self._written: api.ClusterStatus | None = None
         self._stopping = False
         self._superseded = False
+        # Set while a check waits for its slot: a message cancels the wait (see _run_check).
+        self._slot_wait: trio.CancelScope | None = None
         self.checked = trio.Event()  # set after the first check: "all Clusters checked once"
 
     # --- the mailbox: every method returns at once ----------------------------------------------
 
     def update(self, cluster: api.Cluster | api.Invalid) -> None:
         self._cluster = cluster
-        self._wake.set()
+        self._interrupt()
 
     def secret_changed(self) -> None:
         self._secret_dirty = True
-        self._wake.set()
+        self._interrupt()
 
     def wake(self) -> None:
         """Reconcile; a check is reused only while the kubeconfig Secret's version is the same."""
@@ -145,17 +147,17 @@ class ClusterActor:
     def set_selected(self, selected: bool) -> None:
         if selected != self._selected:
             self._selected = selected
-            self._wake.set()
+            self._interrupt()
 
     def registration(self, registration: Registration) -> None:
         if registration != self._registration:
             self._registration = registration
-            self._wake.set()
+            self._interrupt()
 
     def stop(self) -> None:
         """The Cluster is gone from the API: let go of its server and end."""
         self._stopping = True
-        self._wake.set()
+        self._interrupt()
 
     def supersede(self) -> None:
         """A Cluster of the same name was created again before this actor ended.
@@ -165,11 +167,27 @@ class ClusterActor:
         """
         self._superseded = True
         self._stopping = True
+        self._interrupt()
+
+    def _interrupt(self) -> None:
+        """Wake the loop, and give up a place in the queue for a check slot.
+
+        A silent Cluster's check may wait minutes for its slot (they take only what answering
+        Clusters leave); its deletion, a new spec or selection must not wait with it. The check
+        itself, 10 s at most, is never cut short: only the wait for a slot.
+        """
         self._wake.set()
+        if self._slot_wait is not None:
+            self._slot_wait.cancel()
 
     @property
     def cluster(self) -> api.Cluster | api.Invalid:
         return self._cluster
+
+    @property
+    def waiting_for_slot(self) -> bool:
+        """Whether its check is queued for one of the check slots now."""
+        return self._slot_wait is not None
 
     # --- the loop -------------------------------------------------------------------------------
 
@@ -257,19 +275,16 @@ class ClusterActor:
         elif self._needs_check(now):
             self._doing = "reading its kubeconfig Secret"
             self._context.metrics.check_planned(self.ref, None)
-            self._check = await self._run_check(cluster)
-            self._checked_generation = cluster.metadata.generation
-            reason = self._check.outcome.reason
-            self._context.metrics.check_finished(self.ref, reason)
-            self._unanswered = self._unanswered + 1 if schedule.is_unanswered(reason) else 0
-            self._secret_dirty = False
-            # The Cluster's next place in the interval, counted from when this check fell due,
-            # so that waiting for a slot or a silent cluster's full 10 s does not stretch "about
-            # once a minute"; then the spec's random lateness on top.
-            options = self._context.options
-            due = schedule.due_after(now, trio.current_time(), self._offset, options.check_interval)
-            self._plan(due + options.check_lateness())
-            self.checked.set()
+            check = await self._run_check(cluster)
+            if check is None:
+                # A message came while it waited for a slot: the loop sees to it at once (its
+                # wake-up is set) and asks for a slot again after, still due. Meanwhile the
+                # last check, if any, serves as it is.
+                if self._check is None:
+                    return
+            else:
+                self._check = check
+                self._after_check(cluster, now)
         assert self._check is not None
         if self._selected is None:
             # Until the Environments actor has spoken, neither claim nor release anything, and
@@ -283,6 +298,22 @@ class ClusterActor:
         await self._write(self._status(self._check.outcome, self._registration), cluster.metadata)
         if not settled:
             self._retry_later("releasing its Argo CD registration")
+
+    def _after_check(self, cluster: api.Cluster, now: float) -> None:
+        """Count the check of ``cluster`` that fell due at ``now`` and plan the next one."""
+        assert self._check is not None
+        self._checked_generation = cluster.metadata.generation
+        reason = self._check.outcome.reason
+        self._context.metrics.check_finished(self.ref, reason)
+        self._unanswered = self._unanswered + 1 if schedule.is_unanswered(reason) else 0
+        self._secret_dirty = False
+        # The Cluster's next place in the interval, counted from when this check fell due,
+        # so that waiting for a slot or a silent cluster's full 10 s does not stretch "about
+        # once a minute"; then the spec's random lateness on top.
+        options = self._context.options
+        due = schedule.due_after(now, trio.current_time(), self._offset, options.check_interval)
+        self._plan(due + options.check_lateness())
+        self.checked.set()
 
     def _needs_check(self, now: float) -> bool:
         """A reconcile for another reason reuses a check under half a minute old.
@@ -354,7 +385,8 @@ class ClusterActor:
         self._next_check = at
         self._context.metrics.check_planned(self.ref, at)
 
-    async def _run_check(self, cluster: api.Cluster) -> Check:
+    async def _run_check(self, cluster: api.Cluster) -> Check | None:
+        """The check of ``cluster``; None if a message came while it waited for a slot."""
         now = trio.current_time()
         if cluster.spec.connection == "InCluster":
             finding = await self._context.in_cluster.check(self._context.options.reuse_window)
@@ -370,12 +402,23 @@ class ClusterActor:
         assert parsed is not None
         silent = self._unanswered >= schedule.SILENT_AFTER
         since = self._check.at if self._check is not None else -math.inf
-        async with self._context.probe_limiter.slot(silent=silent, since=since):
+        limiter = self._context.probe_limiter
+        with trio.CancelScope() as waiting:
+            self._slot_wait = waiting
+            try:
+                await limiter.acquire(SILENT if silent else ANSWERING, since)
+            finally:
+                self._slot_wait = None
+        if waiting.cancelled_caught:
+            return None
+        try:
             found = await self._context.check(
                 parsed,
                 timeout=self._context.options.probe_timeout,
                 egress=self._context.options.probe_egress,
             )
+        finally:
+            limiter.release()
         return Check(outcome_of(found), trio.current_time(), version, parsed)
 
     def _reusable_read(self, cluster: api.Cluster, now: float) -> _Read | None:
