@@ -1,6 +1,6 @@
 """Sessions: ``unit`` (the fast loop: every test that needs no control plane, no Go), ``tests``
 (the whole suite on the real control plane, the CI-sized chaos run included), ``lint``,
-``typing``; ``chaos`` (the chaos test alone), ``soak`` (the model test at 50,000 steps, a long
+``typing``; ``chaos`` (the chaos test alone), ``soak`` (the model tests at 50,000 steps, a long
 chaos run and the kubeconfig fuzzers at 100,000 examples each) and ``bench`` (the fleet
 benchmark) run only when asked for."""
 
@@ -47,13 +47,14 @@ def chaos(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def soak(session: nox.Session) -> None:
-    """The actor-layer model test at 2,200 examples (at least 50,000 steps, counted and
-    asserted, with faults injected), the kubeconfig fuzzers at 100,000 examples each, and a chaos
-    run of 2,000 operations."""
+    """The actor-layer model tests, one replica and two with shards, at 2,200 examples each (at
+    least 50,000 steps each, counted and asserted, with faults injected), the kubeconfig fuzzers
+    at 100,000 examples each, and a chaos run of 2,000 operations."""
     session.install("-e", ".[test]")
     session.run(
         "pytest",
         "tests/test_model.py",
+        "tests/test_model_shards.py",
         "-s",
         "--timeout=0",  # as long as its steps take
         *session.posargs,
