@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import functools
 import json
+import socket
 import ssl
+import struct
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import attrs
 import httpx
@@ -98,7 +101,7 @@ class Pki:
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     authority = CertificateAuthority.create("kokumi-lean-ca")
-    cert, key = authority.issue("lean-server", server_names=["127.0.0.1"])
+    cert, key = authority.issue("lean-server", server_names=["127.0.0.1", "spoke.test"])
     chain = Path(tmp_path_factory.mktemp("lean")) / "server.pem"
     chain.write_bytes(cert + key)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -472,3 +475,108 @@ async def test_hanging_checks_use_a_bounded_number_of_threads(pki: Pki, serve: S
                 checks.start_soon(functools.partial(check, connection(pki, server), timeout=1.0))
         nursery.cancel_scope.cancel()
     assert most - before <= probe._THREAD_LIMIT
+
+
+# --- the same Finding on both paths, for what fails before HTTP -------------------------------
+
+
+async def both(target: Connection) -> Finding:
+    """Check on the lean path and through httpx: the Findings must be equal."""
+    lean = await check(target, timeout=5)
+    probe._LEAN = False
+    try:
+        through_httpx = await check(target, timeout=5)
+    finally:
+        probe._LEAN = True
+    assert lean == through_httpx
+    assert canary.found(repr(lean)) == []
+    return lean
+
+
+async def tcp_server(
+    nursery: trio.Nursery, handler: Callable[[trio.SocketStream], Awaitable[None]]
+) -> int:
+    listeners = await nursery.start(functools.partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
+    return int(listeners[0].socket.getsockname()[1])
+
+
+async def test_tls_verification_failures_read_the_same(pki: Pki, serve: Serve) -> None:
+    server, _ = await serve(kubernetes)
+    foreign = CertificateAuthority.create("kokumi-lean-foreign").pem
+    wrong_ca = await both(attrs.evolve(connection(pki, server), certificate_authority=foreign))
+    assert wrong_ca.reason is Reason.TLS_ERROR
+    assert "not signed by the configured CA" in wrong_ca.message
+    wrong_name = await both(attrs.evolve(connection(pki, server), tls_server_name="other.test"))
+    assert "not valid for the TLS server name other.test" in wrong_name.message
+    no_ca = await both(attrs.evolve(connection(pki, server), certificate_authority=None))
+    assert "no CA is configured" in no_ca.message
+    skipped = await both(
+        attrs.evolve(
+            connection(pki, server), certificate_authority=None, insecure_skip_tls_verify=True
+        )
+    )
+    assert skipped.ok
+
+
+async def test_a_name_that_resolves_to_several_addresses_tries_each(
+    pki: Pki, serve: Serve, path: str
+) -> None:
+    """The first address refuses (nothing listens on 127.0.0.2 there), the second answers."""
+    server, _ = await serve(kubernetes)
+    port = int(server.rsplit(":", 1)[1])
+    trio.socket.set_custom_hostname_resolver(Resolver(["127.0.0.2", "127.0.0.1"]))
+    finding = await check(connection(pki, f"https://spoke.test:{port}"), timeout=5)
+    assert finding.ok, finding
+
+
+class Resolver(trio.abc.HostnameResolver):
+    def __init__(self, addresses: list[str]) -> None:
+        self.addresses = addresses
+
+    async def getaddrinfo(
+        self, host: bytes | None, port: bytes | str | int | None, *args: object, **kwargs: object
+    ) -> list[tuple[Any, ...]]:
+        return [
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, int(port or 443)))
+            for address in self.addresses
+        ]
+
+    async def getnameinfo(self, sockaddr: Any, flags: int) -> tuple[str, str]:
+        raise NotImplementedError
+
+
+@pytest.mark.parametrize(
+    ("how", "reason", "says"),
+    [
+        ("plain-http", Reason.TLS_ERROR, "does not speak TLS"),
+        ("closed", Reason.TLS_ERROR, "failed (unexpected eof while reading)"),
+        ("reset", Reason.UNREACHABLE, "connection reset by peer"),
+    ],
+)
+async def test_failures_before_tls_read_the_same(
+    pki: Pki, how: str, reason: Reason, says: str
+) -> None:
+    """Each server reads the ClientHello first, so what the client sees is not a race."""
+
+    async def handler(stream: trio.SocketStream) -> None:
+        await stream.receive_some(65536)
+        if how == "plain-http":
+            await stream.send_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        elif how == "reset":
+            stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        port = await tcp_server(nursery, handler)
+        finding = await both(connection(pki, f"https://127.0.0.1:{port}"))
+        nursery.cancel_scope.cancel()
+    assert finding.reason is reason
+    assert says in finding.message
+
+
+async def test_a_refused_port_reads_the_same(pki: Pki) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    finding = await both(connection(pki, f"https://127.0.0.1:{port}"))
+    assert finding.message.startswith(f"connection refused by 127.0.0.1:{port}")
