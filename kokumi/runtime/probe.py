@@ -646,7 +646,7 @@ async def _lean_check(
     of the check's budget. If the check's deadline fires first, the thread is abandoned and its
     socket shut down, which wakes it at once; the thread closes the socket as it leaves.
     """
-    host = base.host
+    host = base.raw_host.decode("ascii")  # IDNA-encoded, as httpcore resolves and names it
     port = base.port or (443 if base.scheme == "https" else 80)
     literal = parse_address(host)
     if literal is not None:
