@@ -22,15 +22,26 @@ nothing at all. Such a credential cannot deploy anything, so it is not Ready: th
 
 Nothing here raises for a network, TLS or HTTP problem: everything becomes a Finding. Credentials
 never enter a Finding, a log line or an exception text; messages name hosts, ports and reasons only.
+
+Two ways to ask, one answer. Without a proxy (nearly every check) the two requests go on a
+blocking socket with Python's ``ssl`` in a worker thread (:func:`_lean_check`): a check then costs
+about what its handshake costs, half of what it cost through httpx's async client. Behind a
+``proxy-url`` the check goes through httpx, which speaks CONNECT and SOCKS. Both paths hand the
+same exceptions and answers to the same diagnosis, and tests/test_probe_lean.py holds them to
+the same Finding for every broken and hostile server it has.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import logging
+import re
 import socket
 import ssl
+import threading
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -211,6 +222,24 @@ async def _check(
     )
     started = trio.current_time()
     with trio.move_on_after(findings.timeout):
+        if proxy_url is None and _LEAN:
+            try:
+                finding = await _lean_check(
+                    question, findings, context, base, tls_server_name, egress, started
+                )
+            except _Refused as refused:
+                finding = findings.egress_denied(refused)
+            except (OSError, diagnosis.NoHTTPAnswer) as exc:
+                finding = _from_failure(
+                    exc, findings, base, tls_server_name, proxy_url, certificate_authority
+                )
+            log.debug(
+                "checked %s in %.0f ms: %s",
+                findings.server,
+                (trio.current_time() - started) * 1000,
+                finding.reason,
+            )
+            return finding
         try:
             transport = httpx.AsyncHTTPTransport(
                 verify=context, proxy=proxy_url or None, trust_env=False
@@ -560,3 +589,374 @@ def _guard(transport: httpx.AsyncHTTPTransport, policy: EgressPolicy) -> None:
     if not hasattr(pool, "_network_backend"):
         raise RuntimeError("httpcore's pool has no _network_backend: the egress guard cannot run")
     pool._network_backend = _GuardedBackend(pool._network_backend, policy)
+
+
+# --- the lean path: two HTTP/1.1 requests on a blocking socket, in a worker thread ---------------
+
+_LEAN = True
+"""Checks without a proxy take the lean path; false sends every check through httpx (tests
+compare the two)."""
+
+_MAX_HEAD = 16 * 1024
+"""A response's status line and headers, as h11 (under httpx) allows them: more is no answer."""
+
+_MAX_INTERIM = 8
+"""1xx answers skipped before the real one; a server that sends more is not answering."""
+
+_THREADS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("kokumi_probe_threads")
+_THREAD_LIMIT = 16
+"""Worker threads of lean checks at once: the eight check slots, and as many again for the
+manager's own check and checks abandoned at their deadline (each ends at once: its socket is shut
+down). A limiter of their own, so that checks never wait for other users of Trio's threads."""
+
+_STATUS = re.compile(rb"HTTP/([0-9])\.([0-9]) ([0-9]{3})(?: [^\r\n]*)?")
+_HEADER = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*(.*?)[ \t]*")
+_END_OF_HEAD = re.compile(rb"\r?\n\r?\n")
+_CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?")
+_REVIEW_BODY = json.dumps(_REVIEW, separators=(",", ":")).encode()
+_ACCESS_REVIEW_BODY = json.dumps(_ACCESS_REVIEW, separators=(",", ":")).encode()
+
+
+def _threads() -> trio.CapacityLimiter:
+    """The lean checks' limiter, one per Trio run (a limiter belongs to the run that made it)."""
+    try:
+        return _THREADS.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(_THREAD_LIMIT)
+        _THREADS.set(limiter)
+        return limiter
+
+
+async def _lean_check(
+    question: _Question,
+    findings: _Findings,
+    context: ssl.SSLContext,
+    base: httpx.URL,
+    tls_server_name: str | None,
+    egress: EgressPolicy | None,
+    started: float,
+) -> Finding:
+    """The check as :func:`_ask` asks it, without httpx: what a check costs is then mostly the
+    handshake's cryptography.
+
+    Here, on Trio: the host is resolved and every address judged by ``egress`` (as the guard
+    does for httpx), and one socket per address is made through Trio's socket factory. The
+    worker thread then connects to the judged addresses only (never resolving again: no DNS
+    rebinding), handshakes, asks and closes, with every socket operation's timeout what is left
+    of the check's budget. If the check's deadline fires first, the thread is abandoned and its
+    socket shut down, which wakes it at once; the thread closes the socket as it leaves.
+    """
+    host = base.raw_host.decode("ascii")  # IDNA-encoded, as httpcore resolves and names it
+    port = base.port or (443 if base.scheme == "https" else 80)
+    literal = parse_address(host)
+    if literal is not None:
+        infos = socket.getaddrinfo(
+            str(literal), port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST
+        )
+    else:
+        infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    targets = list(dict.fromkeys((info[0], info[4]) for info in infos))
+    if egress is not None:
+        for _, sockaddr in targets:
+            refused = egress.refusal(str(sockaddr[0]))
+            if refused is not None:
+                raise _Refused(host, str(sockaddr[0]), refused)
+    line = _Line()
+    failure: OSError | None = None
+    try:
+        for family, sockaddr in targets:
+            try:
+                made = trio.socket.socket(family, socket.SOCK_STREAM)
+            except OSError as exc:
+                failure = exc
+                continue
+            line.spare.append(
+                (socket.socket(family, socket.SOCK_STREAM, fileno=made.detach()), sockaddr)
+            )
+        if not line.spare:
+            assert failure is not None  # getaddrinfo answers at least one address, or raises
+            raise failure
+        wire = _Wire(
+            line,
+            context if base.scheme == "https" else None,
+            tls_server_name or host,
+            _request_head(question, base),
+            time.monotonic() + started + findings.timeout - trio.current_time(),
+        )
+        return await trio.to_thread.run_sync(
+            _lean_ask, wire, question, findings, abandon_on_cancel=True, limiter=_threads()
+        )
+    except BaseException:
+        line.abandon()
+        raise
+
+
+def _request_head(question: _Question, base: httpx.URL) -> tuple[bytes, bytes]:
+    """What comes before and after the request line's target: the same headers httpx sends,
+    but no ``Accept-Encoding`` (the answers are small; nothing to decompress)."""
+    host = base.netloc.split(b"@")[-1]
+    lines = [b"Host: " + host]
+    lines += [f"{name}: {value}".encode("ascii") for name, value in question.headers.items()]
+    return base.raw_path.rstrip(b"/"), b"\r\n".join(lines) + b"\r\n"
+
+
+class _Line:
+    """The sockets of one lean check, shared by the worker thread and Trio under one lock.
+
+    The thread owns the sockets and closes them; Trio, abandoning the thread at the deadline,
+    only shuts the one in use down (closing a descriptor another thread waits on is not safe)
+    and closes those the thread has not taken yet.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.spare: list[tuple[socket.socket, Any]] = []
+        self.current: socket.socket | None = None
+        self.over = False
+
+    def take(self) -> tuple[socket.socket, Any] | None:
+        with self.lock:
+            if self.over:
+                raise TimeoutError("the check was abandoned")
+            if not self.spare:
+                return None
+            sock, sockaddr = self.spare.pop(0)
+            self.current = sock
+            return sock, sockaddr
+
+    def adopt(self, sock: socket.socket) -> None:
+        """``sock`` is now the one in use (a TLS socket takes over its plain socket's descriptor,
+        or a new socket for a second connection)."""
+        with self.lock:
+            if self.over:
+                sock.close()
+                raise TimeoutError("the check was abandoned")
+            self.current = sock
+
+    def drop(self) -> None:
+        with self.lock:
+            if self.current is not None:
+                self.current.close()
+                self.current = None
+
+    def close(self) -> None:
+        """The thread's last word: every socket closed, whatever happened."""
+        with self.lock:
+            self.over = True
+            for sock, _ in self.spare:
+                sock.close()
+            self.spare.clear()
+            if self.current is not None:
+                self.current.close()
+                self.current = None
+
+    def abandon(self) -> None:
+        """Trio's word at the deadline (or before the thread ran): wake the thread, close what
+        it does not hold."""
+        with self.lock:
+            self.over = True
+            for sock, _ in self.spare:
+                sock.close()
+            self.spare.clear()
+            if self.current is not None:
+                with contextlib.suppress(OSError):
+                    socket.socket.shutdown(self.current, socket.SHUT_RDWR)
+
+
+@attrs.define
+class _Wire:
+    """One lean check's connection: where to, how, and by when (``deadline``, on
+    ``time.monotonic``)."""
+
+    line: _Line
+    context: ssl.SSLContext | None
+    server_hostname: str
+    head: tuple[bytes, bytes]
+    deadline: float
+    redial: tuple[int, Any] | None = None
+    sock: socket.socket | None = None
+    buffer: bytearray = attrs.Factory(bytearray)
+
+    def time_left(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the check's budget is spent")
+        return left
+
+    def connect(self) -> socket.socket:
+        """A connected (TLS) socket: the judged addresses in turn the first time, the one that
+        answered after that."""
+        if self.redial is not None:
+            family, sockaddr = self.redial
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            self.line.adopt(sock)
+            targets = [(sock, sockaddr)]
+        else:
+            targets = []
+        failure: OSError | None = None
+        while True:
+            taken = targets.pop() if targets else self.line.take()
+            if taken is None:
+                assert failure is not None
+                raise failure
+            sock, sockaddr = taken
+            try:
+                sock.settimeout(self.time_left())
+                sock.connect(sockaddr)
+            except OSError as exc:
+                failure = exc
+                self.line.drop()
+                if self.redial is not None:
+                    raise
+                continue
+            break
+        self.redial = (sock.family, sockaddr)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.context is not None:
+            tls = self.context.wrap_socket(
+                sock, server_hostname=self.server_hostname, do_handshake_on_connect=False
+            )
+            self.line.adopt(tls)
+            tls.settimeout(self.time_left())
+            tls.do_handshake()
+            sock = tls
+        self.buffer.clear()
+        return sock
+
+    def send(self, method: bytes, path: bytes, body: bytes | None) -> tuple[int, bytes]:
+        """Status and (at most ``_MAX_BODY`` of the) body, on this check's connection (a new one
+        when the last answer did not leave it usable)."""
+        if self.sock is None:
+            self.sock = self.connect()
+        prefix, headers = self.head
+        request = method + b" " + prefix + path + b" HTTP/1.1\r\n" + headers
+        if body is not None:
+            request += b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+            request += body
+        else:
+            request += b"\r\n"
+        self.sock.settimeout(self.time_left())
+        self.sock.sendall(request)
+        status, content, reusable = self.answer(method == b"HEAD")
+        if not reusable:
+            self.line.drop()
+            self.sock = None
+        return status, content
+
+    def receive(self) -> bool:
+        """More bytes into the buffer; false at the end of the stream."""
+        assert self.sock is not None
+        self.sock.settimeout(self.time_left())
+        data = self.sock.recv(65536)
+        self.buffer += data
+        return bool(data)
+
+    def answer(self, head_only: bool) -> tuple[int, bytes, bool]:
+        for _ in range(_MAX_INTERIM + 1):
+            status, version, headers = self.read_head()
+            if not 100 <= status < 200:
+                break
+        else:
+            raise diagnosis.NoHTTPAnswer()
+        reusable = version == (1, 1) and b"close" not in headers.get(b"connection", b"").lower()
+        if head_only or status in (204, 304):
+            return status, b"", reusable
+        if b"transfer-encoding" in headers:
+            if headers[b"transfer-encoding"].lower() != b"chunked":
+                raise diagnosis.NoHTTPAnswer()
+            content, complete = self.read_chunked()
+        elif b"content-length" in headers:
+            lengths = {value.strip() for value in headers[b"content-length"].split(b",")}
+            if len(lengths) != 1 or not (length := lengths.pop()).isdigit():
+                raise diagnosis.NoHTTPAnswer()
+            content, complete = self.read_exactly(int(length))
+        else:
+            content, complete = self.read_to_end(), False
+        return status, content, reusable and complete
+
+    def read_head(self) -> tuple[int, tuple[int, int], dict[bytes, bytes]]:
+        while (end := _END_OF_HEAD.search(self.buffer)) is None:
+            if len(self.buffer) > _MAX_HEAD or not self.receive():
+                raise diagnosis.NoHTTPAnswer()
+        if end.start() > _MAX_HEAD:
+            raise diagnosis.NoHTTPAnswer()
+        head = bytes(self.buffer[: end.start()])
+        del self.buffer[: end.end()]
+        first, *rest = head.split(b"\n")
+        status = _STATUS.fullmatch(first.rstrip(b"\r"))
+        if status is None:
+            raise diagnosis.NoHTTPAnswer()
+        headers: dict[bytes, bytes] = {}
+        for text in rest:
+            header = _HEADER.fullmatch(text.rstrip(b"\r"))
+            if header is None:
+                raise diagnosis.NoHTTPAnswer()
+            name = header[1].lower()
+            headers[name] = headers[name] + b"," + header[2] if name in headers else header[2]
+        version = (int(status[1]), int(status[2]))
+        return int(status[3]), version, headers
+
+    def read_exactly(self, length: int) -> tuple[bytes, bool]:
+        """The body of a known length, or its first ``_MAX_BODY`` bytes and one more."""
+        wanted = min(length, _MAX_BODY + 1)
+        while len(self.buffer) < wanted:
+            if not self.receive():
+                raise diagnosis.NoHTTPAnswer()
+        content = bytes(self.buffer[:wanted])
+        del self.buffer[:wanted]
+        return content, wanted == length
+
+    def read_to_end(self) -> bytes:
+        while len(self.buffer) <= _MAX_BODY and self.receive():
+            pass
+        return bytes(self.buffer[: _MAX_BODY + 1])
+
+    def read_line(self, limit: int) -> bytes:
+        while (end := self.buffer.find(b"\n")) < 0:
+            if len(self.buffer) > limit or not self.receive():
+                raise diagnosis.NoHTTPAnswer()
+        if end > limit:
+            raise diagnosis.NoHTTPAnswer()
+        line = bytes(self.buffer[:end]).rstrip(b"\r")
+        del self.buffer[: end + 1]
+        return line
+
+    def read_chunked(self) -> tuple[bytes, bool]:
+        content = bytearray()
+        while True:
+            size = _CHUNK_SIZE.fullmatch(self.read_line(1024))
+            if size is None:
+                raise diagnosis.NoHTTPAnswer()
+            length = int(size[1], 16)
+            if length == 0:
+                break
+            chunk, complete = self.read_exactly(length)
+            content += chunk
+            if not complete or len(content) > _MAX_BODY:
+                return bytes(content[: _MAX_BODY + 1]), False
+            if self.read_line(2) != b"":
+                raise diagnosis.NoHTTPAnswer()
+        trailers = 0
+        while line := self.read_line(_MAX_HEAD):
+            trailers += len(line)
+            if trailers > _MAX_HEAD:
+                raise diagnosis.NoHTTPAnswer()
+        return bytes(content), True
+
+
+def _lean_ask(wire: _Wire, question: _Question, findings: _Findings) -> Finding:
+    """:func:`_ask`, in the worker thread, on :class:`_Wire`; every socket closed at the end."""
+    try:
+        said = {"has_credential": question.has_credential, "own": findings.own}
+        status, body = wire.send(b"GET", b"/version", None)
+        version = diagnosis.version_answer(status, _phrase(status), body, **said)
+        if isinstance(version, tuple):
+            return findings.of(version)
+        findings.version = version
+
+        status, body = wire.send(b"POST", _REVIEW_PATH.encode(), _REVIEW_BODY)
+        if status == 404:  # before Kubernetes 1.28
+            status, body = wire.send(b"POST", _ACCESS_REVIEW_PATH.encode(), _ACCESS_REVIEW_BODY)
+        return findings.of(diagnosis.review_answer(status, _phrase(status), body, **said))
+    finally:
+        wire.line.close()

@@ -1,0 +1,203 @@
+"""The CPU of one check: ``probe.check`` against a bare httpx check and the bare OpenSSL floor.
+
+Run: ``.venv/bin/python benchmarks/bench_probe.py [--checks 400] [--rounds 5]``. It starts one
+spoke of the fake fleet (``fleet/fleet.py``, its own process, so that the server's CPU is not
+counted) and measures, side by side in one run, round after round in turn:
+
+- ``probe.check``: the manager's check of a Cluster (lean path: no proxy-url), eight at a time,
+  as the manager's eight check slots run them;
+- ``probe.check via httpx``: the same check forced through the httpx path (what every check
+  took before the lean path; checks with a proxy-url still take it);
+- bare httpx: ``httpx.AsyncClient`` per check, one TLS context for all, ``GET /version`` and the
+  ``POST`` of a SelfSubjectReview, eight at a time (the fleet benchmark's baseline);
+- bare OpenSSL floor: Python's ``ssl`` on a blocking socket, one check at a time, no event loop:
+  the verified handshake and the two requests, nothing else.
+
+Each figure is the process's CPU time (every thread) over the checks of a round, divided by their
+number; the table gives the minimum and the median over the rounds, and each row's ratio to the
+bare httpx check and to the floor (by medians).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import httpx
+import trio
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks" / "fleet"))
+
+from fleet import PORT, SERVER_NAME, TOKEN, address  # noqa: E402
+
+from kokumi.core.kubeconfig import Connection  # noqa: E402
+from kokumi.runtime import probe  # noqa: E402
+
+SERVER = f"https://{address(0)}:{PORT}"
+REVIEW = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+
+
+async def eight_at_a_time(count: int, one: Callable[[], Awaitable[bool]]) -> tuple[float, int]:
+    limiter = trio.CapacityLimiter(8)
+    failures = 0
+
+    async def run() -> None:
+        nonlocal failures
+        async with limiter:
+            if not await one():
+                failures += 1
+
+    cpu = time.process_time()
+    async with trio.open_nursery() as nursery:
+        for _ in range(count):
+            nursery.start_soon(run)
+    return (time.process_time() - cpu) / count * 1000, failures
+
+
+def checks(ca_pem: bytes, *, lean: bool) -> Callable[[], Awaitable[bool]]:
+    connection = Connection(
+        server=SERVER, token=TOKEN, certificate_authority=ca_pem, tls_server_name=SERVER_NAME
+    )
+
+    async def one() -> bool:
+        probe._LEAN = lean
+        try:
+            finding = await probe.check(connection)
+        finally:
+            probe._LEAN = True
+        return finding.ok
+
+    return one
+
+
+def bare_httpx(ca_pem: bytes) -> Callable[[], Awaitable[bool]]:
+    context = ssl.create_default_context(cadata=ca_pem.decode())
+    headers = {"Authorization": f"Bearer {TOKEN}", "Accept": "application/json"}
+    ext = {"sni_hostname": SERVER_NAME}
+
+    async def one() -> bool:
+        async with httpx.AsyncClient(verify=context, trust_env=False, timeout=10) as client:
+            a = await client.get(f"{SERVER}/version", headers=headers, extensions=ext)
+            b = await client.post(
+                f"{SERVER}/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                headers=headers,
+                json=REVIEW,
+                extensions=ext,
+            )
+        return a.status_code == 200 and b.status_code == 201
+
+    return one
+
+
+def bare_openssl(ca_pem: bytes, count: int) -> tuple[float, int]:
+    """As the fleet benchmark's floor: one thread, one check at a time, nothing between."""
+    context = ssl.create_default_context(cadata=ca_pem.decode())
+    review = json.dumps(REVIEW).encode()
+    head = f"Host: {SERVER_NAME}\r\nAuthorization: Bearer {TOKEN}\r\nAccept: application/json\r\n"
+    requests = (
+        f"GET /version HTTP/1.1\r\n{head}\r\n".encode(),
+        (
+            f"POST /apis/authentication.k8s.io/v1/selfsubjectreviews HTTP/1.1\r\n{head}"
+            f"Content-Type: application/json\r\nContent-Length: {len(review)}\r\n\r\n"
+        ).encode()
+        + review,
+    )
+
+    def answer(tls: ssl.SSLSocket) -> int:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += tls.recv(65536)
+        top, _, body = data.partition(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: *(\d+)", top).group(1))  # type: ignore[union-attr]
+        while len(body) < length:
+            body += tls.recv(65536)
+        return int(top.split(b" ", 2)[1])
+
+    failures = 0
+    cpu = time.process_time()
+    for _ in range(count):
+        with (
+            socket.create_connection((address(0), PORT), timeout=10) as raw,
+            context.wrap_socket(raw, server_hostname=SERVER_NAME) as tls,
+        ):
+            codes = []
+            for request in requests:
+                tls.sendall(request)
+                codes.append(answer(tls))
+            if codes != [200, 201]:
+                failures += 1
+    return (time.process_time() - cpu) / count * 1000, failures
+
+
+async def measure(ca_pem: bytes, count: int, rounds: int) -> dict[str, list[float]]:
+    figures: dict[str, list[float]] = {}
+    kinds: dict[str, Callable[[], Awaitable[tuple[float, int]]]] = {
+        "probe.check": lambda: eight_at_a_time(count, checks(ca_pem, lean=True)),
+        "probe.check via httpx": lambda: eight_at_a_time(count, checks(ca_pem, lean=False)),
+        "bare httpx check": lambda: eight_at_a_time(count, bare_httpx(ca_pem)),
+    }
+    # One warm-up round of each: the context cache, the thread cache, imports.
+    for run in kinds.values():
+        await run()
+    bare_openssl(ca_pem, 20)
+    for _ in range(rounds):
+        for name, run in kinds.items():
+            ms, failures = await run()
+            assert failures == 0, f"{name}: {failures} checks failed"
+            figures.setdefault(name, []).append(ms)
+        ms, failures = bare_openssl(ca_pem, count)
+        assert failures == 0, f"the floor: {failures} checks failed"
+        figures.setdefault("bare OpenSSL floor", []).append(ms)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checks", type=int, default=400, help="checks per round and kind")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="kokumi-bench-probe-") as directory:
+        fleet = subprocess.Popen(
+            [
+                sys.executable,
+                str(ROOT / "benchmarks/fleet/fleet.py"),
+                "--spokes=1",
+                f"--dir={directory}",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert fleet.stdout is not None
+            hello = json.loads(fleet.stdout.readline())
+            ca_pem = Path(hello["ca"]).read_bytes()
+            figures = trio.run(measure, ca_pem, args.checks, args.rounds)
+        finally:
+            fleet.terminate()
+            fleet.wait()
+    median = {name: statistics.median(values) for name, values in figures.items()}
+    httpx_ms, floor_ms = median["bare httpx check"], median["bare OpenSSL floor"]
+    print(f"{args.rounds} rounds of {args.checks} checks each, CPU ms per check\n")
+    print("| | min | median | vs bare httpx | vs OpenSSL floor |")
+    print("|---|---:|---:|---:|---:|")
+    for name, values in figures.items():
+        print(
+            f"| {name} | {min(values):.2f} | {median[name]:.2f} |"
+            f" {median[name] / httpx_ms:.2f}x | {median[name] / floor_ms:.2f}x |"
+        )
+
+
+if __name__ == "__main__":
+    main()
