@@ -185,10 +185,12 @@ async def test_metrics_show_where_the_next_checks_fall_in_the_minute(
             scraped = generate_latest(manager.metrics.registry).decode()
             nursery.cancel_scope.cancel()
     assert due["overdue"] == 0
-    assert due["later"] <= 5  # a check up to 6 s late, the next place a minute on
+    # "later": checked a moment ago with less lateness than its next check has, so due a
+    # little over a minute on; about 1 in 60 at any moment, 3 of 200 on average.
+    assert due["later"] <= 12, due
     tenths = [count for within, count in due.items() if within.endswith("s")]
     assert len(tenths) == 10
-    assert sum(tenths) >= 195
+    assert sum(tenths) >= 188
     assert all(8 <= count <= 35 for count in tenths), due
     assert 'kokumi_checks_due{within="0-6s"}' in scraped
     assert 'kokumi_checks_due{within="54-60s"}' in scraped
