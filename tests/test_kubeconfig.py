@@ -570,6 +570,27 @@ REFUSALS = [
         id="tls-server-name",
     ),
     pytest.param(
+        set_cluster(tls_server_name=f"{'x' * 64}.example"),
+        Code.INVALID_TLS_SERVER_NAME,
+        f"{C} has a tls-server-name that is not a host name (clusters[].cluster.tls-server-name): "
+        "set it to a name in the API server's certificate",
+        id="tls-server-name-long-label",
+    ),
+    pytest.param(
+        set_cluster(server=f"https://{'x' * 64}.example:6443"),
+        Code.INVALID_SERVER,
+        f"{C} has a server whose host name has an empty label or one over 63 characters "
+        "(clusters[].cluster.server): write the API server's DNS name or address",
+        id="server-long-label",
+    ),
+    pytest.param(
+        set_cluster(server="https://spoke..example:6443"),
+        Code.INVALID_SERVER,
+        f"{C} has a server whose host name has an empty label or one over 63 characters "
+        "(clusters[].cluster.server): write the API server's DNS name or address",
+        id="server-empty-label",
+    ),
+    pytest.param(
         set_cluster(insecure_skip_tls_verify="true"),
         Code.WRONG_TYPE,
         f"{C} has insecure-skip-tls-verify as a string, not a boolean "

@@ -743,7 +743,9 @@ def _connection(
             f"({cluster_owner.path('proxy-url')}): write it as http://proxy.example:3128",
         )
     tls_server_name = _string(cluster, "tls-server-name", cluster_owner)
-    if tls_server_name is not None and not _SERVER_NAME.fullmatch(tls_server_name):
+    if tls_server_name is not None and (
+        not _SERVER_NAME.fullmatch(tls_server_name) or _tls_refuses(tls_server_name)
+    ):
         _refuse(
             Code.INVALID_TLS_SERVER_NAME,
             f"{cluster_owner} has a tls-server-name that is not a host name "
@@ -801,6 +803,19 @@ _VISIBLE_ASCII: Final = re.compile(r"[\x21-\x7e]+")
 _SERVER_NAME: Final = re.compile(r"[A-Za-z0-9*_:.\-]{1,253}")
 
 
+def _tls_refuses(host: str) -> bool:
+    """Whether TLS would refuse ``host`` as a server name: Python's ``ssl`` encodes it with the
+    IDNA codec, which raises for an empty label (``a..b``, ``.example``) or one over 63
+    characters, and the check would end in an exception instead of a Reason."""
+    if ":" in host:
+        return False  # an IPv6 address
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        return True
+    return False
+
+
 def _url_problem(url: str, schemes: frozenset[str]) -> str | None:
     """None for a usable absolute URL, else what is wrong with it (never the URL itself)."""
     if not _VISIBLE_ASCII.fullmatch(url):
@@ -817,6 +832,8 @@ def _url_problem(url: str, schemes: frozenset[str]) -> str | None:
         return "userinfo"
     if parts.query or parts.fragment or url.endswith(("?", "#")):
         return "query"
+    if _tls_refuses(hostname):
+        return "host"
     return None
 
 
@@ -840,6 +857,12 @@ def _check_server(server: str, owner: _Entry) -> None:
             Code.INVALID_SERVER,
             f"{owner} has a query or fragment in its server URL ({path}): write it as "
             "https://host:port, with a path only if the API server is served under one",
+        )
+    if problem == "host":
+        _refuse(
+            Code.INVALID_SERVER,
+            f"{owner} has a server whose host name has an empty label or one over 63 characters "
+            f"({path}): write the API server's DNS name or address",
         )
 
 
