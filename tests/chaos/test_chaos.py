@@ -1,13 +1,18 @@
-"""Chaos on the real hub: a seeded random sequence of changes while the manager process is killed.
+"""Chaos on the real hub: a seeded random sequence of changes while manager replicas are killed.
 
-The manager runs as a real process (``python -m kokumi manager``) against the real hub and
-spoke. A seeded random sequence creates and deletes Clusters and Environments, relabels, points
-kubeconfig Secrets at other servers (the one spoke reached at several URLs: its own, ``localhost``
-and TCP forwarders of the test's, which go down and up again), breaks and mends credentials,
-deletes Kokumi's Argo CD Secrets behind the manager's back, plants and removes foreign Argo CD
-Secrets — and meanwhile SIGKILLs the
-manager at random moments (starting it again a few operations later) and restarts the hub's
-kube-apiserver once (etcd keeps the data).
+The manager runs as two real processes (``python -m kokumi manager --shards 2``, leader election
+on, Lease timings of a few seconds) against the real hub and spoke, as the replicas of one
+Deployment. A seeded random sequence creates and deletes Clusters and Environments, relabels,
+points kubeconfig Secrets at other servers (the one spoke reached at several URLs: its own,
+``localhost`` and TCP forwarders of the test's, which go down and up again), breaks and mends
+credentials, deletes Kokumi's Argo CD Secrets behind the manager's back, plants and removes
+foreign Argo CD Secrets — and meanwhile SIGKILLs a replica at random moments (mostly one that
+holds shard Leases, so its shards move to the other once the Leases expire; it starts again a
+few operations later), restarts the hub's kube-apiserver once (etcd keeps the data), and changes
+the shard count once as a rolling update does: one replica is stopped (SIGTERM) and started
+again with ``--shards 3 --max-shards 2``, some operations later the other, so for a while the
+two counts stand side by side and the new one waits until the old one's Leases are handed back
+or have expired.
 
 After the sequence, once things settle: the Argo CD Secrets, their holders, every Cluster's Ready
 reason and finalizer equal what ``tests.prediction`` (the pure core) predicts from the final
@@ -20,8 +25,9 @@ kubeconfig) or are one (the key of a client certificate the spoke accepts); afte
 log line, Event, status or file under the test's temp dir holds any of them. A failing run
 prints its seed and the command that replays it.
 
-``CHAOS_SEED`` replays a seed; ``CHAOS_OPS`` sets the number of operations (200 here, the soak
-session runs more); ``CHAOS_KILLS`` the least number of SIGKILLs (5).
+``CHAOS_SEED`` replays a seed (the sequence of operations, kills and the count change; which
+replica holds which shard when is up to the Leases); ``CHAOS_OPS`` sets the number of operations
+(200 here, the soak session runs more); ``CHAOS_KILLS`` the least number of SIGKILLs (5).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import base64
 import functools
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -49,7 +56,7 @@ from kokumi.core import api, argocd
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.ownership import ClusterRef, normalise_server
 from kokumi.kube import errors
-from kokumi.kube.client import EVENTS, NAMESPACES, SECRETS, Client
+from kokumi.kube.client import EVENTS, LEASES, NAMESPACES, SECRETS, Client
 from kokumi.kube.watch import Resync, WatchEvent, watch
 from kokumi.testing import canary
 from kokumi.testing.controlplane import APIServer
@@ -74,7 +81,9 @@ STALE_VIEW = 2.0
 SEEN = {
     "operations": 0,
     "kills": 0,
+    "kills_serving": 0,  # of a replica that held a shard Lease
     "hub_restarts": 0,
+    "count_changes": 0,
     "holders": 0,
     "waiters": 0,
     "blocked": 0,
@@ -147,24 +156,37 @@ class Forwarder:
         await trio.lowlevel.checkpoint()  # let it close the port
 
 
-# --- the manager process --------------------------------------------------------------------
+# --- the manager processes -------------------------------------------------------------------
+
+# Short Lease timings: a SIGKILLed replica's shards move to the other within a few seconds.
+LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 3.0, 2.0, 0.5
+SHARDS_BEFORE, SHARDS_AFTER = 2, 3
+# At the new count a replica holds at most this many shards, so the two replicas split them
+# (with no limit the first one up takes every shard and the other only stands by).
+MAX_SHARDS_AFTER = 2
 
 
 @attrs.define
 class ManagerProcess:
-    """``python -m kokumi manager`` on the hub's admin kubeconfig, one log file per start."""
+    """One replica: ``python -m kokumi manager --shards N`` on the hub's admin kubeconfig, with
+    leader election on and one log file per start."""
 
+    name: str
     hub: APIServer
     own: str
     argocd: str
     logs: Path
+    shards: int = SHARDS_BEFORE
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    kills: int = 0
+    down_for: int = 0  # operations to wait before starting it again
 
     def start(self) -> None:
         assert self.process is None
         self.starts += 1
-        with (self.logs / f"manager-{self.starts}.log").open("wb") as out:
+        limit = [f"--max-shards={MAX_SHARDS_AFTER}"] if self.shards == SHARDS_AFTER else []
+        with (self.logs / f"manager-{self.name}-{self.starts}.log").open("wb") as out:
             self.process = subprocess.Popen(
                 [
                     sys.executable,
@@ -178,7 +200,11 @@ class ManagerProcess:
                     "--argocd-namespace",
                     self.argocd,
                     "--no-in-cluster",
-                    "--no-leader-elect",
+                    f"--shards={self.shards}",
+                    *limit,
+                    f"--leader-elect-lease-duration={LEASE_DURATION:g}",
+                    f"--leader-elect-renew-deadline={RENEW_DEADLINE:g}",
+                    f"--leader-elect-retry-period={RETRY_PERIOD:g}",
                     "--health-port=0",
                     "--log-format=json",
                 ],
@@ -187,18 +213,26 @@ class ManagerProcess:
                 stdin=subprocess.DEVNULL,
             )
 
+    def identity(self) -> str | None:
+        """Its candidate name in the Leases, as its log says once it stands (None before)."""
+        log = self.logs / f"manager-{self.name}-{self.starts}.log"
+        found = re.search(r"candidate ([\w.-]+)", log.read_text(errors="replace"))
+        return found.group(1) if found else None
+
     def kill(self) -> None:
-        """SIGKILL: no clean-up of any kind, its memory gone."""
+        """SIGKILL: no clean-up of any kind, its memory gone, its Leases left to expire."""
         assert self.process is not None
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(timeout=30)
         self.process = None
+        self.kills += 1
 
     def check_alive(self) -> None:
         if self.process is not None and self.process.poll() is not None:
-            raise AssertionError(f"the manager exited with {self.process.returncode}")
+            raise AssertionError(f"manager {self.name} exited with {self.process.returncode}")
 
     def stop(self) -> None:
+        """SIGTERM, as a rolling update does: the replica hands its Leases back."""
         if self.process is not None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -207,6 +241,26 @@ class ManagerProcess:
                 self.process.kill()
                 self.process.wait()
             self.process = None
+
+
+@attrs.define
+class Replicas:
+    """The replicas of one Deployment: any of them may be SIGKILLed, and the shard count
+    changes once, one replica after the other."""
+
+    members: list[ManagerProcess]
+
+    @property
+    def starts(self) -> int:
+        return sum(each.starts for each in self.members)
+
+    def check_alive(self) -> None:
+        for each in self.members:
+            each.check_alive()
+
+    def stop(self) -> None:
+        for each in self.members:
+            each.stop()
 
 
 # --- the test's view of the Argo CD namespace -------------------------------------------------
@@ -223,6 +277,7 @@ class Recreations:
     violations: list[str] = attrs.field(factory=list)
     deletions: int = 0
     creations: int = 0
+    writes: int = 0  # every ADDED and MODIFIED event: the manager's creates and updates
 
     def _touched(self, ref: ClusterRef, server: str, since: float, until: float) -> bool:
         return any(
@@ -296,6 +351,7 @@ async def follow_argocd(
             elif event.type == "DELETED":
                 recreations.deleted(event.object["metadata"]["name"])
             else:
+                recreations.writes += 1
                 recreations.seen(event.object, now)
 
 
@@ -311,17 +367,17 @@ class Chaos:
     rng: random.Random
     client: Client
     hub: APIServer
-    manager: ManagerProcess
+    replicas: Replicas
     registration: Registration
     servers: list[str]  # the spoke's URLs, the last one a closed port
     namespaces: list[str]
     argocd: str
+    own: str  # Kokumi's namespace: the shard Leases
     client_identity: tuple[bytes, bytes]  # a client certificate and key the spoke accepts
     recreations: Recreations
     forwarders: list[Forwarder]
     history: list[str] = attrs.field(factory=list)
     foreign: dict[str, str] = attrs.field(factory=dict)  # name -> resourceVersion we wrote
-    down_for: int = 0
 
     @property
     def dead(self) -> str:
@@ -574,24 +630,47 @@ class Chaos:
     async def run(self, operations: int, kills: int) -> None:
         names = [name for name, _ in self.OPERATIONS]
         weights = [weight for _, weight in self.OPERATIONS]
-        # Kills at least ``kills`` times, at steps the seed picks; the hub restarts once.
+        # Kills at least ``kills`` times, at steps the seed picks, a replica the seed picks; the
+        # hub restarts once; the shard count changes once, one replica some steps after the
+        # other, so the two counts run side by side meanwhile.
         kill_at = set(self.rng.sample(range(5, operations - 5), kills))
         restart_at = self.rng.randrange(operations // 4, 3 * operations // 4)
+        first = self.rng.randrange(operations // 4, operations // 2)
+        rollout = {first: 0, first + self.rng.randrange(1, max(2, min(10, operations // 4))): 1}
         for step in range(operations):
-            if self.manager.process is None:
-                if self.down_for <= 0:
-                    self.history.append("start manager")
-                    self.manager.start()
-                self.down_for -= 1
-            else:
-                self.manager.check_alive()
-                if step in kill_at or self.rng.random() < 0.01:
-                    # At a random moment: while it starts, lists, or works through a backlog.
-                    await trio.sleep(self.rng.choice((0.0, 0.2, 0.5, 1.0, 2.0)))
-                    self.history.append("SIGKILL manager")
-                    self.manager.kill()
-                    SEEN["kills"] += 1
-                    self.down_for = self.rng.randrange(0, 4)
+            for replica in self.replicas.members:
+                if replica.process is None:
+                    if replica.down_for <= 0:
+                        self.history.append(f"start manager {replica.name}")
+                        replica.start()
+                    replica.down_for -= 1
+                else:
+                    replica.check_alive()
+            running = [r for r in self.replicas.members if r.process is not None]
+            if running and (step in kill_at or self.rng.random() < 0.01):
+                # Mostly one that serves shards: killing a mere standby moves nothing.
+                serving = await self.serving(running)
+                if serving and self.rng.random() < 0.75:
+                    running = serving
+                replica = self.rng.choice(running)
+                # At a random moment: while it starts, lists, or works through a backlog.
+                await trio.sleep(self.rng.choice((0.0, 0.2, 0.5, 1.0, 2.0)))
+                self.history.append(
+                    f"SIGKILL manager {replica.name}"
+                    + (" (serving)" if replica in serving else " (standing by)")
+                )
+                replica.kill()
+                SEEN["kills"] += 1
+                SEEN["kills_serving"] += replica in serving
+                replica.down_for = self.rng.randrange(0, 4)
+            if step in rollout:
+                replica = self.replicas.members[rollout[step]]
+                self.history.append(f"roll manager {replica.name} to --shards {SHARDS_AFTER}")
+                await trio.to_thread.run_sync(replica.stop)
+                replica.shards = SHARDS_AFTER
+                replica.down_for = 0
+                replica.start()
+                SEEN["count_changes"] += rollout[step]  # counted once both have rolled
             if step == restart_at:
                 self.history.append("restart hub kube-apiserver")
                 # On this (the main) thread, blocking the loop for the few seconds it takes:
@@ -601,9 +680,19 @@ class Chaos:
             await getattr(self, self.rng.choices(names, weights)[0])()
             SEEN["operations"] += 1
             await trio.sleep(self.rng.choice((0.0, 0.0, 0.02, 0.05, 0.1, 0.3)))
-        if self.manager.process is None:
-            self.history.append("start manager")
-            self.manager.start()
+        for replica in self.replicas.members:
+            if replica.process is None:
+                self.history.append(f"start manager {replica.name}")
+                replica.start()
+
+    async def serving(self, replicas: list[ManagerProcess]) -> list[ManagerProcess]:
+        """Those of ``replicas`` that hold a shard Lease now, as the hub has it."""
+        listing = await self.retrying(lambda: self.client.list(LEASES, namespace=self.own))
+        holders = {
+            (lease.get("spec") or {}).get("holderIdentity")
+            for lease in (listing or {}).get("items") or []
+        }
+        return [each for each in replicas if each.identity() in holders - {None, ""}]
 
     # Reading the outcome.
 
@@ -623,7 +712,7 @@ class Chaos:
         last: AssertionError | None = None
         with trio.move_on_after(SETTLE):
             while True:
-                self.manager.check_alive()
+                self.replicas.check_alive()
                 try:
                     objects = await self.objects()
                     counts = prediction.check_converged(objects, self.servers, self.probe)
@@ -673,7 +762,7 @@ async def test_chaos_converges_with_nothing_lost_and_nothing_leaked(
         ]
         recreations = Recreations(touched=[])
         await nursery.start(follow_argocd, client, argo, recreations)
-        managed = ManagerProcess(hub, own, argo, tmp_path)
+        managed = Replicas([ManagerProcess(name, hub, own, argo, tmp_path) for name in "ab"])
         chaos = Chaos(
             random.Random(seed),
             client,
@@ -683,13 +772,16 @@ async def test_chaos_converges_with_nothing_lost_and_nothing_leaked(
             servers,
             namespaces,
             argo,
+            own,
             identity,
             recreations,
             forwarders,
         )
         try:
             await chaos.run(OPERATIONS, KILLS)
+            sequence = time.monotonic() - started
             counts = await chaos.settled()
+            settling = time.monotonic() - started - sequence
             SEEN["holders"] += counts.holders
             SEEN["waiters"] += counts.waiters
             SEEN["blocked"] += counts.blocked
@@ -735,16 +827,23 @@ async def test_chaos_converges_with_nothing_lost_and_nothing_leaked(
                 for ns in (own, argo, *namespaces):
                     await delete_namespace(client, ns)
     took = time.monotonic() - started
+    kills = ", ".join(f"{each.kills} of {each.name}" for each in managed.members)
     print(
-        f"chaos seed {seed}: {SEEN['operations']} operations, {SEEN['kills']} SIGKILLs, "
-        f"{SEEN['hub_restarts']} hub restart(s), {managed.starts} manager starts, "
-        f"{recreations.creations} Secret creations and {recreations.deletions} deletions seen, "
+        f"chaos seed {seed}: {SEEN['operations']} operations, {SEEN['kills']} SIGKILLs"
+        f" ({kills}; {SEEN['kills_serving']} of a replica serving shards),"
+        f" {SEEN['hub_restarts']} hub restart(s), {SEEN['count_changes']} change(s) of"
+        f" --shards {SHARDS_BEFORE} -> {SHARDS_AFTER}, {managed.starts} manager starts, "
+        f"{recreations.writes} Argo CD Secret writes seen ({recreations.creations} creations), "
+        f"{recreations.deletions} deletions, "
         f"settled with {SEEN['holders']} holders, {SEEN['waiters']} waiting, "
         f"{SEEN['blocked']} blocked, {SEEN['targets']} Environment targets, in {took:.0f} s"
+        f" (sequence {sequence:.0f} s, settling {settling:.0f} s)"
     )
     assert SEEN["operations"] >= OPERATIONS
     assert SEEN["kills"] >= KILLS
     assert SEEN["hub_restarts"] == 1
+    assert SEEN["count_changes"] == 1
+    assert all(each.shards == SHARDS_AFTER for each in managed.members)
 
 
 async def delete_namespace(client: Client, name: str) -> None:
