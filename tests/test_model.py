@@ -348,6 +348,9 @@ class ManagerMachine(RuleBasedStateMachine):
         runnable as soon as a call into it returns)."""
 
         def put() -> None:
+            # Before too: a Cluster the manager made (a ClusterSource's) is seen selected here
+            # if this write is what ends its selection.
+            self._note_selected()
             self.world.fake.put(obj)
             self._mark_stopped_wanting()
             self._note_selected()
@@ -358,6 +361,7 @@ class ManagerMachine(RuleBasedStateMachine):
         """Delete as a user would: finalizers hold the object as usual."""
 
         def remove() -> None:
+            self._note_selected()
             self.world.fake.remove(resource, name, namespace)
             self._mark_stopped_wanting()
             self._note_selected()
@@ -880,6 +884,9 @@ class ManagerMachine(RuleBasedStateMachine):
 
     def _observe(self, request: httpx.Request) -> None:
         """Before the fake handles a write to an Argo CD Secret: may its holder be let go?"""
+        # What the last request changed (a Cluster a ClusterSource made, selected from the
+        # start) is noted before anything can end its selection.
+        self._note_selected()
         path = request.url.path
         self._check_finalizer_write(request)
         self._check_source_write(request)
