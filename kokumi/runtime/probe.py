@@ -233,13 +233,7 @@ async def _check(
                 finding = _from_failure(
                     exc, findings, base, tls_server_name, proxy_url, certificate_authority
                 )
-            log.debug(
-                "checked %s in %.0f ms: %s",
-                findings.server,
-                (trio.current_time() - started) * 1000,
-                finding.reason,
-            )
-            return finding
+            return _logged(finding, findings, started)
         try:
             transport = httpx.AsyncHTTPTransport(
                 verify=context, proxy=proxy_url or None, trust_env=False
@@ -268,13 +262,7 @@ async def _check(
             )
         finally:
             await sockets.close_all()
-        log.debug(
-            "checked %s in %.0f ms: %s",
-            findings.server,
-            (trio.current_time() - started) * 1000,
-            finding.reason,
-        )
-        return finding
+        return _logged(finding, findings, started)
     return findings.timed_out()
 
 
@@ -371,6 +359,17 @@ class _TrackingBackend(httpcore.AsyncNetworkBackend):
     @property
     def opened(self) -> int:
         return len(self._streams)
+
+
+def _logged(finding: Finding, findings: _Findings, started: float) -> Finding:
+    """The finding, logged at debug with the check's time, whichever path found it."""
+    log.debug(
+        "checked %s in %.0f ms: %s",
+        findings.server,
+        (trio.current_time() - started) * 1000,
+        finding.reason,
+    )
+    return finding
 
 
 def _track_sockets(transport: httpx.AsyncHTTPTransport) -> _TrackingBackend:
