@@ -29,11 +29,12 @@ Secrets (``<name>-kubeconfig``, labelled) that rules create, break and delete; t
 deletes a source deletes its Clusters as the garbage collector would (the fake has none).
 
 At convergence: exactly the servers wanted and not blocked have a Secret, held by one of their
-wanters with its current connection; every other wanter reports ClusterConflict; holders and only
-holders carry the finalizer; no Cluster is stuck terminating; each Cluster's Ready reason is the
-one its objects and its spoke call for; in each workspace with a source, every Cluster
-API Secret has the source's Cluster unless another Cluster of its name is in the way, the source
-has no Cluster without its Secret, and its status counts say so.
+wanters with its current connection; every other wanter reports ClusterConflict; holders carry the
+finalizer and Clusters that want no server do not (a waiter keeps one it had); no Cluster is
+stuck terminating; each Cluster's Ready reason is the one its objects and its spoke call for; in
+each workspace with a source, every Cluster API Secret has the source's Cluster unless another
+Cluster of its name is in the way, the source has no Cluster without its Secret, and its status
+counts say so.
 
 ``MODEL_EXAMPLES`` sets the number of examples and ``MODEL_MIN_STEPS`` the steps a run must
 count (the soak session runs 2,200 examples and asserts 50,000 steps).
@@ -45,6 +46,7 @@ import base64
 import datetime
 import json
 import os
+import random
 import sys
 import threading
 import time
@@ -64,6 +66,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from trio._core import _run as trio_run
 
 from kokumi.core import api, argocd, clustersource, selectors
 from kokumi.core.kubeconfig import Connection
@@ -1171,6 +1174,43 @@ def test_a_waiter_created_again_mid_check_does_not_inherit_the_old_claim() -> No
         assert machine.violations == [], machine.violations
         (secret,) = machine.ours().values()
         assert argocd.holder_of(secret) == ClusterRef("ws1", waiter)
+    finally:
+        machine.world.close()
+        api.now_rfc3339 = machine._wall_clock
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_a_waiter_handed_its_server_back_while_deselected_keeps_its_finalizer(seed: int) -> None:
+    """A holder whose server a foreign Secret blocks waits in its line, finalizer on; the
+    foreign Secret goes while its Environment's deletion reaches the manager. Its actor, having
+    wanted the server a moment ago, must not drop the finalizer on the view "not holding" while
+    the registry hands the server back to it: the drop would reach the API server after the
+    Secret that names it again. Found by the model test; the order of the two depends on the
+    scheduler's choices, so the steps run under several seeds of its (and the jitter's) random."""
+    random.seed(seed)
+    trio_run._r.seed(seed)
+    machine = ManagerMachine()
+    try:
+        s0, s1, s2 = SERVERS
+        machine.start(layout=[("ws1", "a", s0)] * 3, before=False)
+        machine.plant_foreign(s1, by_name=False)
+        machine.time_passes(1.0)
+        machine.watch_fault("stall")
+        for _ in range(3):
+            machine.delete_environment("ws1")
+        machine.put_environment("ws1", "gold")
+        machine.delete_environment("ws1")
+        machine.plant_foreign(s0, by_name=False)
+        for _ in range(3):
+            machine.delete_environment("ws1")
+        machine.plant_foreign(s2, by_name=False)
+        for _ in range(2):
+            machine.delete_environment("ws1")
+        machine.remove_foreign(s0)
+        machine.watch_fault("drop")
+        assert machine.violations == [], machine.violations
+        machine.converge()
+        assert machine.violations == [], machine.violations
     finally:
         machine.world.close()
         api.now_rfc3339 = machine._wall_clock

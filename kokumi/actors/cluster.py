@@ -447,11 +447,18 @@ class ClusterActor:
         return True
 
     async def _ensure_finalizer(self, cluster: api.Cluster) -> None:
-        """A holder carries a finalizer: its Secret goes even if it is deleted while we are down."""
+        """A holder carries a finalizer: its Secret goes even if it is deleted while we are down.
+
+        It goes only once the Cluster wants no server and its release is done. A Cluster in a
+        server's line (behind a foreign Secret, say) keeps one it has: the registry may hand
+        it the server at any moment, and a finalizer dropped on the view of a moment ago would
+        reach the API server after the Secret that names the Cluster again. Once released, the
+        Cluster is in no line, so no Secret can come for it until this actor wants again.
+        """
         has = api.FINALIZER in cluster.metadata.finalizers
         if self._registration.holding and not has:
             await self._set_finalizers(cluster, (*cluster.metadata.finalizers, api.FINALIZER))
-        elif not self._registration.holding and has:
+        elif not self._registration.holding and not self._may_hold and has:
             await self._drop_finalizer(cluster)
 
     async def _drop_finalizer(self, cluster: api.Cluster | api.Invalid) -> None:
