@@ -109,6 +109,7 @@ class Manager:
             )
         #: shard -> this replica's candidate for its Lease (empty without sharding).
         self.shard_electors: dict[int, LeaseElector] = {}
+        self._shard_zero_writer = client
         sharding = options.sharding
         if sharding is not None:
             admission = Admission(sharding.limit)
@@ -133,6 +134,23 @@ class Manager:
             )
             # ClusterSources are written by the replica serving shard 0, as Environments are.
             self.dispatcher.sources_actor.writes = lambda: self._serving_until(0) is not None
+            # Every write for a shard is fenced by its Lease at the moment it is sent: the
+            # checks above are made before awaits (a request slot's among them) during which
+            # the Lease may go, and a Cluster actor being stopped may be past its last one.
+            writers = {
+                shard: client.fenced(functools.partial(self._may_write, shard))
+                for shard in self.shard_electors
+            }
+            self.context.writers = lambda ref: writers[sharding.shard_of(ref.namespace, ref.name)]
+            self.dispatcher.environments_actor.writer = writers[0]
+            self.dispatcher.sources_actor.writer = writers[0]
+            self._shard_zero_writer = writers[0]
+        elif self.elector is not None:
+            elector = self.elector
+            fenced = client.fenced(lambda: elector.serving_until() is not None)
+            self.context.writers = lambda ref: fenced
+            self.dispatcher.environments_actor.writer = fenced
+            self.dispatcher.sources_actor.writer = fenced
         self.health_port: int | None = None
         self.started = trio.Event()
 
@@ -142,6 +160,9 @@ class Manager:
 
     def _shards_changed(self, _leading: bool) -> None:
         self.metrics.leader.set(int(any(e.state.leading for e in self.shard_electors.values())))
+
+    def _may_write(self, shard: int) -> bool:
+        return self._serving_until(shard) is not None
 
     def _serving_until(self, shard: int) -> float | None:
         elector = self.shard_electors.get(shard)
@@ -219,7 +240,9 @@ class Manager:
         async with trio.open_nursery() as nursery:
             if shard == 0:
                 if self.options.keep_in_cluster:
-                    await nursery.start(keep_in_cluster, self.client, self.options.namespace)
+                    await nursery.start(
+                        keep_in_cluster, self._shard_zero_writer, self.options.namespace
+                    )
                 # Environments' status is this replica's to write now: compute every namespace.
                 for environment in self.dispatcher.environments.values():
                     namespace = str(environment.get("metadata", {}).get("namespace", ""))

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 import attrs
+import httpx
 import pytest
 import trio
 import trio.testing
@@ -25,6 +26,7 @@ from kokumi.kube import (
     AlreadyExists,
     ApiError,
     BadRequest,
+    Client,
     Config,
     ConfigError,
     Conflict,
@@ -500,3 +502,54 @@ def test_the_configs_names_before_the_kubeconfigs_words_still_work() -> None:
 
 
 # --- end of the old names ---
+
+
+# --- a fenced client --------------------------------------------------------------------------
+
+
+async def test_a_fenced_client_sends_no_write_once_its_fence_says_no() -> None:
+    """Reads always go; a write goes only while the fence says yes, judged after the wait for a
+    request slot: a write that waited while the fence turned (a Lease lost) is never sent."""
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.method)
+        return httpx.Response(200, json={"kind": "ConfigMap", "metadata": {"name": "x"}})
+
+    allowed = True
+    config = Config(server="https://hub.example")
+    async with Client(config, transport=httpx.MockTransport(answer), max_requests=1) as client:
+        fenced = client.fenced(lambda: allowed)
+        await fenced.patch_merge(CONFIG_MAPS, "x", {"data": {}}, namespace="ns")
+        assert seen == ["PATCH"]
+        allowed = False
+        assert (await fenced.get(CONFIG_MAPS, "x", namespace="ns"))["kind"] == "ConfigMap"
+        with pytest.raises(kokumi.kube.Fenced, match=r"PATCH .*not sent"):
+            await fenced.patch_merge(CONFIG_MAPS, "x", {"data": {}}, namespace="ns")
+        with pytest.raises(kokumi.kube.Fenced):
+            await fenced.delete(CONFIG_MAPS, "x", namespace="ns")
+        assert seen == ["PATCH", "GET"]
+        # The unfenced client it came from is not fenced.
+        await client.delete(CONFIG_MAPS, "x", namespace="ns")
+        assert seen[-1] == "DELETE"
+
+        # A write that waits for the only request slot while the fence turns is not sent.
+        allowed = True
+        outcome: list[str] = []
+
+        async def write() -> None:
+            try:
+                await fenced.patch_merge(CONFIG_MAPS, "x", {"data": {}}, namespace="ns")
+                outcome.append("sent")
+            except kokumi.kube.Fenced:
+                outcome.append("fenced")
+
+        async with trio.open_nursery() as nursery:
+            limiter = client._requests
+            await limiter.acquire()
+            nursery.start_soon(write)
+            await trio.testing.wait_all_tasks_blocked()
+            allowed = False
+            limiter.release()
+        assert outcome == ["fenced"]
+        assert seen.count("PATCH") == 1

@@ -94,6 +94,9 @@ class ClusterActor:
         self.ref = ClusterRef(cluster.metadata.namespace, cluster.metadata.name)
         #: The Cluster object this actor acts for: the registry ignores it once it is gone.
         self.uid = cluster.metadata.uid
+        # Its writes go through this client: with shards, fenced by its shard's Lease, so that
+        # a write that waited while the Lease went is never sent.
+        self._writer = context.writer(self.ref)
         self._wake = trio.Event()
         # Unknown until the Environments actor has said: after a restart, acting on a guess
         # would release (and so delete) a registration that is still wanted.
@@ -182,6 +185,10 @@ class ClusterActor:
                 self._retry_at = math.inf
                 try:
                     await self._reconcile()
+                except errors.Fenced:
+                    # Its shard went while a write waited: the actor is being stopped, or the
+                    # Lease ran past its renew deadline unrenewed; nothing to log either way.
+                    self._retry_later(self._doing)
                 except errors.KubeError as exc:
                     # The hub said no or went away. Retried after a growing, jittered delay per
                     # kind of request, and logged once per change of error, so a long outage
@@ -484,7 +491,7 @@ class ClusterActor:
                 }
             }
             try:
-                updated = await self._context.client.patch_merge(
+                updated = await self._writer.patch_merge(
                     api.CLUSTERS, meta.name, patch, namespace=meta.namespace
                 )
             except errors.NotFound:
@@ -529,7 +536,7 @@ class ClusterActor:
         """Write only what differs from what the object already says, or what we last wrote."""
         observed = observed_cluster_status(self._cluster)
         written = await write_status(
-            self._context.client, api.CLUSTERS, meta, new, unchanged=(observed, self._written)
+            self._writer, api.CLUSTERS, meta, new, unchanged=(observed, self._written)
         )
         if not written:
             return
@@ -543,4 +550,5 @@ class ClusterActor:
                 reason=ready.reason,
                 message=ready.message,
                 warning=ready.status != "True",
+                client=self._writer,
             )

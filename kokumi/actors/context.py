@@ -449,8 +449,16 @@ class EventRecorder:
         self._component = component
 
     async def record(
-        self, resource: Resource, meta: api.Meta, *, reason: str, message: str, warning: bool
+        self,
+        resource: Resource,
+        meta: api.Meta,
+        *,
+        reason: str,
+        message: str,
+        warning: bool,
+        client: Client | None = None,
     ) -> None:
+        """Record an Event, with ``client`` if given (a Cluster actor's fenced writer)."""
         now = api.now_rfc3339()
         event = {
             "apiVersion": "v1",
@@ -473,7 +481,9 @@ class EventRecorder:
             "reportingComponent": self._component,
         }
         try:
-            await self._client.create(EVENTS, event, namespace=meta.namespace)
+            await (client or self._client).create(EVENTS, event, namespace=meta.namespace)
+        except errors.Fenced:
+            return  # the Cluster's shard went meanwhile: its new server tells
         except errors.KubeError as exc:
             # An Event is a courtesy; losing one must not stop the status from being right.
             log.info("could not record event for %s/%s: %s", meta.namespace, meta.name, exc)
@@ -494,3 +504,9 @@ class Context:
     # Reads of kubeconfig Secrets, as many at a time as checks: after a restart every Cluster
     # reads its Secret at once, and the hub must not get thousands of GETs together.
     secret_reads: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(8))
+    #: The client of a Cluster's writes (status, finalizer, Events); with shards or a leader
+    #: Lease, fenced by the Lease that lets this replica serve it. None: ``client``.
+    writers: Callable[[ClusterRef], Client] | None = None
+
+    def writer(self, cluster: ClusterRef) -> Client:
+        return self.client if self.writers is None else self.writers(cluster)

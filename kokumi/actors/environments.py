@@ -51,6 +51,8 @@ class EnvironmentsActor:
         metrics: Metrics,
     ) -> None:
         self._client = client
+        #: The client of its status writes: with shards, fenced by shard 0's Lease.
+        self.writer = client
         self._metrics = metrics
         self._clusters = clusters
         self._environments = environments
@@ -104,6 +106,10 @@ class EnvironmentsActor:
             for namespace in sorted(dirty):
                 try:
                     await self._reconcile(namespace, dirty[namespace])
+                except errors.Fenced:
+                    # Shard 0 went while the write waited: whoever serves it now computes
+                    # every namespace; a retry here finds it no longer writes, and stops.
+                    failed[namespace] = _Work()
                 except errors.KubeError as exc:
                     log.warning("Environments of %s: %s; retrying", namespace, exc)
                     failed[namespace] = _Work()
@@ -235,7 +241,7 @@ class EnvironmentsActor:
         written = False
         with trio.move_on_at(until):
             written = await write_status(
-                self._client, api.ENVIRONMENTS, meta, status, unchanged=unchanged
+                self.writer, api.ENVIRONMENTS, meta, status, unchanged=unchanged
             )
         if not written:
             return

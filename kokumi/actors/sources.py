@@ -92,6 +92,8 @@ class SourcesActor:
         batch: float = 0.1,
     ) -> None:
         self._client = client
+        #: The client of its writes: with shards, fenced by shard 0's Lease.
+        self.writer = client
         self._clusters = clusters
         self._secrets = secrets
         self._reads = reads
@@ -177,7 +179,12 @@ class SourcesActor:
                 while self._dirty:
                     namespace = min(self._dirty)
                     self._dirty.discard(namespace)
-                    await self._reconcile(namespace)
+                    try:
+                        await self._reconcile(namespace)
+                    except errors.Fenced:
+                        # Shard 0 went while a write waited: the replica that serves it now
+                        # plans every namespace; the retry here finds it no longer writes.
+                        self._schedule_retry(namespace, True)
 
     async def _follow_sources(
         self, receive: trio.MemoryReceiveChannel[WatchEvent | Resync]
@@ -367,7 +374,7 @@ class SourcesActor:
                 body = clustersource.cluster_body(source, desired)
                 nursery.start_soon(
                     self._attempt, source, desired.name, "create", failed,
-                    functools.partial(self._client.create, api.CLUSTERS, body, namespace=ns),
+                    functools.partial(self.writer.create, api.CLUSTERS, body, namespace=ns),
                 )  # fmt: skip
         for desired in decided.update:
             body = clustersource.cluster_body(source, desired)
@@ -381,14 +388,14 @@ class SourcesActor:
             await self._attempt(
                 source, desired.name, "update", failed,
                 functools.partial(
-                    self._client.patch_merge, api.CLUSTERS, desired.name, patch, namespace=ns
+                    self.writer.patch_merge, api.CLUSTERS, desired.name, patch, namespace=ns
                 ),
             )  # fmt: skip
         for name in decided.delete:
             uid = str(clusters.get(name, {}).get("metadata", {}).get("uid", "")) or None
             await self._attempt(
                 source, name, "delete", failed,
-                functools.partial(self._client.delete, api.CLUSTERS, name, namespace=ns, uid=uid),
+                functools.partial(self.writer.delete, api.CLUSTERS, name, namespace=ns, uid=uid),
             )  # fmt: skip
         return failed
 
@@ -412,6 +419,8 @@ class SourcesActor:
             # The store is behind the server: its watch brings what is there, and the next
             # pass plans from it.
             return
+        except errors.Fenced:
+            raise  # this replica stopped writing: the whole pass stops (see run)
         except errors.KubeError as exc:
             failures.failed(exc)
             failed[cluster] = one_line(f"{verb} of {where} failed ({exc}); Kokumi retries")
@@ -426,7 +435,7 @@ class SourcesActor:
         if patch is None:
             return True
         try:
-            await self._client.patch_merge(
+            await self.writer.patch_merge(
                 CLUSTER_SOURCES,
                 str(meta.get("name")),
                 {"status": patch},
@@ -435,6 +444,8 @@ class SourcesActor:
             )
         except errors.NotFound:
             return True
+        except errors.Fenced:
+            raise
         except errors.KubeError as exc:
             log.warning(
                 "ClusterSource %s/%s: status write failed (%s); retrying",

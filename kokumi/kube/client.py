@@ -12,7 +12,7 @@ import contextlib
 import copy
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, Self
 
@@ -25,6 +25,7 @@ from .config import Config
 from .errors import (
     ApiError,
     ConfigError,
+    Fenced,
     ServerError,
     ServerTimeout,
     TooManyRequests,
@@ -56,6 +57,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 JSON = "application/json"
+# What a fence never stops: a replica that may not write still reads and watches.
+_READS = frozenset({"GET", "HEAD"})
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 METADATA_OBJECT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
@@ -190,6 +193,7 @@ class Client:
         self._max_retry_delay = max_retry_delay
         self._extensions: dict[str, Any] = {}
         self._identity: Identity | None = None
+        self._fence: Callable[[], bool] | None = None
         self._shared = False
         self.observer: Observer = _Unobserved()
         if config.tls_server_name and config.proxy_url:
@@ -246,6 +250,21 @@ class Client:
             )
         clone = copy.copy(self)
         clone._identity = identity
+        clone._shared = True
+        return clone
+
+    def fenced(self, may_write: Callable[[], bool]) -> Client:
+        """This connection, each write sent only while ``may_write()`` says so.
+
+        The check is made at the last moment, after the wait for a request slot and with no
+        await between it and the request going out, so that a replica that lost a Lease
+        while a write of its waited cannot send it (a check before the call leaves every await
+        on the way, the slot's included, for the Lease to go). A write refused so raises
+        :class:`~kokumi.kube.errors.Fenced`; reads and watches are never fenced. Shares what
+        :meth:`acting_as` shares.
+        """
+        clone = copy.copy(self)
+        clone._fence = may_write
         clone._shared = True
         return clone
 
@@ -593,6 +612,8 @@ class Client:
                     response = await self._http.send(request, stream=True)
                 else:
                     async with self._requests:
+                        if self._fence is not None and method not in _READS and not self._fence():
+                            raise Fenced(f"{context}: not sent, this replica may not write now")
                         response = await self._http.send(request)
             except httpx.HTTPError as exc:
                 self.observer.request(verb, "error")

@@ -15,6 +15,7 @@ __all__ = [
     "ApiError",
     "BadRequest",
     "Conflict",
+    "Fenced",
     "Forbidden",
     "Gone",
     "Invalid",
@@ -44,6 +45,14 @@ class TransportError(KubeError):
     """No answer came from the server: refused, reset, TLS failure, timeout or a broken stream.
 
     Worth retrying after a pause; the request may or may not have reached the server.
+    """
+
+
+class Fenced(KubeError):
+    """A write was not sent: the client's fence said its caller may not write any more.
+
+    Nothing reached the server. Raised by a client made with :meth:`Client.fenced` when, at the
+    moment the request would go out, its caller no longer holds what lets it write (a Lease).
     """
 
 
