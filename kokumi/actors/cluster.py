@@ -16,8 +16,8 @@ import random
 import attrs
 import trio
 
-from kokumi.actors.context import Context, write_status
-from kokumi.core import api, kubeconfig
+from kokumi.actors.context import ANSWERING, SILENT, Context, write_status
+from kokumi.core import api, kubeconfig, schedule
 from kokumi.core.ownership import ClusterRef, is_argocd_own
 from kokumi.core.reasons import Reason
 from kokumi.core.registration import NOT_REGISTERED, Registration
@@ -115,6 +115,13 @@ class ClusterActor:
         # its first check and spreads its own first checks over the interval (see _seed_check).
         self._seed = seeded_outcome(cluster)
         self._next_check = -math.inf
+        # Its own place in the check interval (kokumi.core.schedule), so the fleet's checks
+        # spread evenly over the minute from the first one.
+        identity = cluster.metadata.uid or f"{self.ref.namespace}/{self.ref.name}"
+        self._offset = schedule.offset_of(identity, context.options.check_interval)
+        # Checks in a row that got no answer: from SILENT_AFTER on, the Cluster's checks take
+        # only the slots that answering Clusters leave.
+        self._unanswered = 0
         self._retry_at = math.inf
         self._backoffs: dict[str, Backoff] = {}
         self._failures = FailureLog(log, f"Cluster {self.ref}")
@@ -122,17 +129,19 @@ class ClusterActor:
         self._written: api.ClusterStatus | None = None
         self._stopping = False
         self._superseded = False
+        # Set while a check waits for its slot: a message cancels the wait (see _run_check).
+        self._slot_wait: trio.CancelScope | None = None
         self.checked = trio.Event()  # set after the first check: "all Clusters checked once"
 
     # --- the mailbox: every method returns at once ----------------------------------------------
 
     def update(self, cluster: api.Cluster | api.Invalid) -> None:
         self._cluster = cluster
-        self._wake.set()
+        self._interrupt()
 
     def secret_changed(self) -> None:
         self._secret_dirty = True
-        self._wake.set()
+        self._interrupt()
 
     def wake(self) -> None:
         """Reconcile; a check is reused only while the kubeconfig Secret's version is the same."""
@@ -141,17 +150,17 @@ class ClusterActor:
     def set_selected(self, selected: bool) -> None:
         if selected != self._selected:
             self._selected = selected
-            self._wake.set()
+            self._interrupt()
 
     def registration(self, registration: Registration) -> None:
         if registration != self._registration:
             self._registration = registration
-            self._wake.set()
+            self._interrupt()
 
     def stop(self) -> None:
         """The Cluster is gone from the API: let go of its server and end."""
         self._stopping = True
-        self._wake.set()
+        self._interrupt()
 
     def supersede(self) -> None:
         """A Cluster of the same name was created again before this actor ended.
@@ -161,16 +170,35 @@ class ClusterActor:
         """
         self._superseded = True
         self._stopping = True
+        self._interrupt()
+
+    def _interrupt(self) -> None:
+        """Wake the loop, and give up a place in the queue for a check slot.
+
+        A silent Cluster's check may wait minutes for its slot (they take only what answering
+        Clusters leave); its deletion, a new spec or selection must not wait with it. The check
+        itself, 10 s at most, is never cut short: only the wait for a slot.
+        """
         self._wake.set()
+        if self._slot_wait is not None:
+            self._slot_wait.cancel()
 
     @property
     def cluster(self) -> api.Cluster | api.Invalid:
         return self._cluster
 
+    @property
+    def waiting_for_slot(self) -> bool:
+        """Whether its check is queued for one of the check slots now."""
+        return self._slot_wait is not None
+
     # --- the loop -------------------------------------------------------------------------------
 
     async def run(self) -> None:
         self._context.registry.subscribe(self.ref, self.uid, self.registration)
+        metrics = self._context.metrics
+        metrics.due_clock = trio.current_time
+        metrics.check_interval = self._context.options.check_interval
         try:
             while True:
                 # While a retry is pending its backoff rules, also over a check that fell due:
@@ -224,7 +252,7 @@ class ClusterActor:
             # object go only once the registry says no Secret names it any more. Nothing is
             # checked any more: with the check timer in the past, a Cluster whose DELETED event
             # is late (a watch down) would reconcile in a loop that never blocks.
-            self._next_check = math.inf
+            self._plan(math.inf)
             # Never checked again, so nobody waiting for its first check (wait_checked) may
             # wait for it: a Cluster left deleting by a manager that stopped would hold them.
             self.checked.set()
@@ -241,7 +269,7 @@ class ClusterActor:
             self._doing = "writing its status"
             await self._write(self._status(cluster_outcome(cluster), None), cluster.metadata)
             self.checked.set()
-            self._next_check = math.inf
+            self._plan(math.inf)
             if released:
                 self._doing = "removing its finalizer"
                 await self._drop_finalizer(cluster)
@@ -253,14 +281,17 @@ class ClusterActor:
             pass
         elif self._needs_check(now):
             self._doing = "reading its kubeconfig Secret"
-            self._check = await self._run_check(cluster)
-            self._checked_generation = cluster.metadata.generation
-            self._context.metrics.check_finished(self.ref, self._check.outcome.reason)
-            self._secret_dirty = False
-            # Counted from when the check began, so that waiting for the limiter or a silent
-            # cluster's full 10 s does not stretch "about once a minute".
-            self._next_check = now + self._context.options.next_check_delay()
-            self.checked.set()
+            self._context.metrics.check_planned(self.ref, None)
+            check = await self._run_check(cluster)
+            if check is None:
+                # A message came while it waited for a slot: the loop sees to it at once (its
+                # wake-up is set) and asks for a slot again after, still due. Meanwhile the
+                # last check, if any, serves as it is.
+                if self._check is None:
+                    return
+            else:
+                self._check = check
+                self._after_check(cluster, now)
         assert self._check is not None
         if self._selected is None:
             # Until the Environments actor has spoken, neither claim nor release anything, and
@@ -274,6 +305,22 @@ class ClusterActor:
         await self._write(self._status(self._check.outcome, self._registration), cluster.metadata)
         if not settled:
             self._retry_later("releasing its Argo CD registration")
+
+    def _after_check(self, cluster: api.Cluster, now: float) -> None:
+        """Count the check of ``cluster`` that fell due at ``now`` and plan the next one."""
+        assert self._check is not None
+        self._checked_generation = cluster.metadata.generation
+        reason = self._check.outcome.reason
+        self._context.metrics.check_finished(self.ref, reason)
+        self._unanswered = self._unanswered + 1 if schedule.is_unanswered(reason) else 0
+        self._secret_dirty = False
+        # The Cluster's next place in the interval, counted from when this check fell due,
+        # so that waiting for a slot or a silent cluster's full 10 s does not stretch "about
+        # once a minute"; then the spec's random lateness on top.
+        options = self._context.options
+        due = schedule.due_after(now, trio.current_time(), self._offset, options.check_interval)
+        self._plan(due + options.check_lateness())
+        self.checked.set()
 
     def _needs_check(self, now: float) -> bool:
         """A reconcile for another reason reuses a check under half a minute old.
@@ -312,7 +359,7 @@ class ClusterActor:
         together, the loop too busy to finish the checks in their 10 s, and healthy Clusters
         marked Unreachable. The status holds what the last check found, so the actor reads the
         kubeconfig (for its registration), keeps that finding, writes nothing since nothing
-        changed, and checks at a random moment within the interval. A Cluster whose status
+        changed, and checks at its own place within the interval. A Cluster whose status
         does not match its spec or its kubeconfig's server is checked at once.
         """
         seed, self._seed = self._seed, None
@@ -326,12 +373,27 @@ class ClusterActor:
             return False
         self._check = Check(seed, now, read.version, read.connection)
         self._checked_generation = cluster.metadata.generation
+        if schedule.is_unanswered(seed.reason):
+            # Silent before the restart: its first checks must not take the answering
+            # Clusters' slots either (200 dead spokes, two checks each at full priority, would
+            # hold all eight slots for eight minutes).
+            self._unanswered = schedule.SILENT_AFTER
         options = self._context.options
-        self._next_check = now + random.uniform(0.0, options.check_interval)  # noqa: S311
+        # The first moment of its own place in the interval: the restarted fleet's checks are
+        # as evenly spread as they were before it.
+        due = schedule.due_after(now - options.check_interval / 2, now, self._offset,
+                                 options.check_interval)  # fmt: skip
+        self._plan(due + options.check_lateness())
         self.checked.set()
         return True
 
-    async def _run_check(self, cluster: api.Cluster) -> Check:
+    def _plan(self, at: float) -> None:
+        """The next check falls due ``at`` (``math.inf``: never); ``/metrics`` shows the spread."""
+        self._next_check = at
+        self._context.metrics.check_planned(self.ref, at)
+
+    async def _run_check(self, cluster: api.Cluster) -> Check | None:
+        """The check of ``cluster``; None if a message came while it waited for a slot."""
         now = trio.current_time()
         if cluster.spec.connection == "InCluster":
             finding = await self._context.in_cluster.check(self._context.options.reuse_window)
@@ -345,12 +407,25 @@ class ClusterActor:
         if read.outcome is not None:
             return Check(read.outcome, now, version, parsed)
         assert parsed is not None
-        async with self._context.probe_limiter:
+        silent = self._unanswered >= schedule.SILENT_AFTER
+        since = self._check.at if self._check is not None else -math.inf
+        limiter = self._context.probe_limiter
+        with trio.CancelScope() as waiting:
+            self._slot_wait = waiting
+            try:
+                await limiter.acquire(SILENT if silent else ANSWERING, since)
+            finally:
+                self._slot_wait = None
+        if waiting.cancelled_caught:
+            return None
+        try:
             found = await self._context.check(
                 parsed,
                 timeout=self._context.options.probe_timeout,
                 egress=self._context.options.probe_egress,
             )
+        finally:
+            limiter.release()
         return Check(outcome_of(found), trio.current_time(), version, parsed)
 
     def _reusable_read(self, cluster: api.Cluster, now: float) -> _Read | None:

@@ -20,10 +20,11 @@ __all__ = ["Options"]
 class Options:
     """How the manager behaves; every default is what the spec asks for.
 
-    ``check_jitter``: each check comes up to 6 s (a tenth of the interval) later than the minute,
-    at random. The delays add up like a random walk, so Clusters created together (say, by one
-    ``kubectl apply``) drift apart within a few minutes and their checks spread over the whole
-    minute instead of arriving eight at a time every 60 s; a tenth keeps "about once a minute" true.
+    ``check_jitter``: each check comes up to 6 s (a tenth of the interval) later than its
+    Cluster's own place in the minute, at random. The place (a hash of the Cluster's identity,
+    :mod:`kokumi.core.schedule`) spreads the fleet's checks evenly over the minute from the first
+    one; the lateness keeps two Clusters whose places are close from meeting every minute, and a
+    tenth keeps "about once a minute" true.
     """
 
     namespace: str = "kokumi"
@@ -55,8 +56,9 @@ class Options:
     # since it touches the whole process, which an embedding program owns.
     freeze_heap: bool = False
 
-    def next_check_delay(self) -> float:
-        return self.check_interval + random.uniform(0.0, self.check_jitter)  # noqa: S311
+    def check_lateness(self) -> float:
+        """How much later than its place a check comes this time: the spec's random lateness."""
+        return random.uniform(0.0, self.check_jitter)  # noqa: S311
 
     def backoff(self) -> Backoff:
         return Backoff(self.retry_initial, self.retry_max)
