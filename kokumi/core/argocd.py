@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -54,11 +55,13 @@ MANAGED_BY = "kokumi"
 _SECRET_TYPE_CLUSTER = "cluster"  # noqa: S105 - a label value, no password
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def server_hash(server: str) -> str:
     """Sixteen hex digits of the server's SHA-256: short enough for a name, yet unique.
 
     Hashed in its normalised form, since Argo CD treats ``https://x/`` and ``https://x`` as one
-    server and they must therefore land in one Secret.
+    server and they must therefore land in one Secret. Remembered: the registry names a
+    server's Secret several times for every claim it serves, a fleet's checks each making one.
     """
     return hashlib.sha256(normalise_server(server).encode()).hexdigest()[:16]
 

@@ -42,6 +42,10 @@ __all__ = [
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
+# How many answers of url_refusal a policy keeps: a fleet's servers, with room to spare; past it
+# the memory starts again (a server that is renamed leaves its old answer behind).
+_REMEMBERED = 1 << 16
+
 DEFAULT_DENY: tuple[str, ...] = (
     "169.254.0.0/16",  # link-local: AWS, GCP, Azure, Oracle, OpenStack, DigitalOcean, Hetzner...
     "fe80::/10",  # IPv6 link-local
@@ -167,6 +171,11 @@ class EgressPolicy:
 
     deny: tuple[Network, ...] = attrs.field(default=tuple(_network(cidr) for cidr in DEFAULT_DENY))
     allow: tuple[Network, ...] = ()
+    # What url_refusal said for each tuple of URLs: every check and every claim asks it of the
+    # same server, and the answer depends on the URLs and the policy alone.
+    _said: dict[tuple[str | None, ...], Refused | None] = attrs.field(
+        factory=dict, init=False, eq=False, hash=False, repr=False
+    )
 
     @classmethod
     def from_cidrs(cls, *, deny: Iterable[str] = (), allow: Iterable[str] = ()) -> EgressPolicy:
@@ -211,6 +220,15 @@ class EgressPolicy:
 
         A host name is not resolved here (no I/O): the probe resolves it and judges every address.
         """
+        said = self._said
+        if urls in said:
+            return said[urls]
+        if len(said) >= _REMEMBERED:
+            said.clear()
+        said[urls] = refused = self._url_refusal(urls)
+        return refused
+
+    def _url_refusal(self, urls: tuple[str | None, ...]) -> Refused | None:
         for url in urls:
             host = _host(url) if url else None
             address = parse_address(host) if host else None

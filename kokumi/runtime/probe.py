@@ -122,7 +122,7 @@ async def check(
     """
     return await _check(
         _Findings(connection.server, timeout, own=False),
-        egress=egress or EgressPolicy(),
+        egress=egress or _DEFAULT_EGRESS,
         token=connection.token,
         client_certificate=connection.client_certificate,
         client_key=connection.client_key,
@@ -592,6 +592,8 @@ def _guard(transport: httpx.AsyncHTTPTransport, policy: EgressPolicy) -> None:
 
 # --- the lean path: two HTTP/1.1 requests on a blocking socket, in a worker thread ---------------
 
+# The policy of a check that names none: one instance, so that its answers are remembered.
+_DEFAULT_EGRESS = EgressPolicy()
 _LEAN = True
 """Checks without a proxy take the lean path; false sends every check through httpx (tests
 compare the two)."""
