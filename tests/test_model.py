@@ -83,6 +83,15 @@ from tests.fakeapi import EPOCH, FakeApi
 
 T = TypeVar("T")
 
+
+def seed_scheduler(seed: int) -> None:
+    """Seed the jitter's ``random`` and Trio's scheduler, for a replay of fixed steps outside
+    Hypothesis: the order of two tasks then depends on ``seed`` alone (mostly: worker threads
+    finish in real time)."""
+    random.seed(seed)
+    trio_run._r.seed(seed)
+
+
 OWN = "kokumi"
 ARGOCD = "argocd"
 WORKSPACES = ("ws1", "ws2")
@@ -340,8 +349,18 @@ class ManagerMachine(RuleBasedStateMachine):
             if self.world.manager is not None and self.world.crash is None:
                 self.converge()
         finally:
-            self.world.close()
-            api.now_rfc3339 = self._wall_clock
+            self.close()
+
+    def close(self) -> None:
+        """End the Trio thread and give the API its wall clock back (an example test's end)."""
+        self.world.close()
+        api.now_rfc3339 = self._wall_clock
+
+    def converges_cleanly(self) -> None:
+        """No violation so far, then convergence, and none on the way there either."""
+        assert self.violations == [], self.violations
+        self.converge()
+        assert self.violations == [], self.violations
 
     # --- objects, as the test writes them ------------------------------------------------------
 
@@ -1144,8 +1163,7 @@ def test_an_outage_costs_a_few_requests_and_one_log_line_per_cluster(
             mine = [line for line in lines if line.startswith(f"Cluster {ref}:")]
             assert 1 <= len(mine) <= 2, mine  # the failure, perhaps once more when it changes
     finally:
-        machine.world.close()
-        api.now_rfc3339 = machine._wall_clock
+        machine.close()
 
 
 def test_a_waiter_created_again_mid_check_does_not_inherit_the_old_claim() -> None:
@@ -1175,8 +1193,7 @@ def test_a_waiter_created_again_mid_check_does_not_inherit_the_old_claim() -> No
         (secret,) = machine.ours().values()
         assert argocd.holder_of(secret) == ClusterRef("ws1", waiter)
     finally:
-        machine.world.close()
-        api.now_rfc3339 = machine._wall_clock
+        machine.close()
 
 
 @pytest.mark.parametrize("seed", range(16))
@@ -1187,8 +1204,7 @@ def test_a_waiter_handed_its_server_back_while_deselected_keeps_its_finalizer(se
     the registry hands the server back to it: the drop would reach the API server after the
     Secret that names it again. Found by the model test; the order of the two depends on the
     scheduler's choices, so the steps run under several seeds of its (and the jitter's) random."""
-    random.seed(seed)
-    trio_run._r.seed(seed)
+    seed_scheduler(seed)
     machine = ManagerMachine()
     try:
         s0, s1, s2 = SERVERS
@@ -1208,12 +1224,9 @@ def test_a_waiter_handed_its_server_back_while_deselected_keeps_its_finalizer(se
             machine.delete_environment("ws1")
         machine.remove_foreign(s0)
         machine.watch_fault("drop")
-        assert machine.violations == [], machine.violations
-        machine.converge()
-        assert machine.violations == [], machine.violations
+        machine.converges_cleanly()
     finally:
-        machine.world.close()
-        api.now_rfc3339 = machine._wall_clock
+        machine.close()
 
 
 def test_a_release_whose_delete_fails_keeps_the_finalizer_until_it_is_done() -> None:
@@ -1240,8 +1253,7 @@ def test_a_release_whose_delete_fails_keeps_the_finalizer_until_it_is_done() -> 
         assert machine.ours() == {}
         assert machine._object(api.CLUSTERS, "a", "ws1") is None
     finally:
-        machine.world.close()
-        api.now_rfc3339 = machine._wall_clock
+        machine.close()
 
 
 def test_a_cluster_created_again_is_not_selected_by_its_predecessors_environment() -> None:
@@ -1267,8 +1279,7 @@ def test_a_cluster_created_again_is_not_selected_by_its_predecessors_environment
         assert machine.violations == [], machine.violations
         assert machine.ours() == {}
     finally:
-        machine.world.close()
-        api.now_rfc3339 = machine._wall_clock
+        machine.close()
 
 
 def test_a_deleted_cluster_whose_deleted_event_is_late_does_not_spin() -> None:
@@ -1289,8 +1300,7 @@ def test_a_deleted_cluster_whose_deleted_event_is_late_does_not_spin() -> None:
         assert machine.ours() == {}
         assert machine.violations == [], machine.violations
     finally:
-        machine.world.close()
-        api.now_rfc3339 = machine._wall_clock
+        machine.close()
 
 
 def test_the_old_holder_knows_it_let_go_before_the_handover_event_is_written() -> None:
@@ -1309,8 +1319,7 @@ def test_the_old_holder_knows_it_let_go_before_the_handover_event_is_written() -
             machine.no_false_holder()
         assert machine.violations == [], machine.violations
     finally:
-        machine.world.close()
-        api.now_rfc3339 = machine._wall_clock
+        machine.close()
 
 
 def test_a_cluster_valid_again_after_an_invalid_spell_is_checked_afresh() -> None:
@@ -1329,8 +1338,7 @@ def test_a_cluster_valid_again_after_an_invalid_spell_is_checked_afresh() -> Non
         assert cluster.ready is not None and cluster.ready.reason == "Ready", cluster.ready
         machine.converge()
     finally:
-        machine.world.close()
-        api.now_rfc3339 = machine._wall_clock
+        machine.close()
 
 
 def test_a_restart_after_a_move_cut_short_keeps_the_new_server() -> None:
@@ -1353,5 +1361,4 @@ def test_a_restart_after_a_move_cut_short_keeps_the_new_server() -> None:
         (secret,) = machine.ours().values()
         assert argocd.server_of(secret) == normalise_server(SERVERS[2])
     finally:
-        machine.world.close()
-        api.now_rfc3339 = machine._wall_clock
+        machine.close()
