@@ -1,6 +1,7 @@
 """Sessions: ``unit`` (the fast loop: every test that needs no control plane, no Go), ``tests``
 (the whole suite on the real control plane, the CI-sized chaos run included), ``lint``,
-``typing``; ``chaos`` (the chaos test alone), ``soak`` (the model tests at 50,000 steps, a long
+``typing``; ``chaos`` (the chaos test alone), ``flake`` (each model test run N times under
+distinct seeds, counted), ``soak`` (the model tests at 50,000 steps, a long
 chaos run and the kubeconfig fuzzers at 100,000 examples each) and ``bench`` (the fleet
 benchmark) run only when asked for."""
 
@@ -85,6 +86,15 @@ def soak(session: nox.Session) -> None:
             "CHAOS_KILLS": session.env.get("CHAOS_KILLS", "40"),
         },
     )
+
+
+@nox.session(python="3.11")
+def flake(session: nox.Session) -> None:
+    """Each model test at its CI settings, N times under distinct Hypothesis seeds (default 30,
+    two at a time): the passes, the fails and the seeds of the fails, to replay. A test that
+    fails some runs is a failing test; this is how often. ``nox -s flake -- --runs 10``."""
+    session.install("-e", ".[test]")
+    session.run("python", "tools/flake.py", *session.posargs)
 
 
 @nox.session(python="3.11")

@@ -589,7 +589,7 @@ class _WatchStream(httpx.AsyncByteStream):
         line = await self._next()
         if line is not None:
             return line
-        self._api._watchers.discard(self._watcher)
+        self._api._watchers.pop(self._watcher, None)
         if self._watcher.broken:
             raise httpx.ReadError("connection reset by peer (the fake API server went down)")
         raise StopAsyncIteration
@@ -624,7 +624,7 @@ class _WatchStream(httpx.AsyncByteStream):
         self._next_bookmark = when if when > now else math.inf
 
     async def aclose(self) -> None:
-        self._api._watchers.discard(self._watcher)
+        self._api._watchers.pop(self._watcher, None)
         self._watcher.receive.close()
 
 
@@ -665,7 +665,10 @@ class FakeApi(httpx.AsyncBaseTransport):
         self.groups = groups
         self._random = random.Random(seed)
         self._rv = 1
-        self._watchers: set[_Watcher] = set()
+        # Insertion-ordered, not a set: a set of objects iterates in the order of their ids
+        # (memory addresses), and which stream is fed or ended first would then change from
+        # one replay of a model test's example to the next.
+        self._watchers: dict[_Watcher, None] = {}
         self._rules: list[Rule] = []
         self._expire_watches = 0
         self._down = False
@@ -760,7 +763,7 @@ class FakeApi(httpx.AsyncBaseTransport):
                 watcher.broken = broken
                 watcher.send.close()
                 watcher.ended.set()
-                self._watchers.discard(watcher)
+                self._watchers.pop(watcher, None)
                 count += 1
         return count
 
@@ -1150,7 +1153,7 @@ class FakeApi(httpx.AsyncBaseTransport):
                     line = watcher.translate(etype, obj, prev)
                     if line is not None:
                         send.send_nowait(line)
-        self._watchers.add(watcher)
+        self._watchers[watcher] = None
         return httpx.Response(200, headers=headers, stream=stream, request=request)
 
     def _bookmark_line(self, watcher: _Watcher) -> bytes:
@@ -1199,7 +1202,7 @@ class FakeApi(httpx.AsyncBaseTransport):
                     try:
                         watcher.send.send_nowait(line)
                     except (trio.ClosedResourceError, trio.BrokenResourceError):
-                        self._watchers.discard(watcher)
+                        self._watchers.pop(watcher, None)
         return obj
 
     def _check_namespace(self, kind: Kind, namespace: str | None) -> None:

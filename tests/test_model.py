@@ -44,6 +44,9 @@ from __future__ import annotations
 
 import base64
 import datetime
+import gc
+import heapq
+import itertools
 import json
 import os
 import random
@@ -68,6 +71,7 @@ from hypothesis.stateful import (
 )
 from trio._core import _run as trio_run
 
+from kokumi.actors import pace
 from kokumi.core import api, argocd, clustersource, selectors
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
@@ -86,8 +90,8 @@ T = TypeVar("T")
 
 def seed_scheduler(seed: int) -> None:
     """Seed the jitter's ``random`` and Trio's scheduler, for a replay of fixed steps outside
-    Hypothesis: the order of two tasks then depends on ``seed`` alone (mostly: worker threads
-    finish in real time)."""
+    Hypothesis: the order of two tasks then depends on ``seed`` alone (the World runs the work
+    of worker threads in the task itself, so no thread finishes in real time)."""
     random.seed(seed)
     trio_run._r.seed(seed)
 
@@ -123,6 +127,21 @@ def kubeconfig_text(server: str, token: str) -> str:
             user={"token": token},
         )
     )
+
+
+_DEADLINES_SET = itertools.count()
+
+
+def _ordered_deadline_add(self: Any, deadline: float, cancel_scope: Any) -> None:
+    """``trio``'s ``Deadlines.add`` with the order a deadline was set as its tie-breaker."""
+    heapq.heappush(self._heap, (deadline, next(_DEADLINES_SET), cancel_scope))
+    self._active += 1
+
+
+async def _seeded_tick(self: pace.Pace) -> None:
+    """``Pace.tick`` for the model: a checkpoint at one tick in eight, chosen by ``random``."""
+    if random.random() < 0.125:
+        await trio.lowlevel.checkpoint()
 
 
 class _BusyLoop(trio.abc.Instrument):
@@ -167,12 +186,34 @@ class World:
         self._stopped: trio.Event | None = None
         self._nursery: trio.Nursery | None = None
         self.busy = _BusyLoop(self)
-        # Work handed to worker threads (a kubeconfig parsed off the event loop) finishes in
-        # real time, not in Trio's: settling waits for it, or the order in which two parses
-        # finish would decide a first-come race differently from one replay to the next.
+        # Work handed to worker threads (a kubeconfig parsed off the event loop) would finish in
+        # real time, not in Trio's, and the order in which two parses finish would decide a
+        # first-come race differently from one replay of a seed to the next (a failure that
+        # then does not replay). Here it runs in the task itself, between two checkpoints: to
+        # the other tasks it is the same step, taken in the order the seeded scheduler picks.
         self.threads = 0
         self._to_thread = trio.to_thread.run_sync
-        trio.to_thread.run_sync = self._counted_to_thread  # type: ignore[assignment]
+        trio.to_thread.run_sync = self._inline_thread  # type: ignore[assignment]
+        # Long passes checkpoint after 10 ms of real time: a slow moment (a collection, a cold
+        # cache) would put other tasks between two of their steps in one run and not the next.
+        # Here a pass checkpoints at a tick by the seeded ``random``: the same ticks each replay,
+        # and still somewhere in the middle of a pass, as on a loaded manager.
+        self._tick = pace.Pace.tick
+        pace.Pace.tick = _seeded_tick  # type: ignore[method-assign]
+        # The scheduler's order from the seeded ``random`` too (Hypothesis seeds it for every
+        # example): an example replays the same, and shrinks instead of turning out flaky.
+        trio_run._r.seed(random.getrandbits(64))
+        # Deadlines that fall at the same moment (the mock clock makes that common) expire in
+        # the order of their scopes' ids, that is of memory addresses, which differ with what
+        # ran before in the process: here in the order they were set.
+        self._deadline_add = trio_run.Deadlines.add
+        trio_run.Deadlines.add = _ordered_deadline_add  # type: ignore[method-assign]
+        # A collection, due whenever allocations since the last one add up to a threshold
+        # (so at another moment after other work), finalizes httpx's async generators, and
+        # Trio closes them in tasks of its own: tasks that come at other moments each run.
+        # Off while the world runs; what reference counting does not free goes at its close.
+        self._gc_was_enabled = gc.isenabled()
+        gc.disable()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._main, daemon=True)
         self._thread.start()
@@ -210,16 +251,24 @@ class World:
 
     def close(self) -> None:
         trio.to_thread.run_sync = self._to_thread
+        pace.Pace.tick = self._tick  # type: ignore[method-assign]
+        trio_run.Deadlines.add = self._deadline_add  # type: ignore[method-assign]
         if self._thread.is_alive():
             self.run(self._done.set)
             self._thread.join(30)
+        if self._gc_was_enabled:
+            gc.enable()
 
-    async def _counted_to_thread(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def _inline_thread(self, fn: Callable[..., T], *args: Any, **_kwargs: Any) -> T:
+        """As ``trio.to_thread.run_sync`` without ``abandon_on_cancel``: a cancellation while
+        the work runs is not seen until after it, and the result is never lost."""
+        await trio.lowlevel.checkpoint()
         self.threads += 1
         try:
-            return await self._to_thread(fn, *args, **kwargs)
+            return fn(*args)
         finally:
             self.threads -= 1
+            await trio.lowlevel.cancel_shielded_checkpoint()
 
     # --- the manager --------------------------------------------------------------------------
 
@@ -325,6 +374,33 @@ def _argocd_secret_written(request: httpx.Request) -> str | None:
     if f"/namespaces/{ARGOCD}/secrets/" in path:
         return path.rsplit("/", 1)[1]
     return None
+
+
+def _selected_in_view(manager: Manager, uid: str) -> bool:
+    """Whether the manager's own watches show the Cluster object ``uid`` selected.
+
+    Each watch lags the hub on its own: after a stall, the Clusters watch may bring a Cluster
+    made a moment ago while the Environments watch still shows an Environment as it was before
+    it changed. An Environment then selects, in the manager's view, a Cluster it never selected
+    on the hub; acting on the view is what a controller does, and the next event of the late
+    watch puts it right (the model's convergence checks that). Holding the manager to the hub's
+    moments alone would fail it for that; holding it to its own view still fails a Cluster that
+    inherits its predecessor's selection, which is what this check is for.
+    """
+    found = [
+        obj for obj in manager.dispatcher.clusters.values() if obj["metadata"].get("uid") == uid
+    ]
+    if not found:
+        return False
+    meta = found[0]["metadata"]
+    labels = meta.get("labels") or {}
+    for env in manager.dispatcher.environments.in_namespace(meta["namespace"]):
+        parsed = api.parse_environment(env)
+        if isinstance(parsed, api.Environment):
+            selector = selectors.parse(parsed.spec.cluster_selector)
+            if isinstance(selector, selectors.Selector) and selector.matches(labels):
+                return True
+    return False
 
 
 class ManagerMachine(RuleBasedStateMachine):
@@ -823,7 +899,7 @@ class ManagerMachine(RuleBasedStateMachine):
             return  # deleted meanwhile: the manager acts on a view a moment old
         uid = obj["metadata"]["uid"]
         claim = manager.registry._claims.get(holder)
-        if claim == uid and uid not in self.ever_selected:
+        if claim == uid and uid not in self.ever_selected and not _selected_in_view(manager, uid):
             self.violations.append(
                 f"{verb} of Secret {name} registers {holder} (uid {uid}), which no Environment "
                 "ever selected"
@@ -1360,5 +1436,35 @@ def test_a_restart_after_a_move_cut_short_keeps_the_new_server() -> None:
         machine.converge()
         (secret,) = machine.ours().values()
         assert argocd.server_of(secret) == normalise_server(SERVERS[2])
+    finally:
+        machine.close()
+
+
+def test_a_cluster_made_while_the_environments_watch_lags_is_judged_on_the_manager_view() -> None:
+    """The two-replica model test failed on "POST ... registers ws2/b, which no Environment ever
+    selected": its Environments watch stalled, the Environment of ws2 changed to select only
+    tier iron, and the ClusterSource made ws2/b (tier gold) again after a deletion. The
+    manager's view still had the Environment selecting every Cluster, so it registered the new
+    ws2/b: a controller acts on its watches, which lag the hub each on its own. The model held
+    it to the hub's moments alone; it is now held to its own view, and the late watch must
+    still put it right (the Secret goes at convergence)."""
+    machine = ManagerMachine()
+    try:
+        s0 = SERVERS[0]
+        machine.start(layout=[("ws1", "a", SERVERS[1])], sourced=[("b", s0)], before=True)
+        machine.time_passes(5.0)
+        assert {argocd.holder_of(s) for s in machine.ours().values()} == {
+            ClusterRef("ws1", "a"),
+            ClusterRef("ws2", "b"),
+        }
+        machine.world.run(lambda: machine.world.fake.stall_watches(api.ENVIRONMENTS))
+        machine.put_environment(ns="ws2", tier="iron")
+        machine.delete_cluster(ns="ws2", name="b")
+        machine.time_passes(5.0)
+        # The new ws2/b, made by the source, registered on the manager's view.
+        registered = {argocd.holder_of(s) for s in machine.ours().values()}
+        assert ClusterRef("ws2", "b") in registered, registered
+        machine.converges_cleanly()
+        assert ClusterRef("ws2", "b") not in {argocd.holder_of(s) for s in machine.ours().values()}
     finally:
         machine.close()

@@ -308,11 +308,24 @@ class ShardedMachine(ManagerMachine):
         if method == "DELETE":
             return holder
         # The holder unchanged: the holder's replica re-copies it, or another replica keeps
-        # its waiters' places in the line (a write guarded by the version it read).
+        # its waiters' places in the line (a write guarded by the version it read). Which of
+        # the two is told by whether the writer serves the holder at this moment, not by
+        # whether it still leads the holder's shard: a replica past its renew deadline may
+        # still lead (it has not stepped down yet) while another serves the shard, and every
+        # write is fenced at its send, so it can write the line only for its own waiters.
         line = {*handover.waiting_of(current), *handover.waiting_of(body)}
         writer = self.world.writer
         assert writer is not None
-        if not self.world.leads(writer, holder):
+        if writer not in self.world.serving(holder):
+            version = (body.get("metadata") or {}).get("resourceVersion")
+            if version == current["metadata"].get("resourceVersion") and (
+                body.get("data") or {}
+            ) != (current.get("data") or {}):
+                # (A write at an older version is refused with 409 and changes nothing.)
+                self.violations.append(
+                    f"{writer} wrote a connection into Secret {parts[-1]} of {holder}, which"
+                    " it does not serve"
+                )
             mine = [ref for ref in line if self.world.leads(writer, ref)]
             if not mine:
                 self.violations.append(
