@@ -148,6 +148,7 @@ class Manager:
         elif self.elector is not None:
             elector = self.elector
             fenced = client.fenced(lambda: elector.serving_until() is not None)
+            self.registry.fence_writes(lambda: elector.serving_until() is not None)
             self.context.writers = lambda ref: fenced
             self.dispatcher.environments_actor.writer = fenced
             self.dispatcher.sources_actor.writer = fenced

@@ -87,7 +87,7 @@ class Dispatcher:
             backoff_initial=context.options.retry_initial,
             backoff_max=context.options.retry_max,
         )
-        registry.follow_liveness(self.is_current)
+        registry.follow_liveness(self.is_current, self.exists)
 
     def is_current(self, ref: ClusterRef, uid: str) -> bool:
         """Whether ``uid`` is the Cluster object that exists now under ``ref``'s name.
@@ -96,6 +96,11 @@ class Dispatcher:
         deleted (and perhaps created again) must not act for its successor.
         """
         return self._by_ref.get(ref) == uid
+
+    def exists(self, ref: ClusterRef) -> bool:
+        """Whether a Cluster of that name exists, as the Clusters watch shows it now; until its
+        first list is in, every Cluster may (a line read at start keeps its waiters)."""
+        return not self.clusters.synced or self.clusters.get(ref.namespace, ref.name) is not None
 
     @property
     def actors(self) -> list[ClusterActor]:

@@ -12,20 +12,19 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import attrs
 import trio
 
 from kokumi.actors.pace import Pace
 from kokumi.actors.registry.line import Line
 from kokumi.actors.registry.state import Retry, log, version_of
-from kokumi.core import argocd, handover, ownership
-from kokumi.core.kubeconfig import Connection
-from kokumi.core.ownership import ClusterRef, is_argocd_own
-from kokumi.core.reasons import Reason
+from kokumi.core import argocd, handover, ownership, registrar
+from kokumi.core.ownership import ClusterRef
 from kokumi.core.registration import NOT_REGISTERED, Registration
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.client import SECRETS
-from kokumi.kube.objects import metadata_of, name_of, secret_data
+from kokumi.kube.objects import metadata_of, name_of
 from kokumi.kube.watch import Resync, WatchEvent
 
 
@@ -35,37 +34,16 @@ class Facts(Line):
     def _registration(self, cluster: ClusterRef) -> Registration:
         """What ``cluster`` is told, from the table and the Secrets as the API server has them."""
         server = self._table.wanted_by(cluster)
-        named = bool(self._named.get(cluster))
-        if server is None:
-            denied = self._denied.get(cluster)
-            if denied is not None:
-                return Registration(named, denied[0], denied[1], Reason.EGRESS_DENIED)
-            return Registration(holding=named)
-        if is_argocd_own(server) or self._table.holder(server) != cluster:
-            return Registration(named, server, self._table.message(server), Reason.CLUSTER_CONFLICT)
-        secret = self._secrets.get(argocd.secret_name(server))
-        registers = secret is not None and argocd.holder_of(secret) == cluster
-        connection = self._connections.get(cluster)
-        if (
-            registers
-            and secret is not None
-            and (connection is None or _same_data(secret, connection, cluster))
-        ):
-            # What Argo CD has is this Cluster's current connection; a pending change of the
-            # waiting order alone is no concern of its status.
-            return Registration(holding=True, server=server)
-        retry = self._retries.get(server)
-        if retry is not None and retry.error is not None:
-            return Registration(named, server, retry.error, Reason.REGISTRATION_FAILED)
-        if registers:
-            return Registration(holding=True, server=server)
-        # Handed over to a Cluster whose kubeconfig the registry has not seen since a restart:
-        # its next check brings it, and the Secret is written then.
-        message = (
-            f"server {server} is handed to this Cluster; Kokumi copies its kubeconfig to Argo CD "
-            "at its next check"
+        retry = self._retries.get(server) if server is not None else None
+        return registrar.told(
+            cluster,
+            self._table,
+            self._secrets.get,
+            named=bool(self._named.get(cluster)),
+            connection=self._connections.get(cluster),
+            retry_error=retry.error if retry is not None else None,
+            denied=self._denied.get(cluster),
         )
-        return Registration(named, server, message, Reason.REGISTRATION_PENDING)
 
     def _released(self, cluster: ClusterRef) -> bool:
         return self._table.wanted_by(cluster) is None and not self._named.get(cluster)
@@ -131,11 +109,12 @@ class Facts(Line):
         A refused or failed write leaves the server in ``_retries`` with its next attempt; a
         success removes it.
         """
-        until = self._deadline(server)
-        if until is None:
+        deadline = self._deadline(server)
+        if deadline is None:
             # Another replica serves this server's holder: nothing here to write, nor retry.
             self._retries.pop(server, None)
             return set()
+        until, self._acting = deadline
         name = argocd.secret_name(server)
         try:
             with trio.move_on_at(until) as scope:
@@ -157,17 +136,25 @@ class Facts(Line):
                     touched = await self._write(server)
                     touched |= {s for s in news if s is not None and s != server}
             if scope.cancelled_caught:
-                raise errors.KubeError("the shard's Lease was not renewed in time")
+                raise errors.Fenced("the shard's Lease was not renewed in time")
+        except errors.Fenced:
+            # A shard went while the write waited: nothing was sent. Not a failure to log or
+            # show: the reshard that follows hands the server to whoever serves it now.
+            self._fenced(server)
+            return set()
         except errors.KubeError as exc:
             self._failed(server, exc)
             return set()
+        finally:
+            self._acting = frozenset()
         retry = self._retries.pop(server, None)
         if retry is not None:
             retry.failures.recovered()
         return touched
 
-    def _deadline(self, server: str) -> float | None:
-        """Until when the registry may write ``server``'s Secret; None: not this replica's.
+    def _deadline(self, server: str) -> tuple[float, frozenset[ClusterRef]] | None:
+        """Until when the registry may write ``server``'s Secret, and the Clusters the write
+        acts for (each must still be served when it is sent); None: not this replica's.
 
         A server held elsewhere is never written here; otherwise the write acts for the holder
         in the table and for the Cluster the Secret names now, and must end by both deadlines.
@@ -184,13 +171,22 @@ class Facts(Line):
         else:
             acting = {self._table.holder(server), argocd.holder_of(secret) if secret else None}
         until = math.inf
-        for cluster in acting - {None}:
-            assert cluster is not None
+        clusters = frozenset(c for c in acting if c is not None)
+        for cluster in clusters:
             served = self._serves(cluster)
             if served is None:
                 return None
             until = min(until, served)
-        return until
+        return until, clusters
+
+    def _fenced(self, server: str) -> None:
+        """Try the server again after a pause, without a word: see ``_sync``."""
+        retry = self._retries.get(server)
+        if retry is None:
+            retry = self._retries[server] = Retry(
+                Backoff(*self._backoff), FailureLog(log, f"registry: Secret for {server}")
+            )
+        retry.at = trio.current_time() + retry.backoff.next()
 
     def _failed(self, server: str, exc: errors.KubeError) -> None:
         retry = self._retries.get(server)
@@ -213,87 +209,87 @@ class Facts(Line):
                 f"{getattr(exc, 'code', None) or 'none'}); Kokumi retries"
             )
 
-    async def _write(self, server: str) -> set[str]:
-        name = argocd.secret_name(server)
+    def _view(self, server: str) -> registrar.View:
+        """What the registry knows of ``server``, for its plan."""
         holder = self._table.holder(server)
-        existing = self._secrets.get(name)
-        if self._table.remote(server) is not None:
-            return await self._join(server, name)
-        if holder is None:
-            if existing is not None:
-                first = self._first_elsewhere(existing, None)
-                if first is not None:
-                    return await self._hand_over_elsewhere(server, name, existing, first)
-                await self._delete(name, existing)
-            return set()
-        claim = self._claims.get(holder)
-        if claim is not None and not self._is_current(holder, claim):
-            # The object that made this claim is gone (deleted, perhaps created again under its
-            # name while its actor was busy, which then stays silent): the claim goes with it,
-            # and the server to the next in line, never on the old object's connection.
-            self._claims.pop(holder, None)
-            self._connections.pop(holder, None)
-            touched = self._step(ownership.Release(holder))
-            return {s for s in touched if s is not None} | {server}
-        connection = self._connections.get(holder)
-        waiting = self._to_record(server, existing, holder)
-        if connection is None:
-            # Seeded from a Secret after a restart, or handed to a waiter the registry has not
-            # heard from since: only the waiting order can be kept up to date meanwhile.
-            if existing is not None and argocd.holder_of(existing) == holder:
-                await self._keep_waiting(name, existing, waiting)
-            return set()
-        desired = handover.with_waiting(
-            argocd.cluster_secret(connection, holder, self._namespace), waiting
+        claim = self._claims.get(holder) if holder is not None else None
+        return registrar.View(
+            server=server,
+            table=self._table,
+            secret=self._secrets.get(argocd.secret_name(server)),
+            connection=self._connections.get(holder) if holder is not None else None,
+            claim_current=holder is None or claim is None or self._is_current(holder, claim),
+            namespace=self._namespace,
+            sharded=self._sharded,
+            served=self._is_served,
+            knows=self._knows,
+            last_line=self._last_line.get(server, ()),
         )
-        if existing is None:
-            try:
-                created = await self._client.create(SECRETS, desired, namespace=self._namespace)
-            except errors.AlreadyExists:
-                found = await self._client.get(SECRETS, name, namespace=self._namespace)
-                if not argocd.is_ours(found):
-                    return self._found_foreign(server, name)
-                self._remember(name, found)
-                other = argocd.holder_of(found)
-                self._pending.pop(server, None)
-                if other is not None and self._serves(other) is None:
-                    # Another replica's Cluster created it first: the API server decided.
-                    return {s for s in self._step(ownership.Remote(server, other)) if s}
-                if self._sharded and other is not None and other != holder:
-                    # A Secret this registry had not seen names a Cluster of a shard it took
-                    # lately: that Cluster holds the server, whatever this table thought.
-                    return {s for s in self._adopt(server, other, found) if s}
-                existing = self._secrets[name]
-            else:
-                self._remember(name, created)
-                self._last_line.pop(server, None)
-                self._metrics.registry_writes += 1
-                log.info("registered %s with Argo CD as Secret %s", holder, name)
+
+    async def _write(self, server: str) -> set[str]:
+        """Carry out the server's plan: one write, or one step of the table; the servers to
+        plan again (this one too when the API server's answer or the step calls for it)."""
+        name = argocd.secret_name(server)
+        match registrar.plan(self._view(server)):
+            case registrar.Keep():
                 return set()
-        if _same(existing, desired):
-            return set()
-        previous = argocd.holder_of(existing)
-        if previous is not None and previous != holder:
-            first = self._first_elsewhere(existing, holder)
-            if first is not None:
-                return await self._hand_over_elsewhere(server, name, existing, first)
-            first = self._first_here(existing, holder)
-            if first is not None:
-                # This table heard of its waiters in another order than the Secret records
-                # (a shard taken lately): the Secret's order decides who comes next.
-                recorded = self._served(handover.waiting_of(existing))
-                adopted = self._step(ownership.Adopt(server, first, (), recorded))
-                return {s for s in adopted if s is not None} | {server}
-        await self._replace(name, existing, desired)
-        log.info("Secret %s now registers %s", name, holder)
-        named = secret_data(existing, "name")
-        was = (named or b"").decode("utf-8", "replace")
-        if previous is not None and previous != holder:
-            self._handovers.append((server, was, previous, holder))
-        elif named and named != secret_data(desired, "name"):
-            # Another replica handed this Cluster the Secret, relabelled, and it is this write
-            # that gives Argo CD the new name: the other replica could not say so.
-            self._handovers.append((server, was, None, holder))
+            case registrar.Step(event=event):
+                if isinstance(event, ownership.Release):
+                    self._claims.pop(event.cluster, None)
+                    self._connections.pop(event.cluster, None)
+                return {s for s in self._step(event) if s is not None} | {server}
+            case registrar.HandOver(existing=existing, body=body, to=first):
+                # That replica's watch sees its Cluster named and copies its kubeconfig in, as
+                # after a restart; this replica's waiters wait behind it.
+                await self._replace(name, existing, body)
+                log.info(
+                    "Secret %s handed to %s, first in line, served by another replica", name, first
+                )
+                return {s for s in self._step(ownership.Remote(server, first)) if s}
+            case registrar.Delete(existing=existing):
+                await self._delete(name, existing)
+                return set()
+            case registrar.Create(body=body):
+                return await self._create(server, name, body)
+            case registrar.Replace(
+                existing=existing,
+                body=body,
+                holder=holder,
+                previous=previous,
+                was=was,
+                announce=announce,
+            ):
+                await self._replace(name, existing, body)
+                if holder is not None:
+                    log.info("Secret %s now registers %s", name, holder)
+                    if announce:
+                        self._handovers.append((server, was, previous, holder))
+                return set()
+        raise AssertionError(server)  # pragma: no cover
+
+    async def _create(self, server: str, name: str, desired: dict[str, Any]) -> set[str]:
+        holder = argocd.holder_of(desired)
+        try:
+            created = await self._writer.create(SECRETS, desired, namespace=self._namespace)
+        except errors.AlreadyExists:
+            found = await self._client.get(SECRETS, name, namespace=self._namespace)
+            if not argocd.is_ours(found):
+                return self._found_foreign(server, name)
+            self._remember(name, found)
+            other = argocd.holder_of(found)
+            self._pending.pop(server, None)
+            if other is not None and self._serves(other) is None:
+                # Another replica's Cluster created it first: the API server decided.
+                return {s for s in self._step(ownership.Remote(server, other)) if s}
+            if self._sharded and other is not None and other != holder:
+                # A Secret this registry had not seen names a Cluster of a shard it took
+                # lately: that Cluster holds the server, whatever this table thought.
+                return {s for s in self._adopt(server, other, found) if s}
+            return {server}  # planned again from the Secret found
+        self._remember(name, created)
+        self._last_line.pop(server, None)
+        self._metrics.registry_writes += 1
+        log.info("registered %s with Argo CD as Secret %s", holder, name)
         return set()
 
     def _found_foreign(self, server: str, name: str) -> set[str]:
@@ -306,7 +302,7 @@ class Facts(Line):
         meta = metadata_of(existing)
         try:
             # Only the version we know is ours: a Secret changed meanwhile is read again first.
-            await self._client.delete(
+            await self._writer.delete(
                 SECRETS,
                 name,
                 namespace=self._namespace,
@@ -452,7 +448,8 @@ class Facts(Line):
         if server is not None and secret is not None and self._table.remote(server) is not None:
             previous = argocd.holder_of(secret)
             self._last_line[server] = tuple(c for c in handover.waiting_of(secret) if c != previous)
-            first = self._first_elsewhere(secret, None)
+            gone = attrs.evolve(self._view(server), secret=secret)
+            first = registrar.first_elsewhere(gone, None)
             if first is not None and argocd.is_ours(secret):
                 # Another replica's Cluster came first: it creates the Secret; ours wait.
                 self._pending[server] = trio.current_time() + self._grace
@@ -512,7 +509,10 @@ class Facts(Line):
         waiting = tuple(
             c
             for c in handover.waiting_of(secret)
-            if self._is_served(c) and c not in self._claims and c not in self._let_go
+            if self._is_served(c)
+            and c not in self._claims
+            and c not in self._let_go
+            and self._exists(c)
         )
         recorded = self._served(handover.waiting_of(secret))
         touched |= self._step(ownership.Adopt(server, holder, waiting, recorded))
@@ -557,6 +557,19 @@ class Facts(Line):
             if holder is not None and newest.get(holder) != name and self._is_served(holder):
                 continue
             touched |= self._classify(name)
+        return touched | self._stale_lines()
+
+    def _stale_lines(self) -> set[str | None]:
+        """The servers whose recorded line names a Cluster served here that let go or is gone.
+
+        Its replica is the only one that may take it out of the line, and a Cluster deleted
+        (or let go) while its shard moved between replicas has nobody to do that unless the
+        replica that takes the shard does, at once.
+        """
+        touched: set[str | None] = set()
+        for cluster in list(self._recorded):
+            if self._is_served(cluster) and (cluster in self._let_go or not self._exists(cluster)):
+                touched |= self._lines_recording(cluster)
         return touched
 
     def _served(self, clusters: Iterable[ClusterRef]) -> tuple[ClusterRef, ...]:
@@ -577,20 +590,3 @@ class Facts(Line):
         if known is None:
             return True
         return version_of(secret) > version_of(known)
-
-
-def _same_data(secret: Mapping[str, Any], connection: Connection, holder: ClusterRef) -> bool:
-    desired = argocd.cluster_secret(connection, holder)
-    same: bool = (secret.get("data") or {}) == desired["data"]
-    return same
-
-
-def _same(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
-    labels = metadata_of(existing).get("labels") or {}
-    wanted = desired["metadata"]["labels"]
-    return (
-        all(labels.get(k) == v for k, v in wanted.items())
-        and handover.waiting_of(existing) == handover.waiting_of(desired)
-        and (existing.get("data") or {}) == desired["data"]
-        and existing.get("type", "Opaque") == desired["type"]
-    )

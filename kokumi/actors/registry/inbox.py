@@ -90,9 +90,14 @@ class Registry(Facts):
         self._reshard_wanted = trio.Event()
         self._inbox_send, self._inbox = trio.open_memory_channel[_Request](64)
 
-    def follow_liveness(self, is_current: Liveness) -> None:
-        """Let the registry ask which Cluster object is the live one (the dispatcher knows)."""
+    def follow_liveness(
+        self, is_current: Liveness, exists: Callable[[ClusterRef], bool] | None = None
+    ) -> None:
+        """Let the registry ask which Cluster object is the live one, and whether a Cluster of
+        that name exists at all (the dispatcher's watch knows both)."""
         self._is_current = is_current
+        if exists is not None:
+            self._exists = exists
 
     def follow_shards(self, serves: Serves, grace: float = 30.0) -> None:
         """Act only for the Clusters ``serves`` names (the shards this replica holds).
@@ -105,6 +110,11 @@ class Registry(Facts):
         self._serves = serves
         self._sharded = True
         self._grace = grace
+
+    def fence_writes(self, may_write: Callable[[], bool]) -> None:
+        """Send a write only while ``may_write()`` says so, checked as it goes out (a single
+        leader's Lease: a replica that lost it while a write waited sends nothing)."""
+        self._may_write = may_write
 
     async def reshard(self) -> None:
         """The shards served here changed: adopt or disown Secrets and claims; wait till done."""
@@ -160,6 +170,18 @@ class Registry(Facts):
     async def prune(self, existing: Iterable[ClusterRef]) -> None:
         """Let go of claims whose Cluster no longer exists (deleted while we were down)."""
         await self._ask(lambda r: _Prune(frozenset(existing), r))
+
+    def _repeats(self, cluster: ClusterRef, uid: str, connection: Connection) -> bool:
+        """Whether this claim is the last one served for ``cluster`` again, its server in step."""
+        server = ownership.normalise_server(connection.server)
+        return (
+            self._claims.get(cluster) == uid
+            and self._connections.get(cluster) == connection
+            and self._table.wanted_by(cluster) == server
+            and server not in self._retries
+            and server not in self._pending
+            and cluster not in self._denied
+        )
 
     async def _ask(self, make: Callable[[trio.MemorySendChannel[Any]], _Request]) -> Any:
         reply_send, reply_receive = trio.open_memory_channel[Any](1)
@@ -243,6 +265,12 @@ class Registry(Facts):
             case _Want(cluster=cluster, uid=uid, connection=connection):
                 if not self._is_current(cluster, uid):
                     return None  # a Cluster that no longer exists wants nothing
+                if self._repeats(cluster, uid, connection):
+                    # Every check claims again; the same claim on a server in step has
+                    # nothing to write. What changes a Secret or a line (a watch event, a
+                    # release, a reshard) writes it then, not at the holder's next claim.
+                    self._tell(cluster, asked=True)
+                    return None
                 refused = self._egress.url_refusal(connection.server, connection.proxy_url)
                 if refused is not None:
                     # Argo CD's pods would connect there with the Cluster's credential: never
@@ -264,7 +292,14 @@ class Registry(Facts):
                 self._let_go.discard(cluster)
                 before = self._table.wanted_by(cluster)
                 server = ownership.normalise_server(connection.server)
-                await self._settle(self._step(ownership.Want(cluster, server)) | {before})
+                # A line of another server that records it loses it now, not at its holder's
+                # next claim (a Cluster wants one server).
+                recorded: set[str | None] = set()
+                if self._sharded:
+                    recorded = self._lines_recording(cluster) - {server}
+                await self._settle(
+                    self._step(ownership.Want(cluster, server)) | {before} | recorded
+                )
                 self._tell(cluster, asked=True)
                 return None
             case _Release(cluster=cluster, uid=uid):
@@ -275,10 +310,14 @@ class Registry(Facts):
                 self._claims.pop(cluster, None)
                 self._connections.pop(cluster, None)
                 self._denied.pop(cluster, None)
+                recorded = set()
                 if self._sharded:
                     self._let_go.add(cluster)
+                    # Every line that records it, even one this table never had it in (a
+                    # server held by another replica's Cluster): written now, for it.
+                    recorded = self._lines_recording(cluster)
                 before = self._table.wanted_by(cluster)
-                await self._settle(self._step(ownership.Release(cluster)) | {before})
+                await self._settle(self._step(ownership.Release(cluster)) | {before} | recorded)
                 self._tell(cluster, asked=True)
                 return self._released(cluster)
             case _Prune(existing=existing):
@@ -290,6 +329,7 @@ class Registry(Facts):
                     self._claims.pop(cluster, None)
                     self._connections.pop(cluster, None)
                     touched |= self._step(ownership.Release(cluster))
+                touched |= self._stale_lines()
                 await self._settle(touched)
                 return None
             case _Note(event=event):

@@ -1,19 +1,16 @@
-"""The waiting order across replicas: a server's line as its Secret records it, and handovers.
+"""The waiting order across replicas: which Clusters' places this replica may speak for, and
+the Event that tells a new holder Argo CD's name for its server changed.
 
 With shards, a server's waiters may be served by several replicas; the one line they all share
-is the one its Secret records (:mod:`kokumi.core.handover` spells it). This section keeps this
-replica's waiters' places in it, finds who comes next when the holder lets go, hands the Secret
-to another replica's Cluster in place, and tells a new holder that Argo CD's name for its server
-changed.
+is the one its Secret records (:mod:`kokumi.core.handover` spells it, and
+:mod:`kokumi.core.registrar` decides each write of it). A replica speaks only for its own
+Clusters' places, and only once it knows where they stand.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from kokumi.actors.registry.state import State, log
-from kokumi.core import argocd, handover, ownership
+from kokumi.actors.registry.state import State
+from kokumi.core import argocd
 from kokumi.core.api import CLUSTERS, Meta
 from kokumi.core.ownership import ClusterRef
 from kokumi.core.reasons import Reason
@@ -25,80 +22,14 @@ HANDOVER_REASON = Reason.ARGOCD_NAME_CHANGED
 class Line(State):
     def _knows(self, cluster: ClusterRef) -> bool:
         """Whether this registry may say where ``cluster`` stands in a line: it serves it and
-        its actor has said what it wants since (a shard just taken: not yet, so a Cluster the
-        Secret records keeps its place until its actor speaks)."""
+        its actor has said what it wants since, or it does not exist (a shard just taken: its
+        actor has not spoken yet, so a Cluster the Secret records keeps its place until then;
+        a Cluster deleted while its shard moved has no actor to speak for it ever again)."""
         return self._is_served(cluster) and (
-            self._table.wanted_by(cluster) is not None or cluster in self._let_go
+            self._table.wanted_by(cluster) is not None
+            or cluster in self._let_go
+            or not self._exists(cluster)
         )
-
-    def _to_record(
-        self, server: str, existing: Mapping[str, Any] | None, holder: ClusterRef
-    ) -> tuple[ClusterRef, ...]:
-        """The waiting order for the server's Secret: this table's, or with shards, the order
-        the Secret records with this replica's waiters in their places."""
-        local = self._table.waiting(server)
-        if not self._sharded:
-            return local
-        recorded = handover.waiting_of(existing) if existing else self._last_line.get(server, ())
-        line = handover.merged_line(recorded, local, self._knows)
-        return tuple(c for c in line if c != holder)
-
-    def _first_elsewhere(
-        self, existing: Mapping[str, Any], holder: ClusterRef | None
-    ) -> ClusterRef | None:
-        """The first waiter, if it is another replica's and comes before ``holder`` (the next
-        holder in this table, None if there is none here)."""
-        server = argocd.server_of(existing)
-        if not self._sharded or (server is not None and self._table.foreign(server)):
-            return None
-        local = (*([holder] if holder else []), *(self._table.waiting(server) if server else ()))
-        first = handover.first_waiting(
-            handover.waiting_of(existing), argocd.holder_of(existing), local, self._is_served
-        )
-        return first if first is not None and not self._is_served(first) else None
-
-    def _first_here(self, existing: Mapping[str, Any], holder: ClusterRef) -> ClusterRef | None:
-        """The first recorded waiter when it is another of this replica's than ``holder``."""
-        if not self._sharded:
-            return None
-        server = argocd.server_of(existing)
-        local = (holder, *(self._table.waiting(server) if server else ()))
-        first = handover.first_waiting(
-            handover.waiting_of(existing), argocd.holder_of(existing), local, self._is_served
-        )
-        return first if first is not None and first != holder and first in local else None
-
-    async def _hand_over_elsewhere(
-        self, server: str, name: str, existing: Mapping[str, Any], first: ClusterRef
-    ) -> set[str]:
-        """The holder let go and the first in line is another replica's Cluster: hand the
-        Secret to it in place, at the version read (relabelled to name it, the rest of the line
-        recorded), so Argo CD never sees the cluster vanish. That replica's watch sees its
-        Cluster named and copies its kubeconfig in, as after a restart; this replica's waiters
-        wait behind it."""
-        await self._replace(name, existing, handover.handed_to(existing, first))
-        log.info("Secret %s handed to %s, first in line, served by another replica", name, first)
-        return {s for s in self._step(ownership.Remote(server, first)) if s}
-
-    async def _join(self, server: str, name: str) -> set[str]:
-        """A server held elsewhere: keep this replica's waiters' places on its Secret, with a
-        write guarded by the resourceVersion read (another replica may be writing too)."""
-        existing = self._secrets.get(name)
-        if existing is None or not self._sharded:
-            return set()
-        holder = argocd.holder_of(existing)
-        line = handover.merged_line(
-            handover.waiting_of(existing), self._table.waiting(server), self._knows
-        )
-        await self._keep_waiting(name, existing, tuple(c for c in line if c != holder))
-        return set()
-
-    async def _keep_waiting(
-        self, name: str, existing: Mapping[str, Any], waiting: tuple[ClusterRef, ...]
-    ) -> None:
-        if handover.waiting_of(existing) == waiting:
-            return
-        await self._replace(name, existing, handover.with_waiting(existing, waiting))
 
     async def _record_handover(
         self, server: str, was: str, previous: ClusterRef | None, holder: ClusterRef

@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from kokumi.actors.context import EventRecorder, Metrics
-from kokumi.core import argocd, ownership
+from kokumi.core import argocd, handover, ownership
 from kokumi.core.egress import EgressPolicy
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.ownership import ClusterRef
@@ -66,6 +66,14 @@ class State:
         egress: EgressPolicy | None = None,
     ) -> None:
         self._client = client
+        # Every write goes through this client, fenced at the moment it is sent: the Clusters
+        # the write acts for (``_acting``, set for the length of one server's sync) must all
+        # still be served here, and ``_may_write`` (a single leader's Lease) must still hold. A
+        # check before the write leaves its awaits, a request slot's among them, for a Lease
+        # to go; only this one is made with nothing between it and the request.
+        self._acting: frozenset[ClusterRef] = frozenset()
+        self._may_write: Callable[[], bool] = lambda: True
+        self._writer = client.fenced(self._fence)
         # The probe's policy: a server the manager may not connect to, Argo CD may not either.
         self._egress = egress or EgressPolicy()
         # Clusters whose connection leads where the policy refuses: (server, why), for status.
@@ -79,6 +87,9 @@ class State:
         self._claims: dict[ClusterRef, str] = {}  # the uid each claim was made for
         self._secrets: dict[str, dict[str, Any]] = {}  # name -> Secret, as last seen or written
         self._named: dict[ClusterRef, set[str]] = {}  # holder -> names of Secrets naming it
+        # Cluster -> names of the Secrets whose waiting line records it: when a Cluster served
+        # here stops wanting (or is gone), those lines are written at once, whoever holds them.
+        self._recorded: dict[ClusterRef, set[str]] = {}
         self._told: dict[ClusterRef, Registration] = {}
         self._subscribers: dict[ClusterRef, tuple[str, Callable[[Registration], None]]] = {}
         # Foreign Secrets that hold the name Kokumi would give a server, whatever server they
@@ -91,6 +102,7 @@ class State:
         # previous holder if known, holder).
         self._handovers: list[tuple[str, str, ClusterRef | None, ClusterRef]] = []
         self._is_current: Liveness = lambda _ref, _uid: True
+        self._exists: Callable[[ClusterRef], bool] = lambda _ref: True
         self._serves: Serves = lambda _ref: math.inf
         self._sharded = False
         # With shards: how long waiters wait for the first in line, served elsewhere, to create
@@ -102,6 +114,9 @@ class State:
         # Clusters served here that let go and have not wanted since: a Secret handed to one of
         # them by another replica meanwhile is passed on, never kept for it.
         self._let_go: set[ClusterRef] = set()
+
+    def _fence(self) -> bool:
+        return self._may_write() and all(self._serves(c) is not None for c in self._acting)
 
     def _is_served(self, cluster: ClusterRef) -> bool:
         return self._serves(cluster) is not None
@@ -132,14 +147,24 @@ class State:
         if old is not None:
             holder = argocd.holder_of(old)
             if holder is not None:
-                self._named.get(holder, set()).discard(name)
-                if not self._named.get(holder):
-                    self._named.pop(holder, None)
+                _unindex(self._named, holder, name)
+            for waiter in handover.waiting_of(old):
+                _unindex(self._recorded, waiter, name)
         if secret is not None and argocd.is_ours(secret):
             self._secrets[name] = dict(secret)
             holder = argocd.holder_of(secret)
             if holder is not None:
                 self._named.setdefault(holder, set()).add(name)
+            for waiter in handover.waiting_of(secret):
+                self._recorded.setdefault(waiter, set()).add(name)
+
+    def _lines_recording(self, cluster: ClusterRef) -> set[str | None]:
+        """The servers whose Secret records ``cluster`` in its waiting line, as last seen."""
+        return {
+            argocd.server_of(self._secrets[name])
+            for name in self._recorded.get(cluster, ())
+            if name in self._secrets
+        }
 
     async def _replace(
         self, name: str, existing: Mapping[str, Any], desired: Mapping[str, Any]
@@ -157,7 +182,7 @@ class State:
         metadata.pop("managedFields", None)
         body = {**desired, "metadata": metadata}
         try:
-            replaced = await self._client.replace(SECRETS, body, namespace=self._namespace)
+            replaced = await self._writer.replace(SECRETS, body, namespace=self._namespace)
         except errors.Conflict:
             # Somebody changed it meanwhile: read it again, and the retry starts from that.
             self._remember(name, await self._client.get(SECRETS, name, namespace=self._namespace))
@@ -167,6 +192,14 @@ class State:
             raise
         self._remember(name, replaced)
         self._metrics.registry_writes += 1
+
+
+def _unindex(index: dict[ClusterRef, set[str]], cluster: ClusterRef, name: str) -> None:
+    names = index.get(cluster)
+    if names is not None:
+        names.discard(name)
+        if not names:
+            del index[cluster]
 
 
 def version_of(obj: Mapping[str, Any]) -> int:
