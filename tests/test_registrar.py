@@ -6,8 +6,8 @@ under the server's name, naming any holder and any line; this replica serves any
 Clusters and knows where any subset of those stands. The rules held:
 
 - a write registers the table's holder with its current connection, or hands the Secret to the
-  first waiter served elsewhere; a Secret is deleted only when nobody here holds the server and
-  nobody elsewhere comes first;
+  first waiter served elsewhere that exists; a Secret is deleted only when nobody here holds
+  the server and nobody elsewhere comes first;
 - the line a write records never names its holder, nor a Cluster served here that is known not
   to want the server (it may name the others: their own replicas speak for them);
 - a plan carried out and planned again from what it wrote says the same write never again: a
@@ -74,6 +74,7 @@ def _views(draw: st.DrawFn) -> registrar.View:
         secret["metadata"]["resourceVersion"] = "7"
     served = frozenset(draw(st.sets(st.sampled_from(CLUSTERS)))) if sharded else None
     known = frozenset(draw(st.sets(st.sampled_from(CLUSTERS))))
+    gone = frozenset(draw(st.sets(st.sampled_from(CLUSTERS), max_size=2)))
     holder_here = table.holder(SERVER)
     connection = (
         _connection(draw(st.sampled_from(("t1", "t2"))))
@@ -107,6 +108,7 @@ def _views(draw: st.DrawFn) -> registrar.View:
         sharded=sharded,
         served=is_served,
         knows=knows,
+        exists=lambda c: c not in gone,
         last_line=tuple(draw(st.lists(st.sampled_from(CLUSTERS), unique=True, max_size=3))),
     )
 
@@ -167,7 +169,7 @@ def test_a_write_registers_the_holder_or_hands_over_to_the_first_elsewhere(
             assert argocd.holder_of(body) == argocd.holder_of(view.secret)
             assert body.get("data") == view.secret.get("data")
         case registrar.HandOver(body=body, to=to):
-            assert view.sharded and not view.served(to)
+            assert view.sharded and not view.served(to) and view.exists(to)
             assert argocd.holder_of(body) == to
             assert view.secret is not None and to in handover.waiting_of(view.secret)
         case registrar.Delete():

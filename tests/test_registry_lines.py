@@ -146,3 +146,31 @@ async def test_a_registry_write_that_waited_while_its_shard_went_is_not_sent(
             made = fake.object(SECRETS, secret_name, "argocd")
             assert made is not None and argocd.holder_of(made) == WAITER
             nursery.cancel_scope.cancel()
+
+
+async def test_a_holder_that_lets_go_never_hands_over_to_a_deleted_waiter(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The first waiter, another replica's, was deleted (no finalizer holds a waiter): it is
+    passed over, and with nobody else waiting the Secret goes, rather than being handed to a
+    Cluster that no replica will ever let go of."""
+    fake = _fake((WAITER,))
+    async with _registry(fake, {HOLDER}, lambda ref: ref != WAITER) as registry:
+        await registry.release(HOLDER, "uid-b")
+        assert fake.object(SECRETS, argocd.secret_name(SERVER), "argocd") is None
+
+
+async def test_a_secret_handed_to_a_deleted_cluster_is_passed_on(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The other side: a Secret already names a deleted Cluster of this replica's (handed to
+    it by a replica that did not know): the replica taking the shard passes it on to the next
+    in line, here another replica's waiter, and it never stays registered for nobody."""
+    fake = FakeApi(namespaces=("default", "kokumi", "argocd", "ws1", "ws2"))
+    async with _registry(fake, {WAITER}, lambda ref: ref != WAITER):
+        # Handed over by the other replica after this one took the shard: the watch brings it.
+        secret = argocd.cluster_secret(Connection(SERVER, token="t"), WAITER, "argocd")
+        fake.put(handover.with_waiting(secret, (OTHER,)))
+        await trio.sleep(1)
+        found = fake.object(SECRETS, argocd.secret_name(SERVER), "argocd")
+        assert found is not None and argocd.holder_of(found) == OTHER, found

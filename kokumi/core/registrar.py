@@ -55,7 +55,8 @@ class View:
     ``connection``: the table holder's connection, if its actor has claimed since a restart.
     ``claim_current``: whether the holder's claim was made by the Cluster object alive now.
     ``sharded``: several replicas share the Clusters; ``served`` says which are this one's, and
-    ``knows`` which of those have said what they want (or no longer exist).
+    ``knows`` which of those have said what they want (or no longer exist); ``exists`` whether
+    a Cluster of that name exists at all (a deleted one is never handed a Secret).
     ``last_line``: the line the server's last Secret recorded, for the Secret created next.
     """
 
@@ -68,6 +69,7 @@ class View:
     sharded: bool = False
     served: Served = lambda _cluster: True
     knows: Served = lambda _cluster: True
+    exists: Served = lambda _cluster: True
     last_line: tuple[ClusterRef, ...] = ()
 
     @property
@@ -244,9 +246,8 @@ def first_elsewhere(view: View, holder: ClusterRef | None) -> ClusterRef | None:
     if not view.sharded or existing is None or view.table.foreign(view.server):
         return None
     local = (*([holder] if holder else []), *view.table.waiting(view.server))
-    first = handover.first_waiting(
-        handover.waiting_of(existing), argocd.holder_of(existing), local, view.served
-    )
+    recorded = tuple(c for c in handover.waiting_of(existing) if view.exists(c))
+    first = handover.first_waiting(recorded, argocd.holder_of(existing), local, view.served)
     return first if first is not None and not view.served(first) else None
 
 
@@ -256,9 +257,8 @@ def _first_here(view: View, holder: ClusterRef) -> ClusterRef | None:
     if not view.sharded or existing is None:
         return None
     local = (holder, *view.table.waiting(view.server))
-    first = handover.first_waiting(
-        handover.waiting_of(existing), argocd.holder_of(existing), local, view.served
-    )
+    recorded = tuple(c for c in handover.waiting_of(existing) if view.exists(c))
+    first = handover.first_waiting(recorded, argocd.holder_of(existing), local, view.served)
     return first if first is not None and first != holder and first in local else None
 
 

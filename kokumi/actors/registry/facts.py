@@ -223,6 +223,7 @@ class Facts(Line):
             sharded=self._sharded,
             served=self._is_served,
             knows=self._knows,
+            exists=self._exists,
             last_line=self._last_line.get(server, ()),
         )
 
@@ -516,7 +517,9 @@ class Facts(Line):
         )
         recorded = self._served(handover.waiting_of(secret))
         touched |= self._step(ownership.Adopt(server, holder, waiting, recorded))
-        if holder in self._let_go:
+        if holder in self._let_go or not self._exists(holder):
+            # Let go since, or handed the Secret after it was deleted (a waiter carries no
+            # finalizer, and the replica that handed over may not have known): passed on.
             touched |= self._step(ownership.Release(holder))
         return touched
 
