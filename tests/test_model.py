@@ -241,20 +241,41 @@ class World:
             nursery.cancel_scope.cancel()
 
     def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run a synchronous function in the Trio thread (the fake is not thread-safe)."""
+        """Run a synchronous function in the Trio thread (the fake is not thread-safe), and
+        return once every task it woke has run as far as it can.
+
+        Returning at once would let this thread's next call land while the Trio thread runs
+        those tasks, at a moment set by the wall clock: a task it starts changes the batch the
+        scheduler shuffles, and a replay of the same seed takes another path. Nothing runs
+        between ``fn`` and its return but the tasks it woke (the model notes what ``fn``
+        changed inside ``fn``, before any of them).
+        """
         if threading.current_thread() is self._thread:
             return fn(*args)
-        return trio.from_thread.run_sync(fn, *args, trio_token=self._token)
+
+        async def then_settle() -> Any:
+            result = fn(*args)
+            await self.settle()
+            return result
+
+        return trio.from_thread.run(then_settle, trio_token=self._token)
 
     def arun(self, afn: Callable[..., Any], *args: Any) -> Any:
-        return trio.from_thread.run(afn, *args, trio_token=self._token)
+        """As :meth:`run`, for an async function."""
+
+        async def then_settle() -> Any:
+            result = await afn(*args)
+            await self.settle()
+            return result
+
+        return trio.from_thread.run(then_settle, trio_token=self._token)
 
     def close(self) -> None:
         trio.to_thread.run_sync = self._to_thread
         pace.Pace.tick = self._tick  # type: ignore[method-assign]
         trio_run.Deadlines.add = self._deadline_add  # type: ignore[method-assign]
         if self._thread.is_alive():
-            self.run(self._done.set)
+            trio.from_thread.run_sync(self._done.set, trio_token=self._token)
             self._thread.join(30)
         if self._gc_was_enabled:
             gc.enable()

@@ -538,3 +538,80 @@ def test_a_write_that_waited_while_shard_zero_went_is_not_sent(seed: int) -> Non
         machine.converges_cleanly()
     finally:
         machine.close()
+
+
+S0, S1, S2 = one.SERVERS
+
+
+@pytest.mark.parametrize("seed", [1, 9, 17])
+def test_a_waiter_let_go_behind_another_replicas_holder_leaves_the_line(seed: int) -> None:
+    """The shrunk example of issue 33's 'waiting {ws2/c}' at convergence: ws2/c waits for s2
+    behind ws1/b, each served by another replica after the shards move; the hub goes down, the
+    Environment of ws2 stops selecting ws2/c, the replicas restart with another --shards. The
+    replica that took ws2/c's shard heard its release, but nothing made it write s2's line,
+    which another replica's Cluster holds: ws2/c stayed in it for good. Under these scheduler
+    seeds the tree before the fix failed (each replays the same path every run)."""
+    one.seed_scheduler(seed)
+    machine = ShardedMachine()
+    try:
+        machine.start(
+            layout=[("ws2", "a", S0), ("ws2", "c", S2), ("ws1", "b", S2)],
+            sourced=[("a", S0)],
+            before=True,
+        )
+        machine.remove_foreign(server=S0)
+        machine.plant_foreign(by_name=False, server=S0)
+        machine.restart_manager(kill=False, refused=0, replica="r2", shards=None)
+        machine.restart_manager(kill=False, refused=0, replica="r1", shards=None)
+        machine.lease_fault(how="delete", pick=0, seconds=3.0)
+        machine.delete_source(ns="ws1")
+        machine.plant_stray(server=S1)
+        machine.delete_source(ns="ws1")
+        machine.plant_stray(server=S0)
+        machine.hub(down=True)
+        machine.restart_manager(kill=False, refused=None, replica="r2", shards=None)
+        machine.plant_foreign(by_name=True, server=S0)
+        machine.lease_fault(how="delete", pick=0, seconds=3.0)
+        for _ in range(4):
+            machine.delete_source(ns="ws1")
+        machine.lease_fault(how="steal", pick=0, seconds=0.0)
+        machine.put_environment(ns="ws2", tier="iron")
+        machine.fault(resource="environments", status=-1, times=3, verb="delete")
+        machine.delete_source(ns="ws2")
+        machine.delete_source(ns="ws1")
+        machine.restart_manager(kill=False, refused=None, replica="r1", shards=None)
+        machine.fault(resource="secrets", status=0, times=1, verb="create")
+        machine.restart_manager(kill=False, refused=None, replica="r1", shards=3)
+        machine.delete_capi_secret(name="c", ns="ws1")
+        machine.restart_manager(kill=False, refused=None, replica="r2", shards=3)
+        machine.converges_cleanly()
+    finally:
+        machine.close()
+
+
+def test_a_replica_past_its_renew_deadline_writes_lines_only_for_its_waiters() -> None:
+    """Found by the flake runs of this test: r1, past the renew deadline of shard 0 but not
+    yet stepped down, wrote its own waiter's place into the line of s2's Secret, whose holder
+    ws2/a r2 served by then. The model took the write for the holder's (r1 still 'led' the
+    holder's shard) and failed it; it is told apart now by who serves the holder, and a line
+    write that would change the holder's connection fails on its own. Under this seed the old
+    bookkeeping failed."""
+    one.seed_scheduler(0)
+    machine = ShardedMachine()
+    try:
+        machine.start(
+            layout=[("ws1", "b", S0), ("ws1", "a", S0)],
+            sourced=[("a", S0), ("a", S2), ("c", S2)],
+            before=False,
+        )
+        machine.delete_environment(ns="ws1")
+        machine.delete_cluster(name="a", ns="ws2", refused=0)
+        machine.hub(down=True)
+        machine.fault(resource="secrets", status=403, times=1, verb="create")
+        machine.time_passes(seconds=5.0)
+        machine.put_kubeconfig(broken=None, name="a", ns="ws1", server=S0)
+        machine.hub(down=False)
+        machine.time_passes(seconds=31.0)
+        machine.converges_cleanly()
+    finally:
+        machine.close()
