@@ -9,7 +9,12 @@ stand-ins: the fake hub (trusted because ``tests/test_contract.py`` runs the sam
 against it and the real hub) and a stand-in for the spoke check, whose answer a rule sets.
 
 Trio runs in a thread of its own under ``MockClock`` (no autojump): between two rules nothing
-moves, and a rule that lets time pass jumps the clock from deadline to deadline. After every rule
+moves, and a rule that lets time pass jumps the clock from deadline to deadline. Nothing in it
+depends on the wall clock or on memory addresses, so one example (or one ``seed_scheduler``
+seed of a replay) takes one path every run: each call into the thread returns once the tasks
+it woke have run, a worker thread's work runs in its task, long passes checkpoint by the seeded
+``random``, the scheduler is seeded from it, deadlines of one moment expire in the order they
+were set, and collections wait for the example's end. After every rule
 the invariants below must hold; at the end of every example, once faults stop and the clock runs,
 everything must converge to what the spec predicts from the objects alone.
 
@@ -21,6 +26,8 @@ Invariants after every step:
 - a Secret is deleted or handed over from a holder only if that holder stopped wanting the server
   (it was deleted, unselected, re-pointed or broken, or a foreign Secret blocked the server)
   since the Secret last named it: a holder that never stopped is never let go;
+- a Secret registers only a Cluster object that an Environment selected at some moment, or that
+  the writer's own watches show selected (each watch lags the hub on its own);
 - the manager creates, re-specifies or deletes a Cluster only for a ClusterSource: it creates
   only Clusters a source controls, and changes or deletes only Clusters a source controls.
 
