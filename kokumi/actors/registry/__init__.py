@@ -24,9 +24,11 @@ moment be waiting for the registry. Every request carries the uid of the Cluster
 for: a late message from a Cluster that was deleted (and perhaps created again under its name)
 never acts for its successor.
 
-The sections, each a class built on the next: ``inbox`` (serving the inbox: the public face and
-the loop), ``facts`` (the table against the Secrets), ``line`` (the waiting order across replicas,
-and handovers) and ``state`` (what the registry remembers, and the steps they all take).
+What to write is decided in :mod:`kokumi.core.registrar`, purely: the registry only carries its
+plans out. The sections, each a class built on the next: ``inbox`` (serving the inbox: the public
+face and the loop), ``facts`` (the plans carried out, retried, and the Secret watch's news),
+``line`` (who holds and who waits across replicas, as the Secrets say) and ``state`` (what the
+registry remembers, and the steps they all take).
 """
 
 from kokumi.actors.registry.inbox import Registry
