@@ -615,3 +615,45 @@ def test_a_replica_past_its_renew_deadline_writes_lines_only_for_its_waiters() -
         machine.converges_cleanly()
     finally:
         machine.close()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_a_lease_taken_again_by_its_own_replica_releases_nothing(seed: int) -> None:
+    """Found by the flake runs of this test (seed 16): 'DELETE of Secret ... let go of ws1/c,
+    which never stopped wanting s1'. Slow renewals made r2 step down from ws1/c's shard and
+    take its Lease again at once; between the two its actors were stopped and not yet started,
+    and the registry, asked whether ws1/c's claim was the live object's, heard "no" from the
+    actor index: it released ws1/c, deleted its Secret under Argo CD and made it again a moment
+    later. The Clusters watch answers that question now. Under these seeds the tree before the
+    fix failed (the tree before this issue, under every seed tried)."""
+    one.seed_scheduler(seed)
+    machine = ShardedMachine()
+    try:
+        machine.start(
+            layout=[("ws1", "c", S0), ("ws2", "a", S2), ("ws1", "a", S0), ("ws1", "c", S1)],
+            sourced=[("a", S0), ("b", S0), ("a", S0)],
+            before=False,
+        )
+        machine.put_capi_secret(broken=None, name="a", ns="ws1", server=S0)
+        machine.time_passes(seconds=1.0)
+        machine.restart_manager(kill=False, refused=None, replica="r1", shards=None)
+        machine.slow_hub(seconds=0.5)
+        machine.put_capi_secret(broken=None, name="a", ns="ws1", server=S0)
+        machine.watch_fault(how="stall")
+        machine.put_capi_secret(broken=None, name="a", ns="ws1", server=S0)
+        machine.restart_manager(kill=True, refused=None, replica="r1", shards=None, stay_down=True)
+        machine.hub(down=False)
+        machine.watch_fault(how="drop")
+        machine.time_passes(seconds=31.0)
+        machine.watch_fault(how="drop")
+        machine.slow_hub(seconds=3.0)
+        machine.put_kubeconfig(broken=None, name="a", ns="ws1", server=S0)
+        machine.fault(resource="secrets", status=403, times=1, verb="create")
+        machine.delete_source(ns="ws2")
+        machine.slow_hub(seconds=3.0)
+        machine.plant_stray(server=S1)
+        machine.delete_kubeconfig(name="a", ns="ws2")
+        machine.time_passes(seconds=31.0)
+        machine.converges_cleanly()
+    finally:
+        machine.close()

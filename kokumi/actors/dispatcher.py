@@ -29,6 +29,7 @@ from kokumi.actors.secretwatch import SecretWatches
 from kokumi.actors.sources import KEEP_LABELS, SecretsView, SourcesActor
 from kokumi.core import api
 from kokumi.core.ownership import ClusterRef
+from kokumi.kube.objects import metadata_of
 from kokumi.kube.watch import Key, Resync, Store, WatchEvent, start_watch
 
 __all__ = ["Dispatcher"]
@@ -93,9 +94,14 @@ class Dispatcher:
         """Whether ``uid`` is the Cluster object that exists now under ``ref``'s name.
 
         The registry asks before it acts on a message: a late message from a Cluster that was
-        deleted (and perhaps created again) must not act for its successor.
+        deleted (and perhaps created again) must not act for its successor. The Clusters watch
+        says, not this replica's actors: while a shard's Lease changes hands within this
+        replica (a renewal late, the Lease taken again) its actors are stopped and not yet
+        started again, and a claim of a Cluster that never went was taken for a dead one's,
+        released, and its Secret deleted under Argo CD.
         """
-        return self._by_ref.get(ref) == uid
+        found = self.clusters.get(ref.namespace, ref.name)
+        return found is not None and metadata_of(found).get("uid") == uid
 
     def exists(self, ref: ClusterRef) -> bool:
         """Whether a Cluster of that name exists, as the Clusters watch shows it now; until its
