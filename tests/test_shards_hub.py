@@ -31,7 +31,7 @@ from kokumi.kube.watch import Resync, WatchEvent, watch
 from kokumi.manager import Manager, run_manager
 from kokumi.runtime.election import Admission, LeaseElector
 from kokumi.testing.controlplane import APIServer
-from kokumi.testing.spoke import Registration, closed_port_server
+from kokumi.testing.spoke import Registration, closed_port_server, closed_port_servers
 from tests.manager_support import (
     Workspace,
     holder_labels,
@@ -205,8 +205,8 @@ async def test_each_cluster_has_one_replica_and_a_stopped_replicas_shards_move(
         async with replicas(hub, ws, {"a": 1, "b": None}) as running:
             a, b = running["a"], running["b"]
             assert len(a.manager.held_shards()) == len(b.manager.held_shards()) == 1
-            for ref in refs:
-                await kubeconfig_cluster(ws, spoke_kubeconfig, ns, ref.name, closed_port_server())
+            for ref, server in zip(refs, closed_port_servers(len(refs)), strict=True):
+                await kubeconfig_cluster(ws, spoke_kubeconfig, ns, ref.name, server)
             await ws.environment(ns, "edge", {"fleet": "edge"})
             every = {(r.namespace, r.name) for r in refs}
             before = await wait_for(
@@ -644,8 +644,8 @@ async def test_a_change_of_the_shard_count_never_serves_a_cluster_twice(
                     lambda held: held == {0, 1},
                     "the replica of 2 to take both shards",
                 )
-                for name in names:
-                    await kubeconfig_cluster(ws, spoke_kubeconfig, ns, name, closed_port_server())
+                for name, server in zip(names, closed_port_servers(len(names)), strict=True):
+                    await kubeconfig_cluster(ws, spoke_kubeconfig, ns, name, server)
                 every = {(ns, n) for n in names}
                 before = await wait_for(
                     functools.partial(secrets_by_holder, ws),

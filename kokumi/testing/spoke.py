@@ -25,6 +25,7 @@ __all__ = [
     "BAD_TOKEN",
     "Registration",
     "closed_port_server",
+    "closed_port_servers",
     "foreign_ca_pem",
     "register",
 ]
@@ -156,10 +157,21 @@ def foreign_ca_pem() -> bytes:
 
 def closed_port_server() -> str:
     """An https URL on loopback where nothing listens: the port was bound, then released."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return f"https://127.0.0.1:{port}"
+    return closed_port_servers(1)[0]
+
+
+def closed_port_servers(count: int) -> list[str]:
+    """``count`` such URLs, each on its own port: all are bound before any is released, since
+    the system may hand a port just released to the next bind (two Clusters meant to have a
+    server each then shared one, and one waited behind the other)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [f"https://127.0.0.1:{sock.getsockname()[1]}" for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def _create(kubectl: Kubectl, spoke: APIServer, *args: str) -> None:
