@@ -369,13 +369,18 @@ class SourcesActor:
         failed: dict[str, str] = {}
         ns = source.namespace
         # Creates side by side, a few at a time: a thousand new Secrets are a thousand POSTs.
-        async with trio.open_nursery() as nursery:
-            for desired in decided.create:
-                body = clustersource.cluster_body(source, desired)
-                nursery.start_soon(
-                    self._attempt, source, desired.name, "create", failed,
-                    functools.partial(self.writer.create, api.CLUSTERS, body, namespace=ns),
-                )  # fmt: skip
+        try:
+            async with trio.open_nursery() as nursery:
+                for desired in decided.create:
+                    body = clustersource.cluster_body(source, desired)
+                    nursery.start_soon(
+                        self._attempt, source, desired.name, "create", failed,
+                        functools.partial(self.writer.create, api.CLUSTERS, body, namespace=ns),
+                    )  # fmt: skip
+        except* errors.Fenced as fenced:
+            # Refused at their send, one or several: the pass stops once, as for one write (the
+            # group itself went past `run`'s handler and ended the manager).
+            raise errors.Fenced("creates not sent: this replica may not write now") from fenced
         for desired in decided.update:
             body = clustersource.cluster_body(source, desired)
             old = clusters.get(desired.name, {}).get("metadata", {}).get("labels") or {}
