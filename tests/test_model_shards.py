@@ -657,3 +657,31 @@ def test_a_lease_taken_again_by_its_own_replica_releases_nothing(seed: int) -> N
         machine.converges_cleanly()
     finally:
         machine.close()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_holder_no_table_here_adopted_is_let_go_when_it_releases(seed: int) -> None:
+    """Issue 33's example 2, 'Secrets for [s1], expected []', as the flake runs shrank it (seed
+    21): after a stolen shard Lease and clean restarts, r2 served ws2/a, whose Secret named it,
+    but r2's table had never adopted that Secret. ws2/a's release then touched no server, and
+    was never done: its Secret stayed registered for a Cluster no Environment selected. A
+    release now settles every Secret that names the Cluster, adopted or not. The tree before
+    the fix failed under these seeds (and the tree before this issue too)."""
+    one.seed_scheduler(seed)
+    machine = ShardedMachine()
+    try:
+        machine.start(
+            layout=[("ws1", "a", S0), ("ws1", "a", S0)], sourced=[("a", S0)], before=False
+        )
+        for _ in range(3):
+            machine.delete_environment(ns="ws1")
+        machine.delete_source(ns="ws1")
+        machine.restart_manager(kill=False, refused=None, replica="r1", shards=None)
+        machine.put_capi_secret(broken=None, name="a", ns="ws2", server=S1)
+        machine.plant_stray(server=S1)
+        machine.lease_fault(how="steal", pick=0, seconds=7.0)
+        machine.restart_manager(kill=False, refused=None, replica="r1", shards=None)
+        machine.delete_environment(ns="ws2")
+        machine.converges_cleanly()
+    finally:
+        machine.close()

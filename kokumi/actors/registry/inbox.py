@@ -314,8 +314,14 @@ class Registry(Facts):
                 if self._sharded:
                     self._let_go.add(cluster)
                     # Every line that records it, even one this table never had it in (a
-                    # server held by another replica's Cluster): written now, for it.
-                    recorded = self._lines_recording(cluster)
+                    # server held by another replica's Cluster): written now, for it. And every
+                    # Secret that names it holder, adopted into this table or not: the release
+                    # is done only once none does.
+                    recorded = self._lines_recording(cluster) | {
+                        argocd.server_of(self._secrets[name])
+                        for name in self._named.get(cluster, ())
+                        if name in self._secrets
+                    }
                 before = self._table.wanted_by(cluster)
                 await self._settle(self._step(ownership.Release(cluster)) | {before} | recorded)
                 self._tell(cluster, asked=True)
