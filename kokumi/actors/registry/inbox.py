@@ -317,11 +317,7 @@ class Registry(Facts):
                     # server held by another replica's Cluster): written now, for it. And every
                     # Secret that names it holder, adopted into this table or not: the release
                     # is done only once none does.
-                    recorded = self._lines_recording(cluster) | {
-                        argocd.server_of(self._secrets[name])
-                        for name in self._named.get(cluster, ())
-                        if name in self._secrets
-                    }
+                    recorded = self._lines_recording(cluster) | self._servers_naming(cluster)
                 before = self._table.wanted_by(cluster)
                 await self._settle(self._step(ownership.Release(cluster)) | {before} | recorded)
                 self._tell(cluster, asked=True)

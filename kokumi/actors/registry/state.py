@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -160,11 +160,14 @@ class State:
 
     def _lines_recording(self, cluster: ClusterRef) -> set[str | None]:
         """The servers whose Secret records ``cluster`` in its waiting line, as last seen."""
-        return {
-            argocd.server_of(self._secrets[name])
-            for name in self._recorded.get(cluster, ())
-            if name in self._secrets
-        }
+        return self._servers_of(self._recorded.get(cluster, ()))
+
+    def _servers_naming(self, cluster: ClusterRef) -> set[str | None]:
+        """The servers whose Secret names ``cluster`` holder, as last seen."""
+        return self._servers_of(self._named.get(cluster, ()))
+
+    def _servers_of(self, names: Iterable[str]) -> set[str | None]:
+        return {argocd.server_of(self._secrets[name]) for name in names if name in self._secrets}
 
     async def _replace(
         self, name: str, existing: Mapping[str, Any], desired: Mapping[str, Any]
