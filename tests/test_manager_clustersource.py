@@ -377,3 +377,45 @@ async def test_deleting_the_source_deletes_its_clusters_and_releases_argocd(
         # The Secret is Cluster API's: it stays.
         await ws.client.get(SECRETS, "work-kubeconfig", namespace=ns)
         await cleanup(ws)
+
+
+async def test_creates_refused_at_their_send_stop_the_pass_not_the_manager(
+    hub: APIServer, spoke_kubeconfig: Registration
+) -> None:
+    """Shard 0's Lease goes while a pass's creates wait for their slots: each is refused at its
+    send, and being side by side in a nursery they come out as a group. The pass stops and is
+    tried again; the manager runs on, and makes the Clusters once it may write again."""
+    async with (
+        workspace(hub) as ws,
+        manager(hub, ws.options(retry_initial=0.2, retry_max=0.5)) as running,
+    ):
+        actor = running.dispatcher.sources_actor
+        refused = 0
+        may_write = False
+
+        def fence() -> bool:
+            nonlocal refused
+            refused += 0 if may_write else 1
+            return may_write
+
+        actor.writer = actor.writer.fenced(fence)
+        ns = await ws.namespace()
+        for name in ("one", "two", "three"):
+            await capi_secret(ws, ns, name, spoke_kubeconfig.kubeconfig)
+        await source(ws, ns)
+
+        async def refusals() -> int:
+            await trio.sleep(0.1)
+            return refused
+
+        # Three creates refused in the first pass, and a pass tried again after it (a group
+        # that escaped would have ended the manager at the first).
+        await wait_for(refusals, lambda n: n >= 6, "two passes' creates to be refused")
+        assert running.dispatcher.sources_actor is actor
+        with pytest.raises(errors.NotFound):
+            await ws.get_cluster(ns, "one")
+        may_write = True
+        await wait_source(ws, ns, "Ready", matched=3, made=3)
+        for name in ("one", "two", "three"):
+            await wait_reason(ws, ns, name, "Ready")
+        await cleanup(ws)
