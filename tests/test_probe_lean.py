@@ -167,8 +167,10 @@ def response(status: str, body: bytes, *extra: str) -> bytes:
     ).encode() + body
 
 
-async def kubernetes(peer: Peer, *, close: bool = False, chunked: bool = False) -> None:
-    """A healthy API server, as far as the check asks it."""
+async def kubernetes(
+    peer: Peer, *, close: bool = False, chunked: bool = False, extra: str | None = None
+) -> None:
+    """A healthy API server, as far as the check asks it (``extra``: one more header line)."""
     while (asked := await peer.request()) is not None:
         _, path, headers = asked
         assert headers["authorization"] == f"Bearer {TOKEN}"
@@ -183,7 +185,8 @@ async def kubernetes(peer: Peer, *, close: bool = False, chunked: bool = False) 
                 + b"0\r\nX-Trailer: yes\r\n\r\n"
             )
         else:
-            await peer.send(response(status, body, *(["Connection: close"] if close else [])))
+            lines = [*(["Connection: close"] if close else []), *([extra] if extra else [])]
+            await peer.send(response(status, body, *lines))
         if close:
             return
 
@@ -198,8 +201,18 @@ def ready(server: str) -> Finding:
     )
 
 
+CPU_PER_CHECK = 0.5
+"""Seconds of CPU one check may cost here, the test server's own side included. An honest check
+costs a few milliseconds; a header line padded with 15,000 spaces cost the lean path's old
+regex parser 0.9 s a line, with the GIL held, which stopped every other check of the manager."""
+
+
 async def checked(pki: Pki, server: str, timeout: float = 10.0) -> Finding:
+    """The check's Finding, held to :data:`CPU_PER_CHECK` whatever the server sends."""
+    cpu = time.process_time()
     finding = await check(connection(pki, server), timeout=timeout)
+    spent = time.process_time() - cpu
+    assert spent < CPU_PER_CHECK, f"the check cost {spent:.2f} s of CPU"
     assert canary.found(repr(finding)) == []
     return finding
 
@@ -411,6 +424,45 @@ async def test_a_slow_loris_times_out_within_the_budget(
     elapsed = time.monotonic() - started
     assert finding.message.startswith("timed out after 1 s: 127.0.0.1:")
     assert 1.0 <= elapsed < 3.0
+    with trio.fail_after(5):
+        await seen.all_closed.wait()
+
+
+PAD = b"X-Pad: x" + b" " * 15_000 + b"y"
+
+
+async def test_a_header_padded_with_spaces_costs_no_more_than_any_other(
+    pki: Pki, serve: Serve, path: str
+) -> None:
+    """A long run of spaces between two other characters of a header value: a parser that
+    backtracks spends quadratic time on it (with the GIL held, in the lean path's thread)."""
+    server, _ = await serve(functools.partial(kubernetes, extra=PAD.decode()))
+    assert await checked(pki, server) == ready(server)
+
+
+@pytest.mark.parametrize(
+    ("interim", "count"),
+    [
+        # Each interim head alone is small; together they are more than a head may be.
+        (b"HTTP/1.1 100 Continue\r\nX-Pad: " + b"p" * 2_500 + b"\r\n\r\n", 7),
+        (b"HTTP/1.1 103 Early Hints\r\n\r\n", 9),
+    ],
+    ids=["heads-too-big-together", "too-many"],
+)
+async def test_interim_heads_are_bounded_together(
+    pki: Pki, serve: Serve, interim: bytes, count: int
+) -> None:
+    """The lean path caps the bytes of every head of an answer together and the number of
+    interim answers: a server cannot keep a check reading heads until its deadline. (httpx,
+    behind a proxy, takes any number of interim answers until the check's deadline.)"""
+
+    async def handler(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(interim * count + response("200 OK", VERSION))
+
+    server, seen = await serve(handler)
+    finding = await checked(pki, server)
+    assert finding.message == f"{server.removeprefix('https://')} {NO_ANSWER}"
     with trio.fail_after(5):
         await seen.all_closed.wait()
 
