@@ -506,6 +506,30 @@ async def test_a_cancelled_check_closes_its_socket_and_its_thread_ends(
     assert threading.active_count() <= threads + 1
 
 
+async def test_a_check_ends_at_its_deadline_whatever_its_thread_does(
+    pki: Pki, serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker thread stuck past the deadline in something no socket timeout reaches: the
+    check still ends at its deadline (and gives back its slot), and says it timed out."""
+    release = threading.Event()
+    entered = threading.Event()
+
+    def stuck(*args: object) -> Finding:
+        entered.set()
+        release.wait(10)
+        raise TimeoutError("released")
+
+    monkeypatch.setattr(probe, "_lean_ask", stuck)
+    server, _ = await serve(kubernetes)
+    started = time.monotonic()
+    finding = await check(connection(pki, server), timeout=1.0)
+    elapsed = time.monotonic() - started
+    release.set()
+    assert entered.is_set()
+    assert finding.message.startswith("timed out after 1 s: 127.0.0.1:")
+    assert 1.0 <= elapsed < 3.0
+
+
 async def test_hanging_checks_use_a_bounded_number_of_threads(pki: Pki, serve: Serve) -> None:
     async def handler(peer: Peer) -> None:
         await trio.sleep_forever()
