@@ -12,6 +12,7 @@ every other write of a shard goes through.
 
 from __future__ import annotations
 
+import base64
 import logging
 import math
 from collections.abc import AsyncIterator, Callable
@@ -174,3 +175,41 @@ async def test_a_secret_handed_to_a_deleted_cluster_is_passed_on(
         await trio.sleep(1)
         found = fake.object(SECRETS, argocd.secret_name(SERVER), "argocd")
         assert found is not None and argocd.holder_of(found) == OTHER, found
+
+
+async def test_a_stray_that_declares_a_server_held_elsewhere_goes_and_the_server_stays_held(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A Secret of Kokumi's named after no server (a move cut short by hand) that declares the
+    server another replica's Cluster holds, deleted by the other replica's restart: the server
+    stays held. Found by the two-replica model test (issue 33's example 2): forgetting the stray
+    made the table forget the server's own Secret, so when this replica took the holder's shard
+    it never adopted that Secret (and when the holder let go, nothing deleted it). Here a
+    Cluster of this replica's then wants the server: it must wait behind the holder, not take
+    the holder's registration over."""
+    fake = _fake(())
+    stray = "kokumi-stray-0"
+    served = {WAITER}
+    async with _registry(fake, served, lambda _ref: True) as registry:
+        fake.put(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {
+                    "name": stray,
+                    "namespace": "argocd",
+                    "labels": {
+                        argocd.LABEL_SECRET_TYPE: "cluster",
+                        argocd.LABEL_MANAGED_BY: argocd.MANAGED_BY,
+                    },
+                },
+                "data": {"server": base64.b64encode(SERVER.encode()).decode()},
+            }
+        )
+        await trio.sleep(1)
+        fake.remove(SECRETS, stray, "argocd")  # by the other replica, as its restart does
+        await trio.sleep(1)
+        served.add(HOLDER)  # the holder's shard comes here; its actor has not spoken yet
+        await registry.reshard()
+        await registry.want(WAITER, "uid-c", Connection(SERVER, token="t"))
+        assert _line(fake) == (WAITER,)

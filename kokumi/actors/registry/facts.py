@@ -446,7 +446,12 @@ class Facts(Line):
         secret = self._secrets.get(name)
         self._remember(name, None)
         touched: set[str | None] = {server}
-        if server is not None and secret is not None and self._table.remote(server) is not None:
+        if (
+            server is not None
+            and secret is not None
+            and argocd.secret_name(server) == name  # a stray that declares it says nothing
+            and self._table.remote(server) is not None
+        ):
             previous = argocd.holder_of(secret)
             self._last_line[server] = tuple(c for c in handover.waiting_of(secret) if c != previous)
             gone = attrs.evolve(self._view(server), secret=secret)
