@@ -183,3 +183,44 @@ def test_the_probes_own_refusals_keep_their_words() -> None:
     )
     assert diagnosis.credential_refused(diagnosis.bad_token()[0])
     assert not diagnosis.credential_refused(diagnosis.invalid_url()[0])
+
+
+def name_mismatch(code: int) -> ssl.SSLCertVerificationError:
+    exc = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    exc.verify_code = code
+    exc.verify_message = "Hostname mismatch"
+    return exc
+
+
+@pytest.mark.parametrize("code", [62, 64])  # a host name, an address
+def test_a_name_mismatch_says_only_the_subject_alt_name_counts(code: int) -> None:
+    """OpenSSL reports no more than a mismatch, so the words hold for a certificate with the
+    name in its CN, with no subjectAltName, or with other names only."""
+    host = "spoke.example" if code == 62 else "192.0.2.7"
+
+    def diagnosed(tls_server_name: str | None) -> diagnosis.Verdict:
+        return diagnosis.from_failure(
+            [name_mismatch(code)],
+            failed="ConnectError",
+            where=f"{host}:6443",
+            host=host,
+            proxy="",
+            proxy_host="",
+            tls_server_name=tls_server_name,
+            certificate_authority=None,
+            timeout=10,
+        )
+
+    cn = "a name only in the CN counts neither for Kokumi nor for Go's TLS (Argo CD, kubectl)"
+    assert diagnosed(None) == (
+        Reason.TLS_ERROR,
+        f"the server's certificate is not valid for {host}: none of its subjectAltNames matches"
+        f" it, and {cn}; use a host a subjectAltName holds in the server URL, set tls-server-name"
+        f" to one, or reissue the certificate with {host} as a subjectAltName",
+    )
+    assert diagnosed("k8s") == (
+        Reason.TLS_ERROR,
+        "the server's certificate is not valid for the TLS server name k8s: none of its"
+        f" subjectAltNames matches it, and {cn}; set tls-server-name to a name a subjectAltName"
+        " holds, or reissue the certificate with k8s as a subjectAltName",
+    )

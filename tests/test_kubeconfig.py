@@ -99,6 +99,25 @@ def text(value: str) -> Callable[[], str]:
     return lambda: value
 
 
+def with_line(after: str, line: str, style: str = "yaml") -> Callable[[], str]:
+    """The spec's kubeconfig as text, ``line`` put after the first line that holds ``after``."""
+
+    def make() -> str:
+        lines = s.dump(s.kubeconfig(), style).splitlines(keepends=True)
+        at = next(i for i, held in enumerate(lines) if after in held) + 1
+        return "".join([*lines[:at], line, *lines[at:]])
+
+    return make
+
+
+def repeated(key: str | None, line: int, column: int) -> str:
+    named = f'the key "{key}"' if key is not None else "a key"
+    return (
+        f"the kubeconfig has {named} twice in one mapping (line {line}, column {column}), and "
+        "readers differ on which value counts: keep one"
+    )
+
+
 C = 'cluster "spoke"'
 U = 'user "kokumi"'
 X = 'context "spoke"'
@@ -220,6 +239,43 @@ REFUSALS = [
         "the kubeconfig holds a number longer than 100 characters, which no kubeconfig field "
         "is: quote it if it is text",
         id="yaml-long-number",
+    ),
+    pytest.param(
+        with_line("server:", "    server: https://other.example:6443\n"),
+        Code.DUPLICATE_KEY,
+        repeated("server", 7, 5),
+        id="repeated-server",
+    ),
+    pytest.param(
+        lambda: s.dump(s.kubeconfig()) + "clusters: []\n",
+        Code.DUPLICATE_KEY,
+        repeated("clusters", 19, 1),
+        id="repeated-clusters",
+    ),
+    pytest.param(
+        text('{current-context: a, "current-context": b}'),
+        Code.DUPLICATE_KEY,
+        repeated("current-context", 1, 22),
+        id="repeated-key-quoted-once",
+    ),
+    pytest.param(
+        with_line('"server"', '        "serv\\u0065r": "https://other.example:6443",\n', "json"),
+        Code.DUPLICATE_KEY,
+        repeated("server", 9, 9),
+        id="json-repeated-key-escaped-once",
+    ),
+    pytest.param(
+        # Not a kubeconfig's field: text of the author's, never quoted.
+        text(f"preferences: {{{s.TOKEN}: 1, '{s.TOKEN}': 2}}\ncurrent-context: x"),
+        Code.DUPLICATE_KEY,
+        repeated(None, 1, len(s.TOKEN) + 20),
+        id="repeated-key-of-any-text",
+    ),
+    pytest.param(
+        text(f'{{"preferences": {{"{s.TOKEN}": 1, "{s.TOKEN}": 2}}}}'),
+        Code.DUPLICATE_KEY,
+        repeated(None, 1, len(s.TOKEN) + 25),
+        id="json-repeated-key-of-any-text",
     ),
     pytest.param(text(""), Code.EMPTY, EMPTY, id="empty"),
     pytest.param(text("# nothing but a comment\n"), Code.EMPTY, EMPTY, id="comment"),
@@ -1330,3 +1386,109 @@ def test_a_parse_stops_itself_at_its_cpu_budget(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(time, "thread_time", lambda: float(next(clock)))
     result = parse("clusters: [" + ",".join(["1"] * 1000) + "]\ncurrent-context: x")
     assert result == TOO_COMPLEX
+
+
+# --- repeated keys: refused wherever they are, at the repeat, in one pass -----------------------
+
+OTHER_SERVER = "https://repeated.example:6443"
+
+
+class Pairs(list[tuple[str, object]]):
+    """A mapping as its pairs, so that a key can be written twice (a dict cannot hold that)."""
+
+
+class _PairsDumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+_PairsDumper.add_representer(
+    Pairs, lambda dumper, pairs: dumper.represent_mapping("tag:yaml.org,2002:map", list(pairs))
+)
+
+
+def as_pairs(value: object, target: object, key: str, after: int) -> object:
+    """``value`` with every mapping as :class:`Pairs`, and in ``target`` ``key`` written again
+    ``after`` pairs after its first place, with :data:`OTHER_SERVER` for its value."""
+    if isinstance(value, list):
+        return [as_pairs(item, target, key, after) for item in value]
+    if not isinstance(value, dict):
+        return value
+    pairs = Pairs((k, as_pairs(v, target, key, after)) for k, v in value.items())
+    if value is target:
+        pairs.insert(list(value).index(key) + after, (key, OTHER_SERVER))
+    return pairs
+
+
+def as_json(value: object, indent: str = "") -> str:
+    inner = indent + "  "
+    if isinstance(value, Pairs):
+        items = [f"{inner}{json.dumps(k)}: {as_json(v, inner)}" for k, v in value]
+    elif isinstance(value, list):
+        items = [inner + as_json(item, inner) for item in value]
+    else:
+        return json.dumps(value)
+    brackets = "{}" if isinstance(value, Pairs) else "[]"
+    if not items:
+        return brackets
+    return brackets[0] + "\n" + ",\n".join(items) + "\n" + indent + brackets[1]
+
+
+def mappings(value: object) -> list[dict[str, Any]]:
+    """Every mapping with a key in ``value``, outermost first."""
+    found: list[dict[str, Any]] = []
+    if isinstance(value, dict):
+        if value:
+            found.append(value)
+        for item in value.values():
+            found += mappings(item)
+    elif isinstance(value, list):
+        for item in value:
+            found += mappings(item)
+    return found
+
+
+@given(s.valid_kubeconfigs(), st.sampled_from(["yaml", "json"]), st.data())
+@settings(max_examples=s.examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_key_repeated_anywhere_is_refused_where_it_is_repeated(
+    case: tuple[Document, Connection], style: str, data: st.DataObject
+) -> None:
+    """In the entries Kokumi reads and in those it ignores, in YAML and in JSON: the refusal
+    names the key and the line and column of its second place, and nothing else of the text."""
+    document, connection = case
+    target = data.draw(st.sampled_from(mappings(document)), label="mapping")
+    key = data.draw(st.sampled_from(sorted(target)), label="key")
+    after = data.draw(st.integers(min_value=1, max_value=len(target)), label="after")
+    written = as_pairs(document, target, key, after)
+    text = (
+        as_json(written)
+        if style == "json"
+        else yaml.dump(written, Dumper=_PairsDumper, sort_keys=False, width=1 << 20)
+    )
+    line = next(i for i, held in enumerate(text.splitlines(), 1) if OTHER_SERVER in held)
+    spelled = json.dumps(key) if style == "json" else key
+    column = text.splitlines()[line - 1].index(spelled) + 1
+    result = parse(text)
+    assert result == Refusal(Code.DUPLICATE_KEY.value, repeated(key, line, column))
+    assert_well_formed(result, s.secrets_of(connection))
+
+
+@pytest.mark.parametrize("style", ["yaml", "json"])
+def test_many_keys_cost_one_look_each(style: str) -> None:
+    """40,000 distinct keys read well inside the CPU budget, and a repeat after them is found:
+    comparing each key with those before it would take 800 million steps, and TooComplex."""
+    keys = {f"k{i}": 0 for i in range(40_000)}
+    many = s.dump({**keys, "current-context": "x"}, style)
+    assert parse(many) == ASKED_FOR_X
+    if style == "json":
+        again, line, column = many[:-2] + ',\n  "k7": 1\n}', 40_003, 3
+    else:
+        again, line, column = many + "k7: 1\n", 40_002, 1
+    assert parse(again) == Refusal(Code.DUPLICATE_KEY.value, repeated(None, line, column))
+
+
+ASKED_FOR_X = Refusal(
+    "UnknownContext",
+    'current context "x" is not in contexts (current-context): name one that is there, or add '
+    "the context",
+)

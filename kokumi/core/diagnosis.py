@@ -347,6 +347,9 @@ def status_message(body: bytes) -> str:
     return " ".join(message.split())[:160] if isinstance(message, str) else ""
 
 
+_CN_IGNORED = "a name only in the CN counts neither for Kokumi nor for Go's TLS (Argo CD, kubectl)"
+
+
 def _verify_message(
     exc: ssl.SSLCertVerificationError,
     host: str,
@@ -355,14 +358,21 @@ def _verify_message(
 ) -> str:
     code = exc.verify_code
     if code in (62, 64):  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
+        # The failure does not say whether the certificate holds the name in its CN, or has a
+        # subjectAltName at all: the words are true whichever it is. A certificate with the name
+        # only in the CN is the case that most needs them, since it once worked everywhere.
         if name:
             return (
-                f"the server's certificate is not valid for the TLS server name {name}: set"
-                " tls-server-name to a name the certificate holds"
+                f"the server's certificate is not valid for the TLS server name {name}: none of"
+                f" its subjectAltNames matches it, and {_CN_IGNORED}; set tls-server-name to a"
+                f" name a subjectAltName holds, or reissue the certificate with {name} as a"
+                " subjectAltName"
             )
         return (
-            f"the server's certificate is not valid for {host}: use a host the certificate"
-            " holds in the server URL, or set tls-server-name to one"
+            f"the server's certificate is not valid for {host}: none of its subjectAltNames"
+            f" matches it, and {_CN_IGNORED}; use a host a subjectAltName holds in the server"
+            f" URL, set tls-server-name to one, or reissue the certificate with {host} as a"
+            " subjectAltName"
         )
     if code in (9, 10):  # X509_V_ERR_CERT_NOT_YET_VALID, X509_V_ERR_CERT_HAS_EXPIRED
         return (

@@ -4,7 +4,9 @@ The kubeconfig comes from a Secret that anybody with write access to it controls
 goes to the probe and into Argo CD's cluster Secret. So parsing is total: whatever the text holds,
 ``parse`` returns a value and never raises, and a refusal says in one line which entry and field is
 wrong and how to fix it, without ever quoting a credential. Only the cluster and the user of the
-current context are read, as kubectl would use them; other entries are ignored, whatever they hold.
+current context are read, as kubectl would use them; other entries are ignored, whatever they hold,
+except a key given twice in one mapping: that is refused anywhere, since readers of the same text
+disagree on which value counts.
 
 Everything Kokumi cannot carry over to Argo CD is refused rather than dropped: an exec plugin, an
 auth provider, a file path or an extension that Kokumi silently ignored would give a connection that
@@ -70,6 +72,7 @@ class Code(enum.StrEnum):
     UNKNOWN_CLUSTER = "UnknownCluster"
     UNKNOWN_USER = "UnknownUser"
     DUPLICATE_NAME = "DuplicateName"
+    DUPLICATE_KEY = "DuplicateKey"
     EXEC_PLUGIN = "ExecPlugin"
     AUTH_PROVIDER = "AuthProvider"
     BASIC_AUTH = "BasicAuth"
@@ -257,13 +260,24 @@ def _load(text: str | bytes) -> object:
     document: object
     if text.lstrip().startswith("{"):
         # client-go reads JSON as JSON; PyYAML's YAML 1.1 rejects some valid JSON (tabs, "\/").
+        repeated: list[bool] = []
+
+        def unique(pairs: list[tuple[str, object]]) -> dict[str, object]:
+            mapping = dict(pairs)
+            if len(mapping) != len(pairs):
+                repeated.append(True)
+            return mapping
+
         try:
-            document = json.loads(text)
+            document = json.loads(text, object_pairs_hook=unique)
             # A \ud800 escape alone is no character; libyaml refuses it, and so does minimise.
             json.dumps(document, ensure_ascii=False).encode()
-            return _nonempty(document)
         except (ValueError, RecursionError):
             pass  # a YAML flow mapping, or broken: YAML says which
+        else:
+            if repeated:
+                _repeated_json_key(text)
+            return _nonempty(document)
     try:
         document = _compose(text)
     except yaml.MarkedYAMLError as error:
@@ -325,7 +339,9 @@ def _compose(text: str) -> object:
     bomb multiplies a few hundred bytes into gigabytes), merge keys (which copy), explicit tags
     other than the core schema's, and nesting deeper than :data:`MAX_DEPTH`. Scalars resolve as
     PyYAML's safe loader would, except base-60 numbers and timestamps, which stay strings (as
-    kubectl reads them into its string fields). Iterative, so depth costs no recursion.
+    kubectl reads them into its string fields). A key repeated in a mapping is refused at its
+    second place, which a dict would silently keep instead of the first. Iterative, so depth
+    costs no recursion.
     """
     started = time.thread_time()
     stack: list[list[object] | dict[object, object]] = []
@@ -389,6 +405,8 @@ def _compose(text: str) -> object:
                     f"the kubeconfig uses a YAML merge key (<<){_at(event)}, which a kubeconfig "
                     "has no need of: write the mapping out",
                 )
+            if value in parent:  # one hash lookup: linear in the keys, whatever they are
+                _repeated_key(value, _at(event))
             keys[-1] = value
         else:
             parent[keys[-1]] = value
@@ -412,6 +430,75 @@ def _syntax(event: yaml.Event, problem: str) -> NoReturn:
         Code.NOT_YAML,
         f"the kubeconfig is not valid YAML or JSON ({where}{problem}): fix its syntax",
     )
+
+
+# The keys of client-go's kubeconfig types (v1.Config and what it holds): a repeated key is named
+# only if it is one of these, since any other key is text of the tenant's that could be anything.
+_FIELDS: Final = frozenset(
+    {
+        *("apiVersion", "kind", "preferences", "clusters", "contexts", "users"),
+        *("current-context", "extensions", "extension", "colors", "name", "cluster", "context"),
+        *("user", "namespace", "server", "tls-server-name", "insecure-skip-tls-verify"),
+        *("certificate-authority", "certificate-authority-data", "proxy-url"),
+        *("disable-compression", "client-certificate", "client-certificate-data", "client-key"),
+        *("client-key-data", "token", "tokenFile", "as", "as-uid", "as-groups", "as-user-extra"),
+        *("username", "password", "auth-provider", "config", "exec", "command", "args", "env"),
+        *("value", "installHint", "provideClusterInfo", "interactiveMode"),
+    }
+)
+
+
+def _repeated_key(key: object, where: str) -> NoReturn:
+    """Refuse a key given twice in one mapping, wherever it is: YAML forbids it and JSON leaves
+    it open, so readers of the same text disagree (a dict, and client-go, keep the last value;
+    yaml.v3, ruamel.yaml and js-yaml refuse the text). Read the last, Kokumi and Argo CD could
+    reach another server than the next reader of the Secret does.
+    """
+    named = f"the key {quoted(key)}" if isinstance(key, str) and key in _FIELDS else "a key"
+    _refuse(
+        Code.DUPLICATE_KEY,
+        f"the kubeconfig has {named} twice in one mapping{where}, and readers differ on which "
+        "value counts: keep one",
+    )
+
+
+_JSON_TOKEN: Final = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\],]')
+
+
+def _repeated_json_key(text: str) -> NoReturn:
+    """Refuse the first key that ``text``, valid JSON with a repeated key, repeats, and say where.
+
+    Python's JSON parser tells that an object repeats a key, but not where; one pass over the
+    strings and brackets (linear: the string pattern never backtracks) finds it in text order, as
+    the YAML reader would.
+    """
+    open_keys: list[set[str] | None] = []  # per open object its keys so far; None for a list
+    key_next = False
+    for token in _JSON_TOKEN.finditer(text):
+        lexeme = token.group()
+        if lexeme == "{":
+            open_keys.append(set())
+            key_next = True
+        elif lexeme == "[":
+            open_keys.append(None)
+            key_next = False
+        elif lexeme in ("}", "]"):
+            open_keys.pop()
+            key_next = False
+        elif lexeme == ",":
+            key_next = open_keys[-1] is not None
+        elif key_next:
+            keys = open_keys[-1]
+            assert keys is not None
+            key = json.loads(lexeme)
+            if key in keys:
+                start = token.start()
+                line = text.count("\n", 0, start) + 1
+                column = start - text.rfind("\n", 0, start)
+                _repeated_key(key, f" (line {line}, column {column})")
+            keys.add(key)
+            key_next = False
+    raise RuntimeError("JSON with a repeated key, but none found")  # a bug: InternalError
 
 
 def _check_tag(event: yaml.NodeEvent, own: str) -> None:

@@ -26,6 +26,7 @@ def ssl_context(
     """A client context trusting only ``certificate_authority`` (the system store without it).
 
     ``insecure_skip_tls_verify`` turns verification off entirely, as kubectl's option does.
+    Otherwise the server's name is verified as Go verifies it, against the subjectAltName only.
     Python's ``ssl`` loads a client key only from a path, so the PEM goes to an anonymous memory
     file for the one ``load_cert_chain`` call (a private 0600 file in a fresh temporary
     directory, removed right after, where there is no ``memfd_create``). The texts of
@@ -41,6 +42,11 @@ def ssl_context(
             raise ConfigError(f"the certificate authority is not valid PEM: {_why(exc)}") from None
     else:
         context = ssl.create_default_context()
+    # Go's TLS (client-go, kubectl, Argo CD) matches the host against the subjectAltName only
+    # and never the CN; Python's falls back to the CN of a certificate without a DNS name
+    # there. Kokumi must refuse what Argo CD refuses, or a Cluster is Ready that Argo CD
+    # cannot connect to.
+    context.hostname_checks_common_name = False
     if insecure_skip_tls_verify:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE

@@ -226,8 +226,14 @@ class CertificateAuthority:
         organizations: Sequence[str] = (),
         *,
         server_names: Sequence[str] = (),
+        serving: bool = False,
     ) -> tuple[bytes, bytes]:
-        """A leaf certificate and its key, as PEM: a client identity, or a serving certificate."""
+        """A leaf certificate and its key, as PEM: a client identity, or a serving certificate.
+
+        ``serving`` without ``server_names`` makes a serving certificate with no subjectAltName,
+        naming its host only in the CN as certificates did before Go's TLS ignored the CN: the
+        one Kokumi must refuse as Argo CD does.
+        """
         key = ec.generate_private_key(ec.SECP256R1())
         attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
         attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
@@ -250,6 +256,7 @@ class CertificateAuthority:
                 except ValueError:
                     sans.append(x509.DNSName(name))
             builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        if server_names or serving:
             usage = x509.oid.ExtendedKeyUsageOID.SERVER_AUTH
         else:
             usage = x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH
