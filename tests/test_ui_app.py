@@ -8,17 +8,23 @@ forged sign-in, an oversized body, and a credential echoed back after a failed v
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
+import trio
+import yaml
 
+from kokumi.core import api
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config, StaticToken
 from kokumi.testing import canary
-from kokumi.ui.app import UI, create_app
+from kokumi.ui.app import MAX_CA, MAX_KUBECONFIG, MAX_TOKEN, UI, create_app
 from kokumi.ui.security import COOKIE, CSP, MAX_BODY, Sessions
+from kokumi.workspace import newcluster
 
 ORIGIN = "http://127.0.0.1:8765"
 
@@ -274,4 +280,138 @@ async def test_a_file_upload_is_read_like_a_paste(
     assert response.status_code == 422
     assert "FilePath: " in response.text
     assert "/var/run/token" not in response.text.split("</textarea>")[0].split("<textarea")[-1]
+    assert hub.requests == []
+
+
+def flow_list(size: int) -> bytes:
+    """``[a,a,...]`` of exactly ``size`` bytes: the most YAML events per byte, slowest to read."""
+    count = (size - 3) // 2
+    return b"[" + b"a," * count + b"a" + b" " * (size - 3 - 2 * count) + b"]"
+
+
+def error_of(page: str, field: str) -> str:
+    return page.split(f'id="{field}-error" role="alert">')[1].split("</p>", maxsplit=1)[0]
+
+
+async def test_a_hostile_kubeconfig_is_read_off_the_loop_while_other_pages_answer(
+    fake_hub: tuple[Hub, Sessions, httpx.AsyncClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The largest kubeconfig the form takes, of the slowest kind, read by Kokumi's own reader
+    in a worker thread: another page answers while it is being read. The reader's thread is held
+    open until that page has answered, so the order is the test's, not the machine's speed."""
+    hub, sessions, browser = fake_hub
+    csrf = await signed_in(sessions, browser)
+    hub.requests.clear()
+
+    def general_loader(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a form's kubeconfig reached a general YAML loader")
+
+    monkeypatch.setattr(yaml, "safe_load", general_loader)
+    started, loop = trio.Event(), trio.lowlevel.current_trio_token()
+    parsed, release = threading.Event(), threading.Event()
+    examine = newcluster.examine_kubeconfig
+    read: list[float] = []
+
+    def held(text: str, context: str | None = None) -> Any:
+        loop.run_sync_soon(started.set)
+        reading = time.perf_counter()
+        try:
+            return examine(text, context)
+        finally:
+            read.append(time.perf_counter() - reading)
+            release.wait(10)
+            parsed.set()
+
+    monkeypatch.setattr(newcluster, "examine_kubeconfig", held)
+    hostile = flow_list(MAX_KUBECONFIG)
+    assert len(hostile) == MAX_KUBECONFIG
+    posted: list[httpx.Response] = []
+
+    async def post() -> None:
+        posted.append(
+            await browser.post(
+                "/clusters/new",
+                data={"csrf": csrf, "namespace": "platform", "name": "spoke", "how": "kubeconfig"},
+                files={"kubeconfig_file": ("config", hostile, "application/yaml")},
+                headers=SAME_ORIGIN,
+            )
+        )
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(post)
+        with trio.fail_after(30):
+            await started.wait()
+        began = time.perf_counter()
+        page = await browser.get("/clusters")
+        latency = time.perf_counter() - began
+        answered_while_parsing = not parsed.is_set()
+        listed = list(hub.requests)
+        release.set()
+    assert page.status_code == 200
+    assert answered_while_parsing, "GET /clusters waited for the hostile form to be read"
+    print(
+        f"GET /clusters answered in {latency * 1000:.1f} ms while a hostile form was read "
+        f"(the read itself: {read[0] * 1000:.0f} ms)"
+    )
+    (response,) = posted
+    assert response.status_code == 422
+    assert error_of(response.text, "kubeconfig").startswith(
+        "NotKubeconfig: the kubeconfig is a list"
+    )
+    # The page's list of Clusters, and nothing for the refused form.
+    assert [(r.method, r.url.path) for r in listed] == [
+        ("GET", f"/apis/{api.GROUP}/v1alpha1/clusters")
+    ]
+    assert hub.requests == listed
+
+
+@pytest.mark.parametrize(
+    ("form", "files", "field", "said"),
+    [
+        (
+            {"how": "kubeconfig"},
+            {"kubeconfig_file": ("config", flow_list(MAX_KUBECONFIG + 1), "application/yaml")},
+            "kubeconfig", "the kubeconfig is larger than 512 KiB: keep only the context",
+        ),
+        (
+            {"how": "kubeconfig", "kubeconfig": "é" * (MAX_KUBECONFIG // 2 + 1)},
+            {"kubeconfig_file": ("", b"", "application/octet-stream")},  # multipart, no file
+            "kubeconfig", "the kubeconfig is larger than 512 KiB: keep only the context",
+        ),
+        (
+            {"how": "token", "server": "https://spoke.example", "token": "t" * (MAX_TOKEN + 1)},
+            None, "token", "a bearer token is at most 16 KiB",
+        ),
+        (
+            {"how": "token", "server": "https://spoke.example", "token": canary.token(),
+             "ca": "c" * (MAX_CA + 1)},
+            None, "server", "the certificate authority is at most 64 KiB of PEM",
+        ),
+    ],
+)  # fmt: skip
+async def test_a_credential_over_the_forms_limit_is_refused_unread(
+    fake_hub: tuple[Hub, Sessions, httpx.AsyncClient],
+    monkeypatch: pytest.MonkeyPatch,
+    form: dict[str, str],
+    files: dict[str, tuple[str, bytes, str]] | None,
+    field: str,
+    said: str,
+) -> None:
+    hub, sessions, browser = fake_hub
+    csrf = await signed_in(sessions, browser)
+
+    def unread(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a credential over the form's limit was parsed")
+
+    monkeypatch.setattr(newcluster, "examine_kubeconfig", unread)
+    monkeypatch.setattr(newcluster, "kubeconfig_of_token", unread)
+    response = await browser.post(
+        "/clusters/new",
+        data={"csrf": csrf, "namespace": "platform", "name": "spoke", **form},
+        files=files,
+        headers=SAME_ORIGIN,
+    )
+    assert response.status_code == 422
+    assert error_of(response.text, field).startswith(said)
+    assert canary.found(response.text) == []
     assert hub.requests == []

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 import attrs
 import jinja2
+import trio
 from starlette.applications import Starlette
 from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
@@ -47,7 +48,22 @@ REFRESH: Final = 10
 """Seconds between reloads of the list and a Cluster's page: a check runs about once a minute."""
 
 MAX_TOKEN: Final = 16 * 1024
-"""The longest bearer token the sign-in form takes (a cookie holds about 2,800 characters)."""
+"""The longest bearer token the sign-in and New Cluster forms take (a cookie holds about 2,800
+characters)."""
+
+MAX_KUBECONFIG: Final = 512 * 1024
+"""The largest kubeconfig the New Cluster form reads. A form's kubeconfig is anybody's text and
+costs CPU in proportion to its size (about half a second per MiB of the worst kind); one context
+with its cluster and user is a few KiB, a whole ~/.kube/config of many contexts rarely 100."""
+
+MAX_CA: Final = 64 * 1024
+"""The largest certificate authority (PEM) the New Cluster form reads: a cluster's CA and its
+intermediates are a few KiB."""
+
+PARSERS: Final = 1
+"""New Cluster forms whose credentials are read at once, each in a worker thread. The reader is
+mostly Python, so a second thread would add no speed under the GIL, only take more of it from
+the event loop that serves every other page."""
 
 _FILES = importlib.resources.files("kokumi.ui")
 _ENV: Final = jinja2.Environment(
@@ -75,6 +91,9 @@ class UI:
     argocd_namespace: str = argocd.ARGOCD_NAMESPACE
     clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)
     proxy: ProxyTrust | None = None
+    parsers: trio.CapacityLimiter = attrs.field(
+        factory=lambda: trio.CapacityLimiter(PARSERS), repr=False
+    )
 
     @property
     def mode(self) -> str:
@@ -406,7 +425,7 @@ def _cluster_routes(ui: UI) -> list[BaseRoute]:
             form = await request.form()
             for key in values:
                 values[key] = _text(form, key).strip()
-            outcome = await _add(hub, form, values)
+            outcome = await _add(ui, hub, form, values)
             if isinstance(outcome, str):
                 return RedirectResponse(outcome, status_code=303)
             errors, contexts = outcome
@@ -633,65 +652,86 @@ async def _save(
         raise newcluster.api_error(f"cannot update Cluster {where}", exc) from None
 
 
-async def _kubeconfig_text(form: FormData) -> str:
+@attrs.frozen
+class _Credentials:
+    """What the New Cluster form was given to reach the cluster with: never shown, never logged."""
+
+    kubeconfig: str = attrs.field(repr=False)
+    token: str = attrs.field(repr=False)
+    ca: str = attrs.field(repr=False)
+
+
+async def _credentials(form: FormData) -> _Credentials | dict[str, str]:
+    """The form's credential fields, or (by field) which is too large to be read at all.
+
+    The sizes are checked here, before anything is parsed: a kubeconfig is tenant input that
+    costs CPU in proportion to its size, and the form holds it in memory meanwhile.
+    """
+    text = _text(form, "kubeconfig")
     upload = form.get("kubeconfig_file")
     if isinstance(upload, UploadFile) and upload.filename:
         data = await upload.read()
         if data:
-            return data.decode("utf-8", "replace")
-    return _text(form, "kubeconfig")
+            if len(data) > MAX_KUBECONFIG:
+                return {"kubeconfig": _kubeconfig_too_large()}
+            text = data.decode("utf-8", "replace")
+    token, ca = _text(form, "token").strip(), _text(form, "ca").strip()
+    errors: dict[str, str] = {}
+    if len(text) > MAX_KUBECONFIG or len(text.encode("utf-8", "replace")) > MAX_KUBECONFIG:
+        errors["kubeconfig"] = _kubeconfig_too_large()
+    if len(token) > MAX_TOKEN:
+        errors["token"] = (
+            f"a bearer token is at most {MAX_TOKEN // 1024} KiB: give a ServiceAccount's token"
+        )
+    if len(ca) > MAX_CA:
+        errors["server"] = (
+            f"the certificate authority is at most {MAX_CA // 1024} KiB of PEM: give the "
+            "certificates that signed the cluster's, not a whole bundle"
+        )
+    return errors or _Credentials(text, token, ca)
 
 
-async def _add(
-    hub: Client, form: FormData, values: dict[str, str]
-) -> str | tuple[dict[str, str], list[str]]:
-    """The New Cluster form's steps: the Cluster's page to go to, or (errors by field, contexts).
+def _kubeconfig_too_large() -> str:
+    return (
+        f"the kubeconfig is larger than {MAX_KUBECONFIG // 1024} KiB: keep only the context the "
+        "Cluster uses, e.g. with kubectl config view --minify --flatten --context NAME"
+    )
 
-    Everything the form can check is checked before the first request, with the words the
-    manager's status would use; then :func:`kokumi.workspace.newcluster.add_cluster` runs, as
-    for ``kokumi cluster add``.
+
+def _source(
+    values: Mapping[str, str], given: _Credentials
+) -> tuple[newcluster.Source | None, dict[str, str], list[str]]:
+    """What the Cluster will be reached with, or why not (by field), and the contexts to offer.
+
+    CPU-bound on text anybody may send, so called in a worker thread (:func:`_add`): it reads a
+    kubeconfig with the manager's reader (a CPU budget, no aliases), or builds and checks one.
     """
     errors: dict[str, str] = {}
     contexts: list[str] = []
-    name, namespace, how = values["name"], values["namespace"], values["how"]
-    try:
-        newcluster.check_name(name)
-    except newcluster.Refused as refused:
-        errors["name"] = str(refused)
-    if not namespace:
-        errors["namespace"] = "say which namespace (workspace) the Cluster goes in"
-    try:
-        labels = _labels(values["labels"])
-    except newcluster.Refused as refused:
-        errors["labels"] = str(refused)
-        labels = {}
     source: newcluster.Source | None = None
+    how, name = values["how"], values["name"]
     if how == "kubeconfig":
-        text = await _kubeconfig_text(form)
-        if not text.strip():
+        if not given.kubeconfig.strip():
             errors["kubeconfig"] = "paste a kubeconfig, or choose its file"
         else:
-            contexts = newcluster.context_names(text)
-            try:
-                minimal, server = newcluster.check_kubeconfig(text, values["context"] or None)
-            except kubeconfig.KubeconfigRefused as refused:
-                field = "context" if refused.refusal.code in _CONTEXT_CODES else "kubeconfig"
-                errors[field] = f"{refused.refusal.code}: {refused.refusal.message}"
+            contexts, read = newcluster.examine_kubeconfig(
+                given.kubeconfig, values["context"] or None
+            )
+            if isinstance(read, kubeconfig.Refusal):
+                field = "context" if read.code in _CONTEXT_CODES else "kubeconfig"
+                errors[field] = f"{read.code}: {read.message}"
             else:
-                source = newcluster.Source(server, minimal)
+                source = read
     elif how == "token":
         server = values["server"]
-        token = _text(form, "token").strip()
-        ca = _text(form, "ca").strip()
         if not server:
             errors["server"] = "give the API server's URL as the hub reaches it"
-        if not token:
+        if not given.token:
             errors["token"] = "give a bearer token of the cluster (a ServiceAccount's)"  # noqa: S105
-        if server and token:
+        if server and given.token:
+            ca = given.ca.encode() if given.ca else None
             try:
-                text = newcluster.kubeconfig_of_token(
-                    name or "cluster", server, ca.encode() if ca else None, token
-                )
+                text = newcluster.kubeconfig_of_token(name or "cluster", server, ca, given.token)
             except newcluster.Refused as refused:
                 errors["server"] = str(refused)
             else:
@@ -705,6 +745,40 @@ async def _add(
             newcluster.refuse_argocds_own_cluster(source, "“The cluster Kokumi runs in”")
         except newcluster.Refused as refused:
             errors["how"] = str(refused)
+    return source, errors, contexts
+
+
+async def _add(
+    ui: UI, hub: Client, form: FormData, values: dict[str, str]
+) -> str | tuple[dict[str, str], list[str]]:
+    """The New Cluster form's steps: the Cluster's page to go to, or (errors by field, contexts).
+
+    Everything the form can check is checked before the first request, with the words the
+    manager's status would use; then :func:`kokumi.workspace.newcluster.add_cluster` runs, as
+    for ``kokumi cluster add``. The credentials are read in a worker thread, one form at a time
+    (``ui.parsers``): a hostile kubeconfig then delays other New Cluster forms, never every
+    other page of every user.
+    """
+    errors: dict[str, str] = {}
+    name, namespace = values["name"], values["namespace"]
+    try:
+        newcluster.check_name(name)
+    except newcluster.Refused as refused:
+        errors["name"] = str(refused)
+    if not namespace:
+        errors["namespace"] = "say which namespace (workspace) the Cluster goes in"
+    try:
+        labels = _labels(values["labels"])
+    except newcluster.Refused as refused:
+        errors["labels"] = str(refused)
+        labels = {}
+    given = await _credentials(form)
+    if not isinstance(given, _Credentials):
+        return {**errors, **given}, []
+    source, refused_by_field, contexts = await trio.to_thread.run_sync(
+        _source, values, given, limiter=ui.parsers
+    )
+    errors.update(refused_by_field)
     if errors or source is None:
         return errors, contexts
     try:

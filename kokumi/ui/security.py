@@ -46,7 +46,7 @@ log = logging.getLogger("kokumi.ui")
 
 COOKIE: Final = "kokumi_session"
 MAX_BODY: Final = 1024 * 1024
-"""The largest request body: a kubeconfig the manager accepts is at most 512 KiB, as a form."""
+"""The largest request body: the New Cluster form takes a kubeconfig of at most 512 KiB."""
 
 SESSION_SECONDS: Final = 12 * 3600
 CLUSTER_SESSION_SECONDS: Final = 8 * 3600
@@ -307,8 +307,8 @@ class Guard:
 
 def _too_large(limit: int) -> str:
     return (
-        f"Refused: the request is larger than {limit // 1024} KiB: a kubeconfig the manager "
-        "accepts is at most 512 KiB."
+        f"Refused: the request is larger than {limit // 1024} KiB: the New Cluster form takes a "
+        "kubeconfig of at most 512 KiB."
     )
 
 

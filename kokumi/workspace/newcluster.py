@@ -21,7 +21,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import attrs
-import yaml
 
 from kokumi.core import api, argocd, kubeconfig
 from kokumi.core.ownership import is_argocd_own, normalise_server
@@ -39,14 +38,14 @@ __all__ = [
     "Source",
     "add_cluster",
     "api_error",
-    "check_name",
-    "context_names",
-    "refuse_argocds_own_cluster",
     "check_kubeconfig",
+    "check_name",
     "cluster_object",
+    "examine_kubeconfig",
     "kubeconfig_of_token",
     "kubeconfig_secret",
     "kubeconfig_secret_name",
+    "refuse_argocds_own_cluster",
     "write",
     "written_here",
 ]
@@ -204,26 +203,26 @@ class Added:
     secret_created: bool | None  # None: no Secret (InCluster)
 
 
-def context_names(text: str) -> list[str]:
-    """The names of a pasted kubeconfig's contexts, for a form to offer; [] if none can be read.
+MAX_CONTEXT_NAMES: Final = 50
+"""The most context names offered: a list to pick from, not a kubeconfig's size again in a page."""
 
-    Only names are read: the manager's reader decides, with its reasons, whether the chosen one
-    can be used.
+
+def examine_kubeconfig(
+    text: str, context: str | None = None
+) -> tuple[list[str], Source | kubeconfig.Refusal]:
+    """The kubeconfig's context names, for a form to offer, and what ``add`` stores or why not.
+
+    One read, by the manager's reader: a form's kubeconfig is anybody's text, and the reader
+    bounds its size and CPU and refuses aliases, where a general YAML loader spends seconds on a
+    flow list of a MiB. Still CPU-bound: a server calls this in a worker thread. Names longer
+    than a DNS name are left out of the offer, as are all past the first ``MAX_CONTEXT_NAMES``.
     """
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return []
-    contexts = document.get("contexts") if isinstance(document, Mapping) else None
-    if not isinstance(contexts, list):
-        return []
-    return sorted(
-        {
-            str(c["name"])
-            for c in contexts
-            if isinstance(c, Mapping) and isinstance(c.get("name"), str)
-        }
-    )
+    names, read = kubeconfig.examine(text, context)
+    offered = [name for name in names if len(name) <= 253][:MAX_CONTEXT_NAMES]
+    if isinstance(read, kubeconfig.Refusal):
+        return offered, read
+    minimal, server = read
+    return offered, Source(server, minimal)
 
 
 async def add_cluster(
