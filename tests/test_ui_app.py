@@ -8,6 +8,7 @@ forged sign-in, an oversized body, and a credential echoed back after a failed v
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -62,9 +63,15 @@ async def fake_hub() -> AsyncIterator[tuple[Hub, Sessions, httpx.AsyncClient]]:
 
 
 async def signed_in(sessions: Sessions, browser: httpx.AsyncClient) -> str:
-    """Sign in with the one-time link; the session's CSRF token, read from a page's form."""
-    response = await browser.get(f"/signin?token={sessions.sign_in_token}")
+    """Sign in with the one-time link; the session's CSRF token, read from a page's form.
+
+    The browser's base URL is then the session's own path, where the link sent it.
+    """
+    response = await browser.get(f"{ORIGIN}/signin?token={sessions.sign_in_token}")
     assert response.status_code == 303
+    base = response.headers["location"].removesuffix("/clusters")
+    assert SESSION_PAGES.fullmatch(base), base
+    browser.base_url = httpx.URL(ORIGIN + base)
     page = await browser.get("/clusters/new")
     assert page.status_code == 200
     marker = 'name="csrf" value="'
@@ -73,6 +80,7 @@ async def signed_in(sessions: Sessions, browser: httpx.AsyncClient) -> str:
 
 
 SAME_ORIGIN = {"Sec-Fetch-Site": "same-origin", "Origin": ORIGIN}
+SESSION_PAGES = re.compile(r"/s/[A-Za-z0-9_-]{43}")
 
 
 async def test_the_sign_in_link_works_once_and_sets_a_strict_cookie(
@@ -84,7 +92,9 @@ async def test_the_sign_in_link_works_once_and_sets_a_strict_cookie(
     token = sessions.sign_in_token
     first = await browser.get(f"/signin?token={token}")
     assert first.status_code == 303
-    assert first.headers["location"] == "/clusters"
+    location = first.headers["location"]
+    assert SESSION_PAGES.fullmatch(location.removesuffix("/clusters")), location
+    assert first.headers["referrer-policy"] == "no-referrer"
     cookie = first.headers["set-cookie"]
     for attribute in ("HttpOnly", "SameSite=Strict", "Path=/", "Max-Age=43200"):
         assert attribute in cookie
@@ -117,8 +127,8 @@ async def test_every_response_carries_a_strict_csp_and_no_page_has_a_script(
 ) -> None:
     _, sessions, browser = fake_hub
     await signed_in(sessions, browser)
-    for path in ("/clusters", "/clusters/new", "/environments", "/signin", "/static/style.css",
-                 "/clusters/platform/nothing"):  # fmt: skip
+    for path in ("/clusters", "/clusters/new", "/environments", f"{ORIGIN}/signin",
+                 f"{ORIGIN}/static/style.css", "/clusters/platform/nothing"):  # fmt: skip
         response = await browser.get(path)
         assert response.headers["content-security-policy"] == CSP
         assert "script-src 'none'" in CSP
@@ -130,6 +140,63 @@ async def test_every_response_carries_a_strict_csp_and_no_page_has_a_script(
     missing = await browser.get("/clusters/platform/nothing")
     assert missing.status_code == 404
     assert "no Cluster nothing in namespace platform" in missing.text
+
+
+PAGES = (
+    "/clusters",
+    "/clusters/new",
+    "/environments",
+    "/clusters/platform/spoke",
+    "/clusters/platform/spoke/edit",
+)
+
+
+async def test_the_session_cookie_alone_gets_nothing_and_changes_nothing(
+    fake_hub: tuple[Hub, Sessions, httpx.AsyncClient], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another port of 127.0.0.1 receives the cookie (RFC 6265 section 8.5), never the
+    session's path: a plain client replaying the cookie, with the form token read from the real
+    session's page and no Origin or Sec-Fetch-Site, gets a sign-in page and no request reaches
+    the hub; nor does the path without the cookie."""
+    hub, sessions, browser = fake_hub
+    caplog.set_level(logging.DEBUG)
+    csrf = await signed_in(sessions, browser)
+    base = browser.base_url.raw_path.decode().rstrip("/")
+    hub.requests.clear()
+    other = "/s/" + ("A" if base[3] != "A" else "B") + base[4:]
+    replayed = {COOKIE: browser.cookies[COOKIE]}
+    transport = browser._transport
+    async with (
+        httpx.AsyncClient(transport=transport, base_url=ORIGIN, cookies=replayed) as replay,
+        httpx.AsyncClient(transport=transport, base_url=ORIGIN) as no_cookie,
+    ):
+        for client, prefixes in ((replay, ("", other, "/s/")), (no_cookie, (base,))):
+            for prefix in prefixes:
+                for path in PAGES:
+                    page = await client.get(prefix + path)
+                    assert page.status_code in (401, 404), (prefix, path)
+                    assert csrf not in page.text
+                    assert 'name="csrf"' not in page.text
+                form = {"csrf": csrf, "namespace": "platform", "name": "forged", "how": "incluster"}
+                posts = (
+                    ("/clusters/new", form),
+                    ("/clusters/platform/spoke/delete", {"csrf": csrf, "confirm": "spoke"}),
+                    ("/clusters/platform/spoke/edit", {"csrf": csrf, "labels": "x=y"}),
+                    ("/signout", {"csrf": csrf}),
+                )
+                for path, data in posts:
+                    posted = await client.post(prefix + path, data=data)
+                    assert posted.status_code in (401, 404), (prefix, path)
+                    assert "set-cookie" not in posted.headers
+    assert hub.requests == []
+    # The session is untouched, in the browser that has both.
+    assert (await browser.get("/clusters/new")).status_code == 200
+    # The UI's own log lines (httpx's here are the test client's) name neither secret.
+    logged = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("kokumi"))
+    assert "a session's cookie but not its address" in logged
+    assert base not in logged
+    assert base[3:] not in logged
+    assert replayed[COOKIE] not in logged
 
 
 @pytest.mark.parametrize(
@@ -159,7 +226,7 @@ async def test_a_cross_site_post_is_refused_before_it_reaches_the_hub(
 
 
 async def test_a_post_without_the_sessions_token_is_refused(
-    fake_hub: tuple[Hub, Sessions, httpx.AsyncClient],
+    fake_hub: tuple[Hub, Sessions, httpx.AsyncClient], caplog: pytest.LogCaptureFixture
 ) -> None:
     hub, sessions, browser = fake_hub
     await signed_in(sessions, browser)
@@ -170,6 +237,9 @@ async def test_a_post_without_the_sessions_token_is_refused(
         assert response.status_code == 403
         assert response.text.startswith("Refused: the form is not from this session")
     assert hub.requests == []
+    # Logged with the session's path, not its secret.
+    assert "refused POST /s/…/clusters/new: no valid CSRF token" in caplog.text
+    assert browser.base_url.raw_path.decode().strip("/") not in caplog.text
 
 
 async def test_a_body_over_the_limit_is_refused(

@@ -37,7 +37,16 @@ from kokumi.core.text import one_line
 from kokumi.kube.client import NAMESPACES, Client
 from kokumi.kube.errors import ConfigError, Conflict, Forbidden, KubeError, NotFound, Unauthorized
 from kokumi.ui.incluster import ProxyTrust, Who, who_is
-from kokumi.ui.security import COOKIE, Guard, SealedSessions, Session, Sessions, clear_cookie
+from kokumi.ui.security import (
+    COOKIE,
+    SESSION_PATH,
+    Guard,
+    SealedSessions,
+    Session,
+    Sessions,
+    clear_cookie,
+    shown_path,
+)
 from kokumi.workspace import inspect, newcluster
 
 __all__ = ["UI", "create_app"]
@@ -116,15 +125,19 @@ def create_app(ui: UI) -> Guard:
         # For the kubelet's probes, which come from no proxy and hold no session.
         return PlainTextResponse("ok")
 
+    sign_in, sign_out = _sign_in_routes(ui)
+    pages = [sign_out, *_cluster_routes(ui), *_environment_routes(ui)]
     routes: list[BaseRoute] = [
         Route("/", index),
         Route("/healthz", healthz),
-        *_sign_in_routes(ui),
-        *_cluster_routes(ui),
-        *_environment_routes(ui),
+        sign_in,
         Mount("/static", StaticFiles(directory=str(_FILES / "static")), name="static"),
     ]
-    return Guard(Starlette(routes=routes))
+    if ui.mode == "local":
+        # The session's pages under its secret path; the same paths without it answer the
+        # sign-in page, whatever cookie comes with them (see kokumi.ui.security).
+        routes.append(Mount(SESSION_PATH + "/{key}", routes=pages))
+    return Guard(Starlette(routes=[*routes, *pages]))
 
 
 # --- sessions ---------------------------------------------------------------------------------
@@ -153,7 +166,7 @@ def _proxy_session(ui: UI, request: Request) -> tuple[Session, str | None] | Res
     assert ui.proxy is not None and isinstance(ui.sessions, SealedSessions)
     identity = ui.proxy.identity(request)
     if isinstance(identity, str):
-        log.warning("refused %s %s: %s", request.method, request.url.path, identity)
+        log.warning("refused %s %s: %s", request.method, shown_path(request.url.path), identity)
         return _refused(identity + ".", 401 if "named no user" in identity else 403)
     assert identity.user is not None
     session = ui.sessions.get(request.cookies.get(COOKIE))
@@ -173,7 +186,13 @@ def _signed_in(ui: UI, handler: Handler) -> Endpoint:
                 return found
             session, fresh = found
         else:
-            looked_up = ui.sessions.get(request.cookies.get(COOKIE))
+            cookie = request.cookies.get(COOKIE)
+            if isinstance(ui.sessions, Sessions):
+                key = request.path_params.get("key")
+                base = f"{SESSION_PATH}/{key}" if isinstance(key, str) else ""
+                looked_up = ui.sessions.get(cookie, base)
+            else:
+                looked_up = ui.sessions.get(cookie)
             if looked_up is None:
                 return _signin_page(ui)
             session = looked_up
@@ -187,7 +206,9 @@ def _signed_in(ui: UI, handler: Handler) -> Endpoint:
                 given = form.get("csrf")
                 if not isinstance(given, str) or not ui.sessions.csrf_ok(session, given):
                     log.warning(
-                        "refused %s %s: no valid CSRF token", request.method, request.url.path
+                        "refused %s %s: no valid CSRF token",
+                        request.method,
+                        shown_path(request.url.path),
                     )
                     return _refused(
                         "Refused: the form is not from this session: reload the page and try "
@@ -207,15 +228,18 @@ def _signed_in(ui: UI, handler: Handler) -> Endpoint:
 # --- signing in -------------------------------------------------------------------------------
 
 
-def _sign_in_routes(ui: UI) -> list[BaseRoute]:
+def _sign_in_routes(ui: UI) -> tuple[BaseRoute, BaseRoute]:
+    """The sign-in (at the root in every mode) and the sign-out (a page of the session's)."""
+
     async def local_sign_in(request: Request) -> Response:
         assert isinstance(ui.sessions, Sessions)
-        cookie = ui.sessions.exchange(request.query_params.get("token", ""))
-        if cookie is None:
+        exchanged = ui.sessions.exchange(request.query_params.get("token", ""))
+        if exchanged is None:
             log.warning("refused a sign-in: the link was used already or is wrong")
             return _signin_page(ui, status=403, spent=True)
+        cookie, session = exchanged
         log.info("signed in with the one-time link")
-        response = RedirectResponse("/clusters", status_code=303)
+        response = RedirectResponse(f"{session.base}/clusters", status_code=303)
         response.headers.append("set-cookie", ui.sessions.cookie_header(cookie))
         return response
 
@@ -271,10 +295,10 @@ def _sign_in_routes(ui: UI) -> list[BaseRoute]:
         return response
 
     sign_in: Endpoint = {"local": local_sign_in, "token": token_sign_in}.get(ui.mode, proxy_sign_in)
-    return [
+    return (
         Route("/signin", sign_in, methods=["GET", "POST"] if ui.mode == "token" else ["GET"]),
         Route("/signout", _signed_in(ui, sign_out), methods=["POST"]),
-    ]
+    )
 
 
 async def _who(ui: UI, token: str) -> Who | tuple[str, int]:
@@ -375,7 +399,9 @@ def _cluster_routes(ui: UI) -> list[BaseRoute]:
             except newcluster.Refused as refused:
                 error = str(refused)
             else:
-                return RedirectResponse(f"/clusters/{namespace}/{name}", status_code=303)
+                return RedirectResponse(
+                    f"{session.base}/clusters/{namespace}/{name}", status_code=303
+                )
         return _page(
             "edit.html",
             {"title": f"Edit {name}", "session": session, "namespace": namespace, "name": name,
@@ -400,7 +426,9 @@ def _cluster_routes(ui: UI) -> list[BaseRoute]:
                         newcluster.api_error(f"cannot delete Cluster {namespace}/{name}", exc)
                     )
                 else:
-                    return RedirectResponse(f"/clusters?namespace={namespace}", status_code=303)
+                    return RedirectResponse(
+                        f"{session.base}/clusters?namespace={namespace}", status_code=303
+                    )
         return _page(
             "delete.html",
             {"title": f"Delete {name}", "session": session, "namespace": namespace,
@@ -427,7 +455,7 @@ def _cluster_routes(ui: UI) -> list[BaseRoute]:
                 values[key] = _text(form, key).strip()
             outcome = await _add(ui, hub, form, values)
             if isinstance(outcome, str):
-                return RedirectResponse(outcome, status_code=303)
+                return RedirectResponse(session.base + outcome, status_code=303)
             errors, contexts = outcome
         return _page(
             "new.html",
@@ -499,10 +527,11 @@ def _environment_routes(ui: UI) -> list[BaseRoute]:
 
 
 def _page(template: str, context: Mapping[str, Any], *, status: int = 200) -> HTMLResponse:
-    context = {"refresh": 0, "csrf": "", **context}
+    context = {"refresh": 0, "csrf": "", "base": "", **context}
     session = context.get("session")
     if isinstance(session, Session):
         context["csrf"] = session.csrf
+        context["base"] = session.base
     return HTMLResponse(_ENV.get_template(template).render(**context), status_code=status)
 
 

@@ -5,6 +5,13 @@ gets a session cookie and the link is spent, so another local user, or a web pag
 port, cannot act with the user's kubeconfig. The cookie is signed (itsdangerous), HttpOnly,
 SameSite=Strict, and expires; the session behind it lives in this process only.
 
+The cookie alone is not the session, though: browsers do not keep cookies apart by port (RFC 6265
+section 8.5), so a server another local user runs on 127.0.0.1:OTHER receives it with every
+request the user's browser makes there. The session's pages therefore live under a path of its
+own, ``/s/<secret>/`` (:data:`SESSION_PATH`), which the sign-in redirects to and which no other
+port is ever told: every response says ``Referrer-Policy: no-referrer``, and a log line shows the
+path with the secret left out (:func:`shown_path`). A request needs both, the cookie and the path.
+
 In a cluster (:class:`SealedSessions`) the session lives in the cookie itself, sealed with the key
 the replicas share (:mod:`kokumi.core.sessioncookie`), so that any replica, and one started after
 a restart, accepts it; the user's bearer token travels in it encrypted, never in clear.
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import re
 import secrets
 import time
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
@@ -40,11 +48,16 @@ __all__ = [
     "Session",
     "Sessions",
     "cross_site_refusal",
+    "shown_path",
 ]
 
 log = logging.getLogger("kokumi.ui")
 
 COOKIE: Final = "kokumi_session"
+SESSION_PATH: Final = "/s"
+"""Locally, a session's pages are under ``/s/<its secret>``: what the cookie alone cannot give."""
+_SECRET_PATH: Final = re.compile(r"^/s/[^/]*")
+
 MAX_BODY: Final = 1024 * 1024
 """The largest request body: the New Cluster form takes a kubeconfig of at most 512 KiB."""
 
@@ -87,6 +100,8 @@ class Session:
     expires: float
     user: str = ""
     identity: Identity | None = None
+    base: str = attrs.field(default="", repr=False)
+    """The path the session's pages are under: ``/s/<secret>`` locally, ``""`` in a cluster."""
 
 
 @attrs.define
@@ -112,18 +127,26 @@ class Sessions:
             raise RuntimeError("the sign-in token was spent")
         return self._sign_in
 
-    def exchange(self, token: str) -> str | None:
-        """The signed cookie value of a new session for the one-time token; None once spent."""
+    def exchange(self, token: str) -> tuple[str, Session] | None:
+        """The signed cookie value of a new session for the one-time token, and the session (its
+        ``base`` is where its pages are); None once spent."""
         if self._sign_in is None or not hmac.compare_digest(token.encode(), self._sign_in.encode()):
             return None
         self._sign_in = None
         session_id = secrets.token_urlsafe(32)
-        self._sessions[session_id] = Session(
-            csrf=secrets.token_urlsafe(32), expires=self.clock() + self.lifetime
+        session = Session(
+            csrf=secrets.token_urlsafe(32),
+            expires=self.clock() + self.lifetime,
+            base=f"{SESSION_PATH}/{secrets.token_urlsafe(32)}",
         )
-        return self._signer.sign(session_id).decode("ascii")
+        self._sessions[session_id] = session
+        return self._signer.sign(session_id).decode("ascii"), session
 
-    def get(self, cookie: str | None) -> Session | None:
+    def get(self, cookie: str | None, base: str) -> Session | None:
+        """The session of ``cookie`` if the request came to its path ``base``, else None.
+
+        The cookie is what any port of 127.0.0.1 receives; the path is what only this one does.
+        """
         if not cookie:
             return None
         try:
@@ -135,6 +158,12 @@ class Sessions:
             return None
         if session.expires <= self.clock():
             del self._sessions[session_id]
+            return None
+        if not hmac.compare_digest(session.base.encode(), base.encode()):
+            log.warning(
+                "refused a request with a session's cookie but not its address (/s/…): opened "
+                "without it, or the cookie replayed by another server on this host"
+            )
             return None
         return session
 
@@ -231,6 +260,11 @@ class SealedSessions:
         return hmac.compare_digest(session.csrf.encode(), given.encode())
 
 
+def shown_path(path: str) -> str:
+    """``path`` as a log line may show it: a session's secret path as ``/s/…``."""
+    return _SECRET_PATH.sub(f"{SESSION_PATH}/…", path, count=1)
+
+
 def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope.get("headers") or ():
         if key == name:
@@ -283,7 +317,9 @@ class Guard:
         if scope["method"] not in ("GET", "HEAD", "OPTIONS"):
             refusal = cross_site_refusal(scope)
             if refusal is not None:
-                log.warning("refused %s %s: %s", scope["method"], scope["path"], refusal)
+                log.warning(
+                    "refused %s %s: %s", scope["method"], shown_path(scope["path"]), refusal
+                )
                 await _plain(send_with_headers, 403, f"Refused: {refusal}.")
                 return
         length = _header(scope, b"content-length")
