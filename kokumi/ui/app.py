@@ -39,8 +39,10 @@ from kokumi.kube.errors import ConfigError, Conflict, Forbidden, KubeError, NotF
 from kokumi.ui.incluster import ProxyTrust, Who, who_is
 from kokumi.ui.security import (
     COOKIE,
+    MAX_TOKEN,
     SESSION_PATH,
     Guard,
+    Limits,
     SealedSessions,
     Session,
     Sessions,
@@ -49,16 +51,12 @@ from kokumi.ui.security import (
 )
 from kokumi.workspace import inspect, newcluster
 
-__all__ = ["UI", "create_app"]
+__all__ = ["MAX_CA", "MAX_KUBECONFIG", "MAX_TOKEN", "UI", "create_app"]
 
 log = logging.getLogger("kokumi.ui")
 
 REFRESH: Final = 10
 """Seconds between reloads of the list and a Cluster's page: a check runs about once a minute."""
-
-MAX_TOKEN: Final = 16 * 1024
-"""The longest bearer token the sign-in and New Cluster forms take (a cookie holds about 2,800
-characters)."""
 
 MAX_KUBECONFIG: Final = 512 * 1024
 """The largest kubeconfig the New Cluster form reads. A form's kubeconfig is anybody's text and
@@ -93,6 +91,8 @@ class UI:
     cluster ``sessions`` are :class:`SealedSessions`, and ``hub`` is the connection each request
     acts through as its user: without credentials of its own when users sign in with a token,
     the UI's ServiceAccount (which impersonates) when ``proxy`` names an authenticating proxy.
+    ``limits`` bound what a connection may send (the server and the app read them both);
+    ``parsers`` is how many New Cluster forms' credentials are read at once.
     """
 
     hub: Client
@@ -100,6 +100,7 @@ class UI:
     argocd_namespace: str = argocd.ARGOCD_NAMESPACE
     clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)
     proxy: ProxyTrust | None = None
+    limits: Limits = attrs.field(factory=Limits)
     parsers: trio.CapacityLimiter = attrs.field(
         factory=lambda: trio.CapacityLimiter(PARSERS), repr=False
     )
@@ -137,7 +138,7 @@ def create_app(ui: UI) -> Guard:
         # The session's pages under its secret path; the same paths without it answer the
         # sign-in page, whatever cookie comes with them (see kokumi.ui.security).
         routes.append(Mount(SESSION_PATH + "/{key}", routes=pages))
-    return Guard(Starlette(routes=[*routes, *pages]))
+    return Guard(Starlette(routes=[*routes, *pages]), ui.limits)
 
 
 # --- sessions ---------------------------------------------------------------------------------

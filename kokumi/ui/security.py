@@ -33,8 +33,10 @@ from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any, Final
 
 import attrs
+import trio
 from itsdangerous import BadSignature, TimestampSigner
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from kokumi.core import sessioncookie
 from kokumi.kube.client import Identity
@@ -43,7 +45,9 @@ __all__ = [
     "COOKIE",
     "CSP",
     "MAX_BODY",
+    "MAX_TOKEN",
     "Guard",
+    "Limits",
     "SealedSessions",
     "Session",
     "Sessions",
@@ -60,6 +64,10 @@ _SECRET_PATH: Final = re.compile(r"^/s/[^/]*")
 
 MAX_BODY: Final = 1024 * 1024
 """The largest request body: the New Cluster form takes a kubeconfig of at most 512 KiB."""
+
+MAX_TOKEN: Final = 16 * 1024
+"""The longest bearer token the sign-in and New Cluster forms take (a cookie holds about 2,800
+characters)."""
 
 SESSION_SECONDS: Final = 12 * 3600
 CLUSTER_SESSION_SECONDS: Final = 8 * 3600
@@ -293,16 +301,38 @@ def cross_site_refusal(scope: Scope) -> str | None:
     return None
 
 
+@attrs.frozen
+class Limits:
+    """How much and how slowly a client may send: what one connection may hold of the server.
+
+    Before a session is known a POST /signin body is read, so anybody can open connections and
+    send bodies slowly; each held its connection for as long as it liked. ``idle_seconds`` is
+    Hypercorn's keep-alive timeout: a connection whose request head has not arrived that long
+    after it opened (or after its last answer) is closed. ``read_seconds`` is Hypercorn's
+    ``read_timeout``: a connection that sends nothing for that long mid-request is closed (a
+    response being worked on is still sent). ``body_seconds`` bounds a body's whole arrival,
+    however it trickles in: past it the request is answered 408 and its connection closed. The
+    sizes are the largest bodies: the sign-in form's (a token, 16 KiB), and any other's.
+    """
+
+    idle_seconds: int = 5
+    read_seconds: int = 10
+    body_seconds: float = 30.0
+    max_body: int = MAX_BODY
+    max_sign_in_body: int = 32 * 1024
+
+
 @attrs.define
 class Guard:
-    """Outermost ASGI middleware: the security headers on every response, the body limit.
+    """Outermost ASGI middleware: the security headers on every response, the body limits.
 
     Cross-site checks happen here too, before any handler or form parser runs: a forged POST
-    never reaches the code that talks to the cluster.
+    never reaches the code that talks to the cluster. The body's size and time limits apply
+    while the app reads it, as :class:`Limits` says.
     """
 
     app: ASGIApp
-    max_body: int = MAX_BODY
+    limits: Limits = attrs.field(factory=Limits)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -314,38 +344,61 @@ class Guard:
                 message["headers"] = [*message.get("headers", []), *HEADERS]
             await send(message)
 
-        if scope["method"] not in ("GET", "HEAD", "OPTIONS"):
+        method, path = scope["method"], shown_path(scope["path"])
+        if method not in ("GET", "HEAD", "OPTIONS"):
             refusal = cross_site_refusal(scope)
             if refusal is not None:
-                log.warning(
-                    "refused %s %s: %s", scope["method"], shown_path(scope["path"]), refusal
-                )
+                log.warning("refused %s %s: %s", method, path, refusal)
                 await _plain(send_with_headers, 403, f"Refused: {refusal}.")
                 return
+        sign_in = scope["path"] == "/signin"
+        limit = self.limits.max_sign_in_body if sign_in else self.limits.max_body
         length = _header(scope, b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_body):
-            await _plain(send_with_headers, 413, _too_large(self.max_body))
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            await _plain(send_with_headers, 413, _too_large(limit, sign_in))
             return
         received = 0
+        complete = False
+        deadline = trio.current_time() + self.limits.body_seconds
 
         async def limited() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
+            nonlocal received, complete
+            if complete:
+                return await receive()
+            with trio.move_on_at(deadline):
+                message = await receive()
+                if message["type"] != "http.request" or not message.get("more_body", False):
+                    complete = True
                 received += len(message.get("body", b""))
-                if received > self.max_body:
+                if received > limit:
                     # Raised into the form parser: Starlette answers it, as it would a handler's.
-                    raise HTTPException(413, _too_large(self.max_body))
-            return message
+                    raise HTTPException(413, _too_large(limit, sign_in))
+                return message
+            log.warning(
+                "refused %s %s: its body took longer than %g s to arrive",
+                method, path, self.limits.body_seconds,
+            )  # fmt: skip
+            raise HTTPException(
+                408,
+                f"Refused: the request's body took longer than {self.limits.body_seconds:g} s "
+                "to arrive: send it again over a faster connection.",
+                headers={"connection": "close"},
+            )
 
-        await self.app(scope, limited, send_with_headers)
+        try:
+            await self.app(scope, limited, send_with_headers)
+        except ClientDisconnect:
+            # The client went away or fell silent for read_seconds mid-body: nobody to answer.
+            log.info("%s %s: the connection closed before the request's body arrived", method, path)
 
 
-def _too_large(limit: int) -> str:
-    return (
-        f"Refused: the request is larger than {limit // 1024} KiB: the New Cluster form takes a "
-        "kubeconfig of at most 512 KiB."
+def _too_large(limit: int, sign_in: bool) -> str:
+    said = (
+        f"a bearer token is at most {MAX_TOKEN // 1024} KiB"
+        if sign_in
+        else "the New Cluster form takes a kubeconfig of at most 512 KiB"
     )
+    return f"Refused: the request is larger than {limit // 1024} KiB: {said}."
 
 
 async def _plain(send: Send, status: int, text: str) -> None:
