@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import markupsafe
 import pytest
 import trio
 import yaml
@@ -485,3 +486,71 @@ async def test_a_credential_over_the_forms_limit_is_refused_unread(
     assert error_of(response.text, field).startswith(said)
     assert canary.found(response.text) == []
     assert hub.requests == []
+
+
+NOT_A_NAMESPACE = 'namespace "{}" is not a DNS label, so no namespace has that name'
+NOT_A_CLUSTER = 'Cluster name "{}" is not a DNS subdomain of at most 63 characters'
+NOT_AN_ENVIRONMENT = 'Environment name "{}" is not a DNS subdomain of at most 253 characters'
+
+
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [
+        ("/clusters/team/%2E%2E", NOT_A_CLUSTER.format("..")),
+        ("/clusters/team/%2E", NOT_A_CLUSTER.format(".")),
+        ("/clusters/team/%2E%2E/edit", NOT_A_CLUSTER.format("..")),
+        ("/clusters/team/%2E%2E/delete", NOT_A_CLUSTER.format("..")),
+        ("/clusters/%2E%2E/spoke", NOT_A_NAMESPACE.format("..")),
+        ("/clusters/%2E/spoke/edit", NOT_A_NAMESPACE.format(".")),
+        ("/clusters/%2E%2E/spoke/delete", NOT_A_NAMESPACE.format("..")),
+        ("/clusters/team.a/spoke", NOT_A_NAMESPACE.format("team.a")),
+        ("/clusters/Team/spoke", NOT_A_NAMESPACE.format("Team")),
+        ("/clusters/team/a..b", NOT_A_CLUSTER.format("a..b")),
+        ("/clusters/team/" + "a" * 64, NOT_A_CLUSTER.format("a" * 64)),
+        ("/environments/team/%2E%2E", NOT_AN_ENVIRONMENT.format("..")),
+        ("/environments/%2E%2E/edge", NOT_A_NAMESPACE.format("..")),
+    ],
+)
+async def test_a_name_no_object_can_have_is_refused_before_any_request(
+    fake_hub: tuple[Hub, Sessions, httpx.AsyncClient], path: str, said: str
+) -> None:
+    """``..`` and ``.`` would be dot-segments of the API path (``/clusters/team/%2E%2E`` was
+    ``GET .../namespaces/team``): refused as no name at all, for every method, unasked."""
+    hub, sessions, browser = fake_hub
+    csrf = await signed_in(sessions, browser)
+    hub.requests.clear()
+    shown = str(markupsafe.escape(said))
+    got = await browser.get(path)
+    assert got.status_code == 404
+    assert shown in got.text
+    if path.endswith(("/edit", "/delete")):
+        form = {"csrf": csrf, "confirm": "..", "labels": "a=b", "version": "1"}
+        posted = await browser.post(path, data=form, headers=SAME_ORIGIN)
+        assert posted.status_code == 404
+        assert shown in posted.text
+    assert hub.requests == []
+
+
+async def test_a_namespace_no_namespace_can_have_is_refused_in_lists_and_the_form(
+    fake_hub: tuple[Hub, Sessions, httpx.AsyncClient],
+) -> None:
+    hub, sessions, browser = fake_hub
+    csrf = await signed_in(sessions, browser)
+    hub.requests.clear()
+    for path in ("/clusters?namespace=%2E%2E", "/environments?namespace=..&x=1"):
+        listed = await browser.get(path)
+        assert listed.status_code == 400
+        assert str(markupsafe.escape(NOT_A_NAMESPACE.format(".."))) in listed.text
+    form = {"csrf": csrf, "namespace": "..", "name": "spoke", "how": "incluster"}
+    created = await browser.post("/clusters/new", data=form, headers=SAME_ORIGIN)
+    assert created.status_code == 422
+    assert error_of(created.text, "namespace").startswith(
+        str(markupsafe.escape(NOT_A_NAMESPACE.format("..")))
+    )
+    assert hub.requests == []
+    # A name with dots is a name Kubernetes allows: asked for, as it is.
+    missing = await browser.get("/clusters/team/spoke.eu")
+    assert missing.status_code == 404
+    assert [r.url.path for r in hub.requests] == [
+        f"/apis/{api.GROUP}/v1alpha1/namespaces/team/clusters/spoke.eu"
+    ]

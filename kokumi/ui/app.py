@@ -333,6 +333,8 @@ def _cluster_routes(ui: UI) -> list[BaseRoute]:
         namespace = request.query_params.get("namespace", "").strip()
         selector = request.query_params.get("selector", "").strip()
         reason = request.query_params.get("reason", "").strip()
+        if (refused := _listed_namespace(session, namespace)) is not None:
+            return refused
         items, scope, error = await _clusters(hub, namespace or None, selector)
         now = ui.clock()
         rows = sorted((clusterview.row(c, now) for c in items), key=lambda r: (r.namespace, r.name))
@@ -466,13 +468,16 @@ def _cluster_routes(ui: UI) -> list[BaseRoute]:
         )  # fmt: skip
 
     both = ["GET", "POST"]
+    limit = newcluster.MAX_CLUSTER_NAME
     return [
         Route("/clusters", _signed_in(ui, clusters)),
         Route("/clusters/new", _signed_in(ui, new), methods=both),
-        Route("/clusters/{namespace}/{name}", _signed_in(ui, cluster)),
-        Route("/clusters/{namespace}/{name}/edit", _signed_in(ui, edit), methods=both),
-        Route("/clusters/{namespace}/{name}/delete", _signed_in(ui, delete), methods=both),
-    ]
+        Route("/clusters/{namespace}/{name}", _signed_in(ui, _named("Cluster", cluster, limit))),
+        Route("/clusters/{namespace}/{name}/edit", _signed_in(ui, _named("Cluster", edit, limit)),
+              methods=both),
+        Route("/clusters/{namespace}/{name}/delete",
+              _signed_in(ui, _named("Cluster", delete, limit)), methods=both),
+    ]  # fmt: skip
 
 
 # --- the Environments -------------------------------------------------------------------------
@@ -481,6 +486,8 @@ def _cluster_routes(ui: UI) -> list[BaseRoute]:
 def _environment_routes(ui: UI) -> list[BaseRoute]:
     async def environments(request: Request, session: Session, hub: Client) -> Response:
         namespace = request.query_params.get("namespace", "").strip()
+        if (refused := _listed_namespace(session, namespace)) is not None:
+            return refused
         views: list[clusterview.EnvironmentView] = []
         error = ""
         try:
@@ -523,8 +530,36 @@ def _environment_routes(ui: UI) -> list[BaseRoute]:
 
     return [
         Route("/environments", _signed_in(ui, environments)),
-        Route("/environments/{namespace}/{name}", _signed_in(ui, environment)),
+        Route(
+            "/environments/{namespace}/{name}", _signed_in(ui, _named("Environment", environment))
+        ),
     ]
+
+
+def _named(kind: str, handler: Handler, limit: int = 253) -> Handler:
+    """``handler`` of a route that names one object: a namespace or a name that no object can
+    have (``..``, ``.``, ``Upper``) is a 404 page, never a segment of a request's path, where a
+    dot-segment would name another resource than the one asked for."""
+
+    async def named(request: Request, session: Session, hub: Client) -> Response:
+        try:
+            newcluster.check_namespace(request.path_params["namespace"])
+            newcluster.check_object_name(kind, request.path_params["name"], limit)
+        except newcluster.Refused as refused:
+            return _error(session, refused, status=404)
+        return await handler(request, session, hub)
+
+    return named
+
+
+def _listed_namespace(session: Session, namespace: str) -> HTMLResponse | None:
+    """The 400 page for a ``?namespace=`` that no namespace can have; None for a good one."""
+    try:
+        if namespace:
+            newcluster.check_namespace(namespace)
+    except newcluster.Refused as refused:
+        return _error(session, refused, status=400)
+    return None
 
 
 def _page(template: str, context: Mapping[str, Any], *, status: int = 200) -> HTMLResponse:
@@ -797,6 +832,11 @@ async def _add(
         errors["name"] = str(refused)
     if not namespace:
         errors["namespace"] = "say which namespace (workspace) the Cluster goes in"
+    else:
+        try:
+            newcluster.check_namespace(namespace)
+        except newcluster.Refused as refused:
+            errors["namespace"] = str(refused)
     try:
         labels = _labels(values["labels"])
     except newcluster.Refused as refused:

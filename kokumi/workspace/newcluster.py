@@ -24,7 +24,7 @@ import attrs
 
 from kokumi.core import api, argocd, kubeconfig
 from kokumi.core.ownership import is_argocd_own, normalise_server
-from kokumi.core.text import one_line
+from kokumi.core.text import one_line, quoted
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.errors import AlreadyExists, ApiError, Conflict, Forbidden, KubeError, NotFound
 from kokumi.kube.objects import Resource, metadata_of
@@ -32,6 +32,7 @@ from kokumi.kube.objects import Resource, metadata_of
 __all__ = [
     "Added",
     "FIELD_MANAGER",
+    "MAX_CLUSTER_NAME",
     "Refused",
     "SECRET_KEY",
     "SERVICE_ACCOUNT",
@@ -40,6 +41,8 @@ __all__ = [
     "api_error",
     "check_kubeconfig",
     "check_name",
+    "check_namespace",
+    "check_object_name",
     "cluster_object",
     "examine_kubeconfig",
     "kubeconfig_of_token",
@@ -86,14 +89,43 @@ def api_error(what: str, exc: KubeError) -> Refused:
 
 
 _NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+MAX_CLUSTER_NAME: Final = 63
+"""The longest Cluster name: Kokumi puts it into labels (the CRD refuses a longer one)."""
 
 
 def check_name(name: str) -> None:
     """A Cluster's name must be a DNS label: refused before any request, in one line."""
-    if len(name) > 63 or not _NAME.fullmatch(name):
+    if len(name) > MAX_CLUSTER_NAME or not _NAME.fullmatch(name):
         raise Refused(
             f"Cluster name {name!r} is not a DNS label: use at most 63 lowercase letters, digits "
             "and '-', starting and ending with a letter or digit"
+        )
+
+
+_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_RULE: Final = "at most 63 lowercase letters, digits and '-', starting and ending with one"
+
+
+def check_namespace(namespace: str) -> None:
+    """A namespace's name is a DNS label (RFC 1123), as Kubernetes validates it: refused in
+    one line before it becomes part of a request's path, where ``..`` or ``.`` would name
+    another resource than the one asked for."""
+    if len(namespace) > 63 or not _NAME.fullmatch(namespace):
+        raise Refused(
+            f"namespace {quoted(namespace)} is not a DNS label, so no namespace has that name: "
+            f"a namespace's name is {_LABEL_RULE}"
+        )
+
+
+def check_object_name(kind: str, name: str, limit: int = 253) -> None:
+    """An object's name is a DNS subdomain (RFC 1123) of at most ``limit`` characters, as the
+    API server validates a custom resource's (a Cluster's CRD also says 63): refused in one line
+    before it becomes part of a request's path."""
+    if len(name) > limit or not _SUBDOMAIN.fullmatch(name):
+        raise Refused(
+            f"{kind} name {quoted(name)} is not a DNS subdomain of at most {limit} characters, "
+            f"so no {kind} has that name: a name is lowercase letters, digits, '-' and '.', "
+            "each dot-separated part starting and ending with a letter or digit"
         )
 
 
