@@ -36,7 +36,7 @@ from kokumi.core.ownership import IN_CLUSTER_SERVER
 from kokumi.core.text import one_line
 from kokumi.kube.client import NAMESPACES, Client
 from kokumi.kube.errors import ConfigError, Conflict, Forbidden, KubeError, NotFound, Unauthorized
-from kokumi.ui.incluster import ProxyTrust, Who, who_is
+from kokumi.ui.incluster import ProxyRefusal, ProxyTrust, Who, who_is
 from kokumi.ui.security import (
     COOKIE,
     MAX_TOKEN,
@@ -166,9 +166,10 @@ def _proxy_session(ui: UI, request: Request) -> tuple[Session, str | None] | Res
     """The proxy's user for this request, and their session (a new one when the user changed)."""
     assert ui.proxy is not None and isinstance(ui.sessions, SealedSessions)
     identity = ui.proxy.identity(request)
-    if isinstance(identity, str):
-        log.warning("refused %s %s: %s", request.method, shown_path(request.url.path), identity)
-        return _refused(identity + ".", 401 if "named no user" in identity else 403)
+    if isinstance(identity, ProxyRefusal):
+        path = shown_path(request.url.path)
+        log.warning("refused %s %s: %s", request.method, path, identity.message)
+        return _refused(identity.message + ".", identity.status)
     assert identity.user is not None
     session = ui.sessions.get(request.cookies.get(COOKIE))
     fresh = None
