@@ -175,6 +175,7 @@ async def running_ui(config: Config, argocd_namespace: str) -> AsyncIterator[Bro
             # With the cookie but without the path, as another port of 127.0.0.1 would be sent.
             await browser.open("/clusters/new")
             assert "The cookie alone signs nobody in" in await browser.text()
+            await browser.shot("sign-in-without-the-sessions-path")
             browser.base += pages[1]
             await browser.open("/clusters")
             yield browser
