@@ -1221,6 +1221,27 @@ def test_minimise_another_context() -> None:
     assert yaml.safe_load(minimal)["current-context"] == "hub"
 
 
+def test_examine_names_the_contexts_and_keeps_what_minimise_keeps() -> None:
+    """One read for the New Cluster form: the names to offer, and the refusal parse would give."""
+    document = s.kubeconfig()
+    document["contexts"] += [
+        {"name": "hub", "context": {"cluster": "hub", "user": "admin"}},
+        {"name": ["not", "a", "name"]},
+        "not an entry",
+    ]
+    document["clusters"].append({"name": "hub", "cluster": {"server": "https://hub.example"}})
+    document["users"].append({"name": "admin", "user": {"token": "hub-token"}})
+    text = s.dump(document)
+    assert kubeconfig.examine(text, "hub") == (
+        ("hub", "spoke"),
+        (minimise(text, context="hub"), "https://hub.example"),
+    )
+    assert kubeconfig.examine(text) == (("hub", "spoke"), (minimise(text), s.SERVER))
+    assert kubeconfig.examine(text, "nope") == (("hub", "spoke"), parse(text, context="nope"))
+    for unreadable in ("&a [*a]", "[a, b]", "contexts: {name: a}", ""):
+        assert kubeconfig.examine(unreadable) == ((), parse(unreadable))
+
+
 @given(st.lists(st.text(min_size=1, max_size=12), min_size=3, max_size=3, unique=True))
 @settings(max_examples=s.examples(200), deadline=None)
 def test_minimise_keeps_any_name(names: list[str]) -> None:

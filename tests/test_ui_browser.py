@@ -166,10 +166,17 @@ async def running_ui(config: Config, argocd_namespace: str) -> AsyncIterator[Bro
             )
             browser = Browser(driver, running.url)
             await browser.open(running.sign_in_url.removeprefix(running.url))
-            assert browser.url == f"{running.url}/clusters", browser.url
+            # The session's pages are under its secret path, which the cookie alone is not.
+            pages = re.fullmatch(rf"{re.escape(running.url)}(/s/[\w-]{{43}})/clusters", browser.url)
+            assert pages is not None, browser.url
             # The link is spent once used: opened again, it signs in no one.
             await browser.open(running.sign_in_url.removeprefix(running.url))
             assert "This sign-in link cannot be used" in await browser.text()
+            # With the cookie but without the path, as another port of 127.0.0.1 would be sent.
+            await browser.open("/clusters/new")
+            assert "The cookie alone signs nobody in" in await browser.text()
+            await browser.shot("sign-in-without-the-sessions-path")
+            browser.base += pages[1]
             await browser.open("/clusters")
             yield browser
             nursery.cancel_scope.cancel()
@@ -379,7 +386,8 @@ async def test_what_is_refused_leaves_nothing_behind(
             assert "FilePath: " in await browser.text()
 
             # A forged form on another port of 127.0.0.1: the same site, so SameSite lets the
-            # cookie through; Sec-Fetch-Site does not.
+            # cookie through; Sec-Fetch-Site does not, even for a page that knew the session's
+            # path (which another port is never told).
             with _attacker_page(browser.base, ns) as attack:
                 await browser._run(functools.partial(browser.driver.get, attack))
                 await browser.submit("button")

@@ -23,6 +23,7 @@ from kokumi.kube.config import Config, StaticToken
 from kokumi.kube.errors import ConfigError
 from kokumi.testing import canary
 from kokumi.testing.controlplane import CertificateAuthority
+from kokumi.ui.app import UI, create_app
 from kokumi.ui.incluster import ProxyTrust
 from kokumi.ui.security import SealedSessions
 
@@ -173,3 +174,39 @@ def test_the_trusted_proxy_is_named_by_address() -> None:
     assert [str(n) for n in trust.networks] == ["127.0.0.1/32", "10.0.0.0/8"]
     with pytest.raises(ValueError, match="is not an address or CIDR"):
         ProxyTrust.parse(["proxy.example"], "X-Forwarded-User", "X-Forwarded-Groups")
+
+
+async def test_a_request_naming_two_users_through_the_proxy_is_refused() -> None:
+    """A proxy that adds its X-Forwarded-User beside the client's copy instead of replacing it:
+    the UI used the first, which may be the client's. Now the request is refused, unasked."""
+    asked: list[httpx.Request] = []
+
+    def hub(request: httpx.Request) -> httpx.Response:
+        asked.append(request)
+        return httpx.Response(200, json={"kind": "ClusterList", "items": []})
+
+    trust = ProxyTrust.parse(["10.1.2.3"], "X-Forwarded-User", "X-Forwarded-Groups")
+    config = Config(server="https://hub.invalid", token=StaticToken("the-uis-own"))
+    async with Client(config, transport=httpx.MockTransport(hub)) as account:
+        ui = UI(account, SealedSessions(Keys(KEY)), proxy=trust)
+        transport = httpx.ASGITransport(app=create_app(ui), client=("10.1.2.3", 5000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://ui.example") as browser:
+            two = [("X-Forwarded-User", "mallory"), ("X-Forwarded-User", "alice")]
+            form = {"namespace": "platform", "name": "forged", "how": "incluster"}
+            for refused in (
+                await browser.get("/clusters", headers=two),
+                await browser.post(
+                    "/clusters/new", data=form, headers=[*two, ("Sec-Fetch-Site", "same-origin")]
+                ),
+            ):
+                assert refused.status_code == 400
+                assert refused.text == (
+                    "Refused: the request carries 2 X-Forwarded-User headers, so whom it is for "
+                    "is not known: the authenticating proxy must remove every X-Forwarded-User "
+                    "and X-Forwarded-Groups the client sent and set one of its own."
+                )
+                assert "set-cookie" not in refused.headers
+            assert asked == []
+            one = await browser.get("/clusters", headers={"X-Forwarded-User": "alice"})
+            assert one.status_code == 200
+    assert [r.headers["impersonate-user"] for r in asked] == ["alice"]

@@ -41,6 +41,7 @@ __all__ = [
     "MAX_SIZE",
     "REASON",
     "Refusal",
+    "examine",
     "minimise",
     "parse",
     "render",
@@ -156,12 +157,47 @@ def parse(text: str | bytes, *, context: str | None = None) -> Connection | Refu
     except _Refused as refused:
         return refused.refusal
     except Exception as error:
-        # Only the exception's type: its text could quote the kubeconfig.
-        return Refusal(
-            Code.INTERNAL_ERROR.value,
-            f"Kokumi failed to read the kubeconfig ({type(error).__name__}), which is a bug in "
-            "Kokumi, not in the kubeconfig: report it with Kokumi's version",
-        )
+        return _internal(error)
+
+
+def _internal(error: Exception) -> Refusal:
+    # Only the exception's type: its text could quote the kubeconfig.
+    return Refusal(
+        Code.INTERNAL_ERROR.value,
+        f"Kokumi failed to read the kubeconfig ({type(error).__name__}), which is a bug in "
+        "Kokumi, not in the kubeconfig: report it with Kokumi's version",
+    )
+
+
+def examine(
+    text: str | bytes, context: str | None = None
+) -> tuple[tuple[str, ...], tuple[str, str] | Refusal]:
+    """The names of the kubeconfig's contexts, and (what :func:`minimise` keeps, its server) or
+    why the context cannot be used: from one read.
+
+    For a form that offers the names beside a refusal. Its text is anybody's, so it is read by
+    this reader only (its size limit, CPU budget, no aliases), never by a general YAML loader,
+    and only once. Total, as :func:`parse` is: the names are () when none can be read.
+    """
+    try:
+        document = _load(text)
+    except _Refused as refused:
+        return (), refused.refusal
+    except Exception as error:
+        return (), _internal(error)
+    names: tuple[str, ...] = ()
+    if isinstance(document, dict) and isinstance(document.get("contexts"), list):
+        entries: list[object] = document["contexts"]
+        named = (e.get("name") for e in entries if isinstance(e, dict))
+        names = tuple(sorted({n for n in named if isinstance(n, str)}))
+    try:
+        (context_name, cluster_name, user_name), connection = _read(document, context)
+    except _Refused as refused:
+        return names, refused.refusal
+    except Exception as error:
+        return names, _internal(error)
+    minimal = render(connection, context=context_name, cluster=cluster_name, user=user_name)
+    return names, (minimal, connection.server)
 
 
 def minimise(text: str | bytes, context: str | None = None) -> str:

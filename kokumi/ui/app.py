@@ -23,6 +23,7 @@ from typing import Any, Final
 
 import attrs
 import jinja2
+import trio
 from starlette.applications import Starlette
 from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
@@ -35,19 +36,41 @@ from kokumi.core.ownership import IN_CLUSTER_SERVER
 from kokumi.core.text import one_line
 from kokumi.kube.client import NAMESPACES, Client
 from kokumi.kube.errors import ConfigError, Conflict, Forbidden, KubeError, NotFound, Unauthorized
-from kokumi.ui.incluster import ProxyTrust, Who, who_is
-from kokumi.ui.security import COOKIE, Guard, SealedSessions, Session, Sessions, clear_cookie
+from kokumi.ui.incluster import ProxyRefusal, ProxyTrust, Who, who_is
+from kokumi.ui.security import (
+    COOKIE,
+    MAX_TOKEN,
+    SESSION_PATH,
+    Guard,
+    Limits,
+    SealedSessions,
+    Session,
+    Sessions,
+    clear_cookie,
+    shown_path,
+)
 from kokumi.workspace import inspect, newcluster
 
-__all__ = ["UI", "create_app"]
+__all__ = ["MAX_CA", "MAX_KUBECONFIG", "MAX_TOKEN", "UI", "create_app"]
 
 log = logging.getLogger("kokumi.ui")
 
 REFRESH: Final = 10
 """Seconds between reloads of the list and a Cluster's page: a check runs about once a minute."""
 
-MAX_TOKEN: Final = 16 * 1024
-"""The longest bearer token the sign-in form takes (a cookie holds about 2,800 characters)."""
+MAX_KUBECONFIG: Final = 512 * 1024
+"""The largest kubeconfig the New Cluster form reads. A form's kubeconfig is anybody's text and
+costs CPU in proportion to its size (about half a second per MiB of the worst kind); one context
+with its cluster and user is a few KiB, a whole ~/.kube/config of many contexts rarely 100."""
+
+MAX_CA: Final = 64 * 1024
+"""The largest certificate authority (PEM) the New Cluster form reads: a cluster's CA and its
+intermediates are a few KiB."""
+
+PARSERS: Final = 1
+"""New Cluster forms whose credentials are read at once, each in a worker thread. The reader is
+mostly Python, so a second thread would add no speed under the GIL, only take more of it from
+the event loop that serves every other page."""
 
 _FILES = importlib.resources.files("kokumi.ui")
 _ENV: Final = jinja2.Environment(
@@ -68,6 +91,8 @@ class UI:
     cluster ``sessions`` are :class:`SealedSessions`, and ``hub`` is the connection each request
     acts through as its user: without credentials of its own when users sign in with a token,
     the UI's ServiceAccount (which impersonates) when ``proxy`` names an authenticating proxy.
+    ``limits`` bound what a connection may send (the server and the app read them both);
+    ``parsers`` is how many New Cluster forms' credentials are read at once.
     """
 
     hub: Client
@@ -75,6 +100,10 @@ class UI:
     argocd_namespace: str = argocd.ARGOCD_NAMESPACE
     clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)
     proxy: ProxyTrust | None = None
+    limits: Limits = attrs.field(factory=Limits)
+    parsers: trio.CapacityLimiter = attrs.field(
+        factory=lambda: trio.CapacityLimiter(PARSERS), repr=False
+    )
 
     @property
     def mode(self) -> str:
@@ -97,15 +126,19 @@ def create_app(ui: UI) -> Guard:
         # For the kubelet's probes, which come from no proxy and hold no session.
         return PlainTextResponse("ok")
 
+    sign_in, sign_out = _sign_in_routes(ui)
+    pages = [sign_out, *_cluster_routes(ui), *_environment_routes(ui)]
     routes: list[BaseRoute] = [
         Route("/", index),
         Route("/healthz", healthz),
-        *_sign_in_routes(ui),
-        *_cluster_routes(ui),
-        *_environment_routes(ui),
+        sign_in,
         Mount("/static", StaticFiles(directory=str(_FILES / "static")), name="static"),
     ]
-    return Guard(Starlette(routes=routes))
+    if ui.mode == "local":
+        # The session's pages under its secret path; the same paths without it answer the
+        # sign-in page, whatever cookie comes with them (see kokumi.ui.security).
+        routes.append(Mount(SESSION_PATH + "/{key}", routes=pages))
+    return Guard(Starlette(routes=[*routes, *pages]), ui.limits)
 
 
 # --- sessions ---------------------------------------------------------------------------------
@@ -133,9 +166,10 @@ def _proxy_session(ui: UI, request: Request) -> tuple[Session, str | None] | Res
     """The proxy's user for this request, and their session (a new one when the user changed)."""
     assert ui.proxy is not None and isinstance(ui.sessions, SealedSessions)
     identity = ui.proxy.identity(request)
-    if isinstance(identity, str):
-        log.warning("refused %s %s: %s", request.method, request.url.path, identity)
-        return _refused(identity + ".", 401 if "named no user" in identity else 403)
+    if isinstance(identity, ProxyRefusal):
+        path = shown_path(request.url.path)
+        log.warning("refused %s %s: %s", request.method, path, identity.message)
+        return _refused(identity.message + ".", identity.status)
     assert identity.user is not None
     session = ui.sessions.get(request.cookies.get(COOKIE))
     fresh = None
@@ -154,7 +188,13 @@ def _signed_in(ui: UI, handler: Handler) -> Endpoint:
                 return found
             session, fresh = found
         else:
-            looked_up = ui.sessions.get(request.cookies.get(COOKIE))
+            cookie = request.cookies.get(COOKIE)
+            if isinstance(ui.sessions, Sessions):
+                key = request.path_params.get("key")
+                base = f"{SESSION_PATH}/{key}" if isinstance(key, str) else ""
+                looked_up = ui.sessions.get(cookie, base)
+            else:
+                looked_up = ui.sessions.get(cookie)
             if looked_up is None:
                 return _signin_page(ui)
             session = looked_up
@@ -168,7 +208,9 @@ def _signed_in(ui: UI, handler: Handler) -> Endpoint:
                 given = form.get("csrf")
                 if not isinstance(given, str) or not ui.sessions.csrf_ok(session, given):
                     log.warning(
-                        "refused %s %s: no valid CSRF token", request.method, request.url.path
+                        "refused %s %s: no valid CSRF token",
+                        request.method,
+                        shown_path(request.url.path),
                     )
                     return _refused(
                         "Refused: the form is not from this session: reload the page and try "
@@ -188,15 +230,18 @@ def _signed_in(ui: UI, handler: Handler) -> Endpoint:
 # --- signing in -------------------------------------------------------------------------------
 
 
-def _sign_in_routes(ui: UI) -> list[BaseRoute]:
+def _sign_in_routes(ui: UI) -> tuple[BaseRoute, BaseRoute]:
+    """The sign-in (at the root in every mode) and the sign-out (a page of the session's)."""
+
     async def local_sign_in(request: Request) -> Response:
         assert isinstance(ui.sessions, Sessions)
-        cookie = ui.sessions.exchange(request.query_params.get("token", ""))
-        if cookie is None:
+        exchanged = ui.sessions.exchange(request.query_params.get("token", ""))
+        if exchanged is None:
             log.warning("refused a sign-in: the link was used already or is wrong")
             return _signin_page(ui, status=403, spent=True)
+        cookie, session = exchanged
         log.info("signed in with the one-time link")
-        response = RedirectResponse("/clusters", status_code=303)
+        response = RedirectResponse(f"{session.base}/clusters", status_code=303)
         response.headers.append("set-cookie", ui.sessions.cookie_header(cookie))
         return response
 
@@ -252,10 +297,10 @@ def _sign_in_routes(ui: UI) -> list[BaseRoute]:
         return response
 
     sign_in: Endpoint = {"local": local_sign_in, "token": token_sign_in}.get(ui.mode, proxy_sign_in)
-    return [
+    return (
         Route("/signin", sign_in, methods=["GET", "POST"] if ui.mode == "token" else ["GET"]),
         Route("/signout", _signed_in(ui, sign_out), methods=["POST"]),
-    ]
+    )
 
 
 async def _who(ui: UI, token: str) -> Who | tuple[str, int]:
@@ -289,6 +334,8 @@ def _cluster_routes(ui: UI) -> list[BaseRoute]:
         namespace = request.query_params.get("namespace", "").strip()
         selector = request.query_params.get("selector", "").strip()
         reason = request.query_params.get("reason", "").strip()
+        if (refused := _listed_namespace(session, namespace)) is not None:
+            return refused
         items, scope, error = await _clusters(hub, namespace or None, selector)
         now = ui.clock()
         rows = sorted((clusterview.row(c, now) for c in items), key=lambda r: (r.namespace, r.name))
@@ -356,7 +403,9 @@ def _cluster_routes(ui: UI) -> list[BaseRoute]:
             except newcluster.Refused as refused:
                 error = str(refused)
             else:
-                return RedirectResponse(f"/clusters/{namespace}/{name}", status_code=303)
+                return RedirectResponse(
+                    f"{session.base}/clusters/{namespace}/{name}", status_code=303
+                )
         return _page(
             "edit.html",
             {"title": f"Edit {name}", "session": session, "namespace": namespace, "name": name,
@@ -381,7 +430,9 @@ def _cluster_routes(ui: UI) -> list[BaseRoute]:
                         newcluster.api_error(f"cannot delete Cluster {namespace}/{name}", exc)
                     )
                 else:
-                    return RedirectResponse(f"/clusters?namespace={namespace}", status_code=303)
+                    return RedirectResponse(
+                        f"{session.base}/clusters?namespace={namespace}", status_code=303
+                    )
         return _page(
             "delete.html",
             {"title": f"Delete {name}", "session": session, "namespace": namespace,
@@ -406,9 +457,9 @@ def _cluster_routes(ui: UI) -> list[BaseRoute]:
             form = await request.form()
             for key in values:
                 values[key] = _text(form, key).strip()
-            outcome = await _add(hub, form, values)
+            outcome = await _add(ui, hub, form, values)
             if isinstance(outcome, str):
-                return RedirectResponse(outcome, status_code=303)
+                return RedirectResponse(session.base + outcome, status_code=303)
             errors, contexts = outcome
         return _page(
             "new.html",
@@ -418,13 +469,16 @@ def _cluster_routes(ui: UI) -> list[BaseRoute]:
         )  # fmt: skip
 
     both = ["GET", "POST"]
+    limit = newcluster.MAX_CLUSTER_NAME
     return [
         Route("/clusters", _signed_in(ui, clusters)),
         Route("/clusters/new", _signed_in(ui, new), methods=both),
-        Route("/clusters/{namespace}/{name}", _signed_in(ui, cluster)),
-        Route("/clusters/{namespace}/{name}/edit", _signed_in(ui, edit), methods=both),
-        Route("/clusters/{namespace}/{name}/delete", _signed_in(ui, delete), methods=both),
-    ]
+        Route("/clusters/{namespace}/{name}", _signed_in(ui, _named("Cluster", cluster, limit))),
+        Route("/clusters/{namespace}/{name}/edit", _signed_in(ui, _named("Cluster", edit, limit)),
+              methods=both),
+        Route("/clusters/{namespace}/{name}/delete",
+              _signed_in(ui, _named("Cluster", delete, limit)), methods=both),
+    ]  # fmt: skip
 
 
 # --- the Environments -------------------------------------------------------------------------
@@ -433,6 +487,8 @@ def _cluster_routes(ui: UI) -> list[BaseRoute]:
 def _environment_routes(ui: UI) -> list[BaseRoute]:
     async def environments(request: Request, session: Session, hub: Client) -> Response:
         namespace = request.query_params.get("namespace", "").strip()
+        if (refused := _listed_namespace(session, namespace)) is not None:
+            return refused
         views: list[clusterview.EnvironmentView] = []
         error = ""
         try:
@@ -475,15 +531,44 @@ def _environment_routes(ui: UI) -> list[BaseRoute]:
 
     return [
         Route("/environments", _signed_in(ui, environments)),
-        Route("/environments/{namespace}/{name}", _signed_in(ui, environment)),
+        Route(
+            "/environments/{namespace}/{name}", _signed_in(ui, _named("Environment", environment))
+        ),
     ]
 
 
+def _named(kind: str, handler: Handler, limit: int = 253) -> Handler:
+    """``handler`` of a route that names one object: a namespace or a name that no object can
+    have (``..``, ``.``, ``Upper``) is a 404 page, never a segment of a request's path, where a
+    dot-segment would name another resource than the one asked for."""
+
+    async def named(request: Request, session: Session, hub: Client) -> Response:
+        try:
+            newcluster.check_namespace(request.path_params["namespace"])
+            newcluster.check_object_name(kind, request.path_params["name"], limit)
+        except newcluster.Refused as refused:
+            return _error(session, refused, status=404)
+        return await handler(request, session, hub)
+
+    return named
+
+
+def _listed_namespace(session: Session, namespace: str) -> HTMLResponse | None:
+    """The 400 page for a ``?namespace=`` that no namespace can have; None for a good one."""
+    try:
+        if namespace:
+            newcluster.check_namespace(namespace)
+    except newcluster.Refused as refused:
+        return _error(session, refused, status=400)
+    return None
+
+
 def _page(template: str, context: Mapping[str, Any], *, status: int = 200) -> HTMLResponse:
-    context = {"refresh": 0, "csrf": "", **context}
+    context = {"refresh": 0, "csrf": "", "base": "", **context}
     session = context.get("session")
     if isinstance(session, Session):
         context["csrf"] = session.csrf
+        context["base"] = session.base
     return HTMLResponse(_ENV.get_template(template).render(**context), status_code=status)
 
 
@@ -633,65 +718,86 @@ async def _save(
         raise newcluster.api_error(f"cannot update Cluster {where}", exc) from None
 
 
-async def _kubeconfig_text(form: FormData) -> str:
+@attrs.frozen
+class _Credentials:
+    """What the New Cluster form was given to reach the cluster with: never shown, never logged."""
+
+    kubeconfig: str = attrs.field(repr=False)
+    token: str = attrs.field(repr=False)
+    ca: str = attrs.field(repr=False)
+
+
+async def _credentials(form: FormData) -> _Credentials | dict[str, str]:
+    """The form's credential fields, or (by field) which is too large to be read at all.
+
+    The sizes are checked here, before anything is parsed: a kubeconfig is tenant input that
+    costs CPU in proportion to its size, and the form holds it in memory meanwhile.
+    """
+    text = _text(form, "kubeconfig")
     upload = form.get("kubeconfig_file")
     if isinstance(upload, UploadFile) and upload.filename:
         data = await upload.read()
         if data:
-            return data.decode("utf-8", "replace")
-    return _text(form, "kubeconfig")
+            if len(data) > MAX_KUBECONFIG:
+                return {"kubeconfig": _kubeconfig_too_large()}
+            text = data.decode("utf-8", "replace")
+    token, ca = _text(form, "token").strip(), _text(form, "ca").strip()
+    errors: dict[str, str] = {}
+    if len(text) > MAX_KUBECONFIG or len(text.encode("utf-8", "replace")) > MAX_KUBECONFIG:
+        errors["kubeconfig"] = _kubeconfig_too_large()
+    if len(token) > MAX_TOKEN:
+        errors["token"] = (
+            f"a bearer token is at most {MAX_TOKEN // 1024} KiB: give a ServiceAccount's token"
+        )
+    if len(ca) > MAX_CA:
+        errors["server"] = (
+            f"the certificate authority is at most {MAX_CA // 1024} KiB of PEM: give the "
+            "certificates that signed the cluster's, not a whole bundle"
+        )
+    return errors or _Credentials(text, token, ca)
 
 
-async def _add(
-    hub: Client, form: FormData, values: dict[str, str]
-) -> str | tuple[dict[str, str], list[str]]:
-    """The New Cluster form's steps: the Cluster's page to go to, or (errors by field, contexts).
+def _kubeconfig_too_large() -> str:
+    return (
+        f"the kubeconfig is larger than {MAX_KUBECONFIG // 1024} KiB: keep only the context the "
+        "Cluster uses, e.g. with kubectl config view --minify --flatten --context NAME"
+    )
 
-    Everything the form can check is checked before the first request, with the words the
-    manager's status would use; then :func:`kokumi.workspace.newcluster.add_cluster` runs, as
-    for ``kokumi cluster add``.
+
+def _source(
+    values: Mapping[str, str], given: _Credentials
+) -> tuple[newcluster.Source | None, dict[str, str], list[str]]:
+    """What the Cluster will be reached with, or why not (by field), and the contexts to offer.
+
+    CPU-bound on text anybody may send, so called in a worker thread (:func:`_add`): it reads a
+    kubeconfig with the manager's reader (a CPU budget, no aliases), or builds and checks one.
     """
     errors: dict[str, str] = {}
     contexts: list[str] = []
-    name, namespace, how = values["name"], values["namespace"], values["how"]
-    try:
-        newcluster.check_name(name)
-    except newcluster.Refused as refused:
-        errors["name"] = str(refused)
-    if not namespace:
-        errors["namespace"] = "say which namespace (workspace) the Cluster goes in"
-    try:
-        labels = _labels(values["labels"])
-    except newcluster.Refused as refused:
-        errors["labels"] = str(refused)
-        labels = {}
     source: newcluster.Source | None = None
+    how, name = values["how"], values["name"]
     if how == "kubeconfig":
-        text = await _kubeconfig_text(form)
-        if not text.strip():
+        if not given.kubeconfig.strip():
             errors["kubeconfig"] = "paste a kubeconfig, or choose its file"
         else:
-            contexts = newcluster.context_names(text)
-            try:
-                minimal, server = newcluster.check_kubeconfig(text, values["context"] or None)
-            except kubeconfig.KubeconfigRefused as refused:
-                field = "context" if refused.refusal.code in _CONTEXT_CODES else "kubeconfig"
-                errors[field] = f"{refused.refusal.code}: {refused.refusal.message}"
+            contexts, read = newcluster.examine_kubeconfig(
+                given.kubeconfig, values["context"] or None
+            )
+            if isinstance(read, kubeconfig.Refusal):
+                field = "context" if read.code in _CONTEXT_CODES else "kubeconfig"
+                errors[field] = f"{read.code}: {read.message}"
             else:
-                source = newcluster.Source(server, minimal)
+                source = read
     elif how == "token":
         server = values["server"]
-        token = _text(form, "token").strip()
-        ca = _text(form, "ca").strip()
         if not server:
             errors["server"] = "give the API server's URL as the hub reaches it"
-        if not token:
+        if not given.token:
             errors["token"] = "give a bearer token of the cluster (a ServiceAccount's)"  # noqa: S105
-        if server and token:
+        if server and given.token:
+            ca = given.ca.encode() if given.ca else None
             try:
-                text = newcluster.kubeconfig_of_token(
-                    name or "cluster", server, ca.encode() if ca else None, token
-                )
+                text = newcluster.kubeconfig_of_token(name or "cluster", server, ca, given.token)
             except newcluster.Refused as refused:
                 errors["server"] = str(refused)
             else:
@@ -705,6 +811,45 @@ async def _add(
             newcluster.refuse_argocds_own_cluster(source, "“The cluster Kokumi runs in”")
         except newcluster.Refused as refused:
             errors["how"] = str(refused)
+    return source, errors, contexts
+
+
+async def _add(
+    ui: UI, hub: Client, form: FormData, values: dict[str, str]
+) -> str | tuple[dict[str, str], list[str]]:
+    """The New Cluster form's steps: the Cluster's page to go to, or (errors by field, contexts).
+
+    Everything the form can check is checked before the first request, with the words the
+    manager's status would use; then :func:`kokumi.workspace.newcluster.add_cluster` runs, as
+    for ``kokumi cluster add``. The credentials are read in a worker thread, one form at a time
+    (``ui.parsers``): a hostile kubeconfig then delays other New Cluster forms, never every
+    other page of every user.
+    """
+    errors: dict[str, str] = {}
+    name, namespace = values["name"], values["namespace"]
+    try:
+        newcluster.check_name(name)
+    except newcluster.Refused as refused:
+        errors["name"] = str(refused)
+    if not namespace:
+        errors["namespace"] = "say which namespace (workspace) the Cluster goes in"
+    else:
+        try:
+            newcluster.check_namespace(namespace)
+        except newcluster.Refused as refused:
+            errors["namespace"] = str(refused)
+    try:
+        labels = _labels(values["labels"])
+    except newcluster.Refused as refused:
+        errors["labels"] = str(refused)
+        labels = {}
+    given = await _credentials(form)
+    if not isinstance(given, _Credentials):
+        return {**errors, **given}, []
+    source, refused_by_field, contexts = await trio.to_thread.run_sync(
+        _source, values, given, limiter=ui.parsers
+    )
+    errors.update(refused_by_field)
     if errors or source is None:
         return errors, contexts
     try:

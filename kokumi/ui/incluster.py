@@ -39,6 +39,7 @@ __all__ = [
     "KEY_NAMESPACE",
     "KEY_SECRET",
     "SELF_SUBJECT_REVIEWS",
+    "ProxyRefusal",
     "ProxyTrust",
     "SessionKeyError",
     "Who",
@@ -174,6 +175,14 @@ async def who_is(users: Client, token: str) -> Who:
 
 
 @attrs.frozen
+class ProxyRefusal:
+    """Why a request through the proxy is refused (one line) and the status to answer with."""
+
+    message: str
+    status: int = 403
+
+
+@attrs.frozen
 class ProxyTrust:
     """The authenticating proxy whose user and group headers the UI believes, and no one else's.
 
@@ -201,25 +210,37 @@ class ProxyTrust:
                 ) from None
         return cls(tuple(networks), user_header, groups_header)
 
-    def identity(self, request: Request) -> Identity | str:
+    def identity(self, request: Request) -> Identity | ProxyRefusal:
         """The user the proxy names for ``request``, or why the request is refused (one line)."""
         peer = request.client.host if request.client else ""
         named = self.user_header.lower() in request.headers
         if not self._trusted(peer):
             if named:
-                return (
+                return ProxyRefusal(
                     f"Refused: {peer or 'the caller'} is not the trusted proxy, so its "
                     f"{self.user_header} header is not believed"
                 )
-            return (
+            return ProxyRefusal(
                 f"Refused: this UI serves its users through their authenticating proxy only, "
                 f"and {peer or 'the caller'} is not it"
             )
-        user = request.headers.get(self.user_header, "").strip()
+        users = request.headers.getlist(self.user_header)
+        if len(users) > 1:
+            # A proxy that adds its header beside the client's copy rather than replacing it:
+            # which one is the user is anybody's guess, and the first may be the client's.
+            return ProxyRefusal(
+                f"Refused: the request carries {len(users)} {self.user_header} headers, so whom "
+                f"it is for is not known: the authenticating proxy must remove every "
+                f"{self.user_header} and {self.groups_header} the client sent and set one of its "
+                "own",
+                400,
+            )
+        user = users[0].strip() if users else ""
         if not user:
-            return (
+            return ProxyRefusal(
                 f"Refused: the authenticating proxy named no user (no {self.user_header} "
-                "header): configure it to pass the signed-in user on"
+                "header): configure it to pass the signed-in user on",
+                401,
             )
         groups = [
             group.strip()
@@ -229,14 +250,16 @@ class ProxyTrust:
         ]
         for name in (user, *groups):
             if name.startswith("system:"):
-                return (
+                return ProxyRefusal(
                     "Refused: the proxy named a Kubernetes identity (system:…): the UI never "
                     "impersonates those"
                 )
         try:
             return Identity(user=user, groups=tuple(groups))
         except ConfigError as exc:
-            return f"Refused: the proxy's {self.user_header} or {self.groups_header}: {exc}"
+            return ProxyRefusal(
+                f"Refused: the proxy's {self.user_header} or {self.groups_header}: {exc}"
+            )
 
     def _trusted(self, peer: str) -> bool:
         try:

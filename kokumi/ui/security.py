@@ -5,6 +5,13 @@ gets a session cookie and the link is spent, so another local user, or a web pag
 port, cannot act with the user's kubeconfig. The cookie is signed (itsdangerous), HttpOnly,
 SameSite=Strict, and expires; the session behind it lives in this process only.
 
+The cookie alone is not the session, though: browsers do not keep cookies apart by port (RFC 6265
+section 8.5), so a server another local user runs on 127.0.0.1:OTHER receives it with every
+request the user's browser makes there. The session's pages therefore live under a path of its
+own, ``/s/<secret>/`` (:data:`SESSION_PATH`), which the sign-in redirects to and which no other
+port is ever told: every response says ``Referrer-Policy: no-referrer``, and a log line shows the
+path with the secret left out (:func:`shown_path`). A request needs both, the cookie and the path.
+
 In a cluster (:class:`SealedSessions`) the session lives in the cookie itself, sealed with the key
 the replicas share (:mod:`kokumi.core.sessioncookie`), so that any replica, and one started after
 a restart, accepts it; the user's bearer token travels in it encrypted, never in clear.
@@ -19,14 +26,17 @@ from __future__ import annotations
 
 import hmac
 import logging
+import re
 import secrets
 import time
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any, Final
 
 import attrs
+import trio
 from itsdangerous import BadSignature, TimestampSigner
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from kokumi.core import sessioncookie
 from kokumi.kube.client import Identity
@@ -35,18 +45,29 @@ __all__ = [
     "COOKIE",
     "CSP",
     "MAX_BODY",
+    "MAX_TOKEN",
     "Guard",
+    "Limits",
     "SealedSessions",
     "Session",
     "Sessions",
     "cross_site_refusal",
+    "shown_path",
 ]
 
 log = logging.getLogger("kokumi.ui")
 
 COOKIE: Final = "kokumi_session"
+SESSION_PATH: Final = "/s"
+"""Locally, a session's pages are under ``/s/<its secret>``: what the cookie alone cannot give."""
+_SECRET_PATH: Final = re.compile(r"^/s/[^/]*")
+
 MAX_BODY: Final = 1024 * 1024
-"""The largest request body: a kubeconfig the manager accepts is at most 512 KiB, as a form."""
+"""The largest request body: the New Cluster form takes a kubeconfig of at most 512 KiB."""
+
+MAX_TOKEN: Final = 16 * 1024
+"""The longest bearer token the sign-in and New Cluster forms take (a cookie holds about 2,800
+characters)."""
 
 SESSION_SECONDS: Final = 12 * 3600
 CLUSTER_SESSION_SECONDS: Final = 8 * 3600
@@ -87,6 +108,8 @@ class Session:
     expires: float
     user: str = ""
     identity: Identity | None = None
+    base: str = attrs.field(default="", repr=False)
+    """The path the session's pages are under: ``/s/<secret>`` locally, ``""`` in a cluster."""
 
 
 @attrs.define
@@ -112,18 +135,26 @@ class Sessions:
             raise RuntimeError("the sign-in token was spent")
         return self._sign_in
 
-    def exchange(self, token: str) -> str | None:
-        """The signed cookie value of a new session for the one-time token; None once spent."""
+    def exchange(self, token: str) -> tuple[str, Session] | None:
+        """The signed cookie value of a new session for the one-time token, and the session (its
+        ``base`` is where its pages are); None once spent."""
         if self._sign_in is None or not hmac.compare_digest(token.encode(), self._sign_in.encode()):
             return None
         self._sign_in = None
         session_id = secrets.token_urlsafe(32)
-        self._sessions[session_id] = Session(
-            csrf=secrets.token_urlsafe(32), expires=self.clock() + self.lifetime
+        session = Session(
+            csrf=secrets.token_urlsafe(32),
+            expires=self.clock() + self.lifetime,
+            base=f"{SESSION_PATH}/{secrets.token_urlsafe(32)}",
         )
-        return self._signer.sign(session_id).decode("ascii")
+        self._sessions[session_id] = session
+        return self._signer.sign(session_id).decode("ascii"), session
 
-    def get(self, cookie: str | None) -> Session | None:
+    def get(self, cookie: str | None, base: str) -> Session | None:
+        """The session of ``cookie`` if the request came to its path ``base``, else None.
+
+        The cookie is what any port of 127.0.0.1 receives; the path is what only this one does.
+        """
         if not cookie:
             return None
         try:
@@ -135,6 +166,12 @@ class Sessions:
             return None
         if session.expires <= self.clock():
             del self._sessions[session_id]
+            return None
+        if not hmac.compare_digest(session.base.encode(), base.encode()):
+            log.warning(
+                "refused a request with a session's cookie but not its address (/s/…): opened "
+                "without it, or the cookie replayed by another server on this host"
+            )
             return None
         return session
 
@@ -231,6 +268,11 @@ class SealedSessions:
         return hmac.compare_digest(session.csrf.encode(), given.encode())
 
 
+def shown_path(path: str) -> str:
+    """``path`` as a log line may show it: a session's secret path as ``/s/…``."""
+    return _SECRET_PATH.sub(f"{SESSION_PATH}/…", path, count=1)
+
+
 def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope.get("headers") or ():
         if key == name:
@@ -259,16 +301,38 @@ def cross_site_refusal(scope: Scope) -> str | None:
     return None
 
 
+@attrs.frozen
+class Limits:
+    """How much and how slowly a client may send: what one connection may hold of the server.
+
+    Before a session is known a POST /signin body is read, so anybody can open connections and
+    send bodies slowly; each held its connection for as long as it liked. ``idle_seconds`` is
+    Hypercorn's keep-alive timeout: a connection whose request head has not arrived that long
+    after it opened (or after its last answer) is closed. ``read_seconds`` is Hypercorn's
+    ``read_timeout``: a connection that sends nothing for that long mid-request is closed (a
+    response being worked on is still sent). ``body_seconds`` bounds a body's whole arrival,
+    however it trickles in: past it the request is answered 408 and its connection closed. The
+    sizes are the largest bodies: the sign-in form's (a token, 16 KiB), and any other's.
+    """
+
+    idle_seconds: int = 5
+    read_seconds: int = 10
+    body_seconds: float = 30.0
+    max_body: int = MAX_BODY
+    max_sign_in_body: int = 32 * 1024
+
+
 @attrs.define
 class Guard:
-    """Outermost ASGI middleware: the security headers on every response, the body limit.
+    """Outermost ASGI middleware: the security headers on every response, the body limits.
 
     Cross-site checks happen here too, before any handler or form parser runs: a forged POST
-    never reaches the code that talks to the cluster.
+    never reaches the code that talks to the cluster. The body's size and time limits apply
+    while the app reads it, as :class:`Limits` says.
     """
 
     app: ASGIApp
-    max_body: int = MAX_BODY
+    limits: Limits = attrs.field(factory=Limits)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -280,36 +344,61 @@ class Guard:
                 message["headers"] = [*message.get("headers", []), *HEADERS]
             await send(message)
 
-        if scope["method"] not in ("GET", "HEAD", "OPTIONS"):
+        method, path = scope["method"], shown_path(scope["path"])
+        if method not in ("GET", "HEAD", "OPTIONS"):
             refusal = cross_site_refusal(scope)
             if refusal is not None:
-                log.warning("refused %s %s: %s", scope["method"], scope["path"], refusal)
+                log.warning("refused %s %s: %s", method, path, refusal)
                 await _plain(send_with_headers, 403, f"Refused: {refusal}.")
                 return
+        sign_in = scope["path"] == "/signin"
+        limit = self.limits.max_sign_in_body if sign_in else self.limits.max_body
         length = _header(scope, b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_body):
-            await _plain(send_with_headers, 413, _too_large(self.max_body))
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            await _plain(send_with_headers, 413, _too_large(limit, sign_in))
             return
         received = 0
+        complete = False
+        deadline = trio.current_time() + self.limits.body_seconds
 
         async def limited() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
+            nonlocal received, complete
+            if complete:
+                return await receive()
+            with trio.move_on_at(deadline):
+                message = await receive()
+                if message["type"] != "http.request" or not message.get("more_body", False):
+                    complete = True
                 received += len(message.get("body", b""))
-                if received > self.max_body:
+                if received > limit:
                     # Raised into the form parser: Starlette answers it, as it would a handler's.
-                    raise HTTPException(413, _too_large(self.max_body))
-            return message
+                    raise HTTPException(413, _too_large(limit, sign_in))
+                return message
+            log.warning(
+                "refused %s %s: its body took longer than %g s to arrive",
+                method, path, self.limits.body_seconds,
+            )  # fmt: skip
+            raise HTTPException(
+                408,
+                f"Refused: the request's body took longer than {self.limits.body_seconds:g} s "
+                "to arrive: send it again over a faster connection.",
+                headers={"connection": "close"},
+            )
 
-        await self.app(scope, limited, send_with_headers)
+        try:
+            await self.app(scope, limited, send_with_headers)
+        except ClientDisconnect:
+            # The client went away or fell silent for read_seconds mid-body: nobody to answer.
+            log.info("%s %s: the connection closed before the request's body arrived", method, path)
 
 
-def _too_large(limit: int) -> str:
-    return (
-        f"Refused: the request is larger than {limit // 1024} KiB: a kubeconfig the manager "
-        "accepts is at most 512 KiB."
+def _too_large(limit: int, sign_in: bool) -> str:
+    said = (
+        f"a bearer token is at most {MAX_TOKEN // 1024} KiB"
+        if sign_in
+        else "the New Cluster form takes a kubeconfig of at most 512 KiB"
     )
+    return f"Refused: the request is larger than {limit // 1024} KiB: {said}."
 
 
 async def _plain(send: Send, status: int, text: str) -> None:

@@ -25,7 +25,7 @@ from kokumi.ui.incluster import KEY_NAMESPACE, KEY_SECRET, ProxyTrust, session_k
 from kokumi.ui.security import CLUSTER_SESSION_SECONDS, SealedSessions, Sessions
 from kokumi.workspace.newcluster import FIELD_MANAGER
 
-__all__ = ["Running", "serve_in_cluster", "serve_ui"]
+__all__ = ["Running", "serve_app", "serve_in_cluster", "serve_ui"]
 
 log = logging.getLogger("kokumi.ui")
 
@@ -48,26 +48,41 @@ async def serve_ui(
     task_status: trio.TaskStatus[Running] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled, as the user of ``config``; started() gives the sign-in link."""
-    hypercorn = _hypercorn(f"{HOST}:{port}")
     sessions = Sessions()
-    async with Client(config, field_manager=FIELD_MANAGER) as hub:
-        app = create_app(UI(hub, sessions, argocd_namespace))
-        async with trio.open_nursery() as nursery:
-            binds: list[str] = await nursery.start(serve, app, hypercorn)
-            url = binds[0]
-            log.info("serving the UI on %s", url)
-            task_status.started(Running(url, f"{url}/signin?token={sessions.sign_in_token}"))
+    async with (
+        Client(config, field_manager=FIELD_MANAGER) as hub,
+        trio.open_nursery() as nursery,
+    ):
+        ui = UI(hub, sessions, argocd_namespace)
+        url = await nursery.start(serve_app, ui, f"{HOST}:{port}")
+        task_status.started(Running(url, f"{url}/signin?token={sessions.sign_in_token}"))
 
 
-def _hypercorn(bind: str) -> HypercornConfig:
+async def serve_app(
+    ui: UI,
+    bind: str,
+    *,
+    tls: tuple[str, str] | None = None,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``ui`` on ``bind`` until cancelled, with its limits; started() gives the URL."""
     hypercorn = HypercornConfig()
     hypercorn.bind = [bind]
+    if tls is not None:
+        hypercorn.certfile, hypercorn.keyfile = tls
     hypercorn.accesslog = None
     hypercorn.errorlog = logging.getLogger("kokumi.ui.server")
     hypercorn.include_server_header = False
     # Headers and request line: enough for a sealed cookie and a proxy's groups, no more.
     hypercorn.h11_max_incomplete_size = 64 * 1024
-    return hypercorn
+    # A head that does not arrive, or a client silent mid-request, is closed here; the app
+    # (its Guard) bounds the whole arrival of a body that trickles in.
+    hypercorn.keep_alive_timeout = ui.limits.idle_seconds
+    hypercorn.read_timeout = ui.limits.read_seconds
+    async with trio.open_nursery() as nursery:
+        binds: list[str] = await nursery.start(serve, create_app(ui), hypercorn)
+        log.info("serving the UI on %s (%s sign-in)", binds[0], ui.mode)
+        task_status.started(binds[0])
 
 
 async def serve_in_cluster(
@@ -89,23 +104,14 @@ async def serve_in_cluster(
     token, sent on a connection that carries no credentials of the UI's. ``tls`` is a
     (certificate file, key file) pair to serve HTTPS with; cookies are then always Secure.
     """
-    hypercorn = _hypercorn(bind)
-    if tls is not None:
-        hypercorn.certfile, hypercorn.keyfile = tls
     async with Client(own, field_manager=FIELD_MANAGER) as ui_account:
         keys = Keys(await session_key(ui_account, *key_secret))
         sessions = SealedSessions(keys, lifetime=lifetime, secure=secure_cookies or tls is not None)
         if proxy is not None:
-            await _serve(UI(ui_account, sessions, argocd_namespace, proxy=proxy), hypercorn,
-                         task_status)  # fmt: skip
+            ui = UI(ui_account, sessions, argocd_namespace, proxy=proxy)
+            await serve_app(ui, bind, tls=tls, task_status=task_status)
             return
         bare = attrs.evolve(own, token=None, client_certificate=None, client_key=None)
         async with Client(bare, field_manager=FIELD_MANAGER) as users:
-            await _serve(UI(users, sessions, argocd_namespace), hypercorn, task_status)
-
-
-async def _serve(ui: UI, hypercorn: HypercornConfig, task_status: trio.TaskStatus[str]) -> None:
-    async with trio.open_nursery() as nursery:
-        binds: list[str] = await nursery.start(serve, create_app(ui), hypercorn)
-        log.info("serving the UI on %s (%s sign-in)", binds[0], ui.mode)
-        task_status.started(binds[0])
+            ui = UI(users, sessions, argocd_namespace)
+            await serve_app(ui, bind, tls=tls, task_status=task_status)

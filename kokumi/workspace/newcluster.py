@@ -21,11 +21,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import attrs
-import yaml
 
 from kokumi.core import api, argocd, kubeconfig
 from kokumi.core.ownership import is_argocd_own, normalise_server
-from kokumi.core.text import one_line
+from kokumi.core.text import one_line, quoted
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.errors import AlreadyExists, ApiError, Conflict, Forbidden, KubeError, NotFound
 from kokumi.kube.objects import Resource, metadata_of
@@ -33,20 +32,23 @@ from kokumi.kube.objects import Resource, metadata_of
 __all__ = [
     "Added",
     "FIELD_MANAGER",
+    "MAX_CLUSTER_NAME",
     "Refused",
     "SECRET_KEY",
     "SERVICE_ACCOUNT",
     "Source",
     "add_cluster",
     "api_error",
-    "check_name",
-    "context_names",
-    "refuse_argocds_own_cluster",
     "check_kubeconfig",
+    "check_name",
+    "check_namespace",
+    "check_object_name",
     "cluster_object",
+    "examine_kubeconfig",
     "kubeconfig_of_token",
     "kubeconfig_secret",
     "kubeconfig_secret_name",
+    "refuse_argocds_own_cluster",
     "write",
     "written_here",
 ]
@@ -87,14 +89,43 @@ def api_error(what: str, exc: KubeError) -> Refused:
 
 
 _NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+MAX_CLUSTER_NAME: Final = 63
+"""The longest Cluster name: Kokumi puts it into labels (the CRD refuses a longer one)."""
 
 
 def check_name(name: str) -> None:
     """A Cluster's name must be a DNS label: refused before any request, in one line."""
-    if len(name) > 63 or not _NAME.fullmatch(name):
+    if len(name) > MAX_CLUSTER_NAME or not _NAME.fullmatch(name):
         raise Refused(
             f"Cluster name {name!r} is not a DNS label: use at most 63 lowercase letters, digits "
             "and '-', starting and ending with a letter or digit"
+        )
+
+
+_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_RULE: Final = "at most 63 lowercase letters, digits and '-', starting and ending with one"
+
+
+def check_namespace(namespace: str) -> None:
+    """A namespace's name is a DNS label (RFC 1123), as Kubernetes validates it: refused in
+    one line before it becomes part of a request's path, where ``..`` or ``.`` would name
+    another resource than the one asked for."""
+    if len(namespace) > 63 or not _NAME.fullmatch(namespace):
+        raise Refused(
+            f"namespace {quoted(namespace)} is not a DNS label, so no namespace has that name: "
+            f"a namespace's name is {_LABEL_RULE}"
+        )
+
+
+def check_object_name(kind: str, name: str, limit: int = 253) -> None:
+    """An object's name is a DNS subdomain (RFC 1123) of at most ``limit`` characters, as the
+    API server validates a custom resource's (a Cluster's CRD also says 63): refused in one line
+    before it becomes part of a request's path."""
+    if len(name) > limit or not _SUBDOMAIN.fullmatch(name):
+        raise Refused(
+            f"{kind} name {quoted(name)} is not a DNS subdomain of at most {limit} characters, "
+            f"so no {kind} has that name: a name is lowercase letters, digits, '-' and '.', "
+            "each dot-separated part starting and ending with a letter or digit"
         )
 
 
@@ -204,26 +235,26 @@ class Added:
     secret_created: bool | None  # None: no Secret (InCluster)
 
 
-def context_names(text: str) -> list[str]:
-    """The names of a pasted kubeconfig's contexts, for a form to offer; [] if none can be read.
+MAX_CONTEXT_NAMES: Final = 50
+"""The most context names offered: a list to pick from, not a kubeconfig's size again in a page."""
 
-    Only names are read: the manager's reader decides, with its reasons, whether the chosen one
-    can be used.
+
+def examine_kubeconfig(
+    text: str, context: str | None = None
+) -> tuple[list[str], Source | kubeconfig.Refusal]:
+    """The kubeconfig's context names, for a form to offer, and what ``add`` stores or why not.
+
+    One read, by the manager's reader: a form's kubeconfig is anybody's text, and the reader
+    bounds its size and CPU and refuses aliases, where a general YAML loader spends seconds on a
+    flow list of a MiB. Still CPU-bound: a server calls this in a worker thread. Names longer
+    than a DNS name are left out of the offer, as are all past the first ``MAX_CONTEXT_NAMES``.
     """
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return []
-    contexts = document.get("contexts") if isinstance(document, Mapping) else None
-    if not isinstance(contexts, list):
-        return []
-    return sorted(
-        {
-            str(c["name"])
-            for c in contexts
-            if isinstance(c, Mapping) and isinstance(c.get("name"), str)
-        }
-    )
+    names, read = kubeconfig.examine(text, context)
+    offered = [name for name in names if len(name) <= 253][:MAX_CONTEXT_NAMES]
+    if isinstance(read, kubeconfig.Refusal):
+        return offered, read
+    minimal, server = read
+    return offered, Source(server, minimal)
 
 
 async def add_cluster(
