@@ -939,3 +939,48 @@ async def test_an_exec_plugin_runs_once_until_its_token_expires(tmp_path: Path) 
         await failing.token()
     assert "failed (exit status 3)" in str(failed.value)
     assert "secret-looking" not in str(failed.value)
+
+
+def test_no_command_writes_in_argocds_namespace(
+    hub: APIServer, crds: object, namespace: str, kubectl: Kubectl, spoke_kubeconfig: Registration,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """Argo CD's namespace is written by the manager alone, under its admission policy. A user
+    who may write there anyway (the hub's admin here) and names it as the workspace is refused
+    in one line that says where Clusters go, and nothing is made there."""
+    (tmp_path / "ca.crt").write_bytes(spoke_kubeconfig.ca_pem)
+    (tmp_path / "token").write_text(spoke_kubeconfig.token)
+    flags = ("--server", spoke_kubeconfig.server, "--certificate-authority",
+             str(tmp_path / "ca.crt"), "--token-file", str(tmp_path / "token"))  # fmt: skip
+    said = (
+        f"namespace {namespace} is Argo CD's, where only Kokumi's manager writes (the cluster "
+        "Secrets Argo CD reads): put Clusters and their kubeconfig Secrets in a workspace namespace"
+    )
+    # One of Argo CD's own cluster Secrets, which an import would copy as a Cluster here.
+    argo_secret = {
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "cluster-spoke", "namespace": namespace,
+                     "labels": {"argocd.argoproj.io/secret-type": "cluster"}},
+        "stringData": {"name": "spoke", "server": spoke_kubeconfig.server,
+                       "config": json.dumps({"bearerToken": spoke_kubeconfig.token,
+                                             "tlsClientConfig": {"caData": base64.b64encode(
+                                                 spoke_kubeconfig.ca_pem).decode()}})},
+    }  # fmt: skip
+    kubectl(hub, "apply", "-f", "-", input=json.dumps(argo_secret))
+    for args in (
+        ("cluster", "add", "spoke", "-n", namespace, "--argocd-namespace", namespace, *flags),
+        ("cluster", "add", "here", "-n", namespace, "--argocd-namespace", namespace,
+         "--in-cluster"),
+        ("cluster", "import", "--from", "argocd", "-n", namespace, "--argocd-namespace",
+         namespace),
+    ):  # fmt: skip
+        refused = kokumi(*args, hub=hub.admin_kubeconfig)
+        assert refused.code != 0, (args, refused)
+        # add says it as its one error line; import in the row of what it could not import.
+        assert said in (one_error_line(refused) if refused.err else refused.out), (args, refused)
+    for kind in ("clusters.delivery.kokumi.dev", "secrets"):
+        left = kubectl(hub, "-n", namespace, "get", kind, "-o", "name").stdout.split()
+        assert [name for name in left if name != "secret/cluster-spoke"] == [], kind
+    # The same commands with the default Argo CD namespace write the workspace as ever.
+    made = kokumi("cluster", "add", "spoke", "-n", namespace, *flags, hub=hub.admin_kubeconfig)
+    assert made.code == 0, made.err

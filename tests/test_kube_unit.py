@@ -202,6 +202,15 @@ def test_resource_paths() -> None:
     )
     # A name is one segment: nothing in it can climb the path.
     assert CONFIG_MAPS.path(namespace="n", name="../x") == "/api/v1/namespaces/n/configmaps/..%2Fx"
+    # Dot-segments would be resolved on the way and name another resource; an empty name, the
+    # collection (a DELETE of it is a deletecollection). None is a name any object can have.
+    for bad in (".", "..", ""):
+        with pytest.raises(kokumi.kube.InvalidName, match="not a name any Kubernetes object"):
+            CONFIG_MAPS.path(namespace="n", name=bad)
+        with pytest.raises(kokumi.kube.InvalidName):
+            CONFIG_MAPS.path(namespace=bad or ".", name="a")
+        with pytest.raises(kokumi.kube.InvalidName):
+            CONFIG_MAPS.path(namespace="n", name="a", subresource=bad or "..")
     with pytest.raises(ValueError, match="namespaced"):
         CONFIG_MAPS.path(name="a")
     with pytest.raises(ValueError, match="cluster-scoped"):
@@ -505,6 +514,40 @@ def test_the_configs_names_before_the_kubeconfigs_words_still_work() -> None:
 
 
 # --- a fenced client --------------------------------------------------------------------------
+
+
+async def test_a_client_read_only_in_a_namespace_sends_no_write_there() -> None:
+    """Reads go; writes elsewhere go; a write in the namespace, or of the namespace object
+    itself, is refused with the reason given, and never sent. Clones keep the rule."""
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(f"{request.method} {request.url.path}")
+        return httpx.Response(200, json={"kind": "ConfigMap", "metadata": {"name": "x"}})
+
+    gizmos = Resource("example.com", "v1", "gizmos", "Gizmo")
+    async with Client(
+        Config(server="https://hub.example"), transport=httpx.MockTransport(answer)
+    ) as client:
+        guarded = client.read_only_in("argocd", "namespace argocd is Argo CD's")
+        await guarded.get(CONFIG_MAPS, "x", namespace="argocd")
+        await guarded.create(CONFIG_MAPS, {"metadata": {"name": "x"}}, namespace="team")
+        writes = (
+            guarded.create(CONFIG_MAPS, {"metadata": {"name": "x"}}, namespace="argocd"),
+            guarded.patch_merge(gizmos, "g", {}, namespace="argocd"),
+            guarded.delete(NAMESPACES, "argocd"),
+            guarded.delete_collection(CONFIG_MAPS, namespace="argocd"),
+            guarded.acting_as(kokumi.kube.Identity(user="bob")).delete(
+                CONFIG_MAPS, "x", namespace="argocd"
+            ),
+        )
+        for write in writes:
+            with pytest.raises(kokumi.kube.WriteRefused, match="not sent: namespace argocd is"):
+                await write
+        assert seen == ["GET /api/v1/namespaces/argocd/configmaps/x",
+                        "POST /api/v1/namespaces/team/configmaps"]  # fmt: skip
+        await client.delete(CONFIG_MAPS, "x", namespace="argocd")  # the client it came from
+        assert seen[-1] == "DELETE /api/v1/namespaces/argocd/configmaps/x"
 
 
 async def test_a_fenced_client_sends_no_write_once_its_fence_says_no() -> None:

@@ -7,6 +7,7 @@ forged sign-in, an oversized body, and a credential echoed back after a failed v
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -554,3 +555,62 @@ async def test_a_namespace_no_namespace_can_have_is_refused_in_lists_and_the_for
     assert [r.url.path for r in hub.requests] == [
         f"/apis/{api.GROUP}/v1alpha1/namespaces/team/clusters/spoke.eu"
     ]
+
+
+class WillingHub:
+    """A hub that would take any write (as for a user bound cluster-admin), holding one Cluster
+    argocd/spoke only for the pages that edit or delete it; it remembers what it was asked."""
+
+    def __init__(self, existing: bool) -> None:
+        self.existing = existing
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        if request.method == "GET":
+            if self.existing and request.url.path.endswith("/clusters/spoke"):
+                return httpx.Response(200, json={
+                    "apiVersion": "delivery.kokumi.dev/v1alpha1", "kind": "Cluster",
+                    "metadata": {"name": "spoke", "namespace": "argocd", "uid": "u",
+                                 "resourceVersion": "1"},
+                    "spec": {"connection": "InCluster"}})  # fmt: skip
+            return httpx.Response(404, json={"kind": "Status", "reason": "NotFound", "code": 404})
+        body = json.loads(request.content or b"{}")
+        body.setdefault("metadata", {}).update(uid="u", resourceVersion="2")
+        return httpx.Response(201 if request.method == "POST" else 200, json=body)
+
+
+@pytest.mark.parametrize(
+    ("path", "form"),
+    [
+        (
+            "/clusters/new",
+            {"namespace": "argocd", "name": "spoke", "how": "kubeconfig",
+             "kubeconfig": kubeconfig({"token": canary.token()})},
+        ),
+        ("/clusters/argocd/spoke/delete", {"confirm": "spoke"}),
+        ("/clusters/argocd/spoke/edit",
+         {"labels": "tier=gold", "description": "mine", "version": "1"}),
+    ],
+    ids=["new", "delete", "edit"],
+)  # fmt: skip
+async def test_no_page_writes_in_argocds_namespace(path: str, form: dict[str, str]) -> None:
+    """Argo CD's namespace is written by the manager alone, under its admission policy: a user
+    who may write there anyway (here, a hub that would take anything) is refused by the UI in
+    one line that says where to put Clusters, and nothing but reads reaches the hub."""
+    hub = WillingHub(existing=path != "/clusters/new")
+    sessions = Sessions()
+    config = Config(server="https://hub.invalid:6443", token=StaticToken(canary.token("hub")))
+    async with (
+        Client(config, transport=httpx.MockTransport(hub)) as client,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=create_app(UI(client, sessions))), base_url=ORIGIN
+        ) as browser,
+    ):
+        csrf = await signed_in(sessions, browser)
+        response = await browser.post(path, data={"csrf": csrf, **form}, headers=SAME_ORIGIN)
+    assert [f"{r.method} {r.url.path}" for r in hub.requests if r.method != "GET"] == []
+    assert response.status_code in (200, 422)  # the form again, with the refusal
+    said = "namespace argocd is Argo CD&#39;s, where only Kokumi&#39;s manager writes"
+    assert said in response.text, response.text
+    assert canary.found(response.text) == []

@@ -47,6 +47,7 @@ if _typing.TYPE_CHECKING:
         Forbidden,
         Gone,
         Invalid,
+        InvalidName,
         KubeError,
         MethodNotAllowed,
         NotFound,
@@ -56,6 +57,7 @@ if _typing.TYPE_CHECKING:
         TooManyRequests,
         TransportError,
         Unauthorized,
+        WriteRefused,
     )
     from .objects import Resource
     from .watch import Resync, Store, WatchEvent, start_watch, watch
@@ -78,6 +80,7 @@ __all__ = [
     "Gone",
     "Identity",
     "Invalid",
+    "InvalidName",
     "KubeError",
     "LEASES",
     "MethodNotAllowed",
@@ -100,6 +103,7 @@ __all__ = [
     "TransportError",
     "Unauthorized",
     "WatchEvent",
+    "WriteRefused",
     "flatten_context",
     "start_watch",
     "watch",
@@ -138,6 +142,7 @@ _BY_HOME = {
         "Forbidden",
         "Gone",
         "Invalid",
+        "InvalidName",
         "KubeError",
         "MethodNotAllowed",
         "NotFound",
@@ -147,6 +152,7 @@ _BY_HOME = {
         "TooManyRequests",
         "TransportError",
         "Unauthorized",
+        "WriteRefused",
     ),
     "objects": ("Resource",),
     "watch": ("Resync", "Store", "WatchEvent", "start_watch", "watch"),

@@ -30,6 +30,7 @@ from .errors import (
     ServerTimeout,
     TooManyRequests,
     TransportError,
+    WriteRefused,
     error_from_status,
 )
 from .objects import (  # pure, so the pure core can name resources
@@ -59,6 +60,18 @@ log = logging.getLogger(__name__)
 JSON = "application/json"
 # What a fence never stops: a replica that may not write still reads and watches.
 _READS = frozenset({"GET", "HEAD"})
+
+
+def _namespace_in(path: str) -> str | None:
+    """The namespace a request's path is in, or names (``/api/v1/namespaces/N``); None for a
+    cluster-scoped one. Segments are quoted, and a namespace is a DNS label: no quoting."""
+    parts = path.split("/")
+    for index, part in enumerate(parts[:-1]):
+        if part == "namespaces" and index in (3, 4):  # /api/v1/namespaces, /apis/g/v/namespaces
+            return parts[index + 1]
+    return None
+
+
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 METADATA_OBJECT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
@@ -194,6 +207,7 @@ class Client:
         self._extensions: dict[str, Any] = {}
         self._identity: Identity | None = None
         self._fence: Callable[[], bool] | None = None
+        self._read_only: dict[str, str] = {}  # namespace -> why no write is sent there
         self._shared = False
         self.observer: Observer = _Unobserved()
         if config.tls_server_name and config.proxy_url:
@@ -265,6 +279,21 @@ class Client:
         """
         clone = copy.copy(self)
         clone._fence = may_write
+        clone._shared = True
+        return clone
+
+    def read_only_in(self, namespace: str, because: str) -> Client:
+        """This connection, refusing to send any write in ``namespace`` (the namespace object
+        itself included): :class:`~kokumi.kube.errors.WriteRefused`, which says ``because``,
+        and nothing sent.
+
+        For the tools people use as themselves (``kokumi cluster``, ``kokumi ui``): Argo CD's
+        namespace is written by the manager alone, under its admission policy, and a user who
+        may write there must not do it through Kokumi by naming it as a workspace. Shares what
+        :meth:`acting_as` shares, and the clones made from it keep the rule.
+        """
+        clone = copy.copy(self)
+        clone._read_only = {**self._read_only, namespace: because}
         clone._shared = True
         return clone
 
@@ -584,6 +613,10 @@ class Client:
         stream: bool,
     ) -> httpx.Response:
         context = f"{method} {path}"
+        if method not in _READS and self._read_only:
+            refused = self._read_only.get(_namespace_in(path) or "")
+            if refused is not None:
+                raise WriteRefused(f"{context}: not sent: {refused}")
         retries = 0
         token_refreshed = False
         identity = self._identity

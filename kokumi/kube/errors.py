@@ -19,6 +19,7 @@ __all__ = [
     "Forbidden",
     "Gone",
     "Invalid",
+    "InvalidName",
     "KubeError",
     "MethodNotAllowed",
     "NotFound",
@@ -28,6 +29,7 @@ __all__ = [
     "TooManyRequests",
     "TransportError",
     "Unauthorized",
+    "WriteRefused",
     "ConfigError",
     "error_from_status",
 ]
@@ -53,6 +55,19 @@ class Fenced(KubeError):
 
     Nothing reached the server. Raised by a client made with :meth:`Client.fenced` when, at the
     moment the request would go out, its caller no longer holds what lets it write (a Lease).
+    """
+
+
+class WriteRefused(KubeError):
+    """A write was not sent: the client may not write in that namespace
+    (:meth:`Client.read_only_in`). Nothing reached the server."""
+
+
+class InvalidName(KubeError, ValueError):
+    """A name no Kubernetes object can have (``.``, ``..``, empty) was to become a path segment.
+
+    Nothing was sent: quoted or not, servers and proxies resolve ``.`` and ``..`` as
+    dot-segments, and the request would have named another resource than the one meant.
     """
 
 

@@ -15,6 +15,8 @@ from urllib.parse import quote
 
 import attrs
 
+from kokumi.kube.errors import InvalidName
+
 __all__ = [
     "Resource",
     "metadata_of",
@@ -71,6 +73,11 @@ class Resource:
 
 
 def _segment(value: str) -> str:
+    """One path segment, quoted. ``.`` and ``..`` are refused: quoted or not, a server or
+    proxy resolves them as dot-segments, and ``GET .../namespaces/team/clusters/..`` would ask
+    for something else than the object named. No Kubernetes name can be either."""
+    if value in ("", ".", ".."):
+        raise InvalidName(f"{value!r} is not a name any Kubernetes object or namespace can have")
     return quote(value, safe="")
 
 

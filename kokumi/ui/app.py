@@ -105,6 +105,13 @@ class UI:
         factory=lambda: trio.CapacityLimiter(PARSERS), repr=False
     )
 
+    def __attrs_post_init__(self) -> None:
+        # Every request the pages make, as whichever user: never a write in Argo CD's
+        # namespace (the manager's alone, under its admission policy), whatever a user may.
+        self.hub = self.hub.read_only_in(
+            self.argocd_namespace, newcluster.argocd_only(self.argocd_namespace)
+        )
+
     @property
     def mode(self) -> str:
         """``local``, ``token`` (in a cluster, bearer sign-in) or ``proxy``."""

@@ -39,6 +39,7 @@ __all__ = [
     "Source",
     "add_cluster",
     "api_error",
+    "argocd_only",
     "check_kubeconfig",
     "check_name",
     "check_namespace",
@@ -127,6 +128,15 @@ def check_object_name(kind: str, name: str, limit: int = 253) -> None:
             f"so no {kind} has that name: a name is lowercase letters, digits, '-' and '.', "
             "each dot-separated part starting and ending with a letter or digit"
         )
+
+
+def argocd_only(namespace: str) -> str:
+    """Why ``kokumi cluster`` and ``kokumi ui`` never write in Argo CD's namespace, as their
+    refusal says it (see :meth:`kokumi.kube.Client.read_only_in`)."""
+    return (
+        f"namespace {namespace} is Argo CD's, where only Kokumi's manager writes (the cluster "
+        "Secrets Argo CD reads): put Clusters and their kubeconfig Secrets in a workspace namespace"
+    )
 
 
 def refuse_argocds_own_cluster(source: Source, how: str = "--in-cluster") -> None:

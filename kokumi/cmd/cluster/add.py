@@ -18,20 +18,20 @@ from typing import Any, Final
 
 import yaml
 
-from kokumi.cmd.cluster.command import OneLineParser, examples, hub_config, hub_flags, runner
+from kokumi.cmd.cluster.command import OneLineParser, examples, hub_client, hub_flags, runner
 from kokumi.cmd.cluster.errors import CliError, CliUsageError, api_error, warn
 from kokumi.cmd.cluster.spoke import (
     kubeconfig_of_context,
     service_account_kubeconfig,
     service_account_objects,
 )
+from kokumi.core import argocd
 from kokumi.core.kubeconfig import KubeconfigRefused
 from kokumi.core.ownership import IN_CLUSTER_SERVER
-from kokumi.kube.client import SECRETS, Client
+from kokumi.kube.client import SECRETS
 from kokumi.kube.config import Config
 from kokumi.kube.errors import Forbidden, KubeError, NotFound
 from kokumi.workspace.newcluster import (
-    FIELD_MANAGER,
     LABEL_CLUSTER,
     LABEL_MANAGED_BY,
     SERVICE_ACCOUNT,
@@ -257,7 +257,7 @@ async def _cmd_add(args: argparse.Namespace) -> None:
         await _secret_only(args, source, labels)
         return
 
-    async with Client(hub_config(args), field_manager=FIELD_MANAGER) as hub:
+    async with hub_client(args) as hub:
         added = await add_cluster(
             hub, args.name, args.namespace, source, labels=labels, description=args.description
         )
@@ -285,7 +285,7 @@ async def _secret_only(args: argparse.Namespace, source: Source, labels: dict[st
     name = kubeconfig_secret_name(args.name)
     where = f"{args.namespace}/{name}"
     wanted = kubeconfig_secret(args.name, args.namespace, source.kubeconfig)
-    async with Client(hub_config(args), field_manager=FIELD_MANAGER) as hub:
+    async with hub_client(args) as hub:
         try:
             existing: dict[str, Any] | None = await hub.get(SECRETS, name, namespace=args.namespace)
         except (NotFound, Forbidden):
@@ -388,6 +388,11 @@ def add_parser(sub: argparse._SubParsersAction[OneLineParser]) -> None:
         "--label", action="append", default=[], metavar="KEY=VALUE", help="a label (repeatable)"
     )
     add_cmd.add_argument("--description", default="", help="spec.description")
+    add_cmd.add_argument(
+        "--argocd-namespace",
+        default=argocd.ARGOCD_NAMESPACE,
+        help="Argo CD's namespace, where only Kokumi's manager writes: never a workspace",
+    )
     add_cmd.add_argument(
         "--dry-run",
         action="store_true",

@@ -5,22 +5,25 @@ and the columns ``list`` and ``describe`` print, aligned as kubectl aligns them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import textwrap
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import NoReturn
 
 import trio
 
 from kokumi.cmd import DONE
 from kokumi.cmd.cluster.errors import CliError, CliUsageError, refusal
+from kokumi.core import argocd
 from kokumi.core.clusterview import label_text, ready_condition
 from kokumi.core.text import one_line
+from kokumi.kube.client import Client
 from kokumi.kube.config import SERVICE_ACCOUNT_ROOT as _SERVICE_ACCOUNT_ROOT
 from kokumi.kube.config import Config
 from kokumi.kube.errors import KubeError
-from kokumi.workspace.newcluster import Refused
+from kokumi.workspace.newcluster import FIELD_MANAGER, Refused, argocd_only
 
 __all__ = [
     "OneLineParser",
@@ -72,6 +75,16 @@ def hub_config(args: argparse.Namespace) -> Config:
     if in_pod:
         print(f"kokumi: acting on the hub {config.server} as {identity}", file=sys.stderr)
     return config
+
+
+@contextlib.asynccontextmanager
+async def hub_client(args: argparse.Namespace) -> AsyncIterator[Client]:
+    """The hub, as the user of its kubeconfig (or the pod's ServiceAccount), never writing in
+    Argo CD's namespace (``--argocd-namespace`` where the command has it): whatever the user
+    may do there, these commands write only workspaces."""
+    namespace = getattr(args, "argocd_namespace", None) or argocd.ARGOCD_NAMESPACE
+    async with Client(hub_config(args), field_manager=FIELD_MANAGER) as hub:
+        yield hub.read_only_in(namespace, argocd_only(namespace))
 
 
 def examples(text: str) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 from kokumi.cmd.cluster.command import (
     OneLineParser,
     examples,
-    hub_config,
+    hub_client,
     hub_flags,
     label_text,
     ready_condition,
@@ -21,17 +21,16 @@ from kokumi.cmd.cluster.errors import CliError, api_error
 from kokumi.core import argocd, clustersource
 from kokumi.core.clusterview import environment_targets, registration
 from kokumi.core.text import one_line
-from kokumi.kube.client import Client
 from kokumi.kube.errors import KubeError, NotFound
 from kokumi.kube.objects import metadata_of
 from kokumi.workspace.inspect import cluster_facts
-from kokumi.workspace.newcluster import FIELD_MANAGER, SECRET_KEY
+from kokumi.workspace.newcluster import SECRET_KEY
 
 __all__ = ["add_parser", "describe_text", "environment_targets", "registration"]
 
 
 async def _cmd_describe(args: argparse.Namespace) -> None:
-    async with Client(hub_config(args), field_manager=FIELD_MANAGER) as hub:
+    async with hub_client(args) as hub:
         namespace = args.namespace or hub.namespace
         try:
             facts = await cluster_facts(hub, namespace, args.name, args.argocd_namespace)

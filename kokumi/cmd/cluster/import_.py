@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import attrs
 
-from kokumi.cmd.cluster.command import OneLineParser, examples, hub_config, hub_flags, runner
+from kokumi.cmd.cluster.command import OneLineParser, examples, hub_client, hub_flags, runner
 from kokumi.cmd.cluster.errors import api_error
 from kokumi.core import api, argocd, clustersource, kubeconfig
 from kokumi.core.ownership import is_argocd_own
@@ -23,7 +23,6 @@ from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.errors import KubeError, NotFound
 from kokumi.kube.objects import secret_data
 from kokumi.workspace.newcluster import (
-    FIELD_MANAGER,
     SECRET_KEY,
     Refused,
     Source,
@@ -272,7 +271,7 @@ async def import_argocd(
 
 
 async def _cmd_import(args: argparse.Namespace) -> int:
-    async with Client(hub_config(args), field_manager=FIELD_MANAGER) as hub:
+    async with hub_client(args) as hub:
         namespace = args.namespace or hub.namespace
         if args.source == "cluster-api":
             outcomes = await import_cluster_api(hub, namespace, dry_run=args.dry_run)

@@ -13,7 +13,7 @@ import yaml
 from kokumi.cmd.cluster.command import (
     OneLineParser,
     examples,
-    hub_config,
+    hub_client,
     hub_flags,
     label_text,
     ready_condition,
@@ -23,10 +23,9 @@ from kokumi.cmd.cluster.command import (
 from kokumi.cmd.cluster.errors import api_error
 from kokumi.core import api
 from kokumi.core.text import one_line
-from kokumi.kube.client import Client
 from kokumi.kube.errors import KubeError
 from kokumi.kube.objects import metadata_of
-from kokumi.workspace.newcluster import FIELD_MANAGER, SECRET_KEY
+from kokumi.workspace.newcluster import SECRET_KEY
 
 __all__ = ["add_parser", "cluster_rows"]
 
@@ -68,7 +67,7 @@ def _without_managed_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 async def _cmd_list(args: argparse.Namespace) -> None:
-    async with Client(hub_config(args), field_manager=FIELD_MANAGER) as hub:
+    async with hub_client(args) as hub:
         namespace = None if args.all_namespaces else (args.namespace or hub.namespace)
         try:
             listing = await hub.list(api.CLUSTERS, namespace=namespace)
