@@ -11,7 +11,6 @@ does, so whatever gets past the handshake is Ready: only the certificate decides
 from __future__ import annotations
 
 import functools
-import json
 import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -30,17 +29,11 @@ from kokumi.runtime import probe
 from kokumi.runtime.probe import Finding, check, check_config
 from kokumi.testing import canary
 from kokumi.testing.controlplane import CertificateAuthority
+from tests.spoke_answers import answer_checks
 
 TOKEN = canary.token("tls")
 HOST = "spoke.test"
 VERSION = b'{"major":"1","minor":"36","gitVersion":"v1.36.0-tls"}'
-REVIEW = json.dumps(
-    {
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "SelfSubjectReview",
-        "status": {"userInfo": {"username": "tls-user"}},
-    }
-).encode()
 
 NOT_FOR_HOST = (
     f"the server's certificate is not valid for {HOST}: none of its subjectAltNames matches it,"
@@ -125,37 +118,7 @@ class Loopback(trio.abc.HostnameResolver):
         raise NotImplementedError
 
 
-async def kubernetes(stream: trio.SSLStream[trio.SocketStream]) -> None:
-    """A healthy API server, as far as a check (or a client's GET /version) asks it."""
-    buffer = b""
-    try:
-        while True:
-            while b"\r\n\r\n" not in buffer:
-                data = await stream.receive_some(65536)
-                if not data:
-                    return
-                buffer += data
-            head, _, buffer = buffer.partition(b"\r\n\r\n")
-            first, *lines = head.decode("latin-1").split("\r\n")
-            headers = {
-                k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines)
-            }
-            length = int(headers.get("content-length", "0"))
-            while len(buffer) < length:
-                buffer += await stream.receive_some(65536)
-            buffer = buffer[length:]
-            assert headers["authorization"] == f"Bearer {TOKEN}"
-            version = first.split(" ")[1] == "/version"
-            body, status = (VERSION, "200 OK") if version else (REVIEW, "201 Created")
-            await stream.send_all(
-                f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n".encode()
-                + body
-            )
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        pass  # the client refused the certificate, or went
-    finally:
-        await trio.aclose_forcefully(stream)
+kubernetes = functools.partial(answer_checks, version=VERSION, username="tls-user", token=TOKEN)
 
 
 async def both(target: Connection) -> Finding:

@@ -11,7 +11,6 @@ short one) while the padding servers are checked beside them.
 from __future__ import annotations
 
 import functools
-import json
 import ssl
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from kokumi.manager import Manager
 from kokumi.testing.controlplane import APIServer, CertificateAuthority
 from kokumi.testing.spoke import Registration
 from tests.manager_support import manager, wait_for, wait_reason, workspace
+from tests.spoke_answers import answer_checks
 
 pytestmark = pytest.mark.usefixtures("crds")
 
@@ -30,45 +30,10 @@ LIVE = 10
 HOSTILE = 8
 PAD = "X-Pad: x" + " " * 15_000 + "y"
 VERSION = b'{"major":"1","minor":"36","gitVersion":"v1.36.0-padded"}'
-REVIEW = json.dumps(
-    {
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "SelfSubjectReview",
-        "status": {"userInfo": {"username": "padded"}},
-    }
-).encode()
 
 
-async def padding(stream: trio.SSLStream[trio.SocketStream]) -> None:
-    """An API server whose every answer is right, with one header line padded with spaces."""
-    buffer = b""
-    try:
-        while True:
-            while b"\r\n\r\n" not in buffer:
-                data = await stream.receive_some(65536)
-                if not data:
-                    return
-                buffer += data
-            head, _, buffer = buffer.partition(b"\r\n\r\n")
-            first, *lines = head.decode("latin-1").split("\r\n")
-            length = 0
-            for line in lines:
-                name, _, value = line.partition(":")
-                if name.strip().lower() == "content-length":
-                    length = int(value)
-            while len(buffer) < length:
-                buffer += await stream.receive_some(65536)
-            buffer = buffer[length:]
-            body, status = (VERSION, "200 OK") if " /version " in first else (REVIEW, "201 Created")
-            await stream.send_all(
-                f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{PAD}\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n".encode()
-                + body
-            )
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        return
-    finally:
-        await trio.aclose_forcefully(stream)
+padding = functools.partial(answer_checks, version=VERSION, username="padded", extra=PAD)
+"""An API server whose every answer is right, with one header line padded with spaces."""
 
 
 async def checks(running: Manager, refs: list[ClusterRef]) -> list[int]:

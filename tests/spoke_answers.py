@@ -1,0 +1,65 @@
+"""A healthy API server as far as Kokumi's check asks it, for tests that need one on a socket of
+their own (a certificate or a header line of theirs): ``GET /version`` and the ``POST`` of a
+SelfSubjectReview, on one kept-alive TLS connection."""
+
+from __future__ import annotations
+
+import json
+
+import trio
+
+
+def review(username: str) -> bytes:
+    """The SelfSubjectReview an API server answers for ``username``."""
+    return json.dumps(
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "SelfSubjectReview",
+            "status": {"userInfo": {"username": username}},
+        }
+    ).encode()
+
+
+async def answer_checks(
+    stream: trio.SSLStream[trio.SocketStream],
+    *,
+    version: bytes,
+    username: str,
+    token: str | None = None,
+    extra: str | None = None,
+) -> None:
+    """Answer every request on ``stream`` until the client goes: ``version`` for ``/version``,
+    the review of ``username`` for anything else. ``token``: the bearer token every request must
+    carry; ``extra``: one more header line in every answer."""
+    buffer = b""
+    head_extra = f"{extra}\r\n" if extra else ""
+    try:
+        while True:
+            while b"\r\n\r\n" not in buffer:
+                data = await stream.receive_some(65536)
+                if not data:
+                    return
+                buffer += data
+            head, _, buffer = buffer.partition(b"\r\n\r\n")
+            first, *lines = head.decode("latin-1").split("\r\n")
+            headers = {
+                k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines)
+            }
+            length = int(headers.get("content-length", "0"))
+            while len(buffer) < length:
+                buffer += await stream.receive_some(65536)
+            buffer = buffer[length:]
+            if token is not None:
+                assert headers["authorization"] == f"Bearer {token}"
+            asked_version = first.split(" ")[1] == "/version"
+            body = version if asked_version else review(username)
+            status = "200 OK" if asked_version else "201 Created"
+            await stream.send_all(
+                f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{head_extra}"
+                f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass  # the client refused the certificate, or went
+    finally:
+        await trio.aclose_forcefully(stream)
