@@ -578,18 +578,58 @@ def test_dry_run_prints_the_objects_but_never_the_kubeconfig(tmp_path: Path) -> 
 # --- import -------------------------------------------------------------------------------------
 
 
-def test_import_from_cluster_api_references_its_secrets(
-    hub: APIServer, crds: object, namespace: str, kubectl: Kubectl, spoke_kubeconfig: Registration
-) -> None:
-    def capi_secret(name: str, cluster: str, value: str) -> None:
-        kubectl(hub, "create", "secret", "generic", name, "-n", namespace,
-                f"--from-literal=value={value}")  # fmt: skip
-        kubectl(hub, "label", "secret", name, "-n", namespace,
-                f"cluster.x-k8s.io/cluster-name={cluster}")  # fmt: skip
+def capi_cluster(hub: APIServer, kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
+    """A Cluster API cluster, as far as an import reads it: its name and uid."""
+    body = {"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+            "metadata": {"name": name, "namespace": namespace}, "spec": {}}  # fmt: skip
+    made = kubectl(hub, "create", "-o", "json", "-f", "-", input=json.dumps(body)).stdout
+    found: dict[str, Any] = json.loads(made)
+    return found
 
-    capi_secret("workload-kubeconfig", "workload", spoke_kubeconfig.kubeconfig)
-    capi_secret("workload-ca", "workload", "not a kubeconfig: Cluster API's CA")
-    capi_secret("broken-kubeconfig", "broken", spoke_kubeconfig.variant(exec_plugin=True))
+
+def capi_owner(cluster: dict[str, Any]) -> dict[str, Any]:
+    """The controller ownerReference Cluster API puts on the Secrets of its cluster."""
+    return {"apiVersion": cluster["apiVersion"], "kind": "Cluster",
+            "name": cluster["metadata"]["name"], "uid": cluster["metadata"]["uid"],
+            "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+
+
+def capi_secret(
+    hub: APIServer,
+    kubectl: Kubectl,
+    namespace: str,
+    name: str,
+    cluster: str,
+    value: str,
+    owners: list[dict[str, Any]],
+) -> None:
+    """One of Cluster API's Secrets of ``cluster``: labelled with it, owned as ``owners`` say."""
+    body = {"apiVersion": "v1", "kind": "Secret", "type": "cluster.x-k8s.io/secret",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {"cluster.x-k8s.io/cluster-name": cluster},
+                         "ownerReferences": owners},
+            "stringData": {"value": value}}  # fmt: skip
+    kubectl(hub, "create", "-f", "-", input=json.dumps(body))
+
+
+def test_import_from_cluster_api_references_its_secrets(
+    hub: APIServer,
+    crds: object,
+    capi_crd: object,
+    namespace: str,
+    kubectl: Kubectl,
+    spoke_kubeconfig: Registration,
+) -> None:
+    owners = {
+        c: [capi_owner(capi_cluster(hub, kubectl, namespace, c))] for c in ("workload", "broken")
+    }
+
+    def capi_secret_of(name: str, cluster: str, value: str) -> None:
+        capi_secret(hub, kubectl, namespace, name, cluster, value, owners[cluster])
+
+    capi_secret_of("workload-kubeconfig", "workload", spoke_kubeconfig.kubeconfig)
+    capi_secret_of("workload-ca", "workload", "not a kubeconfig: Cluster API's CA")
+    capi_secret_of("broken-kubeconfig", "broken", spoke_kubeconfig.variant(exec_plugin=True))
     command = ("cluster", "import", "--from", "cluster-api", "-n", namespace)
 
     dry = kokumi(*command, "--dry-run", hub=hub.admin_kubeconfig)

@@ -54,12 +54,40 @@ spec: {connection: InCluster}
 """
 
 
-async def capi_secret(ws: Workspace, ns: str, cluster: str, kubeconfig: str) -> dict[str, Any]:
+def owned_by(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The controller ownerReference Cluster API puts on a cluster's kubeconfig Secret."""
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+async def capi_secret(
+    ws: Workspace,
+    ns: str,
+    cluster: str,
+    kubeconfig: str,
+    *,
+    owners: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The kubeconfig Secret as Cluster API writes it: controlled by its Cluster API cluster,
+    made here (without labels) if the test did not make it first; ``owners`` instead, if given."""
+    if owners is None:
+        try:
+            capi = await ws.client.get(CAPI_CLUSTERS, cluster, namespace=ns)
+        except errors.NotFound:
+            capi = await capi_cluster(ws, ns, cluster, {})
+        owners = [owned_by(capi)]
     body = {
         "metadata": {
             "name": f"{cluster}-kubeconfig",
             "namespace": ns,
             "labels": {CAPI_CLUSTER_NAME: cluster},
+            "ownerReferences": owners,
         },
         "type": "cluster.x-k8s.io/secret",
         "data": {"value": base64.b64encode(kubeconfig.encode()).decode()},
@@ -72,14 +100,16 @@ async def rotate(ws: Workspace, ns: str, cluster: str, kubeconfig: str) -> None:
     await ws.client.patch_merge(SECRETS, f"{cluster}-kubeconfig", {"data": data}, namespace=ns)
 
 
-async def capi_cluster(ws: Workspace, ns: str, name: str, labels: Mapping[str, str]) -> None:
+async def capi_cluster(
+    ws: Workspace, ns: str, name: str, labels: Mapping[str, str]
+) -> dict[str, Any]:
     body = {
         "apiVersion": "cluster.x-k8s.io/v1beta1",
         "kind": "Cluster",
         "metadata": {"name": name, "namespace": ns, "labels": dict(labels)},
         "spec": {},
     }
-    await ws.client.create(CAPI_CLUSTERS, body, namespace=ns)
+    return await ws.client.create(CAPI_CLUSTERS, body, namespace=ns)
 
 
 async def source(

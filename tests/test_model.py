@@ -90,7 +90,7 @@ from kokumi.runtime.options import Options
 from kokumi.runtime.probe import Finding
 from tests import prediction
 from tests import strategies as s
-from tests.fakeapi import EPOCH, FakeApi
+from tests.fakeapi import CAPI_CLUSTERS, DEFAULT_KINDS, EPOCH, FakeApi
 
 T = TypeVar("T")
 
@@ -181,7 +181,10 @@ class World:
     """The fake hub, the manager, and a Trio run in a thread that only moves when told."""
 
     def __init__(self) -> None:
-        self.fake = FakeApi(namespaces=("default", "kube-system", OWN, ARGOCD, *WORKSPACES))
+        self.fake = FakeApi(
+            kinds=(*DEFAULT_KINDS, CAPI_CLUSTERS),
+            namespaces=("default", "kube-system", OWN, ARGOCD, *WORKSPACES),
+        )
         self.spokes: dict[str, str] = {normalise_server(server): "ok" for server in SERVERS}
         self.clock = trio.testing.MockClock()
         self.manager: Manager | None = None
@@ -704,6 +707,27 @@ class ManagerMachine(RuleBasedStateMachine):
         self._step()
 
     def _put_capi_secret(self, ns: str, name: str, server: str, broken: str | None) -> None:
+        """The Secret as Cluster API writes it: its cluster exists and controls it."""
+        capi = self._object(clustersource.CAPI_CLUSTERS, name, ns)
+        if capi is None:
+            self._put(
+                {
+                    "apiVersion": clustersource.CAPI_CLUSTERS.api_version,
+                    "kind": "Cluster",
+                    "metadata": {"name": name, "namespace": ns},
+                    "spec": {},
+                }
+            )
+            capi = self._object(clustersource.CAPI_CLUSTERS, name, ns)
+            assert capi is not None
+        owner = {
+            "apiVersion": clustersource.CAPI_CLUSTERS.api_version,
+            "kind": "Cluster",
+            "name": name,
+            "uid": capi["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
         self.tokens += 1
         text = kubeconfig_text(server, f"token-{self.tokens}")
         if broken == "exec":
@@ -719,6 +743,7 @@ class ManagerMachine(RuleBasedStateMachine):
                     "name": f"{name}-kubeconfig",
                     "namespace": ns,
                     "labels": {clustersource.CAPI_CLUSTER_NAME: name},
+                    "ownerReferences": [owner],
                 },
                 "data": data,
             }
