@@ -660,6 +660,62 @@ def test_import_from_cluster_api_references_its_secrets(
     )
 
 
+def test_import_from_cluster_api_takes_only_the_secrets_their_cluster_controls(
+    hub: APIServer,
+    crds: object,
+    capi_crd: object,
+    namespace: str,
+    kubectl: Kubectl,
+    spoke_kubeconfig: Registration,
+) -> None:
+    """The ClusterSource's rule, through the same code: a Secret named and labelled for a Cluster
+    API cluster is anybody's who may create Secrets; only the one its cluster controls is taken."""
+    value = spoke_kubeconfig.kubeconfig
+    bare = capi_cluster(hub, kubectl, namespace, "bare")
+    capi_cluster(hub, kubectl, namespace, "by-kind")
+    holder = json.loads(
+        kubectl(hub, "create", "configmap", "holder", "-n", namespace, "-o", "json").stdout
+    )
+    by_kind = {**capi_owner(holder), "apiVersion": "v1", "kind": "ConfigMap"}
+    capi_secret(hub, kubectl, namespace, "bare-kubeconfig", "bare", value, [])
+    capi_secret(hub, kubectl, namespace, "by-kind-kubeconfig", "by-kind", value, [by_kind])
+    capi_secret(hub, kubectl, namespace, "nobody-kubeconfig", "nobody", value, [])
+    command = ("cluster", "import", "--from", "cluster-api", "-n", namespace)
+
+    refused = kokumi(*command, hub=hub.admin_kubeconfig)
+    assert refused.code == 0, refused.err
+    lines = refused.out.splitlines()
+    assert [line.split(": ")[:2] for line in lines] == [
+        [f"{namespace}/{name}-kubeconfig", "not importable"]
+        for name in ("bare", "by-kind", "nobody")
+    ], lines
+    assert lines[0].endswith(
+        ": not importable: it has no controller ownerReference: a ClusterSource imports only the "
+        "kubeconfig Secret Cluster API writes, whose controller is its cluster, since anybody who "
+        "may create Secrets can name and label one; if this is cluster bare's, set that "
+        "ownerReference (apiVersion cluster.x-k8s.io/v1beta1, kind Cluster, name bare, uid "
+        f"{bare['metadata']['uid']}, controller true), else delete it"
+    ), lines[0]
+    assert 'its controller is "ConfigMap" "holder" of "v1"' in lines[1]
+    assert "no Cluster API cluster nobody exists in this namespace" in lines[2]
+    assert spoke_kubeconfig.token not in refused.out + refused.err
+    assert kubectl(hub, "get", "kcl", "-n", namespace, "-o", "name").stdout == ""
+
+    # The ownerReference Cluster API writes: the next import takes it.
+    patch = json.dumps({"metadata": {"ownerReferences": [capi_owner(bare)]}})
+    kubectl(hub, "patch", "secret", "bare-kubeconfig", "-n", namespace, "--type=merge",
+            "-p", patch)  # fmt: skip
+    imported = kokumi(*command, hub=hub.admin_kubeconfig)
+    assert imported.code == 0, imported.err
+    assert (
+        f"{namespace}/bare-kubeconfig: imported as Cluster {namespace}/bare: it reads Secret "
+        "bare-kubeconfig" in imported.out.splitlines()
+    ), imported.out
+    assert kubectl(hub, "get", "kcl", "-n", namespace, "-o", "name").stdout.split() == [
+        "cluster.delivery.kokumi.dev/bare"
+    ]
+
+
 def test_import_from_argocd_copies_token_clusters_and_lists_the_rest(
     hub: APIServer,
     crds: object,
