@@ -39,7 +39,7 @@ import attrs
 import httpx
 import trio
 
-__all__ = ["DEFAULT_KINDS", "Call", "FakeApi", "Kind", "Rule", "Write"]
+__all__ = ["CAPI_CLUSTERS", "DEFAULT_KINDS", "Call", "FakeApi", "Kind", "Rule", "Write"]
 
 Obj = dict[str, Any]
 
@@ -94,6 +94,11 @@ DEFAULT_KINDS: tuple[Kind, ...] = (
     _crd("clustersources", "ClusterSource"),
 )
 
+CAPI_CLUSTERS = Kind(
+    "cluster.x-k8s.io", "v1beta1", "clusters", "Cluster", generation=True, custom=True
+)
+"""Cluster API's clusters, for a test that serves them beside Kokumi's (same plural)."""
+
 _WRITE_VERBS = frozenset(("create", "update", "patch", "delete", "deletecollection"))
 _META_LIST = "PartialObjectMetadataList"
 _META = "PartialObjectMetadata"
@@ -106,7 +111,7 @@ class Call:
     method: str
     verb: str  # get list watch create update patch delete deletecollection, or "" (non-resource)
     path: str
-    resource: str | None  # the plural, e.g. "secrets"
+    resource: str | None  # the plural, e.g. "secrets": a rule on "clusters" matches every group's
     namespace: str | None
     name: str | None
     subresource: str | None
@@ -651,14 +656,15 @@ class FakeApi(httpx.AsyncBaseTransport):
         seed: int = 0,
     ) -> None:
         self.kinds = {(k.group, k.version, k.plural): k for k in kinds}
-        self._by_plural = {k.plural: k for k in self.kinds.values()}
+        # Stored by group and plural: Cluster API's clusters and Kokumi's share a plural.
+        self._by_key = {k.group_resource: k for k in self.kinds.values()}
         self._objects: dict[str, dict[tuple[str | None, str], Obj]] = {
-            k.plural: {} for k in self.kinds.values()
+            k.group_resource: {} for k in self.kinds.values()
         }
         self._history: dict[str, deque[tuple[int, str, Obj, Obj | None]]] = {
-            k.plural: deque() for k in self.kinds.values()
+            k.group_resource: deque() for k in self.kinds.values()
         }
-        self._compacted: dict[str, int] = {k.plural: 0 for k in self.kinds.values()}
+        self._compacted: dict[str, int] = {k.group_resource: 0 for k in self.kinds.values()}
         self.history_size = history
         self.bookmark_interval = bookmark_interval
         self.user = user
@@ -724,7 +730,7 @@ class FakeApi(httpx.AsyncBaseTransport):
         """Open watch streams go silent but stay open, like a half-dead TCP connection."""
         count = 0
         for watcher in list(self._watchers):
-            if resource is None or watcher.kind.plural == _plural(resource):
+            if resource is None or watcher.kind.group_resource == self._key(resource):
                 watcher.stalled = True
                 count += 1
         return count
@@ -735,9 +741,9 @@ class FakeApi(httpx.AsyncBaseTransport):
 
     def compact(self) -> None:
         """Forget all watch history: every resume from an older version gets 410."""
-        for plural, events in self._history.items():
+        for key, events in self._history.items():
             events.clear()
-            self._compacted[plural] = self._rv
+            self._compacted[key] = self._rv
 
     @property
     def down(self) -> bool:
@@ -759,7 +765,7 @@ class FakeApi(httpx.AsyncBaseTransport):
     def _end_watches(self, resource: Any, broken: bool) -> int:
         count = 0
         for watcher in list(self._watchers):
-            if resource is None or watcher.kind.plural == _plural(resource):
+            if resource is None or watcher.kind.group_resource == self._key(resource):
                 watcher.broken = broken
                 watcher.send.close()
                 watcher.ended.set()
@@ -798,9 +804,26 @@ class FakeApi(httpx.AsyncBaseTransport):
             and (ok is None or (0 < w.code < 400) == ok)
         )
 
+    def _key(self, resource: Any) -> str:
+        """The stored type ``resource`` names: a resource object by its group and plural; a
+        string by its plural (or ``plural.group``), which must then name one kind alone."""
+        if isinstance(resource, str):
+            found = {
+                k.group_resource
+                for k in self.kinds.values()
+                if resource in (k.plural, k.group_resource)
+            }
+            if len(found) != 1:
+                raise ValueError(f"{resource!r} names {len(found)} kinds here: {sorted(found)}")
+            return found.pop()
+        plural, group = getattr(resource, "plural", None), getattr(resource, "group", "")
+        if not isinstance(plural, str) or not isinstance(group, str):
+            raise TypeError(f"not a resource: {resource!r}")
+        return f"{plural}.{group}" if group else plural
+
     def objects(self, resource: Any, namespace: str | None = None) -> list[Obj]:
         """Copies of the stored objects of one type, sorted as a list would be."""
-        store = self._objects[_plural(resource)]
+        store = self._objects[self._key(resource)]
         return [
             _copy(obj)
             for key, obj in sorted(store.items(), key=_sort_key)
@@ -808,7 +831,7 @@ class FakeApi(httpx.AsyncBaseTransport):
         ]
 
     def object(self, resource: Any, name: str, namespace: str | None = None) -> Obj | None:
-        obj = self._objects[_plural(resource)].get((namespace, name))
+        obj = self._objects[self._key(resource)].get((namespace, name))
         return None if obj is None else _copy(obj)
 
     def put(self, obj: Mapping[str, Any]) -> Obj:
@@ -827,7 +850,7 @@ class FakeApi(httpx.AsyncBaseTransport):
             raise ValueError(f"the fake serves no kind {body.get('kind')!r} in {api_version}")
         meta = body.setdefault("metadata", {})
         key = (meta.get("namespace") if kind.namespaced else None, meta["name"])
-        old = self._objects[kind.plural].get(key)
+        old = self._objects[kind.group_resource].get(key)
         if old is None:
             return self._create_object(kind, key[0], body, keep_status=True)
         new = self._prepare_update(kind, old, body, None)
@@ -838,7 +861,7 @@ class FakeApi(httpx.AsyncBaseTransport):
     def remove(self, resource: Any, name: str, namespace: str | None = None) -> bool:
         """Delete an object directly, as a user's DELETE would (finalizers hold it); whether it
         was there. Like :meth:`put`, it bypasses the faults: the test's own hand never fails."""
-        kind = self._by_plural[_plural(resource)]
+        kind = self._by_key[self._key(resource)]
         try:
             self._delete(kind, namespace if kind.namespaced else None, name, {})
         except _Failure:
@@ -1068,7 +1091,7 @@ class FakeApi(httpx.AsyncBaseTransport):
     # -- reads ------------------------------------------------------------------------------------
 
     def _get(self, kind: Kind, namespace: str | None, name: str) -> Obj:
-        obj = self._objects[kind.plural].get((namespace, name))
+        obj = self._objects[kind.group_resource].get((namespace, name))
         if obj is None:
             raise _not_found(kind, name)
         return obj
@@ -1085,7 +1108,7 @@ class FakeApi(httpx.AsyncBaseTransport):
         probe = self._select(kind, namespace, params)
         return [
             obj
-            for key, obj in sorted(self._objects[kind.plural].items(), key=_sort_key)
+            for key, obj in sorted(self._objects[kind.group_resource].items(), key=_sort_key)
             if probe.matches(obj)
         ]
 
@@ -1135,11 +1158,11 @@ class FakeApi(httpx.AsyncBaseTransport):
         headers = {"content-type": "application/json", "transfer-encoding": "chunked"}
         if since == 0:
             # No version: the current state as synthetic ADDED events, then the changes.
-            for _, obj in sorted(self._objects[kind.plural].items(), key=_sort_key):
+            for _, obj in sorted(self._objects[kind.group_resource].items(), key=_sort_key):
                 if watcher.matches(obj):
                     send.send_nowait(watcher.line("ADDED", obj))
         else:
-            oldest = self._compacted[kind.plural]
+            oldest = self._compacted[kind.group_resource]
             if self._expire_watches > 0 or since < oldest:
                 if self._expire_watches > 0:
                     self._expire_watches -= 1
@@ -1148,7 +1171,7 @@ class FakeApi(httpx.AsyncBaseTransport):
                 send.send_nowait(b'{"type":"ERROR","object":' + _dumps(expired) + b"}\n")
                 send.close()
                 return httpx.Response(200, headers=headers, stream=stream, request=request)
-            for rv, etype, obj, prev in self._history[kind.plural]:
+            for rv, etype, obj, prev in self._history[kind.group_resource]:
                 if rv > since:
                     line = watcher.translate(etype, obj, prev)
                     if line is not None:
@@ -1187,14 +1210,14 @@ class FakeApi(httpx.AsyncBaseTransport):
         obj["metadata"] = {**obj["metadata"], "resourceVersion": str(self._rv)}
         key = (obj["metadata"].get("namespace"), obj["metadata"]["name"])
         if etype == "DELETED":
-            self._objects[kind.plural].pop(key, None)
+            self._objects[kind.group_resource].pop(key, None)
         else:
-            self._objects[kind.plural][key] = obj
-        history = self._history[kind.plural]
+            self._objects[kind.group_resource][key] = obj
+        history = self._history[kind.group_resource]
         history.append((self._rv, etype, obj, prev))
         while len(history) > self.history_size:
             dropped = history.popleft()
-            self._compacted[kind.plural] = dropped[0]
+            self._compacted[kind.group_resource] = dropped[0]
         for watcher in list(self._watchers):
             if watcher.kind is kind:
                 line = watcher.translate(etype, obj, prev)
@@ -1207,7 +1230,7 @@ class FakeApi(httpx.AsyncBaseTransport):
 
     def _check_namespace(self, kind: Kind, namespace: str | None) -> None:
         if kind.namespaced and ("", namespace) not in self._ns_keys():
-            ns_kind = self._by_plural["namespaces"]
+            ns_kind = self._by_key["namespaces"]
             raise _not_found(ns_kind, namespace or "")
 
     def _ns_keys(self) -> set[tuple[str, str]]:
@@ -1344,7 +1367,7 @@ class FakeApi(httpx.AsyncBaseTransport):
         elif kind.status_subresource and not keep_status:
             obj.pop("status", None)
         key = (meta.get("namespace"), meta["name"])
-        if key in self._objects[kind.plural]:
+        if key in self._objects[kind.group_resource]:
             raise _Failure(
                 _status(
                     409,
@@ -1457,7 +1480,7 @@ class FakeApi(httpx.AsyncBaseTransport):
         content: bytes,
     ) -> tuple[int, Obj]:
         patch = _body(content, any_json=True)
-        old = self._objects[kind.plural].get((namespace, name))
+        old = self._objects[kind.group_resource].get((namespace, name))
         if content_type == "application/apply-patch+yaml":
             if not isinstance(patch, dict):
                 raise _bad_request("an apply patch is one object")
@@ -1543,7 +1566,9 @@ class FakeApi(httpx.AsyncBaseTransport):
         if kind.plural == "namespaces":
             for other in self.kinds.values():
                 if other.namespaced:
-                    for key, obj in sorted(self._objects[other.plural].items(), key=_sort_key):
+                    for key, obj in sorted(
+                        self._objects[other.group_resource].items(), key=_sort_key
+                    ):
                         if key[0] == name:
                             self._commit(other, "DELETED", dict(obj), obj)
         gone = self._commit(kind, "DELETED", dict(old), old)

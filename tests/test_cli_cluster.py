@@ -578,18 +578,58 @@ def test_dry_run_prints_the_objects_but_never_the_kubeconfig(tmp_path: Path) -> 
 # --- import -------------------------------------------------------------------------------------
 
 
-def test_import_from_cluster_api_references_its_secrets(
-    hub: APIServer, crds: object, namespace: str, kubectl: Kubectl, spoke_kubeconfig: Registration
-) -> None:
-    def capi_secret(name: str, cluster: str, value: str) -> None:
-        kubectl(hub, "create", "secret", "generic", name, "-n", namespace,
-                f"--from-literal=value={value}")  # fmt: skip
-        kubectl(hub, "label", "secret", name, "-n", namespace,
-                f"cluster.x-k8s.io/cluster-name={cluster}")  # fmt: skip
+def capi_cluster(hub: APIServer, kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
+    """A Cluster API cluster, as far as an import reads it: its name and uid."""
+    body = {"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+            "metadata": {"name": name, "namespace": namespace}, "spec": {}}  # fmt: skip
+    made = kubectl(hub, "create", "-o", "json", "-f", "-", input=json.dumps(body)).stdout
+    found: dict[str, Any] = json.loads(made)
+    return found
 
-    capi_secret("workload-kubeconfig", "workload", spoke_kubeconfig.kubeconfig)
-    capi_secret("workload-ca", "workload", "not a kubeconfig: Cluster API's CA")
-    capi_secret("broken-kubeconfig", "broken", spoke_kubeconfig.variant(exec_plugin=True))
+
+def capi_owner(cluster: dict[str, Any]) -> dict[str, Any]:
+    """The controller ownerReference Cluster API puts on the Secrets of its cluster."""
+    return {"apiVersion": cluster["apiVersion"], "kind": "Cluster",
+            "name": cluster["metadata"]["name"], "uid": cluster["metadata"]["uid"],
+            "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+
+
+def capi_secret(
+    hub: APIServer,
+    kubectl: Kubectl,
+    namespace: str,
+    name: str,
+    cluster: str,
+    value: str,
+    owners: list[dict[str, Any]],
+) -> None:
+    """One of Cluster API's Secrets of ``cluster``: labelled with it, owned as ``owners`` say."""
+    body = {"apiVersion": "v1", "kind": "Secret", "type": "cluster.x-k8s.io/secret",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {"cluster.x-k8s.io/cluster-name": cluster},
+                         "ownerReferences": owners},
+            "stringData": {"value": value}}  # fmt: skip
+    kubectl(hub, "create", "-f", "-", input=json.dumps(body))
+
+
+def test_import_from_cluster_api_references_its_secrets(
+    hub: APIServer,
+    crds: object,
+    capi_crd: object,
+    namespace: str,
+    kubectl: Kubectl,
+    spoke_kubeconfig: Registration,
+) -> None:
+    owners = {
+        c: [capi_owner(capi_cluster(hub, kubectl, namespace, c))] for c in ("workload", "broken")
+    }
+
+    def capi_secret_of(name: str, cluster: str, value: str) -> None:
+        capi_secret(hub, kubectl, namespace, name, cluster, value, owners[cluster])
+
+    capi_secret_of("workload-kubeconfig", "workload", spoke_kubeconfig.kubeconfig)
+    capi_secret_of("workload-ca", "workload", "not a kubeconfig: Cluster API's CA")
+    capi_secret_of("broken-kubeconfig", "broken", spoke_kubeconfig.variant(exec_plugin=True))
     command = ("cluster", "import", "--from", "cluster-api", "-n", namespace)
 
     dry = kokumi(*command, "--dry-run", hub=hub.admin_kubeconfig)
@@ -618,6 +658,62 @@ def test_import_from_cluster_api_references_its_secrets(
         f"{namespace}/workload-kubeconfig: exists: Cluster {namespace}/workload already reads it"
         in again.out
     )
+
+
+def test_import_from_cluster_api_takes_only_the_secrets_their_cluster_controls(
+    hub: APIServer,
+    crds: object,
+    capi_crd: object,
+    namespace: str,
+    kubectl: Kubectl,
+    spoke_kubeconfig: Registration,
+) -> None:
+    """The ClusterSource's rule, through the same code: a Secret named and labelled for a Cluster
+    API cluster is anybody's who may create Secrets; only the one its cluster controls is taken."""
+    value = spoke_kubeconfig.kubeconfig
+    bare = capi_cluster(hub, kubectl, namespace, "bare")
+    capi_cluster(hub, kubectl, namespace, "by-kind")
+    holder = json.loads(
+        kubectl(hub, "create", "configmap", "holder", "-n", namespace, "-o", "json").stdout
+    )
+    by_kind = {**capi_owner(holder), "apiVersion": "v1", "kind": "ConfigMap"}
+    capi_secret(hub, kubectl, namespace, "bare-kubeconfig", "bare", value, [])
+    capi_secret(hub, kubectl, namespace, "by-kind-kubeconfig", "by-kind", value, [by_kind])
+    capi_secret(hub, kubectl, namespace, "nobody-kubeconfig", "nobody", value, [])
+    command = ("cluster", "import", "--from", "cluster-api", "-n", namespace)
+
+    refused = kokumi(*command, hub=hub.admin_kubeconfig)
+    assert refused.code == 0, refused.err
+    lines = refused.out.splitlines()
+    assert [line.split(": ")[:2] for line in lines] == [
+        [f"{namespace}/{name}-kubeconfig", "not importable"]
+        for name in ("bare", "by-kind", "nobody")
+    ], lines
+    assert lines[0].endswith(
+        ": not importable: it has no controller ownerReference: a ClusterSource imports only the "
+        "kubeconfig Secret Cluster API writes, whose controller is its cluster, since anybody who "
+        "may create Secrets can name and label one; if this is cluster bare's, set that "
+        "ownerReference (apiVersion cluster.x-k8s.io/v1beta1, kind Cluster, name bare, uid "
+        f"{bare['metadata']['uid']}, controller true), else delete it"
+    ), lines[0]
+    assert 'its controller is "ConfigMap" "holder" of "v1"' in lines[1]
+    assert "no Cluster API cluster nobody exists in this namespace" in lines[2]
+    assert spoke_kubeconfig.token not in refused.out + refused.err
+    assert kubectl(hub, "get", "kcl", "-n", namespace, "-o", "name").stdout == ""
+
+    # The ownerReference Cluster API writes: the next import takes it.
+    patch = json.dumps({"metadata": {"ownerReferences": [capi_owner(bare)]}})
+    kubectl(hub, "patch", "secret", "bare-kubeconfig", "-n", namespace, "--type=merge",
+            "-p", patch)  # fmt: skip
+    imported = kokumi(*command, hub=hub.admin_kubeconfig)
+    assert imported.code == 0, imported.err
+    assert (
+        f"{namespace}/bare-kubeconfig: imported as Cluster {namespace}/bare: it reads Secret "
+        "bare-kubeconfig" in imported.out.splitlines()
+    ), imported.out
+    assert kubectl(hub, "get", "kcl", "-n", namespace, "-o", "name").stdout.split() == [
+        "cluster.delivery.kokumi.dev/bare"
+    ]
 
 
 def test_import_from_argocd_copies_token_clusters_and_lists_the_rest(

@@ -33,8 +33,20 @@ def secret(value: str | None) -> dict[str, Any]:
     return {"metadata": {"name": "w-kubeconfig"}, "data": data}
 
 
-def good(cluster: str) -> cs.SecretView:
-    return cs.SecretView(f"{cluster}-kubeconfig", cluster)
+def capi_ref(cluster: str, uid: str | None = None) -> cs.OwnerRef:
+    """The controller ownerReference Cluster API puts on its cluster's kubeconfig Secret."""
+    return cs.OwnerRef("cluster.x-k8s.io/v1beta1", "Cluster", cluster, uid or f"uid-{cluster}")
+
+
+def good(cluster: str, problem: tuple[Reason, str] | None = None) -> cs.SecretView:
+    """A kubeconfig Secret as Cluster API writes it: controlled by its cluster."""
+    return cs.SecretView(f"{cluster}-kubeconfig", cluster, problem, capi_ref(cluster))
+
+
+def capi_of(*names: str, **labels: dict[str, str]) -> cs.CapiView:
+    """Cluster API's clusters ``names`` and those of ``labels``, readable, each with its uid."""
+    clusters: dict[str, dict[str, str]] = {**{n: {} for n in names}, **labels}
+    return cs.CapiView(True, clusters, {n: f"uid-{n}" for n in clusters})
 
 
 def made(name: str, labels: dict[str, str], owner: str = UID) -> cs.Existing:
@@ -64,7 +76,7 @@ def test_usability_is_the_clusters_own_check_and_never_quotes_the_secret() -> No
 
 def test_a_secret_becomes_a_cluster_with_both_labels_marked_and_owned() -> None:
     src = source(labels={"fleet": "edge"})
-    capi = cs.CapiView(True, {"work": {"env": "prod", "fleet": "capi"}})
+    capi = capi_of(work={"env": "prod", "fleet": "capi"})
     decided = cs.plan(src, [good("work")], capi, {})
     assert [d.name for d in decided.create] == ["work"]
     body = cs.cluster_body(src, decided.create[0])
@@ -101,7 +113,7 @@ def test_a_secret_becomes_a_cluster_with_both_labels_marked_and_owned() -> None:
 
 def test_the_selector_is_over_the_capi_clusters_labels() -> None:
     src = source(selector={"matchLabels": {"env": "prod"}})
-    capi = cs.CapiView(True, {"a": {"env": "prod"}, "b": {"env": "dev"}})
+    capi = capi_of(a={"env": "prod"}, b={"env": "dev"}, c={})
     decided = cs.plan(src, [good("a"), good("b"), good("c")], capi, {})
     assert [d.name for d in decided.create] == ["a"]
     assert decided.matched == 1
@@ -117,17 +129,24 @@ def test_the_selector_is_over_the_capi_clusters_labels() -> None:
     )
 
 
-def test_a_selector_without_readable_capi_clusters_changes_nothing() -> None:
-    src = source(selector={"matchLabels": {"env": "prod"}})
+def test_capi_clusters_not_readable_change_nothing_with_or_without_a_selector() -> None:
+    """Which Secret is Cluster API's needs its clusters: a missing permission deletes nothing."""
     existing = {"a": made("a", {cs.SOURCE_LABEL: "capi"})}
-    decided = cs.plan(src, [], cs.CapiView(False), existing)
-    assert (decided.create, decided.delete) == ((), ())
-    status = cs.status_of(src, decided, {})
-    assert (status.reason, status.made) == (Reason.CLUSTER_API_NOT_READABLE, 1)
-    assert "clusters.cluster.x-k8s.io" in status.message
-    # Without a selector the source works, with the source's labels only.
-    decided = cs.plan(source(), [good("b")], cs.CapiView(False), {})
-    assert decided.create[0].labels == {cs.SOURCE_LABEL: "capi"}
+    for src, names_selector in (
+        (source(selector={"matchLabels": {"env": "prod"}}), True),
+        (source(), False),
+    ):
+        # a's Secret is still there, b's is new, c's lost its owner: none of it is acted on.
+        secrets = [good("a"), good("b"), cs.SecretView("c-kubeconfig", "c")]
+        decided = cs.plan(src, secrets, cs.CapiView(False), existing)
+        assert (decided.create, decided.update, decided.delete) == ((), (), ())
+        assert decided.kept == ("a",)
+        status = cs.status_of(src, decided, {})
+        assert (status.reason, status.made) == (Reason.CLUSTER_API_NOT_READABLE, 1)
+        assert "clusters.cluster.x-k8s.io" in status.message
+        assert "controls it" in status.message
+        assert ("spec.selector" in status.message) is names_selector
+        assert "\n" not in status.message
 
 
 def test_secrets_not_listable_change_nothing_and_say_so() -> None:
@@ -136,7 +155,7 @@ def test_secrets_not_listable_change_nothing_and_say_so() -> None:
         decided = cs.plan(
             source(),
             [],
-            cs.CapiView(True),
+            capi_of("a"),
             existing,
             secrets_listable=listable,
             not_listable_message="Kokumi may not list Secrets here: bind ...",
@@ -151,7 +170,7 @@ def test_a_hand_made_cluster_is_never_touched_and_is_a_conflict() -> None:
     hand = cs.Existing("work", None, {}, "other")
     other_source = cs.Existing("work", ("second", "uid-2"), {}, "work-kubeconfig")
     for there, who in ((hand, "not made by this ClusterSource"), (other_source, "second made")):
-        decided = cs.plan(source(), [good("work")], cs.CapiView(True), {"work": there})
+        decided = cs.plan(source(), [good("work")], capi_of("work"), {"work": there})
         assert (decided.create, decided.update, decided.delete) == ((), (), ())
         status = cs.status_of(source(), decided, {})
         assert (status.reason, status.conflicts, status.made) == (Reason.NOT_ALL_IMPORTED, 1, 0)
@@ -165,20 +184,140 @@ def test_a_hand_made_cluster_is_never_touched_and_is_a_conflict() -> None:
 
 
 def test_an_unusable_secret_makes_no_cluster_but_keeps_one_it_made() -> None:
-    broken = cs.SecretView("w-kubeconfig", "w", (Reason.INVALID_KUBECONFIG, "user x uses exec"))
-    decided = cs.plan(source(), [broken], cs.CapiView(True), {})
+    broken = good("w", (Reason.INVALID_KUBECONFIG, "user x uses exec"))
+    decided = cs.plan(source(), [broken], capi_of("w"), {})
     assert decided.create == ()
     status = cs.status_of(source(), decided, {})
     assert (status.not_usable, status.made, status.reason) == (1, 0, Reason.NOT_ALL_IMPORTED)
     assert status.not_imported[0].message == "user x uses exec"
     existing = {"w": made("w", {cs.SOURCE_LABEL: "capi"})}
-    decided = cs.plan(source(), [broken], cs.CapiView(True), existing)
+    decided = cs.plan(source(), [broken], capi_of("w"), existing)
     assert (decided.delete, decided.kept) == ((), ("w",))
     assert cs.status_of(source(), decided, {}).made == 1
 
 
+# --- whose the Secret is -----------------------------------------------------------------------
+
+
+def test_controller_of_reads_the_one_controller_reference() -> None:
+    capi = {"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "name": "w", "uid": "u"}
+    other = {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "c"}
+    assert cs.controller_of(None) is None
+    assert cs.controller_of("not a list") is None
+    assert cs.controller_of([capi]) is None  # an owner, not the controller
+    assert cs.controller_of([{**capi, "controller": False}]) is None
+    assert cs.controller_of([other, {**capi, "controller": True}]) == cs.OwnerRef(
+        "cluster.x-k8s.io/v1beta1", "Cluster", "w", "u"
+    )
+
+
+FIX = (
+    "set that ownerReference (apiVersion cluster.x-k8s.io/v1beta1, kind Cluster, name w, "
+    "uid uid-w, controller true)"
+)
+NOT_ITS_OWN = [
+    ("no controller", None, "it has no controller ownerReference"),
+    (
+        "another kind",
+        cs.OwnerRef("v1", "ConfigMap", "w", "uid-w"),
+        'its controller is "ConfigMap" "w" of "v1", not Cluster API\'s cluster w',
+    ),
+    (
+        "another group",
+        cs.OwnerRef("delivery.kokumi.dev/v1alpha1", "Cluster", "w", "uid-w"),
+        "not Cluster API's cluster w",
+    ),
+    ("another name", capi_ref("other"), 'its controller is Cluster API\'s cluster "other", not w'),
+    (
+        "another uid",
+        capi_ref("w", "uid-before"),
+        'with uid "uid-before", and the cluster w here has uid uid-w',
+    ),
+]
+
+
+def test_only_a_secret_its_capi_cluster_controls_is_imported() -> None:
+    """Name and label are anybody's to write who may create Secrets; the controller is not."""
+    capi = capi_of("w", "other")
+    assert cs.owner_problem(good("w"), capi) is None
+    assert [d.name for d in cs.plan(source(), [good("w")], capi, {}).create] == ["w"]
+    for case, ref, text in NOT_ITS_OWN:
+        secret = cs.SecretView("w-kubeconfig", "w", None, ref)
+        decided = cs.plan(source(), [secret], capi, {})
+        assert (decided.create, decided.update, decided.delete) == ((), (), ()), case
+        status = cs.status_of(source(), decided, {})
+        assert (status.ready, status.reason, status.matched, status.made, status.not_usable) == (
+            False,
+            Reason.NOT_ALL_IMPORTED,
+            1,
+            0,
+            1,
+        ), case
+        (entry,) = status.not_imported
+        assert (entry.secret, entry.cluster, entry.reason) == (
+            "w-kubeconfig",
+            "w",
+            Reason.SECRET_NOT_OWNED,
+        ), case
+        assert text in entry.message, (case, entry.message)
+        assert FIX in entry.message, (case, entry.message)  # the fix, as Cluster API writes it
+        assert "\n" not in entry.message
+    # No Cluster API cluster w at all: a Secret of its name is anybody's, whatever it says.
+    decided = cs.plan(source(), [good("w")], capi_of("other"), {})
+    assert decided.create == ()
+    (entry,) = decided.not_imported
+    assert entry.reason is Reason.SECRET_NOT_OWNED
+    assert entry.message.startswith("no Cluster API cluster w exists in this namespace")
+
+
+def test_the_uid_counts_where_known_and_odd_owners_stay_on_one_line() -> None:
+    unknown = cs.CapiView(True, {"w": {}})
+    assert (
+        cs.owner_problem(cs.SecretView("w-kubeconfig", "w", None, capi_ref("w", "x")), unknown)
+        is None
+    )
+    reason, message = cs.owner_problem(cs.SecretView("w-kubeconfig", "w"), unknown) or (None, "")
+    assert reason is Reason.SECRET_NOT_OWNED
+    assert "(apiVersion cluster.x-k8s.io/v1beta1, kind Cluster, name w, controller true)" in message
+    odd = cs.SecretView("w-kubeconfig", "w", None, cs.OwnerRef("v1\nx", "Config\nMap", "a\rb", "u"))
+    _, message = cs.owner_problem(odd, capi_of("w")) or (None, "")
+    assert "\n" not in message and "\r" not in message
+    assert '"Config\\nMap"' in message
+
+
+def test_a_cluster_whose_secret_stops_being_its_capi_clusters_goes_as_if_unmatched() -> None:
+    """As when its Secret stops matching: the Cluster is deleted (its registration released as
+    for any deleted Cluster), and the Secret is listed with why."""
+    existing = {"w": made("w", {cs.SOURCE_LABEL: "capi"})}
+    capi = capi_of("w")
+    assert cs.plan(source(), [good("w")], capi, existing).kept == ("w",)
+    unmatched = cs.plan(
+        source(selector={"matchLabels": {"env": "prod"}}), [good("w")], capi, existing
+    )
+    assert unmatched.delete == ("w",)
+    for case, secret, now in (
+        ("the owner removed", cs.SecretView("w-kubeconfig", "w"), capi),
+        ("the Cluster API cluster gone", good("w"), capi_of()),
+        ("made again under the name", good("w"), cs.CapiView(True, {"w": {}}, {"w": "uid-new"})),
+    ):
+        decided = cs.plan(source(), [secret], now, existing)
+        assert (decided.create, decided.update, decided.delete, decided.kept) == (
+            (),
+            (),
+            ("w",),
+            (),
+        ), case
+        status = cs.status_of(source(), decided, {})
+        assert status.made == 0, case
+        assert [e.reason for e in status.not_imported] == [Reason.SECRET_NOT_OWNED], case
+    # A Cluster the source did not make is never touched, whoever's the Secret is.
+    hand = {"w": cs.Existing("w", None, {}, "w-kubeconfig")}
+    decided = cs.plan(source(), [cs.SecretView("w-kubeconfig", "w")], capi, hand)
+    assert (decided.create, decided.update, decided.delete) == ((), (), ())
+
+
 def test_a_refused_create_is_listed_and_not_counted() -> None:
-    decided = cs.plan(source(), [good("a"), good("b")], cs.CapiView(True), {})
+    decided = cs.plan(source(), [good("a"), good("b")], capi_of("a", "b"), {})
     status = cs.status_of(source(), decided, {"a": "Forbidden: quota"})
     assert (status.made, status.reason) == (1, Reason.NOT_ALL_IMPORTED)
     assert [(e.cluster, e.reason) for e in status.not_imported] == [
@@ -209,18 +348,16 @@ def test_invalid_specs_say_what_to_fix() -> None:
 
 
 def test_the_status_is_bounded_and_written_only_when_it_changes() -> None:
-    broken = [
-        cs.SecretView(f"c{i:03}-kubeconfig", f"c{i:03}", (Reason.SECRET_KEY_NOT_FOUND, "no key"))
-        for i in range(120)
-    ]
-    status = cs.status_of(source(), cs.plan(source(), broken, cs.CapiView(True), {}), {})
+    broken = [good(f"c{i:03}", (Reason.SECRET_KEY_NOT_FOUND, "no key")) for i in range(120)]
+    capi = capi_of(*(f"c{i:03}" for i in range(120)))
+    status = cs.status_of(source(), cs.plan(source(), broken, capi, {}), {})
     patch = cs.status_patch({}, status, "2026-01-01T00:00:00Z")
     assert patch is not None
     assert len(patch["notImported"]) == cs.MAX_LISTED
     assert patch["more"] == 120 - cs.MAX_LISTED
     assert patch["notImported"][0]["secret"] == "c000-kubeconfig"
     assert cs.status_patch(patch, status, "2026-02-02T00:00:00Z") is None
-    fixed = cs.status_of(source(), cs.plan(source(), [], cs.CapiView(True), {}), {})
+    fixed = cs.status_of(source(), cs.plan(source(), [], capi, {}), {})
     cleared = cs.status_patch(patch, fixed, "2026-02-02T00:00:00Z")
     assert cleared is not None
     assert cleared["more"] is None  # the merge patch removes it
@@ -236,6 +373,20 @@ label_sets = st.dictionaries(st.sampled_from(["env", "tier"]), st.sampled_from([
 World = tuple[cs.ClusterSource, list[cs.SecretView], cs.CapiView, dict[str, cs.Existing]]
 
 
+def controllers(cluster: str) -> st.SearchStrategy[cs.OwnerRef | None]:
+    """A Secret's controller: mostly its Cluster API cluster, else none or somebody else."""
+    return st.sampled_from(
+        [
+            capi_ref(cluster),
+            capi_ref(cluster),
+            None,
+            cs.OwnerRef("v1", "ConfigMap", cluster, f"uid-{cluster}"),
+            capi_ref("a" if cluster != "a" else "b"),
+            capi_ref(cluster, "uid-before"),
+        ]
+    )
+
+
 @st.composite
 def worlds(draw: st.DrawFn) -> World:
     selector = draw(st.sampled_from([{}, {"matchLabels": {"env": "prod"}}]))
@@ -245,10 +396,12 @@ def worlds(draw: st.DrawFn) -> World:
             f"{n}-kubeconfig",
             n,
             draw(st.sampled_from([None, (Reason.INVALID_KUBECONFIG, "bad")])),
+            draw(controllers(n)),
         )
         for n in draw(st.sets(cluster_names))
     ]
-    capi = cs.CapiView(draw(st.booleans()), draw(st.dictionaries(cluster_names, label_sets)))
+    labels = draw(st.dictionaries(cluster_names, label_sets))
+    capi = cs.CapiView(draw(st.booleans()), labels, {n: f"uid-{n}" for n in labels})
     existing = {}
     for n in draw(st.sets(cluster_names)):
         owner = draw(st.sampled_from([None, ("capi", UID), ("other", "uid-o")]))
@@ -308,3 +461,36 @@ def test_every_matched_secret_has_its_cluster_or_a_reason(world: World) -> None:
         ours = s.cluster in after and after[s.cluster].owner == ("capi", UID)
         assert ours or s.name in listed
         assert (s.problem is None and ours) or s.name in listed
+
+
+def cluster_apis_own(secret: cs.SecretView, capi: cs.CapiView) -> bool:
+    """The rule, said again without the code under test: Cluster API's cluster of the Secret's
+    name exists, and is the Secret's controller, uid and all."""
+    ref = secret.controller
+    return (
+        secret.cluster in capi.labels
+        and ref is not None
+        and (ref.api_version, ref.kind, ref.name)
+        == ("cluster.x-k8s.io/v1beta1", "Cluster", secret.cluster)
+        and ref.uid == capi.uids[secret.cluster]
+    )
+
+
+@given(worlds())
+def test_only_secrets_their_capi_cluster_controls_keep_a_cluster(world: World) -> None:
+    src, secrets, capi, existing = world
+    decided = cs.plan(src, secrets, capi, existing)
+    if not capi.readable:  # which Secrets are Cluster API's is unknown: nothing moves
+        assert (decided.create, decided.update, decided.delete) == ((), (), ())
+        assert decided.blocked is not None and decided.blocked[0] is Reason.CLUSTER_API_NOT_READABLE
+        return
+    after = apply(src, decided, existing)
+    reasons = {e.secret: e.reason for e in decided.not_imported}
+    for s in secrets:
+        ours = s.cluster in after and after[s.cluster].owner == ("capi", UID)
+        if not cluster_apis_own(s, capi):
+            assert not ours, s
+            if src.selector.matches(capi.labels.get(s.cluster, {})):
+                assert reasons[s.name] is Reason.SECRET_NOT_OWNED, s
+    kept = {n for n, e in after.items() if e.owner == ("capi", UID)}
+    assert kept <= {s.cluster for s in secrets if cluster_apis_own(s, capi)}

@@ -538,7 +538,7 @@ def test_a_leader_paused_past_its_lease_writes_nothing_when_it_resumes(
                     "-n",
                     workspace,
                     "get",
-                    "clusters",
+                    "kcl",  # not Cluster API's (capi_crd)
                     "-o",
                     'jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].reason}'
                     '{" "}{end}',
@@ -556,7 +556,7 @@ def test_a_leader_paused_past_its_lease_writes_nothing_when_it_resumes(
                 "-n",
                 workspace,
                 "label",
-                "clusters",
+                "kcl",
                 "--all",
                 "--overwrite",
                 "fleet=core",

@@ -390,15 +390,28 @@ async def test_cluster_sources_work_with_the_installed_rbac_and_policies(
     async with admin_client(hub) as admin:
         for name in (own, workspace):
             await admin.create(NAMESPACES, {"metadata": {"name": name}})
-        capi = {
+        body = {
             "apiVersion": "cluster.x-k8s.io/v1beta1",
             "kind": "Cluster",
             "metadata": {"name": "work", "labels": {"env": "prod"}},
             "spec": {},
         }
-        await admin.create(CAPI_CLUSTERS, capi, namespace=workspace)
+        capi = await admin.create(CAPI_CLUSTERS, body, namespace=workspace)
+        # As Cluster API writes it: its cluster is its controller.
+        owner = {
+            "apiVersion": capi["apiVersion"],
+            "kind": "Cluster",
+            "name": "work",
+            "uid": capi["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
         secret = {
-            "metadata": {"name": "work-kubeconfig", "labels": {CAPI_CLUSTER_NAME: "work"}},
+            "metadata": {
+                "name": "work-kubeconfig",
+                "labels": {CAPI_CLUSTER_NAME: "work"},
+                "ownerReferences": [owner],
+            },
             "data": secret_data(spoke_kubeconfig.kubeconfig),
         }
         await admin.create(SECRETS, secret, namespace=workspace)

@@ -19,6 +19,7 @@ import trio
 import trio.testing
 
 from kokumi.core import api
+from kokumi.core.clustersource import CAPI_CLUSTERS
 from kokumi.kube import (
     CONFIG_MAPS,
     SECRETS,
@@ -36,7 +37,8 @@ from kokumi.kube import (
     WatchEvent,
     watch,
 )
-from tests.fakeapi import FakeApi, json_patch, merge_patch, parse_label_selector
+from tests import fakeapi
+from tests.fakeapi import DEFAULT_KINDS, FakeApi, json_patch, merge_patch, parse_label_selector
 
 NS = "default"
 
@@ -248,6 +250,28 @@ async def test_the_same_seed_gives_the_same_uids_and_names() -> None:
         return [a["metadata"]["uid"], b["metadata"]["name"], b["metadata"]["uid"]]
 
     assert await run() == await run()
+
+
+async def test_two_kinds_of_one_plural_are_stored_apart() -> None:
+    """Cluster API's clusters and Kokumi's are both ``clusters``: one name, two objects."""
+    fake = FakeApi(kinds=(*DEFAULT_KINDS, fakeapi.CAPI_CLUSTERS))
+    capi = {"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "spec": {}}
+    ours = {"apiVersion": api.API_VERSION, "kind": "Cluster", "spec": {"connection": "InCluster"}}
+    async with connected(fake) as client:
+        made = await client.create(CAPI_CLUSTERS, {**capi, "metadata": {"name": "a"}}, namespace=NS)
+        await client.create(api.CLUSTERS, {**ours, "metadata": {"name": "a"}}, namespace=NS)
+        assert (await client.get(CAPI_CLUSTERS, "a", namespace=NS))["metadata"]["uid"] == (
+            made["metadata"]["uid"]
+        )
+        await client.delete(api.CLUSTERS, "a", namespace=NS)
+        assert [o["kind"] for o in (await client.list(CAPI_CLUSTERS, namespace=NS))["items"]] == [
+            "Cluster"
+        ]
+        assert (await client.list(api.CLUSTERS, namespace=NS))["items"] == []
+    assert [o["apiVersion"] for o in fake.objects(CAPI_CLUSTERS)] == ["cluster.x-k8s.io/v1beta1"]
+    assert fake.objects(api.CLUSTERS) == []
+    with pytest.raises(ValueError, match="names 2 kinds"):
+        fake.objects("clusters")
 
 
 # --- watches ----------------------------------------------------------------------------------

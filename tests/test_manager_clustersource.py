@@ -13,7 +13,7 @@ from kokumi.cmd.cluster.describe import describe_text
 from kokumi.core import api
 from kokumi.core.clustersource import CAPI_CLUSTER_NAME, CAPI_CLUSTERS, CLUSTER_SOURCES
 from kokumi.kube import errors
-from kokumi.kube.client import SECRETS
+from kokumi.kube.client import CONFIG_MAPS, SECRETS
 from kokumi.manager import Manager
 from kokumi.testing import canary
 from kokumi.testing.controlplane import APIServer
@@ -54,12 +54,40 @@ spec: {connection: InCluster}
 """
 
 
-async def capi_secret(ws: Workspace, ns: str, cluster: str, kubeconfig: str) -> dict[str, Any]:
+def owned_by(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The controller ownerReference Cluster API puts on a cluster's kubeconfig Secret."""
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+async def capi_secret(
+    ws: Workspace,
+    ns: str,
+    cluster: str,
+    kubeconfig: str,
+    *,
+    owners: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The kubeconfig Secret as Cluster API writes it: controlled by its Cluster API cluster,
+    made here (without labels) if the test did not make it first; ``owners`` instead, if given."""
+    if owners is None:
+        try:
+            capi = await ws.client.get(CAPI_CLUSTERS, cluster, namespace=ns)
+        except errors.NotFound:
+            capi = await capi_cluster(ws, ns, cluster, {})
+        owners = [owned_by(capi)]
     body = {
         "metadata": {
             "name": f"{cluster}-kubeconfig",
             "namespace": ns,
             "labels": {CAPI_CLUSTER_NAME: cluster},
+            "ownerReferences": owners,
         },
         "type": "cluster.x-k8s.io/secret",
         "data": {"value": base64.b64encode(kubeconfig.encode()).decode()},
@@ -72,14 +100,16 @@ async def rotate(ws: Workspace, ns: str, cluster: str, kubeconfig: str) -> None:
     await ws.client.patch_merge(SECRETS, f"{cluster}-kubeconfig", {"data": data}, namespace=ns)
 
 
-async def capi_cluster(ws: Workspace, ns: str, name: str, labels: Mapping[str, str]) -> None:
+async def capi_cluster(
+    ws: Workspace, ns: str, name: str, labels: Mapping[str, str]
+) -> dict[str, Any]:
     body = {
         "apiVersion": "cluster.x-k8s.io/v1beta1",
         "kind": "Cluster",
         "metadata": {"name": name, "namespace": ns, "labels": dict(labels)},
         "spec": {},
     }
-    await ws.client.create(CAPI_CLUSTERS, body, namespace=ns)
+    return await ws.client.create(CAPI_CLUSTERS, body, namespace=ns)
 
 
 async def source(
@@ -292,6 +322,70 @@ async def test_a_selector_that_stops_matching_and_a_hand_made_cluster(
         await wait_source(ws, ns, "Ready", matched=3, made=3, conflicts=0)
         taken = await ws.get_cluster(ns, "taken")
         assert taken["spec"]["kubeconfig"]["secretRef"]["name"] == "taken-kubeconfig"
+        await cleanup(ws)
+
+
+async def test_a_secret_its_capi_cluster_does_not_control_makes_no_cluster(
+    hub: APIServer, spoke_kubeconfig: Registration
+) -> None:
+    """Name and label are anybody's to write who may create Secrets (a tenant's ExternalSecret
+    template, a sealed secret): only the Secret its Cluster API cluster controls, as Cluster API
+    writes it, is imported. One without an owner, one owned by another kind or by another
+    cluster, one for no cluster at all: no Cluster, each listed. The ownerReference Cluster API
+    writes imports it; taking it away deletes the Cluster and lets go of its Argo CD Secret, as
+    when a Secret stops matching."""
+    reg = spoke_kubeconfig
+    async with workspace(hub) as ws, manager(hub, ws.options()):
+        ns = await ws.namespace()
+        bare = await capi_cluster(ws, ns, "bare", {})
+        other = await capi_cluster(ws, ns, "other", {})
+        for name in ("by-kind", "by-name"):
+            await capi_cluster(ws, ns, name, {})
+        holder = await ws.client.create(CONFIG_MAPS, {"metadata": {"name": "holder"}}, namespace=ns)
+        await capi_secret(ws, ns, "bare", reg.kubeconfig, owners=[])
+        await capi_secret(ws, ns, "by-kind", reg.kubeconfig, owners=[owned_by(holder)])
+        await capi_secret(ws, ns, "by-name", reg.kubeconfig, owners=[owned_by(other)])
+        await capi_secret(ws, ns, "nobody", reg.kubeconfig, owners=[])
+        await source(ws, ns, labels={"fleet": "edge"})
+        await ws.environment(ns, "edge", {"fleet": "edge"})
+        listed = await wait_source(ws, ns, "NotAllImported", matched=4, made=0, notUsable=4)
+        entries = {e["secret"]: e for e in listed["status"]["notImported"]}
+        assert {k: (e["cluster"], e["reason"]) for k, e in entries.items()} == {
+            f"{n}-kubeconfig": (n, "SecretNotOwned")
+            for n in ("bare", "by-kind", "by-name", "nobody")
+        }
+        bare_fix = (
+            "set that ownerReference (apiVersion cluster.x-k8s.io/v1beta1, kind Cluster, name "
+            f"bare, uid {bare['metadata']['uid']}, controller true)"
+        )
+        assert entries["bare-kubeconfig"]["message"].startswith(
+            "it has no controller ownerReference"
+        )
+        assert bare_fix in entries["bare-kubeconfig"]["message"]
+        assert '"ConfigMap" "holder" of "v1"' in entries["by-kind-kubeconfig"]["message"]
+        assert 'cluster "other", not by-name' in entries["by-name-kubeconfig"]["message"]
+        assert entries["nobody-kubeconfig"]["message"].startswith(
+            "no Cluster API cluster nobody exists in this namespace"
+        )
+        for entry in entries.values():
+            assert "\n" not in entry["message"]
+        assert reg.token not in str(listed)
+        assert (await ws.client.list(api.CLUSTERS, namespace=ns))["items"] == []
+        assert await ws.argocd_secrets() == []
+
+        # The ownerReference Cluster API writes: imported, Ready, registered with Argo CD.
+        owned = {"metadata": {"ownerReferences": [owned_by(bare)]}}
+        await ws.client.patch_merge(SECRETS, "bare-kubeconfig", owned, namespace=ns)
+        await wait_reason(ws, ns, "bare", "Ready")
+        await wait_source(ws, ns, "NotAllImported", matched=4, made=1, notUsable=3)
+        await wait_for(ws.argocd_secrets, lambda s: len(s) == 1, "an Argo CD Secret")
+
+        # Taken away: the Secret is anybody's again; its Cluster goes and lets go of Argo CD.
+        unowned = {"metadata": {"ownerReferences": None}}
+        await ws.client.patch_merge(SECRETS, "bare-kubeconfig", unowned, namespace=ns)
+        await gone(ws, ns, "bare")
+        await wait_for(ws.argocd_secrets, lambda s: s == [], "the Argo CD Secret to be released")
+        await wait_source(ws, ns, "NotAllImported", matched=4, made=0, notUsable=4)
         await cleanup(ws)
 
 

@@ -67,6 +67,39 @@ def test_a_namespace_resync_touches_that_namespace_only() -> None:
     assert told == [(("a", "y"), False)]
 
 
+def test_the_labels_and_owners_of_kept_secrets_follow_every_change() -> None:
+    """A ClusterSource imports a Secret only while its Cluster API cluster controls it: an owner
+    taken away (a new version, no other change) must reach it as the owner given did."""
+    label = "cluster.x-k8s.io/cluster-name"
+    owner = {"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "name": "w",
+             "uid": "u", "controller": True}  # fmt: skip
+
+    def capi(version: str, owners: list[dict[str, Any]], labels: dict[str, str]) -> dict[str, Any]:
+        body = secret("a", "w-kubeconfig", version)
+        body["metadata"].update(labels=labels, ownerReferences=owners)
+        return body
+
+    watches = SecretWatches(
+        None,  # type: ignore[arg-type]
+        {},
+        lambda key, first: None,
+        keep_labels=frozenset({label}),
+    )
+    key = ("a", "w-kubeconfig")
+    watches._apply("a", Resync((capi("1", [owner], {label: "w"}),)), True)
+    assert (watches.labels[key], watches.owners[key]) == ({label: "w"}, [owner])
+    watches._apply("a", WatchEvent("MODIFIED", capi("2", [], {label: "w"})), False)
+    assert watches.owners[key] == []
+    watches._apply("a", WatchEvent("MODIFIED", capi("3", [owner], {})), False)  # not kept
+    assert key not in watches.labels and key not in watches.owners
+    watches._apply("a", WatchEvent("MODIFIED", capi("4", [owner], {label: "w"})), False)
+    watches._apply("a", WatchEvent("DELETED", capi("5", [owner], {label: "w"})), False)
+    assert key not in watches.owners
+    watches._apply("a", Resync((capi("6", [owner], {label: "w"}),)), False)
+    watches._apply("a", Resync(()), False)  # deleted while away
+    assert watches.owners == {}
+
+
 def test_a_cluster_wide_resync_is_the_whole_truth() -> None:
     versions = {("b", "gone"): "5"}
     watches = SecretWatches(

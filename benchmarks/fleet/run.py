@@ -54,13 +54,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fleet import PORT, SERVER_NAME, TOKEN, address  # noqa: E402
 
 from kokumi.core import api, argocd  # noqa: E402
-from kokumi.core.clustersource import CAPI_CLUSTER_NAME, CLUSTER_SOURCES  # noqa: E402
+from kokumi.core.clustersource import (  # noqa: E402
+    CAPI_CLUSTER_NAME,
+    CAPI_CLUSTERS,
+    CLUSTER_SOURCES,
+)
 from kokumi.kube.client import NAMESPACES, SECRETS, Client  # noqa: E402
 from kokumi.kube.config import Config  # noqa: E402
 from kokumi.kube.objects import Resource  # noqa: E402
 from kokumi.kube.watch import Resync, WatchEvent, watch  # noqa: E402
 from kokumi.testing import run_kubectl  # noqa: E402
 from kokumi.testing.controlplane import ControlPlane, free_port  # noqa: E402
+from tests.fixtures_deploy import CAPI_CRD  # noqa: E402
 
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 FLEET_NS = "fleet"
@@ -766,11 +771,24 @@ async def main_async(
                     name = f"c{index:05d}"
                     if args.sourced:
                         async with limiter:
+                            # As Cluster API makes them: the cluster, then its Secret, which it
+                            # controls (a ClusterSource imports no other).
+                            capi = await client.create(
+                                CAPI_CLUSTERS,
+                                {"apiVersion": CAPI_CLUSTERS.api_version, "kind": "Cluster",
+                                 "metadata": {"name": name}, "spec": {}},
+                                namespace=FLEET_NS,
+                            )  # fmt: skip
                             value = base64.b64encode(kubeconfig(index, ca_pem).encode()).decode()
                             meta = {
                                 "name": f"{name}-kubeconfig",
                                 "labels": {CAPI_CLUSTER_NAME: name},
-                            }
+                                "ownerReferences": [
+                                    {"apiVersion": CAPI_CLUSTERS.api_version, "kind": "Cluster",
+                                     "name": name, "uid": capi["metadata"]["uid"],
+                                     "controller": True, "blockOwnerDeletion": True}
+                                ],
+                            }  # fmt: skip
                             await client.create(
                                 SECRETS, {"metadata": meta, "data": {"value": value}},
                                 namespace=FLEET_NS,
@@ -1070,6 +1088,8 @@ def main() -> None:
     print(f"work directory {workdir}; load {load()}", flush=True)
     with ControlPlane.start() as plane:
         run_kubectl(plane.hub, "apply", "--server-side", "-f", str(ROOT / "deploy" / "crds"))
+        if args.sourced:
+            run_kubectl(plane.hub, "apply", "-f", "-", input=CAPI_CRD)  # Cluster API's clusters
         run_kubectl(plane.hub, "wait", "--for=condition=Established", "crd", "--all")
         result = trio.run(main_async, args, plane, workdir)
     text = report(result)

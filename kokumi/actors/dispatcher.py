@@ -79,6 +79,7 @@ class Dispatcher:
             SecretsView(
                 hold=watches.hold,
                 labels=watches.labels,
+                owners=watches.owners,
                 versions=context.secret_versions,
                 listable=watches.listable,
                 username=lambda: watches.username,

@@ -20,6 +20,7 @@ Secret is what is refused). Once the binding exists, the first list wakes them.
 The ClusterSources follow Secrets through these same watches (a source holds its namespace as a
 Cluster does): they need the labels of Cluster API's kubeconfig Secrets, which the metadata
 carries, so the watches keep the labels of the Secrets that carry a label of ``keep_labels``, and
+their ownerReferences (a source imports only a Secret its Cluster API cluster controls), and
 say when a namespace's Secrets have been listed or refused (``on_listing``). What a source needs
 of the data (is the kubeconfig usable?) it reads with one GET per new version of a matched
 Secret, as a Cluster reads its own: a full watch would hold every Secret of the namespace in
@@ -122,6 +123,8 @@ class SecretWatches:
         self._keep_labels = keep_labels
         #: (namespace, name) -> labels, of the Secrets followed that carry a ``keep_labels`` key.
         self.labels: dict[Key, dict[str, str]] = {}
+        #: (namespace, name) -> ownerReferences, of the same Secrets.
+        self.owners: dict[Key, list[dict[str, Any]]] = {}
         self._listable: dict[str | None, bool] = {}
         self._on_listing = on_listing
 
@@ -188,6 +191,7 @@ class SecretWatches:
                 del self._versions[key]
             for key in [k for k in self.labels if k[0] == namespace]:
                 del self.labels[key]
+                self.owners.pop(key, None)
             self._listable.pop(namespace, None)
             log.debug("no longer following Secrets in namespace %s", namespace)
 
@@ -275,6 +279,7 @@ class SecretWatches:
             if self._keep_labels:
                 for key in [k for k in self.labels if namespace is None or k[0] == namespace]:
                     del self.labels[key]
+                    self.owners.pop(key, None)
                 for obj in event.objects:
                     self._keep(_key(obj), obj)
         else:
@@ -282,6 +287,7 @@ class SecretWatches:
             if event.type == "DELETED":
                 versions.pop(key, None)
                 self.labels.pop(key, None)
+                self.owners.pop(key, None)
             else:
                 versions[key] = _version(event.object)
                 self._keep(key, event.object)
@@ -291,11 +297,15 @@ class SecretWatches:
             self._changed(key, first)
 
     def _keep(self, key: Key, obj: dict[str, Any]) -> None:
-        labels = obj.get("metadata", {}).get("labels") or {}
+        meta = obj.get("metadata", {})
+        labels = meta.get("labels") or {}
         if self._keep_labels.intersection(labels):
             self.labels[key] = {str(k): str(v) for k, v in labels.items()}
+            refs = meta.get("ownerReferences") or []
+            self.owners[key] = [dict(r) for r in refs if isinstance(r, dict)]
         else:
             self.labels.pop(key, None)
+            self.owners.pop(key, None)
 
 
 def _key(obj: dict[str, Any]) -> Key:

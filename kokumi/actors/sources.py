@@ -4,13 +4,14 @@ It follows, with watches only (never a periodic list):
 
 - the ClusterSources, in a watch of its own (they are few and small);
 - the Secrets, through the dispatcher's per-namespace metadata watches (:mod:`secretwatch`): a
-  source holds its namespace as a Kubeconfig Cluster does, and the watches keep the labels of
-  Cluster API's Secrets. Whether a matched Secret's kubeconfig is usable needs its data: one GET
-  per new resourceVersion, under the same limiter as the Clusters' own reads, and only the
-  verdict is kept (never the data);
-- the Cluster API clusters (``clusters.cluster.x-k8s.io``, metadata only: their labels), cluster-
-  wide, once the manager may list them; while it may not, or Cluster API is not installed, a
-  source with a selector reports ``ClusterAPINotReadable`` and changes nothing;
+  source holds its namespace as a Kubeconfig Cluster does, and the watches keep the labels and
+  ownerReferences of Cluster API's Secrets. Whether a matched Secret's kubeconfig is usable needs
+  its data: one GET per new resourceVersion, under the same limiter as the Clusters' own reads,
+  and only the verdict is kept (never the data);
+- the Cluster API clusters (``clusters.cluster.x-k8s.io``, metadata only: their names, uids and
+  labels), cluster-wide, once the manager may list them: a Secret is imported only while its
+  cluster exists and controls it. While the manager may not list them, or Cluster API is not
+  installed, a source reports ``ClusterAPINotReadable`` and changes nothing;
 - the Clusters, through the dispatcher's store, which tells it of every change.
 
 Each change marks its namespace; one loop takes the marked namespaces in turn and makes each
@@ -25,7 +26,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -66,6 +67,7 @@ class SecretsView:
 
     hold: Callable[[str, str | None], None]
     labels: Mapping[Key, Mapping[str, str]]
+    owners: Mapping[Key, Sequence[Mapping[str, Any]]]  # their ownerReferences
     versions: Mapping[Key, str]
     listable: Callable[[str], bool | None]
     username: Callable[[], str | None]
@@ -231,8 +233,8 @@ class SourcesActor:
                     # somebody made, or a mistake: worth a warning.
                     log.log(
                         logging.INFO if text == "not installed" else logging.WARNING,
-                        "cannot read Cluster API's clusters (%s): ClusterSources with a selector"
-                        " report ClusterAPINotReadable; retrying with backoff",
+                        "cannot read Cluster API's clusters (%s): ClusterSources report"
+                        " ClusterAPINotReadable and change nothing; retrying with backoff",
                         text,
                     )
                     said = text
@@ -269,12 +271,14 @@ class SourcesActor:
             return  # not known yet: a restart must not write a passing state
         self.passes += 1
         views = await self._secret_views(namespace)
+        capis = self.capi.in_namespace(namespace)
         capi = CapiView(
             bool(self.capi_readable),
             {
                 str(o["metadata"].get("name")): dict(o["metadata"].get("labels") or {})
-                for o in self.capi.in_namespace(namespace)
+                for o in capis
             },
+            {str(o["metadata"].get("name")): str(o["metadata"].get("uid") or "") for o in capis},
         )
         clusters = self._clusters.named_in_namespace(namespace)
         existing = {name: clustersource.existing_of(obj) for name, obj in clusters.items()}
@@ -336,7 +340,8 @@ class SourcesActor:
         views = []
         for name, (cluster, verdict) in found.items():
             assert verdict is not None
-            views.append(SecretView(name, cluster, verdict.problem))
+            controller = clustersource.controller_of(self._secrets.owners.get((namespace, name)))
+            views.append(SecretView(name, cluster, verdict.problem, controller))
         return views
 
     async def _read(self, namespace: str, name: str) -> tuple[Reason, str] | Literal[False] | None:

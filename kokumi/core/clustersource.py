@@ -7,6 +7,11 @@ the Clusters that exist), so that Hypothesis can hold the rules without a server
 
 - a Secret is Cluster API's kubeconfig when it is labelled ``cluster.x-k8s.io/cluster-name: X``
   and named ``X-kubeconfig`` (Cluster API's other Secrets of the cluster carry the label too);
+- it is imported only while the Cluster API cluster ``X`` exists and is the Secret's controller
+  ownerReference, as Cluster API writes it: name and label are what anybody who may create
+  Secrets can write (a tenant's ExternalSecret template, a sealed secret), and the credential
+  would go to every Environment of the namespace. A Cluster whose Secret stops passing goes, as
+  when its Secret stops matching;
 - the selector is over the Cluster API cluster's labels, which live on the
   ``clusters.cluster.x-k8s.io`` object, not on the Secret;
 - the Cluster is named ``X``, reads the Secret where it is (key ``value``), carries the Cluster
@@ -17,8 +22,9 @@ the Clusters that exist), so that Hypothesis can hold the rules without a server
 - a Cluster is made only for a Secret the manager can use; one the source made already stays
   while its Secret is matched, even if a rotation broke it (its own status says so, and its
   registration follows the Cluster's own rules), so that a bad rotation never deletes it;
-- while the source cannot tell what matches (the manager may not list the Secrets, or a selector
-  needs Cluster API clusters it may not read), nothing is created or deleted, as through an outage.
+- while the source cannot tell what matches or what is Cluster API's (the manager may not list
+  the Secrets, or may not read Cluster API's clusters), nothing is created or deleted, as through
+  an outage.
 """
 
 from __future__ import annotations
@@ -30,11 +36,13 @@ import attrs
 
 from kokumi.core import api, kubeconfig, selectors
 from kokumi.core.reasons import Reason
+from kokumi.core.text import quoted
 from kokumi.kube.objects import Resource, metadata_of, secret_data, secret_keys
 
 __all__ = [
     "CAPI_CLUSTERS",
     "CAPI_CLUSTER_NAME",
+    "CAPI_GROUP",
     "CAPI_KEY",
     "CLUSTER_SOURCES",
     "KIND",
@@ -45,14 +53,17 @@ __all__ = [
     "Desired",
     "Existing",
     "NotImported",
+    "OwnerRef",
     "Plan",
     "SecretView",
     "SourceInvalid",
     "SourceStatus",
     "capi_cluster_of",
     "cluster_body",
+    "controller_of",
     "existing_of",
     "kubeconfig_problem",
+    "owner_problem",
     "parse_source",
     "plan",
     "source_of",
@@ -62,7 +73,8 @@ __all__ = [
 
 KIND: Final = "ClusterSource"
 CLUSTER_SOURCES: Final = Resource(api.GROUP, api.VERSION, "clustersources", KIND)
-CAPI_CLUSTERS: Final = Resource("cluster.x-k8s.io", "v1beta1", "clusters", "Cluster")
+CAPI_GROUP: Final = "cluster.x-k8s.io"
+CAPI_CLUSTERS: Final = Resource(CAPI_GROUP, "v1beta1", "clusters", "Cluster")
 CAPI_CLUSTER_NAME: Final = "cluster.x-k8s.io/cluster-name"
 CAPI_KEY: Final = "value"
 SOURCE_LABEL: Final = "delivery.kokumi.dev/cluster-source"
@@ -72,7 +84,12 @@ MAX_LISTED: Final = 50
 
 _OURS: Final = "delivery.kokumi.dev/"
 _NOT_USABLE: Final = frozenset(
-    {Reason.INVALID_KUBECONFIG, Reason.SECRET_KEY_NOT_FOUND, Reason.SECRET_NOT_READABLE}
+    {
+        Reason.INVALID_KUBECONFIG,
+        Reason.SECRET_KEY_NOT_FOUND,
+        Reason.SECRET_NOT_READABLE,
+        Reason.SECRET_NOT_OWNED,
+    }
 )
 
 
@@ -194,20 +211,99 @@ def kubeconfig_problem(secret: Mapping[str, Any]) -> tuple[Reason, str] | None:
 
 
 @attrs.frozen
+class OwnerRef:
+    """An object's controller ownerReference: what controls it."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+
+
+def controller_of(references: object) -> OwnerRef | None:
+    """The controller among ``metadata.ownerReferences`` (the API server allows one), or None."""
+    if not isinstance(references, list | tuple):
+        return None
+    for ref in references:
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            return OwnerRef(
+                str(ref.get("apiVersion", "")),
+                str(ref.get("kind", "")),
+                str(ref.get("name", "")),
+                str(ref.get("uid", "")),
+            )
+    return None
+
+
+@attrs.frozen
 class SecretView:
     """One Cluster API kubeconfig Secret as the source sees it: never its data."""
 
     name: str
     cluster: str  # the Cluster API cluster's name, from its label
     problem: tuple[Reason, str] | None = None  # None: usable
+    controller: OwnerRef | None = None  # its controller ownerReference, from its metadata
 
 
 @attrs.frozen
 class CapiView:
-    """The Cluster API clusters of the namespace: their labels, if the manager may read them."""
+    """The Cluster API clusters of the namespace, if the manager may read them.
+
+    ``labels`` has one entry per cluster that exists (``{}`` for one without labels): a Secret is
+    imported only for one of them. ``uids`` has their uids where known; a Secret's controller
+    must then carry the same, or it points at an earlier cluster of that name.
+    """
 
     readable: bool
     labels: Mapping[str, Mapping[str, str]] = attrs.field(factory=dict)
+    uids: Mapping[str, str] = attrs.field(factory=dict)
+
+
+def owner_problem(secret: SecretView, capi: CapiView) -> tuple[Reason, str] | None:
+    """Why ``secret`` is not Cluster API's own kubeconfig Secret of its cluster, or None if it is.
+
+    Name and label are what anybody who may create Secrets can write; Cluster API also makes the
+    cluster the Secret's controller (kind Cluster of ``cluster.x-k8s.io``, the cluster's name and
+    uid). Whoever may not create Cluster API clusters cannot make that true for a cluster that is
+    not there, and the Secret of one that is holds the name already. ``kokumi cluster import``
+    asks the same. Only for a ``capi`` that is readable.
+    """
+    name = secret.cluster
+    if name not in capi.labels:
+        return (
+            Reason.SECRET_NOT_OWNED,
+            f"no Cluster API cluster {name} exists in this namespace: a ClusterSource imports "
+            "only the kubeconfig Secret of a Cluster API cluster, which Cluster API makes its "
+            f"controller; this one is imported once cluster {name} exists and controls it, "
+            "else delete it",
+        )
+    uid = capi.uids.get(name, "")
+    ref = secret.controller
+    if ref is None:
+        what = "it has no controller ownerReference"
+    elif ref.kind != "Cluster" or not ref.api_version.startswith(f"{CAPI_GROUP}/"):
+        what = (
+            f"its controller is {quoted(ref.kind)} {quoted(ref.name)} of "
+            f"{quoted(ref.api_version)}, not Cluster API's cluster {name}"
+        )
+    elif ref.name != name:
+        what = f"its controller is Cluster API's cluster {quoted(ref.name)}, not {name}"
+    elif uid and ref.uid != uid:
+        what = (
+            f"its controller ownerReference names Cluster API's cluster {name} with uid "
+            f"{quoted(ref.uid)}, and the cluster {name} here has uid {uid}"
+        )
+    else:
+        return None
+    owner = f"apiVersion {CAPI_CLUSTERS.api_version}, kind Cluster, name {name}"
+    owner += f", uid {uid}" if uid else ""
+    return (
+        Reason.SECRET_NOT_OWNED,
+        f"{what}: a ClusterSource imports only the kubeconfig Secret Cluster API writes, whose "
+        "controller is its cluster, since anybody who may create Secrets can name and label "
+        f"one; if this is cluster {name}'s, set that ownerReference ({owner}, controller true), "
+        "else delete it",
+    )
 
 
 # --- Clusters -----------------------------------------------------------------------------------
@@ -329,8 +425,9 @@ def plan(
     """The writes that make the namespace's Clusters what the source says, and its findings.
 
     ``secrets_listable`` is False when the manager may not list Secrets there (None: not known
-    yet); then, and while a selector needs Cluster API clusters the manager may not read, the
-    plan writes nothing: a missing permission must not delete Clusters.
+    yet); then, and while the manager may not read Cluster API's clusters (which every import
+    needs, to tell Cluster API's Secrets from others), the plan writes nothing: a missing
+    permission must not delete Clusters.
     """
     mine = {n: e for n, e in existing.items() if e.owner is not None and e.owner[1] == source.uid}
     kept_all = tuple(sorted(mine))
@@ -342,14 +439,20 @@ def plan(
         return Plan(kept=kept_all, blocked=(Reason.SECRET_NOT_READABLE, waiting))
     if not secrets_listable:
         return Plan(kept=kept_all, blocked=(Reason.SECRET_NOT_READABLE, not_listable_message))
-    if not capi.readable and not source.selector.selects_everything:
+    if not capi.readable:
+        over = (
+            ""
+            if source.selector.selects_everything
+            else f", and spec.selector {source.selector} is over their labels"
+        )
         return Plan(
             kept=kept_all,
             blocked=(
                 Reason.CLUSTER_API_NOT_READABLE,
-                f"spec.selector {source.selector} is over the labels of Cluster API's clusters, "
-                "which the manager may not read (or Cluster API is not installed): grant it get, "
-                "list and watch on clusters.cluster.x-k8s.io, or remove spec.selector",
+                "the manager may not read Cluster API's clusters (or Cluster API is not "
+                "installed), and imports a Secret only for the Cluster API cluster that controls "
+                f"it{over}: grant it get, list and watch on clusters.cluster.x-k8s.io; its "
+                "Clusters stay as they are meanwhile",
             ),
         )
     create: list[Desired] = []
@@ -359,12 +462,17 @@ def plan(
     wanted: set[str] = set()
     matched = 0
     for secret in sorted(secrets, key=lambda s: s.name):
-        labels = capi.labels.get(secret.cluster, {}) if capi.readable else {}
+        labels = capi.labels.get(secret.cluster, {})
         if not source.selector.matches(labels):
             continue
         matched += 1
         target = _desired(source, secret, labels)
         there = existing.get(secret.cluster)
+        unowned = owner_problem(secret, capi)
+        if unowned is not None:
+            # Not Cluster API's: as a Secret that stops matching, its Cluster (if ours) goes.
+            problems.append(NotImported(secret.name, secret.cluster, *unowned))
+            continue
         if there is not None and secret.cluster not in mine:
             problems.append(NotImported(secret.name, secret.cluster, *_conflict(there)))
             continue

@@ -70,26 +70,58 @@ async def import_cluster_api(hub: Client, namespace: str, *, dry_run: bool) -> l
     """Each Cluster API ``<cluster>-kubeconfig`` Secret becomes a Cluster that references it.
 
     The Secret stays where it is and whose it is: Cluster API rotates it, and the Cluster reads
-    the rotated kubeconfig from it. Its kubeconfig is checked first, so a Cluster is only created
-    for one the manager can use.
+    the rotated kubeconfig from it. As a ClusterSource, the import takes only a Secret whose
+    Cluster API cluster exists and controls it (:func:`~kokumi.core.clustersource.owner_problem`),
+    then checks its kubeconfig, so a Cluster is only created for one the manager can use.
     """
     try:
         listing = await hub.list(SECRETS, namespace=namespace, label_selector=CAPI_CLUSTER_NAME)
     except KubeError as exc:
         raise api_error(f"cannot list Secrets in namespace {namespace}", exc) from None
-    outcomes = []
+    found = []
     for secret in sorted(listing["items"], key=lambda s: s["metadata"]["name"]):
         meta = secret["metadata"]
         name = clustersource.capi_cluster_of(meta["name"], meta.get("labels") or {})
-        if name is None:
-            continue  # Cluster API's other Secrets of the cluster: CAs, service-account keys
-        source = f"{namespace}/{meta['name']}"
-        problem = clustersource.kubeconfig_problem(secret)
+        if name is not None:  # not Cluster API's other Secrets of the cluster: CAs, keys
+            controller = clustersource.controller_of(meta.get("ownerReferences"))
+            found.append((secret, clustersource.SecretView(meta["name"], name, None, controller)))
+    capi = await _capi_clusters(hub, namespace) if found else clustersource.CapiView(True)
+    outcomes = []
+    for secret, view in found:
+        source = f"{namespace}/{view.name}"
+        problem = clustersource.owner_problem(view, capi) or clustersource.kubeconfig_problem(
+            secret
+        )
         if problem is not None:
             outcomes.append(ImportResult(source, None, "not importable", problem[1]))
             continue
-        outcomes.append(await _import_reference(hub, namespace, name, meta["name"], dry_run))
+        outcomes.append(await _import_reference(hub, namespace, view.cluster, view.name, dry_run))
     return outcomes
+
+
+async def _capi_clusters(hub: Client, namespace: str) -> clustersource.CapiView:
+    """The Cluster API clusters of the namespace; none when Cluster API is not installed.
+
+    Without them no Secret can be told to be Cluster API's, so a refused list ends the import.
+    """
+    try:
+        listing = await hub.list(
+            clustersource.CAPI_CLUSTERS, namespace=namespace, metadata_only=True
+        )
+    except NotFound:
+        return clustersource.CapiView(True)  # no such kind: no Cluster API cluster either
+    except KubeError as exc:
+        what = (
+            f"cannot list Cluster API's clusters in namespace {namespace}, which an import "
+            "needs to take only the Secrets they control"
+        )
+        raise api_error(what, exc) from None
+    metas = [item["metadata"] for item in listing["items"]]
+    return clustersource.CapiView(
+        True,
+        {str(m["name"]): dict(m.get("labels") or {}) for m in metas},
+        {str(m["name"]): str(m.get("uid") or "") for m in metas},
+    )
 
 
 async def _in_the_way(
@@ -300,7 +332,8 @@ def add_parser(sub: argparse._SubParsersAction[OneLineParser]) -> None:
         description=textwrap.dedent(
             """\
             --from cluster-api: each Secret <cluster>-kubeconfig labeled
-            cluster.x-k8s.io/cluster-name becomes a Cluster of that name that reads it.
+            cluster.x-k8s.io/cluster-name and controlled by its Cluster API cluster, as Cluster
+            API writes it, becomes a Cluster of that name that reads it.
             --from argocd: each cluster Secret of Argo CD's that Kokumi did not write becomes a
             Secret <name>-kubeconfig and a Cluster; then delete the old Argo CD Secret so Kokumi
             can take the server over. Clusters that sign in with exec plugins or AWS IAM are
