@@ -20,6 +20,7 @@ import pytest
 import trio
 
 from kokumi.core import api
+from kokumi.core.clustersource import CAPI_CLUSTERS
 from kokumi.kube import (
     CONFIG_MAPS,
     NAMESPACES,
@@ -41,7 +42,8 @@ from kokumi.kube import (
 )
 from kokumi.kube.client import METADATA_LIST, METADATA_OBJECT
 from kokumi.kube.errors import error_from_status
-from tests.fakeapi import FakeApi
+from tests.fakeapi import CAPI_CLUSTERS as FAKE_CAPI_CLUSTERS
+from tests.fakeapi import DEFAULT_KINDS, FakeApi
 
 Obj = dict[str, Any]
 FINALIZER = "contract.kokumi.dev/hold"
@@ -66,13 +68,14 @@ class Server:
 @pytest.fixture(params=["fake", pytest.param("hub", marks=pytest.mark.cluster)])
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     if request.param == "fake":
-        fake = FakeApi()
+        fake = FakeApi(kinds=(*DEFAULT_KINDS, FAKE_CAPI_CLUSTERS))  # the hub has Cluster API's
         namespace = f"t-{uuid.uuid4().hex[:10]}"
         fake.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
         yield Backend("fake", Config(server="https://fake.invalid"), namespace, fake)
         return
     hub = request.getfixturevalue("hub")
     request.getfixturevalue("crds")
+    request.getfixturevalue("capi_crd")
     namespace = request.getfixturevalue("namespace")
     yield Backend("hub", Config.from_kubeconfig(hub.admin_kubeconfig), namespace, None)
 
@@ -634,6 +637,29 @@ async def test_kokumi_watch_end_to_end(server: Server) -> None:
 
 
 # --- the in-cluster check's requests -----------------------------------------------------------
+
+
+async def test_two_kinds_of_one_plural_are_two_objects(server: Server) -> None:
+    """Kokumi's Cluster and Cluster API's of one name in one namespace: two objects, each
+    listed, changed and deleted under its own group, as a ClusterSource reads them side by side."""
+    ns = server.namespace
+    capi = {"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+            "metadata": {"name": "work", "labels": {"made-by": "capi"}}, "spec": {}}  # fmt: skip
+    ours = await server.client.create(api.CLUSTERS, cluster("work"), namespace=ns)
+    theirs = await server.client.create(CAPI_CLUSTERS, capi, namespace=ns)
+    assert ours["metadata"]["uid"] != theirs["metadata"]["uid"]
+    assert theirs["apiVersion"] == "cluster.x-k8s.io/v1beta1"
+    listed = await server.client.list(CAPI_CLUSTERS, namespace=ns)
+    assert [o["metadata"]["labels"] for o in listed["items"]] == [{"made-by": "capi"}]
+    ours_listed = await server.client.list(api.CLUSTERS, namespace=ns)
+    assert [o["metadata"]["uid"] for o in ours_listed["items"]] == [ours["metadata"]["uid"]]
+    await server.client.delete(CAPI_CLUSTERS, "work", namespace=ns)
+    assert (await server.client.get(api.CLUSTERS, "work", namespace=ns))["spec"] == {
+        "connection": "InCluster"
+    }
+    with pytest.raises(NotFound):
+        await server.client.get(CAPI_CLUSTERS, "work", namespace=ns)
+    await server.client.delete(api.CLUSTERS, "work", namespace=ns)
 
 
 async def test_version_and_self_subject_review(server: Server) -> None:
