@@ -1,12 +1,18 @@
 """A healthy API server as far as Kokumi's check asks it, for tests that need one on a socket of
 their own (a certificate or a header line of theirs): ``GET /version`` and the ``POST`` of a
-SelfSubjectReview, on one kept-alive TLS connection."""
+SelfSubjectReview, on one kept-alive TLS connection; and a check made on both of the probe's
+paths, which must find the same."""
 
 from __future__ import annotations
 
 import json
 
 import trio
+
+from kokumi.core.kubeconfig import Connection
+from kokumi.runtime import probe
+from kokumi.runtime.probe import Finding, check
+from kokumi.testing import canary
 
 
 def review(username: str) -> bytes:
@@ -63,3 +69,16 @@ async def answer_checks(
         pass  # the client refused the certificate, or went
     finally:
         await trio.aclose_forcefully(stream)
+
+
+async def both(target: Connection) -> Finding:
+    """Check on the lean path and through httpx: the Findings must be equal."""
+    lean = await check(target, timeout=5)
+    probe._LEAN = False
+    try:
+        through_httpx = await check(target, timeout=5)
+    finally:
+        probe._LEAN = True
+    assert lean == through_httpx
+    assert canary.found(repr(lean)) == []
+    return lean

@@ -25,11 +25,10 @@ from kokumi.core.kubeconfig import Connection
 from kokumi.core.reasons import Reason
 from kokumi.kube import Client, Config, StaticToken, TransportError
 from kokumi.kube.tls import ssl_context
-from kokumi.runtime import probe
-from kokumi.runtime.probe import Finding, check, check_config
+from kokumi.runtime.probe import Finding, check_config
 from kokumi.testing import canary
 from kokumi.testing.controlplane import CertificateAuthority
-from tests.spoke_answers import answer_checks
+from tests.spoke_answers import answer_checks, both
 
 TOKEN = canary.token("tls")
 HOST = "spoke.test"
@@ -119,19 +118,6 @@ class Loopback(trio.abc.HostnameResolver):
 
 
 kubernetes = functools.partial(answer_checks, version=VERSION, username="tls-user", token=TOKEN)
-
-
-async def both(target: Connection) -> Finding:
-    """Check on the lean path and through httpx: the Findings must be equal."""
-    lean = await check(target, timeout=5)
-    probe._LEAN = False
-    try:
-        through_httpx = await check(target, timeout=5)
-    finally:
-        probe._LEAN = True
-    assert lean == through_httpx
-    assert canary.found(repr(lean)) == []
-    return lean
 
 
 def ready(server: str) -> Finding:

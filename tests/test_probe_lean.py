@@ -32,6 +32,7 @@ from kokumi.runtime import probe
 from kokumi.runtime.probe import Finding, check
 from kokumi.testing import canary
 from kokumi.testing.controlplane import CertificateAuthority
+from tests.spoke_answers import both
 
 TOKEN = canary.token("lean")
 VERSION = b'{"major":"1","minor":"36","gitVersion":"v1.36.0-lean"}'
@@ -554,19 +555,6 @@ async def test_hanging_checks_use_a_bounded_number_of_threads(pki: Pki, serve: S
 
 
 # --- the same Finding on both paths, for what fails before HTTP -------------------------------
-
-
-async def both(target: Connection) -> Finding:
-    """Check on the lean path and through httpx: the Findings must be equal."""
-    lean = await check(target, timeout=5)
-    probe._LEAN = False
-    try:
-        through_httpx = await check(target, timeout=5)
-    finally:
-        probe._LEAN = True
-    assert lean == through_httpx
-    assert canary.found(repr(lean)) == []
-    return lean
 
 
 async def tcp_server(
