@@ -105,10 +105,7 @@ class Facts(Line):
 
     async def _sync(self, server: str) -> set[str]:
         """One attempt to put the server's Secret in step; the servers a foreign find touched.
-
-        A refused or failed write leaves the server in ``_retries`` with its next attempt; a
-        success removes it.
-        """
+        A refused or failed write leaves the server in ``_retries``; a success removes it."""
         deadline = self._deadline(server)
         if deadline is None:
             # Another replica serves this server's holder: nothing here to write, nor retry.
@@ -465,12 +462,9 @@ class Facts(Line):
         return touched
 
     async def _reshard(self) -> set[str | None]:
-        """Disown the claims of Clusters served elsewhere now, classify every Secret again.
-
-        In slices: at 10,000 Secrets, a replica taking its shard after a restart spent 3.3 s
-        here in one step. Only this task reads the table and the Secrets; a change of shards
-        meanwhile asks for another reshard, which comes after this one.
-        """
+        """Disown the claims of Clusters served elsewhere now, classify every Secret again, in
+        slices (at 10,000 Secrets one step here took 3.3 s); only this task reads the table and
+        the Secrets, and a change of shards meanwhile asks for another reshard after this one."""
         touched: set[str | None] = set()
         pace = Pace()
         # The actors of a shard taken say afresh what they want; those of a shard lost, nothing.
