@@ -127,6 +127,7 @@ class Sessions:
         factory=lambda: TimestampSigner(secrets.token_bytes(32), salt="kokumi-ui-session")
     )
     _sessions: dict[str, Session] = attrs.field(factory=dict)
+    _misplaced: set[str] = attrs.field(factory=set)  # sessions whose cookie came without its path
 
     @property
     def sign_in_token(self) -> str:
@@ -168,6 +169,9 @@ class Sessions:
             del self._sessions[session_id]
             return None
         if not hmac.compare_digest(session.base.encode(), base.encode()):
+            if session_id in self._misplaced:
+                return None  # said once: a server replaying the cookie must not fill the log
+            self._misplaced.add(session_id)
             log.warning(
                 "refused a request with a session's cookie but not its address (/s/…): opened "
                 "without it, or the cookie replayed by another server on this host"
