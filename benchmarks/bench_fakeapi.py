@@ -20,6 +20,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kokumi.kube import CONFIG_MAPS, Client, Config
+from kokumi.kube.paths import resource_path
 from tests.fakeapi import FakeApi
 
 LOOPS = 1000
@@ -41,7 +42,7 @@ async def through_client() -> float:
 
 async def fake_alone() -> float:
     fake = FakeApi()
-    base = "https://fake.invalid" + CONFIG_MAPS.path(namespace=NS)
+    base = "https://fake.invalid" + resource_path(CONFIG_MAPS, namespace=NS)
     requests = []
     for i in range(LOOPS):
         body = {"metadata": {"name": f"c{i}", "labels": {"app": "bench"}}, "data": {"a": "1"}}

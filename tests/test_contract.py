@@ -42,6 +42,7 @@ from kokumi.kube import (
 )
 from kokumi.kube.client import METADATA_LIST, METADATA_OBJECT
 from kokumi.kube.errors import error_from_status
+from kokumi.kube.paths import resource_path
 from tests.fakeapi import CAPI_CLUSTERS as FAKE_CAPI_CLUSTERS
 from tests.fakeapi import DEFAULT_KINDS, FakeApi
 
@@ -143,7 +144,7 @@ async def raw_watch(
     **params: str,
 ) -> AsyncIterator[Events]:
     query = {"watch": "true", "timeoutSeconds": "60", **params}
-    path = resource.path(namespace=server.namespace)
+    path = resource_path(resource, namespace=server.namespace)
     async with server.client.stream("GET", path, params=query, accept=accept) as response:
         assert response.status_code == 200
         yield Events(response)
@@ -307,7 +308,9 @@ async def test_update_and_patch_of_a_missing_object_are_not_found(server: Server
         await client.replace(CONFIG_MAPS, configmap("ghost"), namespace=ns)
     with pytest.raises(BadRequest):
         body = configmap("other")
-        await client.request("PUT", CONFIG_MAPS.path(namespace=ns, name="ghost"), json=body)
+        await client.request(
+            "PUT", resource_path(CONFIG_MAPS, namespace=ns, name="ghost"), json=body
+        )
 
 
 async def test_generation_and_the_status_subresource(server: Server) -> None:
@@ -507,13 +510,15 @@ async def test_label_selectors(server: Server) -> None:
 async def test_lists_and_metadata_only_answers(server: Server) -> None:
     client, ns = server.client, server.namespace
     created = await client.create(CONFIG_MAPS, configmap("m", {"k": "v"}, secret="x"), namespace=ns)
-    raw = await client.request("GET", CONFIG_MAPS.path(namespace=ns))
+    raw = await client.request("GET", resource_path(CONFIG_MAPS, namespace=ns))
     assert raw["kind"] == "ConfigMapList"
     assert raw["apiVersion"] == "v1"
     assert int(raw["metadata"]["resourceVersion"]) >= int(rv(created))
     assert [o["metadata"]["name"] for o in raw["items"]] == ["m"]
 
-    meta_list = await client.request("GET", CONFIG_MAPS.path(namespace=ns), accept=METADATA_LIST)
+    meta_list = await client.request(
+        "GET", resource_path(CONFIG_MAPS, namespace=ns), accept=METADATA_LIST
+    )
     assert meta_list["kind"] == "PartialObjectMetadataList"
     assert meta_list["apiVersion"] == "meta.k8s.io/v1"
     item = meta_list["items"][0]

@@ -35,6 +35,7 @@ from kokumi.kube import (
     TooManyRequests,
     TransportError,
     WatchEvent,
+    resource_path,
     watch,
 )
 from tests import fakeapi
@@ -354,7 +355,7 @@ async def test_history_is_bounded_per_resource(autojump_clock: trio.testing.Mock
 async def first_event(client: Client, version: str) -> str:
     params = {"watch": "true", "resourceVersion": version, "timeoutSeconds": "1"}
     async with (
-        client.stream("GET", CONFIG_MAPS.path(namespace=NS), params=params) as response,
+        client.stream("GET", resource_path(CONFIG_MAPS, namespace=NS), params=params) as response,
         contextlib.aclosing(cast("AsyncGenerator[str, None]", response.aiter_lines())) as lines,
     ):
         async for line in lines:
@@ -400,7 +401,7 @@ async def test_bookmarks_and_the_server_side_timeout(
     seen: list[tuple[float, str, str]] = []
     async with (
         connected(fake) as client,
-        client.stream("GET", CONFIG_MAPS.path(namespace=NS), params=params) as response,
+        client.stream("GET", resource_path(CONFIG_MAPS, namespace=NS), params=params) as response,
     ):
         start = trio.current_time()
         async for line in response.aiter_lines():

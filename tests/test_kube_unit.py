@@ -43,6 +43,7 @@ from kokumi.kube import (
     StaticToken,
     TooManyRequests,
     Unauthorized,
+    resource_path,
 )
 from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.errors import error_from_status
@@ -187,36 +188,41 @@ def test_error_text_never_holds_a_body_it_was_not_given() -> None:
 
 
 def test_resource_paths() -> None:
-    assert CONFIG_MAPS.path() == "/api/v1/configmaps"
-    assert CONFIG_MAPS.path(namespace="n") == "/api/v1/namespaces/n/configmaps"
-    assert CONFIG_MAPS.path(namespace="n", name="a") == "/api/v1/namespaces/n/configmaps/a"
-    assert NAMESPACES.path(name="n") == "/api/v1/namespaces/n"
+    assert resource_path(CONFIG_MAPS) == "/api/v1/configmaps"
+    assert resource_path(CONFIG_MAPS, namespace="n") == "/api/v1/namespaces/n/configmaps"
+    assert (
+        resource_path(CONFIG_MAPS, namespace="n", name="a") == "/api/v1/namespaces/n/configmaps/a"
+    )
+    assert resource_path(NAMESPACES, name="n") == "/api/v1/namespaces/n"
     gizmos = Resource("example.dev", "v1", "gizmos", "Gizmo")
     assert gizmos.api_version == "example.dev/v1"
     assert (
-        gizmos.path(namespace="n", name="g", subresource="status")
+        resource_path(gizmos, namespace="n", name="g", subresource="status")
         == "/apis/example.dev/v1/namespaces/n/gizmos/g/status"
     )
-    assert CUSTOM_RESOURCE_DEFINITIONS.path(name="a.b") == (
+    assert resource_path(CUSTOM_RESOURCE_DEFINITIONS, name="a.b") == (
         "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/a.b"
     )
     # A name is one segment: nothing in it can climb the path.
-    assert CONFIG_MAPS.path(namespace="n", name="../x") == "/api/v1/namespaces/n/configmaps/..%2Fx"
+    assert (
+        resource_path(CONFIG_MAPS, namespace="n", name="../x")
+        == "/api/v1/namespaces/n/configmaps/..%2Fx"
+    )
     # Dot-segments would be resolved on the way and name another resource; an empty name, the
     # collection (a DELETE of it is a deletecollection). None is a name any object can have.
     for bad in (".", "..", ""):
         with pytest.raises(kokumi.kube.InvalidName, match="not a name any Kubernetes object"):
-            CONFIG_MAPS.path(namespace="n", name=bad)
+            resource_path(CONFIG_MAPS, namespace="n", name=bad)
         with pytest.raises(kokumi.kube.InvalidName):
-            CONFIG_MAPS.path(namespace=bad or ".", name="a")
+            resource_path(CONFIG_MAPS, namespace=bad or ".", name="a")
         with pytest.raises(kokumi.kube.InvalidName):
-            CONFIG_MAPS.path(namespace="n", name="a", subresource=bad or "..")
+            resource_path(CONFIG_MAPS, namespace="n", name="a", subresource=bad or "..")
     with pytest.raises(ValueError, match="namespaced"):
-        CONFIG_MAPS.path(name="a")
+        resource_path(CONFIG_MAPS, name="a")
     with pytest.raises(ValueError, match="cluster-scoped"):
-        NAMESPACES.path(namespace="n")
+        resource_path(NAMESPACES, namespace="n")
     with pytest.raises(ValueError, match="subresource"):
-        CONFIG_MAPS.path(namespace="n", subresource="status")
+        resource_path(CONFIG_MAPS, namespace="n", subresource="status")
 
 
 # --- kubeconfig ---------------------------------------------------------------------------

@@ -26,9 +26,9 @@ from kokumi.core.shards import Sharding, lease_name, preference, shard_of
 from kokumi.kube import LEASES
 from kokumi.kube.client import EVENTS, NAMESPACES, SECRETS, Client
 from kokumi.kube.config import Config
-from kokumi.kube.objects import Resource
 from kokumi.kube.watch import Resync, WatchEvent, watch
 from kokumi.manager import Manager, run_manager
+from kokumi.objects import Resource
 from kokumi.runtime.election import Admission, LeaseElector
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration, closed_port_server, closed_port_servers

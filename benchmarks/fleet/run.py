@@ -61,8 +61,8 @@ from kokumi.core.clustersource import (  # noqa: E402
 )
 from kokumi.kube.client import NAMESPACES, SECRETS, Client  # noqa: E402
 from kokumi.kube.config import Config  # noqa: E402
-from kokumi.kube.objects import Resource  # noqa: E402
 from kokumi.kube.watch import Resync, WatchEvent, watch  # noqa: E402
+from kokumi.objects import Resource  # noqa: E402
 from kokumi.testing import run_kubectl  # noqa: E402
 from kokumi.testing.controlplane import ControlPlane, free_port  # noqa: E402
 from tests.fixtures_deploy import CAPI_CRD  # noqa: E402

@@ -34,7 +34,7 @@ from kokumi.core.status import (
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.client import SECRETS
-from kokumi.kube.objects import resource_version, secret_data, secret_keys
+from kokumi.objects import resource_version, secret_data, secret_keys
 from kokumi.runtime import probe
 
 __all__ = ["Check", "ClusterActor", "outcome_of"]

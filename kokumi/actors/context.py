@@ -24,8 +24,8 @@ from kokumi.core.reasons import Reason
 from kokumi.core.status import unstructured
 from kokumi.kube import errors
 from kokumi.kube.client import EVENTS, Client
-from kokumi.kube.objects import Resource, name_of, namespace_of
 from kokumi.kube.watch import Resync, WatchEvent
+from kokumi.objects import Resource, name_of, namespace_of
 from kokumi.runtime import probe
 from kokumi.runtime.options import Options
 

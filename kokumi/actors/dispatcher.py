@@ -29,8 +29,8 @@ from kokumi.actors.secretwatch import SecretWatches
 from kokumi.actors.sources import KEEP_LABELS, SecretsView, SourcesActor
 from kokumi.core import api
 from kokumi.core.ownership import ClusterRef
-from kokumi.kube.objects import metadata_of
 from kokumi.kube.watch import Key, Resync, Store, WatchEvent, start_watch
+from kokumi.objects import metadata_of
 
 __all__ = ["Dispatcher"]
 

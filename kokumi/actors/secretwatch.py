@@ -47,6 +47,7 @@ from kokumi.core.secretaccess import (
 )
 from kokumi.kube import errors
 from kokumi.kube.client import METADATA_LIST, SECRETS, Client
+from kokumi.kube.paths import resource_path
 from kokumi.kube.watch import Resync, WatchEvent, start_watch
 
 __all__ = [
@@ -230,7 +231,7 @@ class SecretWatches:
                 # One page of one object answers "may I list?" without reading them all.
                 await self._client.request(
                     "GET",
-                    SECRETS.path(namespace=namespace),
+                    resource_path(SECRETS, namespace=namespace),
                     params={"limit": "1"},
                     accept=METADATA_LIST,
                 )

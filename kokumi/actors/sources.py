@@ -46,6 +46,7 @@ from kokumi.core.text import one_line
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.client import METADATA_LIST, SECRETS, Client
+from kokumi.kube.paths import resource_path
 from kokumi.kube.watch import Resync, Store, WatchEvent, watch
 
 __all__ = ["KEEP_LABELS", "SecretsView", "SourcesActor"]
@@ -223,7 +224,7 @@ class SourcesActor:
         while True:
             try:
                 await self._client.request(
-                    "GET", CAPI_CLUSTERS.path(), params={"limit": "1"}, accept=METADATA_LIST
+                    "GET", resource_path(CAPI_CLUSTERS), params={"limit": "1"}, accept=METADATA_LIST
                 )
                 break
             except (errors.Forbidden, errors.NotFound) as exc:

@@ -17,7 +17,7 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from kokumi.core.reasons import Reason
-from kokumi.kube.objects import Resource, metadata_of
+from kokumi.objects import Resource, metadata_of
 
 __all__ = [
     "CLUSTERS",

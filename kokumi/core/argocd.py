@@ -24,7 +24,7 @@ from typing import Any, Final
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, is_argocd_own, normalise_server
 from kokumi.core.text import b64
-from kokumi.kube.objects import secret_data
+from kokumi.objects import secret_data
 
 __all__ = [
     "ARGOCD_NAMESPACE",

@@ -37,7 +37,7 @@ import attrs
 from kokumi.core import api, kubeconfig, selectors
 from kokumi.core.reasons import Reason
 from kokumi.core.text import quoted
-from kokumi.kube.objects import Resource, metadata_of, secret_data, secret_keys
+from kokumi.objects import Resource, metadata_of, secret_data, secret_keys
 
 __all__ = [
     "CAPI_CLUSTERS",

@@ -17,7 +17,7 @@ import attrs
 from kokumi.core import api, argocd, selectors, targets
 from kokumi.core.ownership import ClusterRef, normalise_server
 from kokumi.core.text import one_line
-from kokumi.kube.objects import metadata_of
+from kokumi.objects import metadata_of
 
 __all__ = [
     "CHECKING",

@@ -25,7 +25,7 @@ from kokumi.core.kubeconfig import Connection
 from kokumi.core.ownership import ClusterRef, is_argocd_own
 from kokumi.core.reasons import Reason
 from kokumi.core.registration import Registration
-from kokumi.kube.objects import secret_data
+from kokumi.objects import secret_data
 
 __all__ = [
     "Create",

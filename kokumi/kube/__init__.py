@@ -3,7 +3,7 @@
 Each submodule is the home of the names it defines, and Kokumi's own code imports them from
 there. This package is the flat face for programs that embed the client, as httpx's ``__all__``
 is: every public name in one place, each re-exported from its home and imported on first use
-(PEP 562), so that ``kokumi.kube.objects``, the pure part the core reads, loads neither the
+(PEP 562), so that ``kokumi.objects``, the pure part the core reads, loads neither the
 client, Trio nor httpx with its package.
 """
 
@@ -15,6 +15,8 @@ from . import lazy as _lazy
 
 if _typing.TYPE_CHECKING:
     # What mypy and IDEs see; tests/test_exports.py holds it equal to ``_HOMES``.
+    from kokumi.objects import Resource
+
     from .client import (
         CONFIG_MAPS,
         CUSTOM_RESOURCE_DEFINITIONS,
@@ -59,7 +61,7 @@ if _typing.TYPE_CHECKING:
         Unauthorized,
         WriteRefused,
     )
-    from .objects import Resource
+    from .paths import resource_path
     from .watch import Resync, Store, WatchEvent, start_watch, watch
 
 __all__ = [
@@ -105,6 +107,7 @@ __all__ = [
     "WatchEvent",
     "WriteRefused",
     "flatten_context",
+    "resource_path",
     "start_watch",
     "watch",
 ]
@@ -154,11 +157,12 @@ _BY_HOME = {
         "Unauthorized",
         "WriteRefused",
     ),
-    "objects": ("Resource",),
+    "paths": ("resource_path",),
     "watch": ("Resync", "Store", "WatchEvent", "start_watch", "watch"),
 }
 #: Each public name -> the module that defines it.
 _HOMES = {name: f"{__name__}.{home}" for home, names in _BY_HOME.items() for name in names}
+_HOMES["Resource"] = "kokumi.objects"  # shared with the pure core, below both
 
 
 class _Face(_types.ModuleType):

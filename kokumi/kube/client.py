@@ -21,6 +21,8 @@ import httpcore
 import httpx
 import trio
 
+from kokumi.objects import Resource, metadata_of, name_of, namespace_of
+
 from .config import Config
 from .errors import (
     ApiError,
@@ -33,12 +35,7 @@ from .errors import (
     WriteRefused,
     error_from_status,
 )
-from .objects import (  # pure, so the pure core can name resources
-    Resource,
-    metadata_of,
-    name_of,
-    namespace_of,
-)
+from .paths import resource_path
 
 __all__ = [
     "CONFIG_MAPS",
@@ -323,7 +320,7 @@ class Client:
         subresource: str | None = None,
         metadata_only: bool = False,
     ) -> Obj:
-        path = resource.path(namespace=namespace, name=name, subresource=subresource)
+        path = resource_path(resource, namespace=namespace, name=name, subresource=subresource)
         return await self.request("GET", path, accept=METADATA_OBJECT if metadata_only else JSON)
 
     async def list(
@@ -343,7 +340,7 @@ class Client:
         listed object looks like a watched one. When a continue token expires mid-way the list
         starts over in one unpaged request.
         """
-        path = resource.path(namespace=namespace)
+        path = resource_path(resource, namespace=namespace)
         params: dict[str, str] = {}
         if label_selector:
             params["labelSelector"] = label_selector
@@ -405,8 +402,11 @@ class Client:
         ``subresource`` covers requests such as a TokenRequest (``serviceaccounts/NAME/token``).
         """
         namespace = _namespace_of(resource, body, namespace)
-        path = resource.path(
-            namespace=namespace, name=name if subresource else None, subresource=subresource
+        path = resource_path(
+            resource,
+            namespace=namespace,
+            name=name if subresource else None,
+            subresource=subresource,
         )
         return await self.request("POST", path, json=body, params=self._manager_params())
 
@@ -420,7 +420,9 @@ class Client:
     ) -> Obj:
         """PUT the whole object; its ``metadata.resourceVersion`` makes a stale write a Conflict."""
         namespace = _namespace_of(resource, body, namespace)
-        path = resource.path(namespace=namespace, name=_name_of(body), subresource=subresource)
+        path = resource_path(
+            resource, namespace=namespace, name=_name_of(body), subresource=subresource
+        )
         return await self.request("PUT", path, json=body, params=self._manager_params())
 
     async def patch_merge(
@@ -433,7 +435,7 @@ class Client:
         subresource: str | None = None,
     ) -> Obj:
         """JSON merge patch (RFC 7386): maps merge, ``None`` deletes a key, lists are replaced."""
-        path = resource.path(namespace=namespace, name=name, subresource=subresource)
+        path = resource_path(resource, namespace=namespace, name=name, subresource=subresource)
         return await self.request(
             "PATCH",
             path,
@@ -452,7 +454,7 @@ class Client:
         subresource: str | None = None,
     ) -> Obj:
         """JSON patch (RFC 6902); a ``test`` operation makes the patch conditional."""
-        path = resource.path(namespace=namespace, name=name, subresource=subresource)
+        path = resource_path(resource, namespace=namespace, name=name, subresource=subresource)
         return await self.request(
             "PATCH",
             path,
@@ -477,7 +479,9 @@ class Client:
         it is responsible for. ``managedFields`` is dropped from the body (the server refuses it).
         """
         namespace = _namespace_of(resource, body, namespace)
-        path = resource.path(namespace=namespace, name=_name_of(body), subresource=subresource)
+        path = resource_path(
+            resource, namespace=namespace, name=_name_of(body), subresource=subresource
+        )
         metadata = metadata_of(body)
         if "managedFields" in metadata:
             body = {
@@ -511,7 +515,7 @@ class Client:
 
         Returns what the server returns: the object while finalizers hold it, else a Status.
         """
-        path = resource.path(namespace=namespace, name=name)
+        path = resource_path(resource, namespace=namespace, name=name)
         return await self.request(
             "DELETE",
             path,
@@ -527,7 +531,7 @@ class Client:
         field_selector: str | None = None,
         propagation_policy: str | None = None,
     ) -> Obj:
-        path = resource.path(namespace=namespace)
+        path = resource_path(resource, namespace=namespace)
         params: dict[str, str] = {}
         if label_selector:
             params["labelSelector"] = label_selector

@@ -34,10 +34,12 @@ from typing import Any, Literal
 import attrs
 import trio
 
+from kokumi.objects import Resource, name_of, namespace_of, resource_version
+
 from .backoff import Backoff, FailureLog
 from .client import METADATA_OBJECT, Client
 from .errors import BadRequest, Gone, Invalid, KubeError, TransportError, error_from_status
-from .objects import Resource, name_of, namespace_of, resource_version
+from .paths import resource_path
 
 __all__ = ["Resync", "Store", "WatchEvent", "start_watch", "watch"]
 
@@ -225,7 +227,7 @@ class _Watcher:
 
     @property
     def path(self) -> str:
-        return self.resource.path(namespace=self.namespace)
+        return resource_path(self.resource, namespace=self.namespace)
 
     async def run(self, task_status: trio.TaskStatus[None]) -> None:
         started = False

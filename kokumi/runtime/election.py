@@ -26,7 +26,7 @@ import trio
 from kokumi.core import leader, shards
 from kokumi.kube import errors
 from kokumi.kube.client import LEASES, Client
-from kokumi.kube.objects import metadata_of, resource_version
+from kokumi.objects import metadata_of, resource_version
 
 __all__ = ["Admission", "CountGate", "LeadershipLost", "LeaseElector"]
 

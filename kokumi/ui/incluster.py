@@ -33,7 +33,7 @@ from starlette.requests import Request
 from kokumi.core import sessioncookie
 from kokumi.kube.client import SECRETS, Client, Identity
 from kokumi.kube.errors import AlreadyExists, ConfigError, Conflict, KubeError, NotFound
-from kokumi.kube.objects import Resource
+from kokumi.objects import Resource
 
 __all__ = [
     "KEY_NAMESPACE",

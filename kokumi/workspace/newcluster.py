@@ -27,7 +27,7 @@ from kokumi.core.ownership import is_argocd_own, normalise_server
 from kokumi.core.text import one_line, quoted
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.errors import AlreadyExists, ApiError, Conflict, Forbidden, KubeError, NotFound
-from kokumi.kube.objects import Resource, metadata_of
+from kokumi.objects import Resource, metadata_of
 
 __all__ = [
     "Added",

@@ -24,8 +24,8 @@ from kokumi.core.registration import NOT_REGISTERED, Registration
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.client import SECRETS
-from kokumi.kube.objects import metadata_of, name_of
 from kokumi.kube.watch import Resync, WatchEvent
+from kokumi.objects import metadata_of, name_of
 
 
 class Facts(Line):

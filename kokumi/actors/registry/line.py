@@ -19,7 +19,7 @@ from kokumi.core import argocd, handover, ownership
 from kokumi.core.api import CLUSTERS, Meta
 from kokumi.core.ownership import ClusterRef
 from kokumi.core.reasons import Reason
-from kokumi.kube.objects import name_of
+from kokumi.objects import name_of
 
 HANDOVER_REASON = Reason.ARGOCD_NAME_CHANGED
 """The Event on a Cluster that took a server over: Argo CD's name for the cluster changed."""

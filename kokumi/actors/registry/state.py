@@ -26,7 +26,7 @@ from kokumi.core.registration import Registration
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.client import SECRETS, Client
-from kokumi.kube.objects import metadata_of, resource_version
+from kokumi.objects import metadata_of, resource_version
 
 log = logging.getLogger("kokumi.actors.registry")
 """One logger for every section: the registry's log lines read as they did in one module."""

@@ -22,7 +22,7 @@ from kokumi.core import argocd, clustersource
 from kokumi.core.clusterview import environment_targets, registration
 from kokumi.core.text import one_line
 from kokumi.kube.errors import KubeError, NotFound
-from kokumi.kube.objects import metadata_of
+from kokumi.objects import metadata_of
 from kokumi.workspace.inspect import cluster_facts
 from kokumi.workspace.newcluster import SECRET_KEY
 

@@ -21,7 +21,7 @@ from kokumi.core import api, argocd, clustersource, kubeconfig
 from kokumi.core.ownership import is_argocd_own
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.errors import KubeError, NotFound
-from kokumi.kube.objects import secret_data
+from kokumi.objects import secret_data
 from kokumi.workspace.newcluster import (
     SECRET_KEY,
     Refused,

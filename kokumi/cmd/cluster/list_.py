@@ -24,7 +24,7 @@ from kokumi.cmd.cluster.errors import api_error
 from kokumi.core import api
 from kokumi.core.text import one_line
 from kokumi.kube.errors import KubeError
-from kokumi.kube.objects import metadata_of
+from kokumi.objects import metadata_of
 from kokumi.workspace.newcluster import SECRET_KEY
 
 __all__ = ["add_parser", "cluster_rows"]

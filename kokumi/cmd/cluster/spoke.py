@@ -17,7 +17,7 @@ from kokumi.core import kubeconfig
 from kokumi.kube.client import SECRETS, SERVICE_ACCOUNTS, Client
 from kokumi.kube.config import Config, flatten_context
 from kokumi.kube.errors import AlreadyExists, KubeError
-from kokumi.kube.objects import Resource, secret_data
+from kokumi.objects import Resource, secret_data
 from kokumi.workspace.newcluster import (
     FIELD_MANAGER,
     SERVICE_ACCOUNT,

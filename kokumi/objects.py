@@ -1,8 +1,10 @@
 """Resource types and reading API objects' plain-dict forms: pure, no I/O.
 
-The pure core names its resources and reads objects' metadata and Secrets through this module
-alone, so that it never imports the client, Trio or httpx. The readers are lenient: an object
-comes from a server or a user, and a missing or odd field reads as empty, never as an exception.
+Both the pure core and the client name resources and read objects' metadata and Secrets, and
+neither may import the other; so these shapes sit below both, and the core never loads the
+client, Trio or httpx. The readers are lenient: an object comes from a server or a user, and a
+missing or odd field reads as empty, never as an exception. The URL paths of a resource are the
+client's business (``kokumi.kube.paths``).
 """
 
 from __future__ import annotations
@@ -11,11 +13,8 @@ import base64
 import binascii
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote
 
 import attrs
-
-from kokumi.kube.errors import InvalidName
 
 __all__ = [
     "Resource",
@@ -30,7 +29,7 @@ __all__ = [
 
 @attrs.frozen
 class Resource:
-    """One resource type of the API: enough to build its paths and name its objects."""
+    """One resource type of the API: enough to name its objects and, in the client, its paths."""
 
     group: str
     version: str
@@ -41,44 +40,6 @@ class Resource:
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
-
-    def path(
-        self,
-        *,
-        namespace: str | None = None,
-        name: str | None = None,
-        subresource: str | None = None,
-    ) -> str:
-        """The URL path of the collection (``name`` unset) or of one object or its subresource.
-
-        A namespaced collection without ``namespace`` spans all namespaces; one namespaced object
-        always needs its namespace, and a cluster-scoped one never has one.
-        """
-        prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.namespaced:
-            if namespace:
-                prefix += f"/namespaces/{_segment(namespace)}"
-            elif name is not None:
-                raise ValueError(f"{self.kind} {name!r} is namespaced: give its namespace")
-        elif namespace:
-            raise ValueError(f"{self.kind} is cluster-scoped: it has no namespace")
-        path = f"{prefix}/{self.plural}"
-        if name is not None:
-            path += f"/{_segment(name)}"
-        if subresource:
-            if name is None:
-                raise ValueError("a subresource belongs to one object: give its name")
-            path += f"/{_segment(subresource)}"
-        return path
-
-
-def _segment(value: str) -> str:
-    """One path segment, quoted. ``.`` and ``..`` are refused: quoted or not, a server or
-    proxy resolves them as dot-segments, and ``GET .../namespaces/team/clusters/..`` would ask
-    for something else than the object named. No Kubernetes name can be either."""
-    if value in ("", ".", ".."):
-        raise InvalidName(f"{value!r} is not a name any Kubernetes object or namespace can have")
-    return quote(value, safe="")
 
 
 def metadata_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
