@@ -18,9 +18,8 @@ imported on first use (PEP 562), so that importing a pure module such as
 actors, the probe, Trio and httpx with it. Kokumi's own code imports from the homes.
 """
 
+import importlib as _importlib
 import typing as _typing
-
-from kokumi.kube import lazy as _lazy
 
 if _typing.TYPE_CHECKING:
     # What mypy and IDEs see; tests/test_exports.py holds it equal to ``_HOMES``.
@@ -60,7 +59,21 @@ _HOMES = {
     "run_manager": "kokumi.manager",
 }
 
+
+def _getattr(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(home), name)
+    globals()[name] = value  # the next lookup is an ordinary one
+    return value
+
+
+def _dir() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
 # Hidden from mypy, which would otherwise take any attribute of the package for one that exists
 # (a module-level ``__getattr__`` says so) and let ``kokumi.Optoins`` pass.
 if not _typing.TYPE_CHECKING:
-    __getattr__, __dir__ = _lazy.face(__name__, _HOMES, __all__)
+    __getattr__, __dir__ = _getattr, _dir
