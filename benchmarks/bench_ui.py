@@ -2,7 +2,7 @@
 
 What the server spends once the API server has answered: the rows of
 :func:`kokumi.core.clusterview.row` and the autoescaped Jinja2 template, as ``GET /clusters`` does
-it (through ``kokumi.ui.app._page``), without the list request itself. Best of five rounds.
+it (through ``kokumi.ui.pages._page``), without the list request itself. Best of five rounds.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from kokumi.core import clusterview
-from kokumi.ui.app import _page
+from kokumi.ui.pages import _page
 from kokumi.ui.security import Session
 
 NOW = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.UTC)

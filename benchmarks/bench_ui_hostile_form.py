@@ -23,7 +23,8 @@ import trio
 
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config, StaticToken
-from kokumi.ui.app import UI, create_app
+from kokumi.ui.app import create_app
+from kokumi.ui.pages import UI
 from kokumi.ui.security import Sessions
 
 ORIGIN = "http://127.0.0.1:8765"

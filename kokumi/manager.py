@@ -24,17 +24,13 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from kokumi.actors.context import (
-    Context,
-    CountingLimiter,
-    EventRecorder,
-    InClusterCheck,
-    Metrics,
-    Probe,
-)
+from kokumi.actors.checks import CountingLimiter, InClusterCheck, Probe
+from kokumi.actors.context import Context
 from kokumi.actors.dispatcher import Dispatcher
 from kokumi.actors.incluster import keep_in_cluster
+from kokumi.actors.metrics import Metrics
 from kokumi.actors.registry import Registry
+from kokumi.actors.writes import EventRecorder
 from kokumi.core.leader import LeaderElection
 from kokumi.core.ownership import ClusterRef
 from kokumi.core.shards import preference

@@ -17,9 +17,10 @@ import trio
 import trio.testing
 from prometheus_client.exposition import generate_latest
 
-from kokumi.actors.context import CountingLimiter, Metrics
+from kokumi.actors.checks import CountingLimiter
+from kokumi.actors.metrics import Metrics
 
-LOGGER = "kokumi.actors.context"
+LOGGER = "kokumi.actors.checks"
 
 
 async def test_falling_behind_is_said_once_and_so_is_keeping_up(

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, exposition
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kokumi.actors.context import Metrics
+from kokumi.actors.metrics import Metrics
 from kokumi.core.ownership import ClusterRef
 from kokumi.kube.watch import Resync, WatchEvent
 from kokumi.runtime import health

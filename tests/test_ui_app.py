@@ -25,8 +25,10 @@ from kokumi.core import api
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config, StaticToken
 from kokumi.testing import canary
-from kokumi.ui.app import MAX_CA, MAX_KUBECONFIG, MAX_TOKEN, UI, create_app
-from kokumi.ui.security import COOKIE, CSP, MAX_BODY, Sessions
+from kokumi.ui.app import create_app
+from kokumi.ui.clusters import MAX_CA, MAX_KUBECONFIG
+from kokumi.ui.pages import UI
+from kokumi.ui.security import COOKIE, CSP, MAX_BODY, MAX_TOKEN, Sessions
 from kokumi.workspace import newcluster
 
 ORIGIN = "http://127.0.0.1:8765"

@@ -21,7 +21,7 @@ import trio
 from kokumi.core.sessioncookie import Keys
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
-from kokumi.ui.app import UI
+from kokumi.ui.pages import UI
 from kokumi.ui.security import Limits, SealedSessions
 from kokumi.ui.serve import serve_app
 

@@ -23,8 +23,9 @@ from kokumi.kube.config import Config, StaticToken
 from kokumi.kube.errors import ConfigError
 from kokumi.testing import canary
 from kokumi.testing.controlplane import CertificateAuthority
-from kokumi.ui.app import UI, create_app
+from kokumi.ui.app import create_app
 from kokumi.ui.incluster import ProxyTrust
+from kokumi.ui.pages import UI
 from kokumi.ui.security import SealedSessions
 
 KEY = bytes(range(32))

@@ -20,8 +20,9 @@ from kokumi.kube.config import Config, StaticToken
 from kokumi.kube.errors import NotFound
 from kokumi.testing import run_kubectl
 from kokumi.testing.controlplane import APIServer
-from kokumi.ui.app import UI, create_app
+from kokumi.ui.app import create_app
 from kokumi.ui.incluster import KEY_NAMESPACE, KEY_SECRET, ProxyTrust, session_key
+from kokumi.ui.pages import UI
 from kokumi.ui.security import SealedSessions
 from kokumi.workspace.newcluster import FIELD_MANAGER
 from tests.fixtures_deploy import (

@@ -23,8 +23,8 @@ import time
 import trio
 
 sys.path.insert(0, sys.argv[1])
-from kokumi.actors.context import Metrics
 from kokumi.actors.environments import EnvironmentsActor
+from kokumi.actors.metrics import Metrics
 from kokumi.core import api
 from kokumi.kube.watch import Store
 

@@ -83,7 +83,7 @@ def _dump(timer: LoopTimer, path: str) -> None:
 
 def _time_slots(timer: LoopTimer) -> None:
     """Record how long each check holds one of the eight slots of the check limiter."""
-    from kokumi.actors.context import CountingLimiter  # noqa: PLC0415
+    from kokumi.actors.checks import CountingLimiter  # noqa: PLC0415
 
     held: dict[trio.lowlevel.Task, float] = {}
     if hasattr(CountingLimiter, "acquire"):  # two classes: every slot goes through these

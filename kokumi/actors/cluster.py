@@ -16,7 +16,9 @@ import random
 import attrs
 import trio
 
-from kokumi.actors.context import ANSWERING, SILENT, Context, write_status
+from kokumi.actors.checks import ANSWERING, SILENT
+from kokumi.actors.context import Context
+from kokumi.actors.writes import write_status
 from kokumi.core import api, kubeconfig, schedule
 from kokumi.core.ownership import ClusterRef, is_argocd_own
 from kokumi.core.reasons import Reason

@@ -16,8 +16,9 @@ from typing import Any
 import attrs
 import trio
 
-from kokumi.actors.context import Metrics, write_status
+from kokumi.actors.metrics import Metrics
 from kokumi.actors.pace import Pace
+from kokumi.actors.writes import write_status
 from kokumi.core import api, selectors
 from kokumi.core.selection import Entry, NamespaceIndex
 from kokumi.core.status import (

@@ -20,8 +20,9 @@ from kokumi.core import argocd
 from kokumi.core.sessioncookie import Keys
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
-from kokumi.ui.app import UI, create_app
+from kokumi.ui.app import create_app
 from kokumi.ui.incluster import KEY_NAMESPACE, KEY_SECRET, ProxyTrust, session_key
+from kokumi.ui.pages import UI
 from kokumi.ui.security import CLUSTER_SESSION_SECONDS, SealedSessions, Sessions
 from kokumi.workspace.newcluster import FIELD_MANAGER
 

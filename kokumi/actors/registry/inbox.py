@@ -15,9 +15,10 @@ from typing import Any
 import attrs
 import trio
 
-from kokumi.actors.context import EventRecorder, Metrics
+from kokumi.actors.metrics import Metrics
 from kokumi.actors.registry.facts import Facts
 from kokumi.actors.registry.state import Liveness, Serves, log
+from kokumi.actors.writes import EventRecorder
 from kokumi.core import argocd, diagnosis, ownership
 from kokumi.core.egress import EgressPolicy
 from kokumi.core.kubeconfig import Connection

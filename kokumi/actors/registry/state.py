@@ -17,7 +17,8 @@ from typing import Any
 
 import attrs
 
-from kokumi.actors.context import EventRecorder, Metrics
+from kokumi.actors.metrics import Metrics
+from kokumi.actors.writes import EventRecorder
 from kokumi.core import argocd, handover, ownership
 from kokumi.core.egress import EgressPolicy
 from kokumi.core.kubeconfig import Connection

@@ -1,0 +1,267 @@
+"""The check slots, apart from the context because the schedule meets Trio here: every check
+waits its turn under one :class:`CountingLimiter`, answering Clusters before silent ones, so the
+fleet's lateness shows and is said here; and the in-cluster Clusters share one check.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import itertools
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Protocol
+
+import attrs
+import trio
+
+from kokumi.actors.metrics import Metrics
+from kokumi.core import schedule
+from kokumi.kube.client import Client
+from kokumi.runtime import probe
+from kokumi.runtime.options import Options
+
+if TYPE_CHECKING:
+    from kokumi.core.egress import EgressPolicy
+    from kokumi.core.kubeconfig import Connection
+
+__all__ = ["ANSWERING", "SILENT", "CountingLimiter", "InClusterCheck", "Probe"]
+
+log = logging.getLogger(__name__)
+
+
+class Probe(Protocol):
+    """One check of one connection: :func:`kokumi.runtime.probe.check`, or a stand-in in a model
+    test."""
+
+    async def __call__(
+        self,
+        connection: Connection,
+        *,
+        timeout: float,  # noqa: ASYNC109
+        egress: EgressPolicy | None = None,
+    ) -> probe.Finding: ...
+
+
+class CountingLimiter:
+    """The shared limit of eight checks at a time, in two classes, counting how close it came.
+
+    Answering Clusters go first and silent ones (:mod:`kokumi.core.schedule`: their last checks
+    got no answer) take the capacity the answering ones leave: when a slot frees, the first
+    answering check that waits gets it, else the silent one checked longest ago; silent checks
+    never hold the last free slot. Answering checks are served first come, first served; silent
+    ones by the time of their last check, so that each silent Cluster gets its turn even when
+    many of them ask at the same moment. Before the two classes, spokes that
+    never answered held the slots 10 s each and every Cluster queued behind them (with half of 400
+    spokes hanging, every Cluster was checked every 4 minutes).
+
+    Each Cluster's status still says what its last check found; the limiter is where lateness
+    shows, so it says so once when an answering check has waited longer than ``late_after`` (the
+    check interval), and once when they keep up again. That happens when the manager is short of
+    CPU for its fleet, or when slow spokes (answering within the 10 s) fill the slots; how long
+    checks hold their slot tells the two apart, so the warning names the right remedy. Silent
+    checks waiting minutes are the design, not lateness: ``kokumi_checks_waiting{class="silent"}``
+    shows them.
+    """
+
+    def __init__(self, total: int, metrics: Metrics, late_after: float = math.inf) -> None:
+        self._total = total
+        self._silent_max = schedule.silent_slots(total)
+        self._metrics = metrics
+        self._running = {ANSWERING: 0, SILENT: 0}
+        self._answering: collections.deque[_Ticket] = collections.deque()
+        self._silent: list[tuple[float, int, _Ticket]] = []  # a heap: last checked, then asked
+        self._asked = itertools.count()
+        self._waiting = {ANSWERING: 0, SILENT: 0}
+        self._started: dict[trio.lowlevel.Task, tuple[float, str]] = {}
+        self._late_after = late_after
+        self._behind = False
+        self._held = 0.0  # seconds a check holds its slot, a moving average
+
+    @property
+    def total(self) -> int:
+        return self._total
+
+    def running(self, kind: str) -> int:
+        """Checks of ``kind`` (``answering`` or ``silent``) holding a slot now."""
+        return self._running[kind]
+
+    def waiting(self, kind: str) -> int:
+        """Checks of ``kind`` waiting for a slot now."""
+        return self._waiting[kind]
+
+    def slot(self, *, silent: bool, since: float = -math.inf) -> _Slot:
+        """``async with limiter.slot(silent=..., since=...)``: hold one slot, in the Cluster's
+        class; ``since`` is when its last check was (it orders the silent ones)."""
+        return _Slot(self, SILENT if silent else ANSWERING, since)
+
+    async def __aenter__(self) -> None:
+        await self.acquire(ANSWERING)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+    async def acquire(self, kind: str, since: float = -math.inf) -> None:
+        m = self._metrics
+        asked = trio.current_time()
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self._may_start(kind) and not self._waiting[kind]:
+            self._running[kind] += 1
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        else:
+            ticket = _Ticket(trio.Event())
+            if kind == ANSWERING:
+                self._answering.append(ticket)
+            else:
+                heapq.heappush(self._silent, (since, next(self._asked), ticket))
+            self._waiting[kind] += 1
+            m.checks_waiting.labels(kind).inc()
+            try:
+                await ticket.granted.wait()
+            except BaseException:
+                if ticket.granted.is_set():
+                    self._running[kind] -= 1  # granted as it was cancelled: hand it on
+                    self._dispatch()
+                else:
+                    ticket.cancelled = True
+                    self._waiting[kind] -= 1
+                    m.checks_waiting.labels(kind).dec()
+                raise
+        waited = trio.current_time() - asked
+        m.check_wait_seconds.observe(waited)
+        if kind == ANSWERING:
+            self._keeping_up(waited)
+        m.checks += 1
+        m.concurrent_checks += 1
+        m.running_checks[kind] = self._running[kind]
+        m.max_concurrent_checks = max(m.max_concurrent_checks, m.concurrent_checks)
+        self._started[trio.lowlevel.current_task()] = (trio.current_time(), kind)
+
+    def release(self) -> None:
+        started = self._started.pop(trio.lowlevel.current_task(), None)
+        kind = ANSWERING
+        if started is not None:
+            began, kind = started
+            held = trio.current_time() - began
+            self._metrics.check_seconds.observe(held)
+            if kind == ANSWERING:
+                self._held += (held - self._held) * 0.05
+        self._metrics.concurrent_checks -= 1
+        self._running[kind] -= 1
+        self._metrics.running_checks[kind] = self._running[kind]
+        self._dispatch()
+
+    def _may_start(self, kind: str) -> bool:
+        if self._running[ANSWERING] + self._running[SILENT] >= self._total:
+            return False
+        return kind == ANSWERING or self._running[SILENT] < self._silent_max
+
+    def _dispatch(self) -> None:
+        """Hand free slots on: to the first answering check that waits, else the first silent."""
+        while self._answering and self._may_start(ANSWERING):
+            self._grant(ANSWERING, self._answering.popleft())
+        while self._silent and self._may_start(SILENT):
+            self._grant(SILENT, heapq.heappop(self._silent)[2])
+
+    def _grant(self, kind: str, ticket: _Ticket) -> None:
+        if ticket.cancelled:
+            return
+        self._running[kind] += 1
+        self._waiting[kind] -= 1
+        self._metrics.checks_waiting.labels(kind).dec()
+        ticket.granted.set()
+
+    def _keeping_up(self, waited: float) -> None:
+        if not self._behind and waited > self._late_after:
+            self._behind = True
+            if self._held >= 1.0:
+                why = (
+                    f"checks hold their slot {self._held:.1f} s on average, as spokes that answer"
+                    " slowly or not at all do: fix or remove the Clusters that report Unreachable"
+                    " (timed out) and those that answer slowly, or shard the manager"
+                )
+            else:
+                why = (
+                    f"checks hold their slot {self._held * 1000:.0f} ms on average, so the"
+                    " manager is short of CPU for this many Clusters: give it more CPU, or shard"
+                    " it (--shards)"
+                )
+            log.warning(
+                "checks are falling behind: a check waited %.0f s for one of the %d check slots"
+                " (%d more waiting), so Clusters are checked less often than every %.0f s; %s",
+                waited,
+                self._total,
+                self._waiting[ANSWERING],
+                self._late_after,
+                why,
+            )
+        elif self._behind and waited < self._late_after / 2:
+            self._behind = False
+            log.info("checks keep up again: the last one waited %.1f s for its slot", waited)
+
+
+ANSWERING = "answering"
+SILENT = "silent"
+
+
+@attrs.define
+class _Ticket:
+    granted: trio.Event
+    cancelled: bool = False
+
+
+@attrs.frozen
+class _Slot:
+    limiter: CountingLimiter
+    kind: str
+    since: float
+
+    async def __aenter__(self) -> None:
+        await self.limiter.acquire(self.kind, self.since)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.limiter.release()
+
+
+class InClusterCheck:
+    """One check of the cluster the manager runs in, shared by every InCluster Cluster.
+
+    Single-flight: while a check runs, other askers wait for its result instead of starting theirs.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        limiter: CountingLimiter,
+        options: Options,
+        metrics: Metrics,
+        check_own: Callable[..., Awaitable[probe.Finding]] = probe.check_client,
+    ):
+        self._client = client
+        self._check_own = check_own
+        self._limiter = limiter
+        self._options = options
+        self._metrics = metrics
+        self._last: tuple[float, probe.Finding] | None = None
+        self._running: trio.Event | None = None
+
+    async def check(self, max_age: float) -> probe.Finding:
+        while True:
+            if self._last is not None and trio.current_time() - self._last[0] < max_age:
+                return self._last[1]
+            if self._running is None:
+                break
+            await self._running.wait()
+            if self._last is not None:
+                return self._last[1]
+        self._running = done = trio.Event()
+        try:
+            async with self._limiter:
+                self._metrics.in_cluster_checks += 1
+                finding = await self._check_own(self._client, timeout=self._options.probe_timeout)
+            self._last = (trio.current_time(), finding)
+        finally:
+            self._running = None
+            done.set()
+        return finding

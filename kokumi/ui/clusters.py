@@ -1,0 +1,488 @@
+"""The Clusters' pages and the New Cluster form; every call as the signed-in user.
+
+What a page shows is what ``kubectl get kcl`` and ``kokumi cluster describe`` show, computed by
+:mod:`kokumi.core.clusterview`; New Cluster calls :mod:`kokumi.workspace.newcluster`, the steps
+``kokumi cluster add`` takes. Apart from the Environments' pages, since only these read
+credentials: the form's limits and its reader live here.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Mapping
+from typing import Any, Final
+
+import attrs
+import trio
+from starlette.datastructures import FormData, UploadFile
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from kokumi.core import api, clusterview, kubeconfig
+from kokumi.core.ownership import IN_CLUSTER_SERVER
+from kokumi.core.text import one_line
+from kokumi.kube.client import NAMESPACES, Client
+from kokumi.kube.errors import Conflict, Forbidden, KubeError, NotFound
+from kokumi.ui.pages import REFRESH, UI, _error, _listed_namespace, _named, _page, _signed_in
+from kokumi.ui.security import MAX_TOKEN, Session
+from kokumi.workspace import inspect, newcluster
+
+__all__ = ["MAX_CA", "MAX_KUBECONFIG", "cluster_routes"]
+
+log = logging.getLogger("kokumi.ui")
+
+MAX_KUBECONFIG: Final = 512 * 1024
+"""The largest kubeconfig the New Cluster form reads. A form's kubeconfig is anybody's text and
+costs CPU in proportion to its size (about half a second per MiB of the worst kind); one context
+with its cluster and user is a few KiB, a whole ~/.kube/config of many contexts rarely 100."""
+
+MAX_CA: Final = 64 * 1024
+"""The largest certificate authority (PEM) the New Cluster form reads: a cluster's CA and its
+intermediates are a few KiB."""
+
+
+def cluster_routes(ui: UI) -> list[BaseRoute]:
+    async def clusters(request: Request, session: Session, hub: Client) -> Response:
+        namespace = request.query_params.get("namespace", "").strip()
+        selector = request.query_params.get("selector", "").strip()
+        reason = request.query_params.get("reason", "").strip()
+        if (refused := _listed_namespace(session, namespace)) is not None:
+            return refused
+        items, scope, error = await _clusters(hub, namespace or None, selector)
+        now = ui.clock()
+        rows = sorted((clusterview.row(c, now) for c in items), key=lambda r: (r.namespace, r.name))
+        reasons = sorted({r.reason for r in rows})
+        if reason:
+            rows = [r for r in rows if r.reason == reason]
+        return _page(
+            "clusters.html",
+            {
+                "title": "Clusters",
+                "session": session,
+                "rows": rows,
+                "namespace": namespace,
+                "selector": selector,
+                "reason": reason,
+                "reasons": reasons,
+                "scope": scope,
+                "error": error,
+                "refresh": REFRESH,
+                "checking": clusterview.CHECKING,
+            },
+        )
+
+    async def cluster(request: Request, session: Session, hub: Client) -> Response:
+        namespace, name = request.path_params["namespace"], request.path_params["name"]
+        try:
+            facts = await inspect.cluster_facts(hub, namespace, name, ui.argocd_namespace)
+        except NotFound:
+            return _missing(session, namespace, name)
+        except KubeError as exc:
+            return _error(
+                session, newcluster.api_error(f"cannot read Cluster {namespace}/{name}", exc)
+            )
+        except newcluster.Refused as refused:
+            return _error(session, refused)
+        return _page(
+            "cluster.html",
+            {"title": f"Cluster {name}", "session": session, "refresh": REFRESH,
+             **_cluster_context(facts, ui.argocd_namespace, ui.clock())},
+        )  # fmt: skip
+
+    async def edit(request: Request, session: Session, hub: Client) -> Response:
+        namespace, name = request.path_params["namespace"], request.path_params["name"]
+        try:
+            current = await hub.get(api.CLUSTERS, name, namespace=namespace)
+        except NotFound:
+            return _missing(session, namespace, name)
+        except KubeError as exc:
+            return _error(
+                session, newcluster.api_error(f"cannot read Cluster {namespace}/{name}", exc)
+            )
+        labels = (current["metadata"].get("labels")) or {}
+        values = {
+            "labels": "\n".join(f"{k}={v}" for k, v in sorted(labels.items())),
+            "description": (current.get("spec") or {}).get("description") or "",
+            "version": current["metadata"]["resourceVersion"],
+        }
+        error = ""
+        if request.method == "POST":
+            form = await request.form()
+            values = {k: _text(form, k) for k in ("labels", "description", "version")}
+            try:
+                parsed = _labels(values["labels"])
+                await _save(hub, current, parsed, values["description"], values["version"])
+            except newcluster.Refused as refused:
+                error = str(refused)
+            else:
+                return RedirectResponse(
+                    f"{session.base}/clusters/{namespace}/{name}", status_code=303
+                )
+        return _page(
+            "edit.html",
+            {"title": f"Edit {name}", "session": session, "namespace": namespace, "name": name,
+             "values": values, "error": error},
+            status=422 if error else 200,
+        )  # fmt: skip
+
+    async def delete(request: Request, session: Session, hub: Client) -> Response:
+        namespace, name = request.path_params["namespace"], request.path_params["name"]
+        error = ""
+        if request.method == "POST":
+            form = await request.form()
+            if _text(form, "confirm") != name:
+                error = f"type the Cluster's name, {name}, to delete it"
+            else:
+                try:
+                    await hub.delete(api.CLUSTERS, name, namespace=namespace)
+                except NotFound:
+                    pass
+                except KubeError as exc:
+                    error = str(
+                        newcluster.api_error(f"cannot delete Cluster {namespace}/{name}", exc)
+                    )
+                else:
+                    return RedirectResponse(
+                        f"{session.base}/clusters?namespace={namespace}", status_code=303
+                    )
+        return _page(
+            "delete.html",
+            {"title": f"Delete {name}", "session": session, "namespace": namespace,
+             "name": name, "error": error,
+             "secret": newcluster.kubeconfig_secret_name(name)},
+            status=422 if error else 200,
+        )  # fmt: skip
+
+    async def new(request: Request, session: Session, hub: Client) -> Response:
+        values: dict[str, str] = {
+            "namespace": request.query_params.get("namespace", "") or hub.namespace,
+            "name": "",
+            "how": "kubeconfig",
+            "context": "",
+            "server": "",
+            "labels": "",
+            "description": "",
+        }
+        errors: dict[str, str] = {}
+        contexts: list[str] = []
+        if request.method == "POST":
+            form = await request.form()
+            for key in values:
+                values[key] = _text(form, key).strip()
+            outcome = await _add(ui, hub, form, values)
+            if isinstance(outcome, str):
+                return RedirectResponse(session.base + outcome, status_code=303)
+            errors, contexts = outcome
+        return _page(
+            "new.html",
+            {"title": "New Cluster", "session": session, "values": values, "errors": errors,
+             "contexts": contexts, "in_cluster_server": IN_CLUSTER_SERVER},
+            status=422 if errors else 200,
+        )  # fmt: skip
+
+    both = ["GET", "POST"]
+    limit = newcluster.MAX_CLUSTER_NAME
+    return [
+        Route("/clusters", _signed_in(ui, clusters)),
+        Route("/clusters/new", _signed_in(ui, new), methods=both),
+        Route("/clusters/{namespace}/{name}", _signed_in(ui, _named("Cluster", cluster, limit))),
+        Route("/clusters/{namespace}/{name}/edit", _signed_in(ui, _named("Cluster", edit, limit)),
+              methods=both),
+        Route("/clusters/{namespace}/{name}/delete",
+              _signed_in(ui, _named("Cluster", delete, limit)), methods=both),
+    ]  # fmt: skip
+
+
+def _missing(session: Session, namespace: str, name: str) -> HTMLResponse:
+    return _error(
+        session,
+        newcluster.Refused(
+            f"no Cluster {name} in namespace {namespace}: it was deleted, or you may not read it"
+        ),
+        status=404,
+    )
+
+
+def _text(form: FormData, key: str) -> str:
+    value = form.get(key)
+    return value if isinstance(value, str) else ""
+
+
+async def _clusters(
+    hub: Client, namespace: str | None, selector: str
+) -> tuple[list[dict[str, Any]], str, str]:
+    """The Clusters the user may list, where from, and why some may be missing (one line).
+
+    All namespaces when the user may list them so; else each namespace they may see; else the
+    kubeconfig's own namespace.
+    """
+    label_selector = selector or None
+    if namespace:
+        try:
+            listing = await hub.list(
+                api.CLUSTERS, namespace=namespace, label_selector=label_selector
+            )
+        except KubeError as exc:
+            return (
+                [],
+                f"namespace {namespace}",
+                str(newcluster.api_error(f"cannot list Clusters in namespace {namespace}", exc)),
+            )
+        return list(listing["items"]), f"namespace {namespace}", ""
+    try:
+        listing = await hub.list(api.CLUSTERS, label_selector=label_selector)
+    except Forbidden:
+        pass
+    except KubeError as exc:
+        return [], "all namespaces", str(newcluster.api_error("cannot list Clusters", exc))
+    else:
+        return list(listing["items"]), "all namespaces", ""
+    try:
+        names = [n["metadata"]["name"] for n in (await hub.list(NAMESPACES))["items"]]
+    except KubeError:
+        names = [hub.namespace]
+    found: list[dict[str, Any]] = []
+    seen: list[str] = []
+    for name in names:
+        try:
+            listing = await hub.list(api.CLUSTERS, namespace=name, label_selector=label_selector)
+        except Forbidden:
+            continue
+        except KubeError as exc:
+            return found, "", str(newcluster.api_error(f"cannot list Clusters in {name}", exc))
+        seen.append(name)
+        found.extend(listing["items"])
+    scope = "namespaces " + ", ".join(seen) if seen else "no namespace you may list"
+    return found, scope, ""
+
+
+def _cluster_context(
+    facts: inspect.Facts, argocd_namespace: str, now: datetime.datetime
+) -> dict[str, Any]:
+    cluster = facts.cluster
+    spec = cluster.get("spec") or {}
+    ref = (spec.get("kubeconfig") or {}).get("secretRef") or {}
+    ready = clusterview.ready_condition(cluster)
+    events = sorted(
+        facts.events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or "")
+    )
+    observed = (cluster.get("status") or {}).get("observedGeneration")
+    generation = cluster["metadata"].get("generation")
+    return {
+        "row": clusterview.row(cluster, now),
+        "secret": f"{ref['name']} (key {ref.get('key', newcluster.SECRET_KEY)})"
+        if ref.get("name")
+        else "",
+        "since": str(ready.get("lastTransitionTime") or ""),
+        "since_age": clusterview.age(ready.get("lastTransitionTime"), now) if ready else "",
+        "stale": observed is not None and observed != generation,
+        "registration": clusterview.registration(cluster, facts.argocd_secrets, argocd_namespace),
+        "targets": clusterview.environment_targets(cluster, facts.clusters, facts.environments),
+        "events": [
+            {
+                "time": str(e.get("lastTimestamp") or e.get("eventTime") or ""),
+                "type": str(e.get("type", "")),
+                "reason": str(e.get("reason", "")),
+                "message": one_line(str(e.get("message", ""))),
+            }
+            for e in events[-10:]
+        ],
+    }
+
+
+def _labels(text: str) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for raw in text.replace(",", "\n").splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        key, equals, value = line.partition("=")
+        if not equals or not key.strip():
+            raise newcluster.Refused(
+                f"label {line[:80]!r} is not key=value: write it as fleet=edge"
+            )
+        labels[key.strip()] = value.strip()
+    return labels
+
+
+async def _save(
+    hub: Client, current: dict[str, Any], labels: dict[str, str], description: str, version: str
+) -> None:
+    meta = current["metadata"]
+    where = f"{meta['namespace']}/{meta['name']}"
+    if version != meta["resourceVersion"]:
+        raise newcluster.Refused(
+            f"Cluster {where} changed since this page was loaded: reload it and edit again"
+        )
+    updated = dict(current)
+    updated["metadata"] = {**meta, "labels": labels}
+    spec = dict(current.get("spec") or {})
+    if description:
+        spec["description"] = description
+    else:
+        spec.pop("description", None)
+    updated["spec"] = spec
+    try:
+        await hub.replace(api.CLUSTERS, updated, namespace=meta["namespace"])
+    except Conflict:
+        raise newcluster.Refused(
+            f"Cluster {where} changed since this page was loaded: reload it and edit again"
+        ) from None
+    except KubeError as exc:
+        raise newcluster.api_error(f"cannot update Cluster {where}", exc) from None
+
+
+@attrs.frozen
+class _Credentials:
+    """What the New Cluster form was given to reach the cluster with: never shown, never logged."""
+
+    kubeconfig: str = attrs.field(repr=False)
+    token: str = attrs.field(repr=False)
+    ca: str = attrs.field(repr=False)
+
+
+async def _credentials(form: FormData) -> _Credentials | dict[str, str]:
+    """The form's credential fields, or (by field) which is too large to be read at all.
+
+    The sizes are checked here, before anything is parsed: a kubeconfig is tenant input that
+    costs CPU in proportion to its size, and the form holds it in memory meanwhile.
+    """
+    text = _text(form, "kubeconfig")
+    upload = form.get("kubeconfig_file")
+    if isinstance(upload, UploadFile) and upload.filename:
+        data = await upload.read()
+        if data:
+            if len(data) > MAX_KUBECONFIG:
+                return {"kubeconfig": _kubeconfig_too_large()}
+            text = data.decode("utf-8", "replace")
+    token, ca = _text(form, "token").strip(), _text(form, "ca").strip()
+    errors: dict[str, str] = {}
+    if len(text) > MAX_KUBECONFIG or len(text.encode("utf-8", "replace")) > MAX_KUBECONFIG:
+        errors["kubeconfig"] = _kubeconfig_too_large()
+    if len(token) > MAX_TOKEN:
+        errors["token"] = (
+            f"a bearer token is at most {MAX_TOKEN // 1024} KiB: give a ServiceAccount's token"
+        )
+    if len(ca) > MAX_CA:
+        errors["server"] = (
+            f"the certificate authority is at most {MAX_CA // 1024} KiB of PEM: give the "
+            "certificates that signed the cluster's, not a whole bundle"
+        )
+    return errors or _Credentials(text, token, ca)
+
+
+def _kubeconfig_too_large() -> str:
+    return (
+        f"the kubeconfig is larger than {MAX_KUBECONFIG // 1024} KiB: keep only the context the "
+        "Cluster uses, e.g. with kubectl config view --minify --flatten --context NAME"
+    )
+
+
+def _source(
+    values: Mapping[str, str], given: _Credentials
+) -> tuple[newcluster.Source | None, dict[str, str], list[str]]:
+    """What the Cluster will be reached with, or why not (by field), and the contexts to offer.
+
+    CPU-bound on text anybody may send, so called in a worker thread (:func:`_add`): it reads a
+    kubeconfig with the manager's reader (a CPU budget, no aliases), or builds and checks one.
+    """
+    errors: dict[str, str] = {}
+    contexts: list[str] = []
+    source: newcluster.Source | None = None
+    how, name = values["how"], values["name"]
+    if how == "kubeconfig":
+        if not given.kubeconfig.strip():
+            errors["kubeconfig"] = "paste a kubeconfig, or choose its file"
+        else:
+            contexts, read = newcluster.examine_kubeconfig(
+                given.kubeconfig, values["context"] or None
+            )
+            if isinstance(read, kubeconfig.Refusal):
+                field = "context" if read.code in _CONTEXT_CODES else "kubeconfig"
+                errors[field] = f"{read.code}: {read.message}"
+            else:
+                source = read
+    elif how == "token":
+        server = values["server"]
+        if not server:
+            errors["server"] = "give the API server's URL as the hub reaches it"
+        if not given.token:
+            errors["token"] = "give a bearer token of the cluster (a ServiceAccount's)"  # noqa: S105
+        if server and given.token:
+            ca = given.ca.encode() if given.ca else None
+            try:
+                text = newcluster.kubeconfig_of_token(name or "cluster", server, ca, given.token)
+            except newcluster.Refused as refused:
+                errors["server"] = str(refused)
+            else:
+                source = newcluster.Source(server, text)
+    elif how == "incluster":
+        source = newcluster.Source(IN_CLUSTER_SERVER)
+    else:
+        errors["how"] = "choose how Kokumi reaches the cluster"
+    if source is not None:
+        try:
+            newcluster.refuse_argocds_own_cluster(source, "“The cluster Kokumi runs in”")
+        except newcluster.Refused as refused:
+            errors["how"] = str(refused)
+    return source, errors, contexts
+
+
+async def _add(
+    ui: UI, hub: Client, form: FormData, values: dict[str, str]
+) -> str | tuple[dict[str, str], list[str]]:
+    """The New Cluster form's steps: the Cluster's page to go to, or (errors by field, contexts).
+
+    Everything the form can check is checked before the first request, with the words the
+    manager's status would use; then :func:`kokumi.workspace.newcluster.add_cluster` runs, as
+    for ``kokumi cluster add``. The credentials are read in a worker thread, one form at a time
+    (``ui.parsers``): a hostile kubeconfig then delays other New Cluster forms, never every
+    other page of every user.
+    """
+    errors: dict[str, str] = {}
+    name, namespace = values["name"], values["namespace"]
+    try:
+        newcluster.check_name(name)
+    except newcluster.Refused as refused:
+        errors["name"] = str(refused)
+    if not namespace:
+        errors["namespace"] = "say which namespace (workspace) the Cluster goes in"
+    else:
+        try:
+            newcluster.check_namespace(namespace)
+        except newcluster.Refused as refused:
+            errors["namespace"] = str(refused)
+    try:
+        labels = _labels(values["labels"])
+    except newcluster.Refused as refused:
+        errors["labels"] = str(refused)
+        labels = {}
+    given = await _credentials(form)
+    if not isinstance(given, _Credentials):
+        return {**errors, **given}, []
+    source, refused_by_field, contexts = await trio.to_thread.run_sync(
+        _source, values, given, limiter=ui.parsers
+    )
+    errors.update(refused_by_field)
+    if errors or source is None:
+        return errors, contexts
+    try:
+        await newcluster.add_cluster(
+            hub, name, namespace, source, labels=labels, description=values["description"],
+            update=False,
+        )  # fmt: skip
+    except newcluster.Refused as refused:
+        return {"form": str(refused)}, contexts
+    except KubeError as exc:
+        return {
+            "form": str(newcluster.api_error(f"cannot create Cluster {namespace}/{name}", exc))
+        }, contexts
+    log.info("created Cluster %s/%s from the New Cluster form", namespace, name)
+    return f"/clusters/{namespace}/{name}"
+
+
+_CONTEXT_CODES: Final = frozenset(
+    {kubeconfig.Code.NO_CURRENT_CONTEXT, kubeconfig.Code.UNKNOWN_CONTEXT}
+)

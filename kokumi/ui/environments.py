@@ -1,0 +1,73 @@
+"""The Environments' pages: which Clusters each Environment selects and what it targets, as
+:mod:`kokumi.core.clusterview` computes them for ``kokumi cluster describe`` too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from kokumi.core import api, clusterview
+from kokumi.kube.client import Client
+from kokumi.kube.errors import KubeError, NotFound
+from kokumi.ui.pages import REFRESH, UI, _error, _listed_namespace, _named, _page, _signed_in
+from kokumi.ui.security import Session
+from kokumi.workspace import newcluster
+
+__all__ = ["environment_routes"]
+
+
+def environment_routes(ui: UI) -> list[BaseRoute]:
+    async def environments(request: Request, session: Session, hub: Client) -> Response:
+        namespace = request.query_params.get("namespace", "").strip()
+        if (refused := _listed_namespace(session, namespace)) is not None:
+            return refused
+        views: list[clusterview.EnvironmentView] = []
+        error = ""
+        try:
+            envs = (await hub.list(api.ENVIRONMENTS, namespace=namespace or None))["items"]
+            by_namespace: dict[str, list[dict[str, Any]]] = {}
+            for env in envs:
+                ns = env["metadata"]["namespace"]
+                if ns not in by_namespace:
+                    by_namespace[ns] = (await hub.list(api.CLUSTERS, namespace=ns))["items"]
+                views.append(clusterview.environment_view(env, by_namespace[ns]))
+        except KubeError as exc:
+            where = f"namespace {namespace}" if namespace else "all namespaces"
+            error = str(newcluster.api_error(f"cannot list Environments in {where}", exc))
+        views.sort(key=lambda v: (v.namespace, v.name))
+        return _page(
+            "environments.html",
+            {"title": "Environments", "session": session, "views": views,
+             "namespace": namespace, "error": error},
+        )  # fmt: skip
+
+    async def environment(request: Request, session: Session, hub: Client) -> Response:
+        namespace, name = request.path_params["namespace"], request.path_params["name"]
+        try:
+            env = await hub.get(api.ENVIRONMENTS, name, namespace=namespace)
+            items = (await hub.list(api.CLUSTERS, namespace=namespace))["items"]
+        except NotFound:
+            missing = newcluster.Refused(f"no Environment {name} in namespace {namespace}")
+            return _error(session, missing, status=404)
+        except KubeError as exc:
+            return _error(
+                session, newcluster.api_error(f"cannot read Environment {namespace}/{name}", exc)
+            )
+        view = clusterview.environment_view(env, items)
+        rows = {r.name: r for r in (clusterview.row(c, ui.clock()) for c in items)}
+        return _page(
+            "environment.html",
+            {"title": f"Environment {name}", "session": session, "view": view, "rows": rows,
+             "refresh": REFRESH},
+        )  # fmt: skip
+
+    return [
+        Route("/environments", _signed_in(ui, environments)),
+        Route(
+            "/environments/{namespace}/{name}", _signed_in(ui, _named("Environment", environment))
+        ),
+    ]

@@ -1,0 +1,230 @@
+"""What every page shares: the UI's state, the session check, the templates.
+
+Server-rendered HTML (Jinja2, autoescaped) and no script, so the Content-Security-Policy can
+forbid all of it. A refusal is one line under the field it is about; a kubeconfig, a token or a
+key is never put back into a page, not even into the form after a failed attempt. Every page but
+the sign-in's goes through :func:`_signed_in`, which finds the session, checks the CSRF token of
+an unsafe request, and hands the page the client that acts as the session's user. Apart from the
+routes so that the Clusters' and the Environments' pages share it without knowing each other.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.resources
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+import attrs
+import jinja2
+import trio
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
+
+from kokumi.core import argocd
+from kokumi.kube.client import Client
+from kokumi.ui.incluster import ProxyRefusal, ProxyTrust
+from kokumi.ui.security import (
+    COOKIE,
+    SESSION_PATH,
+    Limits,
+    SealedSessions,
+    Session,
+    Sessions,
+    shown_path,
+)
+from kokumi.workspace import newcluster
+
+__all__ = ["PARSERS", "REFRESH", "UI"]
+
+log = logging.getLogger("kokumi.ui")
+
+REFRESH: Final = 10
+"""Seconds between reloads of the list and a Cluster's page: a check runs about once a minute."""
+
+PARSERS: Final = 1
+"""New Cluster forms whose credentials are read at once, each in a worker thread. The reader is
+mostly Python, so a second thread would add no speed under the GIL, only take more of it from
+the event loop that serves every other page."""
+
+_FILES = importlib.resources.files("kokumi.ui")
+_ENV: Final = jinja2.Environment(
+    loader=jinja2.FunctionLoader(lambda name: (_FILES / "templates" / name).read_text("utf-8")),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+)
+
+Handler = Callable[[Request, Session, Client], Awaitable[Response]]
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+@attrs.define
+class UI:
+    """What the pages need: the connection to the hub, the sessions, Argo CD's namespace.
+
+    Locally ``hub`` is the user's own connection and ``sessions`` the one-time link's. In a
+    cluster ``sessions`` are :class:`SealedSessions`, and ``hub`` is the connection each request
+    acts through as its user: without credentials of its own when users sign in with a token,
+    the UI's ServiceAccount (which impersonates) when ``proxy`` names an authenticating proxy.
+    ``limits`` bound what a connection may send (the server and the app read them both);
+    ``parsers`` is how many New Cluster forms' credentials are read at once.
+    """
+
+    hub: Client
+    sessions: Sessions | SealedSessions
+    argocd_namespace: str = argocd.ARGOCD_NAMESPACE
+    clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)
+    proxy: ProxyTrust | None = None
+    limits: Limits = attrs.field(factory=Limits)
+    parsers: trio.CapacityLimiter = attrs.field(
+        factory=lambda: trio.CapacityLimiter(PARSERS), repr=False
+    )
+
+    def __attrs_post_init__(self) -> None:
+        # Every request the pages make, as whichever user: never a write in Argo CD's
+        # namespace (the manager's alone, under its admission policy), whatever a user may.
+        self.hub = self.hub.read_only_in(
+            self.argocd_namespace, newcluster.argocd_only(self.argocd_namespace)
+        )
+
+    @property
+    def mode(self) -> str:
+        """``local``, ``token`` (in a cluster, bearer sign-in) or ``proxy``."""
+        if isinstance(self.sessions, Sessions):
+            return "local"
+        return "token" if self.proxy is None else "proxy"
+
+    def client_for(self, session: Session) -> Client:
+        return self.hub if session.identity is None else self.hub.acting_as(session.identity)
+
+
+# --- sessions ---------------------------------------------------------------------------------
+
+
+def _secure(request: Request) -> bool:
+    """Whether the browser reached us over TLS: directly, or through a proxy that says so."""
+    forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+    return request.url.scheme == "https" or forwarded == "https"
+
+
+def _refused(text: str, status: int) -> Response:
+    return PlainTextResponse(text, status_code=status)
+
+
+def _signin_page(ui: UI, *, status: int = 401, **context: Any) -> HTMLResponse:
+    return _page(
+        "signin.html",
+        {"title": "Sign in", "session": None, "mode": ui.mode, "message": "", **context},
+        status=status,
+    )
+
+
+def _proxy_session(ui: UI, request: Request) -> tuple[Session, str | None] | Response:
+    """The proxy's user for this request, and their session (a new one when the user changed)."""
+    assert ui.proxy is not None and isinstance(ui.sessions, SealedSessions)
+    identity = ui.proxy.identity(request)
+    if isinstance(identity, ProxyRefusal):
+        path = shown_path(request.url.path)
+        log.warning("refused %s %s: %s", request.method, path, identity.message)
+        return _refused(identity.message + ".", identity.status)
+    assert identity.user is not None
+    session = ui.sessions.get(request.cookies.get(COOKIE))
+    fresh = None
+    if session is None or session.user != identity.user:
+        cookie, session = ui.sessions.start(identity.user, groups=identity.groups)
+        fresh = ui.sessions.cookie_header(cookie, secure=_secure(request))
+    return attrs.evolve(session, identity=identity), fresh
+
+
+def _signed_in(ui: UI, handler: Handler) -> Endpoint:
+    async def endpoint(request: Request) -> Response:
+        fresh = None
+        if ui.proxy is not None:
+            found = _proxy_session(ui, request)
+            if isinstance(found, Response):
+                return found
+            session, fresh = found
+        else:
+            cookie = request.cookies.get(COOKIE)
+            if isinstance(ui.sessions, Sessions):
+                key = request.path_params.get("key")
+                base = f"{SESSION_PATH}/{key}" if isinstance(key, str) else ""
+                looked_up = ui.sessions.get(cookie, base)
+            else:
+                looked_up = ui.sessions.get(cookie)
+            if looked_up is None:
+                return _signin_page(ui)
+            session = looked_up
+        hub = ui.client_for(session)
+        if request.method != "POST":
+            response = await handler(request, session, hub)
+        else:
+            # Parsed once, here, with its limits; the handler's request.form() returns it.
+            form = await request.form(max_files=1, max_fields=40)
+            try:
+                given = form.get("csrf")
+                if not isinstance(given, str) or not ui.sessions.csrf_ok(session, given):
+                    log.warning(
+                        "refused %s %s: no valid CSRF token",
+                        request.method,
+                        shown_path(request.url.path),
+                    )
+                    return _refused(
+                        "Refused: the form is not from this session: reload the page and try "
+                        "again.",
+                        403,
+                    )
+                response = await handler(request, session, hub)
+            finally:
+                await form.close()
+        if fresh is not None:
+            response.headers.append("set-cookie", fresh)
+        return response
+
+    return endpoint
+
+
+# --- shared by the pages ----------------------------------------------------------------------
+
+
+def _named(kind: str, handler: Handler, limit: int = 253) -> Handler:
+    """``handler`` of a route that names one object: a namespace or a name that no object can
+    have (``..``, ``.``, ``Upper``) is a 404 page, never a segment of a request's path, where a
+    dot-segment would name another resource than the one asked for."""
+
+    async def named(request: Request, session: Session, hub: Client) -> Response:
+        try:
+            newcluster.check_namespace(request.path_params["namespace"])
+            newcluster.check_object_name(kind, request.path_params["name"], limit)
+        except newcluster.Refused as refused:
+            return _error(session, refused, status=404)
+        return await handler(request, session, hub)
+
+    return named
+
+
+def _listed_namespace(session: Session, namespace: str) -> HTMLResponse | None:
+    """The 400 page for a ``?namespace=`` that no namespace can have; None for a good one."""
+    try:
+        if namespace:
+            newcluster.check_namespace(namespace)
+    except newcluster.Refused as refused:
+        return _error(session, refused, status=400)
+    return None
+
+
+def _page(template: str, context: Mapping[str, Any], *, status: int = 200) -> HTMLResponse:
+    context = {"refresh": 0, "csrf": "", "base": "", **context}
+    session = context.get("session")
+    if isinstance(session, Session):
+        context["csrf"] = session.csrf
+        context["base"] = session.base
+    return HTMLResponse(_ENV.get_template(template).render(**context), status_code=status)
+
+
+def _error(session: Session, refused: newcluster.Refused, *, status: int = 502) -> HTMLResponse:
+    return _page(
+        "error.html", {"title": "Refused", "session": session, "message": str(refused)},
+        status=status,
+    )  # fmt: skip
