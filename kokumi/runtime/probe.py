@@ -43,12 +43,11 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 import h11
-import httpcore
 import httpx
 import trio
 
@@ -56,6 +55,7 @@ from kokumi.core import diagnosis
 from kokumi.core.egress import EgressPolicy, Network, parse_address
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.reasons import Reason
+from kokumi.kube import backend
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
 from kokumi.kube.errors import ConfigError
@@ -240,8 +240,6 @@ async def _check(
             transport = httpx.AsyncHTTPTransport(
                 verify=context, proxy=proxy_url or None, trust_env=False
             )
-            if egress is not None:
-                _guard(transport, egress)
             client = httpx.AsyncClient(
                 transport=transport,
                 trust_env=False,  # no proxy, CA bundle or .netrc from the environment
@@ -252,7 +250,11 @@ async def _check(
             return findings.of(diagnosis.no_socks_support())
         except ValueError:
             return findings.of(diagnosis.unknown_proxy_scheme())
-        sockets = _track_sockets(transport)
+        # Every address judged where the pool connects (the server's, or the proxy's), and every
+        # socket closed at the end, even when the deadline fires mid-handshake or mid-read.
+        sockets = backend.install(
+            transport, admit=_admission(egress) if egress is not None else None, track=True
+        )
         try:
             async with client:
                 finding = await _ask(client, question, findings)
@@ -308,61 +310,6 @@ class _ContextCache:
 _contexts = _ContextCache(4096)
 
 
-class _TrackingBackend(httpcore.AsyncNetworkBackend):
-    """Trio's network backend, remembering every socket it opens for one check.
-
-    The check's deadline is a Trio cancel scope, and it may fire in the middle of a TLS handshake
-    or a read. httpcore closes a half-made connection only when an ``Exception`` interrupts it,
-    not on cancellation, so without this a check that times out leaves its TCP connection open
-    until garbage collection, and eight checks at a time no longer limit the open sockets.
-    """
-
-    def __init__(self, inner: httpcore.AsyncNetworkBackend) -> None:
-        self._inner = inner
-        self._streams: list[httpcore.AsyncNetworkStream] = []
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,  # noqa: ASYNC109  (httpcore's interface)
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        stream = await self._inner.connect_tcp(
-            host, port, timeout=timeout, local_address=local_address, socket_options=socket_options
-        )
-        self._streams.append(stream)
-        return stream
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,  # noqa: ASYNC109
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        stream = await self._inner.connect_unix_socket(
-            path, timeout=timeout, socket_options=socket_options
-        )
-        self._streams.append(stream)
-        return stream
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
-
-    async def close_all(self) -> None:
-        """Close every socket of the check, even while the check is being cancelled."""
-        streams, self._streams = self._streams, []
-        with trio.CancelScope(shield=True):
-            for stream in streams:
-                with contextlib.suppress(Exception):
-                    await stream.aclose()
-
-    @property
-    def opened(self) -> int:
-        return len(self._streams)
-
-
 def _logged(finding: Finding, findings: _Findings, started: float) -> Finding:
     """The finding, logged at debug with the check's time, whichever path found it."""
     log.debug(
@@ -372,22 +319,6 @@ def _logged(finding: Finding, findings: _Findings, started: float) -> Finding:
         finding.reason,
     )
     return finding
-
-
-def _track_sockets(transport: httpx.AsyncHTTPTransport) -> _TrackingBackend:
-    """Put a :class:`_TrackingBackend` under ``transport``'s connection pool (direct or proxy),
-    over whatever backend the pool has (the egress guard's, when there is one).
-
-    httpx offers no parameter for the network backend, so it is set on the pool httpx built;
-    every httpcore pool keeps it in the private ``_network_backend`` (a test proves the tracking
-    runs, so an httpcore that renames it fails CI loudly, not silently).
-    """
-    pool = transport._pool
-    if not hasattr(pool, "_network_backend"):
-        raise RuntimeError("httpx/httpcore changed: the probe cannot track its sockets")
-    backend = _TrackingBackend(pool._network_backend)
-    pool._network_backend = backend
-    return backend
 
 
 @attrs.frozen
@@ -525,71 +456,15 @@ class _Refused(Exception):
         self.network = network
 
 
-class _GuardedBackend(httpcore.AsyncNetworkBackend):
-    """httpcore's own backend, behind the egress policy.
+def _admission(egress: EgressPolicy) -> Callable[[str, str], None]:
+    """The egress policy as the backend asks it, for each address a host resolves to."""
 
-    The host is resolved here, every address judged, and the connection opened to the address
-    that was judged: a name that resolves differently a moment later (DNS rebinding) cannot slip
-    past. Addresses are tried in the resolver's order; the TLS server name is still the URL's
-    host, since httpcore takes it from the request, not from this socket.
-    """
+    def admit(host: str, address: str) -> None:
+        refused = egress.refusal(address)
+        if refused is not None:
+            raise _Refused(host, address, refused)
 
-    def __init__(self, inner: httpcore.AsyncNetworkBackend, policy: EgressPolicy) -> None:
-        self._inner = inner
-        self._policy = policy
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-        local_address: str | None = None,
-        socket_options: Any = None,
-    ) -> httpcore.AsyncNetworkStream:
-        literal = parse_address(host)
-        if literal is not None:
-            addresses = [str(literal)]
-        else:
-            infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-            addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
-        for address in addresses:
-            refused = self._policy.refusal(address)
-            if refused is not None:
-                raise _Refused(host, address, refused)
-        failure: OSError | httpcore.ConnectError | None = None
-        for address in addresses:
-            try:
-                return await self._inner.connect_tcp(
-                    address, port, timeout, local_address, socket_options
-                )
-            except (OSError, httpcore.ConnectError) as exc:
-                failure = exc
-        assert failure is not None  # getaddrinfo answers at least one address, or raises
-        raise failure
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-        socket_options: Any = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise _Refused(path, "unix socket", EgressPolicy().deny[0])  # never asked for by a URL
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
-
-
-def _guard(transport: httpx.AsyncHTTPTransport, policy: EgressPolicy) -> None:
-    """Put the guard between ``transport``'s pool (direct or proxy) and the network.
-
-    httpx takes no network backend, but its pool (httpcore's) does, and every connection the pool
-    opens, to the server or to a proxy, asks it. The attribute is private to httpcore; a test
-    proves the guard runs, so an httpcore that renames it fails there, not silently.
-    """
-    pool = transport._pool
-    if not hasattr(pool, "_network_backend"):
-        raise RuntimeError("httpcore's pool has no _network_backend: the egress guard cannot run")
-    pool._network_backend = _GuardedBackend(pool._network_backend, policy)
+    return admit
 
 
 # --- the lean path: two HTTP/1.1 requests on a blocking socket, in a worker thread ---------------
