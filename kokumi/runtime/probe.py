@@ -52,7 +52,7 @@ import httpx
 import trio
 
 from kokumi.core import diagnosis
-from kokumi.core.egress import EgressPolicy, Network, parse_address
+from kokumi.core.egress import EgressPolicy, judge, parse_address
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.reasons import Reason
 from kokumi.kube import backend
@@ -196,10 +196,9 @@ async def _check(
         # A literal address, in any spelling the resolver reads, is judged before anything
         # else, the server's and the proxy's: no proxy, DNS or socket sees it (and Argo CD
         # is never lent it either: the registry asks the same question).
-        literal = egress.url_refusal(findings.server, proxy_url)
+        literal = judge(egress, findings.server, proxy_url)
         if literal is not None:
-            refused = _Refused(literal.host, literal.address, literal.network)
-            return findings.egress_denied(refused)
+            return findings.of(literal)
     try:
         base = httpx.URL(findings.server.rstrip("/"))
     except httpx.InvalidURL:
@@ -230,7 +229,7 @@ async def _check(
                     question, findings, context, base, tls_server_name, egress, started
                 )
             except _Refused as refused:
-                finding = findings.egress_denied(refused)
+                finding = findings.of(refused.verdict)
             except (OSError, diagnosis.NoHTTPAnswer) as exc:
                 finding = _from_failure(
                     exc, findings, base, tls_server_name, proxy_url, certificate_authority
@@ -259,7 +258,7 @@ async def _check(
             async with client:
                 finding = await _ask(client, question, findings)
         except _Refused as refused:
-            finding = findings.egress_denied(refused)
+            finding = findings.of(refused.verdict)
         except (httpx.HTTPError, OSError, trio.BrokenResourceError) as exc:
             finding = _from_failure(
                 exc, findings, base, tls_server_name, proxy_url, certificate_authority
@@ -348,9 +347,6 @@ class _Findings:
 
     def timed_out(self) -> Finding:
         return self.of(diagnosis.timed_out(self.timeout, _host_port(httpx.URL(self.server))))
-
-    def egress_denied(self, refused: _Refused) -> Finding:
-        return self.of(diagnosis.egress_denied(refused.host, refused.address, refused.network))
 
 
 async def _ask(client: httpx.AsyncClient, question: _Question, findings: _Findings) -> Finding:
@@ -447,22 +443,20 @@ def _phrase(status: int) -> str:
 
 
 class _Refused(Exception):
-    """A connection the egress policy refuses; carries no credential, only where."""
+    """A connection the egress policy refuses, with its verdict; no credential, only where."""
 
-    def __init__(self, host: str, address: str, network: Network) -> None:
-        super().__init__(f"{host} -> {address} in {network}")
-        self.host = host
-        self.address = address
-        self.network = network
+    def __init__(self, verdict: diagnosis.Verdict) -> None:
+        super().__init__(verdict[1])
+        self.verdict = verdict
 
 
 def _admission(egress: EgressPolicy) -> Callable[[str, str], None]:
     """The egress policy as the backend asks it, for each address a host resolves to."""
 
     def admit(host: str, address: str) -> None:
-        refused = egress.refusal(address)
-        if refused is not None:
-            raise _Refused(host, address, refused)
+        verdict = judge(egress, host, address=address)
+        if verdict is not None:
+            raise _Refused(verdict)
 
     return admit
 
@@ -533,9 +527,9 @@ async def _lean_check(
     targets = list(dict.fromkeys((info[0], info[4]) for info in infos))
     if egress is not None:
         for _, sockaddr in targets:
-            refused = egress.refusal(str(sockaddr[0]))
-            if refused is not None:
-                raise _Refused(host, str(sockaddr[0]), refused)
+            verdict = judge(egress, host, address=str(sockaddr[0]))
+            if verdict is not None:
+                raise _Refused(verdict)
     line = _Line()
     failure: OSError | None = None
     try:
