@@ -38,6 +38,7 @@ from kokumi.actors.registry import Registry
 from kokumi.core.leader import LeaderElection
 from kokumi.core.ownership import ClusterRef
 from kokumi.core.shards import preference
+from kokumi.core.status import Outcome
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
 from kokumi.runtime import health, heap, probe
@@ -62,7 +63,7 @@ class Manager:
         options: Options,
         *,
         check: Probe = probe.check,
-        check_own: Callable[..., Awaitable[probe.Finding]] = probe.check_client,
+        check_own: Callable[..., Awaitable[Outcome]] = probe.check_client,
     ) -> None:
         """``check`` and ``check_own`` are the two checks (a Kubeconfig Cluster's, and the
         manager's own cluster's); a model test puts stand-ins there, nothing else does."""

@@ -21,7 +21,7 @@ from kokumi.core import api, schedule
 from kokumi.core.availability import Change, Fleet, FleetSnapshot
 from kokumi.core.egress import EgressPolicy
 from kokumi.core.reasons import Reason
-from kokumi.core.status import unstructured
+from kokumi.core.status import Outcome, unstructured
 from kokumi.kube import errors
 from kokumi.kube.client import EVENTS, Client
 from kokumi.kube.objects import Resource, name_of, namespace_of
@@ -370,7 +370,7 @@ class Probe(Protocol):
         *,
         timeout: float,  # noqa: ASYNC109
         egress: EgressPolicy | None = None,
-    ) -> probe.Finding: ...
+    ) -> Outcome: ...
 
 
 class CountingLimiter:
@@ -565,17 +565,17 @@ class InClusterCheck:
         limiter: CountingLimiter,
         options: Options,
         metrics: Metrics,
-        check_own: Callable[..., Awaitable[probe.Finding]] = probe.check_client,
+        check_own: Callable[..., Awaitable[Outcome]] = probe.check_client,
     ):
         self._client = client
         self._check_own = check_own
         self._limiter = limiter
         self._options = options
         self._metrics = metrics
-        self._last: tuple[float, probe.Finding] | None = None
+        self._last: tuple[float, Outcome] | None = None
         self._running: trio.Event | None = None
 
-    async def check(self, max_age: float) -> probe.Finding:
+    async def check(self, max_age: float) -> Outcome:
         while True:
             if self._last is not None and trio.current_time() - self._last[0] < max_age:
                 return self._last[1]

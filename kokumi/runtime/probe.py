@@ -2,7 +2,7 @@
 
 The check is all I/O and no policy: it asks the API server two questions and hands what it finds
 to :mod:`kokumi.core.diagnosis`, a pure module that decides which Reason a failure or an answer
-is and what its one-line message says; the :class:`Finding` carries them into the Cluster's Ready
+is and what its one-line message says; the :class:`Outcome` carries them into the Cluster's Ready
 condition. When to check, how often and what to do with the answer is the Cluster actor's.
 
 Two requests, over one connection:
@@ -20,8 +20,9 @@ user may not do even what every user may: somebody removed ``system:basic-user``
 nothing at all. Such a credential cannot deploy anything, so it is not Ready: the reason is
 ``Forbidden``, and the message says to bind the user a role.
 
-Nothing here raises for a network, TLS or HTTP problem: everything becomes a Finding. Credentials
-never enter a Finding, a log line or an exception text; messages name hosts, ports and reasons only.
+Nothing here raises for a network, TLS or HTTP problem: everything becomes an Outcome.
+Credentials never enter an Outcome, a log line or an exception text; messages name hosts, ports
+and reasons only.
 
 Two ways to ask, one answer. Without a proxy (nearly every check) the two requests go on a
 blocking socket with Python's ``ssl`` in a worker thread (:func:`_lean_check`), their answers read
@@ -30,7 +31,7 @@ slow parse of a hostile answer would stall every other check): a check then cost
 handshake costs, half of what it cost through httpx's async client. Behind a
 ``proxy-url`` the check goes through httpx, which speaks CONNECT and SOCKS. Both paths hand the
 same exceptions and answers to the same diagnosis, and tests/test_probe_lean.py holds them to
-the same Finding for every broken and hostile server it has.
+the same Outcome for every broken and hostile server it has.
 """
 
 from __future__ import annotations
@@ -55,13 +56,14 @@ from kokumi.core import diagnosis
 from kokumi.core.egress import EgressPolicy, judge, parse_address
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.reasons import Reason
+from kokumi.core.status import Outcome
 from kokumi.kube import backend
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
 from kokumi.kube.errors import ConfigError
 from kokumi.kube.tls import ssl_context
 
-__all__ = ["Finding", "check", "check_client", "check_config"]
+__all__ = ["check", "check_client", "check_config"]
 
 log = logging.getLogger(__name__)
 
@@ -78,36 +80,16 @@ _ACCESS_REVIEW = {
 }
 
 
-@attrs.frozen
-class Finding:
-    """What one check found. ``message`` is one line: what is wrong and how to fix it.
-
-    ``kubernetes_version`` is the server's ``gitVersion`` whenever ``/version`` answered, also
-    when the credential was then refused, and ``None`` when it is unknown. ``ok`` is true exactly
-    when ``reason`` is ``Ready``.
-    """
-
-    ok: bool
-    reason: Reason
-    message: str
-    server: str
-    kubernetes_version: str | None = None
-
-    def __attrs_post_init__(self) -> None:
-        if self.ok != (self.reason is Reason.READY):
-            raise ValueError(f"a Finding with reason {self.reason} cannot have ok={self.ok}")
-
-
 async def check(
     connection: Connection,
     *,
     timeout: float = 10.0,  # noqa: ASYNC109
     egress: EgressPolicy | None = None,
-) -> Finding:
+) -> Outcome:
     """Check ``connection`` within ``timeout`` seconds, all included: DNS, TLS, both requests.
 
     The budget is a parameter, not the caller's cancel scope, because it is part of the answer:
-    running out of it is a Finding ("timed out after 10 s"), never a cancellation.
+    running out of it is an Outcome ("timed out after 10 s"), never a cancellation.
 
     The TLS settings are honoured as kubectl and Argo CD honour them: the CA (else the system's
     CAs), ``tls-server-name`` for SNI and verification, ``insecure-skip-tls-verify``, the client
@@ -123,7 +105,7 @@ async def check(
     the probe's sight, which is what the example NetworkPolicy in deploy/optional is for.
     """
     return await _check(
-        _Findings(connection.server, timeout, own=False),
+        _Outcomes(connection.server, timeout, own=False),
         egress=egress or _DEFAULT_EGRESS,
         token=connection.token,
         client_certificate=connection.client_certificate,
@@ -135,7 +117,7 @@ async def check(
     )
 
 
-async def check_client(client: Client, *, timeout: float = 10.0) -> Finding:  # noqa: ASYNC109
+async def check_client(client: Client, *, timeout: float = 10.0) -> Outcome:  # noqa: ASYNC109
     """Check the cluster the manager runs in, through the connection ``client`` is configured with.
 
     Shorthand for :func:`check_config` with ``client.config``.
@@ -143,7 +125,7 @@ async def check_client(client: Client, *, timeout: float = 10.0) -> Finding:  # 
     return await check_config(client.config, timeout=timeout)
 
 
-async def check_config(config: Config, *, timeout: float = 10.0) -> Finding:  # noqa: ASYNC109
+async def check_config(config: Config, *, timeout: float = 10.0) -> Outcome:  # noqa: ASYNC109
     """Check the manager's own connection (the cluster Kokumi runs in) as :func:`check` does.
 
     Same two questions and reasons, so an InCluster Cluster reads like any other; the messages
@@ -152,16 +134,16 @@ async def check_config(config: Config, *, timeout: float = 10.0) -> Finding:  # 
     borrowing the client's pool: it must prove that a new connection works, not that an old one
     still does. A rotating token that the server refuses is re-read once, as the client does.
     """
-    findings = _Findings(config.server, timeout, own=True)
+    outcomes = _Outcomes(config.server, timeout, own=True)
     with trio.move_on_after(timeout):
         provider = config.token
         try:
             token = await provider.token() if provider is not None else None
         except ConfigError as exc:
-            return findings.of(diagnosis.unreadable_token(str(exc)))
+            return outcomes.of(diagnosis.unreadable_token(str(exc)))
         while True:
-            finding = await _check(
-                findings,
+            outcome = await _check(
+                outcomes,
                 token=token,
                 client_certificate=config.client_certificate,
                 client_key=config.client_key,
@@ -170,17 +152,17 @@ async def check_config(config: Config, *, timeout: float = 10.0) -> Finding:  # 
                 insecure_skip_tls_verify=config.insecure_skip_tls_verify,
                 proxy_url=config.proxy_url,
             )
-            if not diagnosis.credential_refused(finding.reason) or provider is None:
-                return finding
+            if not diagnosis.credential_refused(outcome.reason) or provider is None:
+                return outcome
             token = await provider.refresh()
             if token is None:
-                return finding
+                return outcome
             provider = None  # one re-read, as the client does
-    return findings.timed_out()
+    return outcomes.timed_out()
 
 
 async def _check(
-    findings: _Findings,
+    outcomes: _Outcomes,
     *,
     token: str | None,
     client_certificate: bytes | None,
@@ -190,30 +172,30 @@ async def _check(
     insecure_skip_tls_verify: bool,
     proxy_url: str | None,
     egress: EgressPolicy | None = None,
-) -> Finding:
-    findings.version = None
+) -> Outcome:
+    outcomes.version = None
     if egress is not None:
         # A literal address, in any spelling the resolver reads, is judged before anything
         # else, the server's and the proxy's: no proxy, DNS or socket sees it (and Argo CD
         # is never lent it either: the registry asks the same question).
-        literal = judge(egress, findings.server, proxy_url)
+        literal = judge(egress, outcomes.server, proxy_url)
         if literal is not None:
-            return findings.of(literal)
+            return outcomes.of(literal)
     try:
-        base = httpx.URL(findings.server.rstrip("/"))
+        base = httpx.URL(outcomes.server.rstrip("/"))
     except httpx.InvalidURL:
-        return findings.of(diagnosis.invalid_url())
+        return outcomes.of(diagnosis.invalid_url())
     if base.scheme not in ("https", "http") or not base.host:
-        return findings.of(diagnosis.not_http_url())
+        return outcomes.of(diagnosis.not_http_url())
     try:
         context = _contexts.get(
             certificate_authority, client_certificate, client_key, insecure_skip_tls_verify
         )
     except ConfigError as exc:
-        return findings.of(diagnosis.invalid_tls_material(str(exc), own=findings.own))
+        return outcomes.of(diagnosis.invalid_tls_material(str(exc), own=outcomes.own))
     if token and not all("!" <= char <= "~" for char in token):
         # httpx would raise, quoting the offending character.
-        return findings.of(diagnosis.bad_token())
+        return outcomes.of(diagnosis.bad_token())
     headers = {"Accept": "application/json", "User-Agent": "kokumi-probe"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
@@ -222,19 +204,19 @@ async def _check(
         base, headers, extensions, has_credential=bool(token) or bool(client_certificate)
     )
     started = trio.current_time()
-    with trio.move_on_after(findings.timeout):
+    with trio.move_on_after(outcomes.timeout):
         if proxy_url is None and _LEAN:
             try:
-                finding = await _lean_check(
-                    question, findings, context, base, tls_server_name, egress, started
+                outcome = await _lean_check(
+                    question, outcomes, context, base, tls_server_name, egress, started
                 )
             except _Refused as refused:
-                finding = findings.of(refused.verdict)
+                outcome = outcomes.of(refused.verdict)
             except (OSError, diagnosis.NoHTTPAnswer) as exc:
-                finding = _from_failure(
-                    exc, findings, base, tls_server_name, proxy_url, certificate_authority
+                outcome = _from_failure(
+                    exc, outcomes, base, tls_server_name, proxy_url, certificate_authority
                 )
-            return _logged(finding, findings, started)
+            return _logged(outcome, outcomes, started)
         try:
             transport = httpx.AsyncHTTPTransport(
                 verify=context, proxy=proxy_url or None, trust_env=False
@@ -242,13 +224,13 @@ async def _check(
             client = httpx.AsyncClient(
                 transport=transport,
                 trust_env=False,  # no proxy, CA bundle or .netrc from the environment
-                timeout=findings.timeout,
+                timeout=outcomes.timeout,
                 follow_redirects=False,
             )
         except ImportError:
-            return findings.of(diagnosis.no_socks_support())
+            return outcomes.of(diagnosis.no_socks_support())
         except ValueError:
-            return findings.of(diagnosis.unknown_proxy_scheme())
+            return outcomes.of(diagnosis.unknown_proxy_scheme())
         # Every address judged where the pool connects (the server's, or the proxy's), and every
         # socket closed at the end, even when the deadline fires mid-handshake or mid-read.
         sockets = backend.install(
@@ -256,17 +238,17 @@ async def _check(
         )
         try:
             async with client:
-                finding = await _ask(client, question, findings)
+                outcome = await _ask(client, question, outcomes)
         except _Refused as refused:
-            finding = findings.of(refused.verdict)
+            outcome = outcomes.of(refused.verdict)
         except (httpx.HTTPError, OSError, trio.BrokenResourceError) as exc:
-            finding = _from_failure(
-                exc, findings, base, tls_server_name, proxy_url, certificate_authority
+            outcome = _from_failure(
+                exc, outcomes, base, tls_server_name, proxy_url, certificate_authority
             )
         finally:
             await sockets.close_all()
-        return _logged(finding, findings, started)
-    return findings.timed_out()
+        return _logged(outcome, outcomes, started)
+    return outcomes.timed_out()
 
 
 class _ContextCache:
@@ -309,15 +291,15 @@ class _ContextCache:
 _contexts = _ContextCache(4096)
 
 
-def _logged(finding: Finding, findings: _Findings, started: float) -> Finding:
-    """The finding, logged at debug with the check's time, whichever path found it."""
+def _logged(outcome: Outcome, outcomes: _Outcomes, started: float) -> Outcome:
+    """The outcome, logged at debug with the check's time, whichever path found it."""
     log.debug(
         "checked %s in %.0f ms: %s",
-        findings.server,
+        outcomes.server,
         (trio.current_time() - started) * 1000,
-        finding.reason,
+        outcome.reason,
     )
-    return finding
+    return outcome
 
 
 @attrs.frozen
@@ -329,8 +311,8 @@ class _Question:
 
 
 @attrs.define
-class _Findings:
-    """Builds the Findings of one check; remembers the version once ``/version`` told it.
+class _Outcomes:
+    """Builds the Outcomes of one check; remembers the version once ``/version`` told it.
 
     ``own`` is true for the manager's own connection, whose credential is fixed elsewhere than
     in a kubeconfig Secret.
@@ -341,27 +323,27 @@ class _Findings:
     own: bool
     version: str | None = None
 
-    def of(self, verdict: diagnosis.Verdict) -> Finding:
+    def of(self, verdict: diagnosis.Verdict) -> Outcome:
         reason, message = verdict
-        return Finding(reason is Reason.READY, reason, message, self.server, self.version)
+        return Outcome(reason is Reason.READY, reason, message, self.server, self.version)
 
-    def timed_out(self) -> Finding:
+    def timed_out(self) -> Outcome:
         return self.of(diagnosis.timed_out(self.timeout, _host_port(httpx.URL(self.server))))
 
 
-async def _ask(client: httpx.AsyncClient, question: _Question, findings: _Findings) -> Finding:
+async def _ask(client: httpx.AsyncClient, question: _Question, outcomes: _Outcomes) -> Outcome:
     """Ask both questions; what each answer means is the diagnosis's."""
-    said = {"has_credential": question.has_credential, "own": findings.own}
+    said = {"has_credential": question.has_credential, "own": outcomes.own}
     status, body = await _send(client, "GET", "/version", question)
     version = diagnosis.version_answer(status, _phrase(status), body, **said)
     if isinstance(version, tuple):
-        return findings.of(version)
-    findings.version = version
+        return outcomes.of(version)
+    outcomes.version = version
 
     status, body = await _send(client, "POST", _REVIEW_PATH, question, _REVIEW)
     if status == 404:  # before Kubernetes 1.28
         status, body = await _send(client, "POST", _ACCESS_REVIEW_PATH, question, _ACCESS_REVIEW)
-    return findings.of(diagnosis.review_answer(status, _phrase(status), body, **said))
+    return outcomes.of(diagnosis.review_answer(status, _phrase(status), body, **said))
 
 
 async def _send(
@@ -394,13 +376,13 @@ async def _send(
 
 def _from_failure(
     exc: BaseException,
-    findings: _Findings,
+    outcomes: _Outcomes,
     base: httpx.URL,
     tls_server_name: str | None,
     proxy_url: str | None,
     certificate_authority: bytes | None,
-) -> Finding:
-    """Map a failed request to a Finding: :mod:`kokumi.core.diagnosis` decides, from plain
+) -> Outcome:
+    """Map a failed request to an Outcome: :mod:`kokumi.core.diagnosis` decides, from plain
     values."""
     proxy = httpx.URL(proxy_url) if proxy_url else None
     verdict = diagnosis.from_failure(
@@ -412,9 +394,9 @@ def _from_failure(
         proxy_host=proxy.host if proxy is not None else "",
         tls_server_name=tls_server_name,
         certificate_authority=certificate_authority,
-        timeout=findings.timeout,
+        timeout=outcomes.timeout,
     )
-    return findings.of(verdict)
+    return outcomes.of(verdict)
 
 
 def _marker(cause: BaseException) -> BaseException:
@@ -498,13 +480,13 @@ def _threads() -> trio.CapacityLimiter:
 
 async def _lean_check(
     question: _Question,
-    findings: _Findings,
+    outcomes: _Outcomes,
     context: ssl.SSLContext,
     base: httpx.URL,
     tls_server_name: str | None,
     egress: EgressPolicy | None,
     started: float,
-) -> Finding:
+) -> Outcome:
     """The check as :func:`_ask` asks it, without httpx: what a check costs is then mostly the
     handshake's cryptography.
 
@@ -550,10 +532,10 @@ async def _lean_check(
             context if base.scheme == "https" else None,
             tls_server_name or host,
             _request_head(question, base),
-            time.monotonic() + started + findings.timeout - trio.current_time(),
+            time.monotonic() + started + outcomes.timeout - trio.current_time(),
         )
         return await trio.to_thread.run_sync(
-            _lean_ask, wire, question, findings, abandon_on_cancel=True, limiter=_threads()
+            _lean_ask, wire, question, outcomes, abandon_on_cancel=True, limiter=_threads()
         )
     except BaseException:
         line.abandon()
@@ -772,19 +754,19 @@ class _Wire:
         return self.sock.recv(65536)
 
 
-def _lean_ask(wire: _Wire, question: _Question, findings: _Findings) -> Finding:
+def _lean_ask(wire: _Wire, question: _Question, outcomes: _Outcomes) -> Outcome:
     """:func:`_ask`, in the worker thread, on :class:`_Wire`; every socket closed at the end."""
     try:
-        said = {"has_credential": question.has_credential, "own": findings.own}
+        said = {"has_credential": question.has_credential, "own": outcomes.own}
         status, body = wire.send(b"GET", b"/version", None)
         version = diagnosis.version_answer(status, _phrase(status), body, **said)
         if isinstance(version, tuple):
-            return findings.of(version)
-        findings.version = version
+            return outcomes.of(version)
+        outcomes.version = version
 
         status, body = wire.send(b"POST", _REVIEW_PATH.encode(), _REVIEW_BODY)
         if status == 404:  # before Kubernetes 1.28
             status, body = wire.send(b"POST", _ACCESS_REVIEW_PATH.encode(), _ACCESS_REVIEW_BODY)
-        return findings.of(diagnosis.review_answer(status, _phrase(status), body, **said))
+        return outcomes.of(diagnosis.review_answer(status, _phrase(status), body, **said))
     finally:
         wire.line.close()
