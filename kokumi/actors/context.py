@@ -73,7 +73,7 @@ class Metrics:
     """When each Cluster's next check falls due (Trio's clock), while none runs or waits."""
     due_clock: Callable[[], float] | None = attrs.field(default=None, eq=False, repr=False)
     """The clock of ``check_due``: Trio's, set by the first Cluster that plans a check."""
-    check_interval: float = 60.0
+    check_interval: float = schedule.CHECK_INTERVAL
     check_results: Counter = attrs.field(init=False, eq=False, repr=False)
     check_seconds: Histogram = attrs.field(init=False, eq=False, repr=False)
     check_wait_seconds: Histogram = attrs.field(init=False, eq=False, repr=False)
@@ -687,7 +687,9 @@ class Context:
     username: str | None = None  # the manager's own identity on the hub, named in RBAC fixes
     # Reads of kubeconfig Secrets, as many at a time as checks: after a restart every Cluster
     # reads its Secret at once, and the hub must not get thousands of GETs together.
-    secret_reads: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(8))
+    secret_reads: trio.CapacityLimiter = attrs.field(
+        factory=lambda: trio.CapacityLimiter(schedule.CHECK_SLOTS)
+    )
     #: The client of a Cluster's writes (status, finalizer, Events); with shards or a leader
     #: Lease, fenced by the Lease that lets this replica serve it. None: ``client``.
     writers: Callable[[ClusterRef], Client] | None = None

@@ -56,6 +56,7 @@ from kokumi.core import diagnosis
 from kokumi.core.egress import EgressPolicy, judge, parse_address
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.reasons import Reason
+from kokumi.core.schedule import CHECK_SLOTS, CHECK_TIMEOUT
 from kokumi.core.status import Outcome
 from kokumi.kube import backend
 from kokumi.kube.client import Client
@@ -83,7 +84,7 @@ _ACCESS_REVIEW = {
 async def check(
     connection: Connection,
     *,
-    timeout: float = 10.0,  # noqa: ASYNC109
+    timeout: float = CHECK_TIMEOUT,  # noqa: ASYNC109
     egress: EgressPolicy | None = None,
 ) -> Outcome:
     """Check ``connection`` within ``timeout`` seconds, all included: DNS, TLS, both requests.
@@ -117,7 +118,11 @@ async def check(
     )
 
 
-async def check_client(client: Client, *, timeout: float = 10.0) -> Outcome:  # noqa: ASYNC109
+async def check_client(
+    client: Client,
+    *,
+    timeout: float = CHECK_TIMEOUT,  # noqa: ASYNC109
+) -> Outcome:
     """Check the cluster the manager runs in, through the connection ``client`` is configured with.
 
     Shorthand for :func:`check_config` with ``client.config``.
@@ -125,7 +130,11 @@ async def check_client(client: Client, *, timeout: float = 10.0) -> Outcome:  # 
     return await check_config(client.config, timeout=timeout)
 
 
-async def check_config(config: Config, *, timeout: float = 10.0) -> Outcome:  # noqa: ASYNC109
+async def check_config(
+    config: Config,
+    *,
+    timeout: float = CHECK_TIMEOUT,  # noqa: ASYNC109
+) -> Outcome:
     """Check the manager's own connection (the cluster Kokumi runs in) as :func:`check` does.
 
     Same two questions and reasons, so an InCluster Cluster reads like any other; the messages
@@ -459,7 +468,7 @@ _MAX_INTERIM = 8
 """1xx answers skipped before the real one; a server that sends more is not answering."""
 
 _THREADS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("kokumi_probe_threads")
-_THREAD_LIMIT = 16
+_THREAD_LIMIT = 2 * CHECK_SLOTS
 """Worker threads of lean checks at once: the eight check slots, and as many again for the
 manager's own check and checks abandoned at their deadline (each ends at once: its socket is shut
 down). A limiter of their own, so that checks never wait for other users of Trio's threads."""
