@@ -11,8 +11,8 @@ import trio
 
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.status import Outcome
-from kokumi.runtime import probe
-from kokumi.runtime.probe import check
+from kokumi.runtime.probe import checks
+from kokumi.runtime.probe.checks import check
 from kokumi.testing import canary
 
 
@@ -75,11 +75,11 @@ async def answer_checks(
 async def both(target: Connection) -> Outcome:
     """Check on the lean path and through httpx: the Outcomes must be equal."""
     lean = await check(target, timeout=5)
-    probe._LEAN = False
+    checks._LEAN = False
     try:
         through_httpx = await check(target, timeout=5)
     finally:
-        probe._LEAN = True
+        checks._LEAN = True
     assert lean == through_httpx
     assert canary.found(repr(lean)) == []
     return lean

@@ -26,7 +26,7 @@ from kokumi.core.reasons import Reason
 from kokumi.core.status import Outcome
 from kokumi.kube import Client, Config, StaticToken, TransportError
 from kokumi.kube.tls import ssl_context
-from kokumi.runtime.probe import check_config
+from kokumi.runtime.probe.checks import check_config
 from kokumi.testing import canary
 from kokumi.testing.controlplane import CertificateAuthority
 from tests.spoke_answers import answer_checks, both

@@ -23,7 +23,7 @@ from kokumi.core.kubeconfig import Connection, parse
 from kokumi.core.reasons import Reason
 from kokumi.core.status import Outcome
 from kokumi.kube import Client, Config, FileToken, StaticToken
-from kokumi.runtime.probe import check, check_client, check_config
+from kokumi.runtime.probe.checks import check, check_client, check_config
 from kokumi.testing import Kubectl, canary
 from kokumi.testing.controlplane import APIServer, CertificateAuthority
 from kokumi.testing.spoke import (

@@ -29,8 +29,8 @@ import trio
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.reasons import Reason
 from kokumi.core.status import Outcome
-from kokumi.runtime import probe
-from kokumi.runtime.probe import check
+from kokumi.runtime.probe import checks, lean
+from kokumi.runtime.probe.checks import check
 from kokumi.testing import canary
 from kokumi.testing.controlplane import CertificateAuthority
 from tests.spoke_answers import both
@@ -113,7 +113,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 @pytest.fixture(params=["lean", "httpx"])
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    monkeypatch.setattr(probe, "_LEAN", request.param == "lean")
+    monkeypatch.setattr(checks, "_LEAN", request.param == "lean")
     yield request.param
 
 
@@ -521,7 +521,7 @@ async def test_a_check_ends_at_its_deadline_whatever_its_thread_does(
         release.wait(10)
         raise TimeoutError("released")
 
-    monkeypatch.setattr(probe, "_lean_ask", stuck)
+    monkeypatch.setattr(lean, "_lean_ask", stuck)
     server, _ = await serve(kubernetes)
     started = time.monotonic()
     finding = await check(connection(pki, server), timeout=1.0)
@@ -552,7 +552,7 @@ async def test_hanging_checks_use_a_bounded_number_of_threads(pki: Pki, serve: S
             for _ in range(40):
                 checks.start_soon(functools.partial(check, connection(pki, server), timeout=1.0))
         nursery.cancel_scope.cancel()
-    assert most - before <= probe._THREAD_LIMIT
+    assert most - before <= lean._THREAD_LIMIT
 
 
 # --- the same Outcome on both paths, for what fails before HTTP -------------------------------

@@ -26,8 +26,8 @@ from kokumi.kube import errors
 from kokumi.kube.client import EVENTS, Client
 from kokumi.kube.objects import Resource, name_of, namespace_of
 from kokumi.kube.watch import Resync, WatchEvent
-from kokumi.runtime import probe
 from kokumi.runtime.options import Options
+from kokumi.runtime.probe import checks
 
 if TYPE_CHECKING:
     from kokumi.core.kubeconfig import Connection
@@ -361,8 +361,8 @@ class RegistryHandle(Protocol):
 
 
 class Probe(Protocol):
-    """One check of one connection: :func:`kokumi.runtime.probe.check`, or a stand-in in a model
-    test."""
+    """One check of one connection: :func:`kokumi.runtime.probe.checks.check`, or a stand-in in
+    a model test."""
 
     async def __call__(
         self,
@@ -565,7 +565,7 @@ class InClusterCheck:
         limiter: CountingLimiter,
         options: Options,
         metrics: Metrics,
-        check_own: Callable[..., Awaitable[Outcome]] = probe.check_client,
+        check_own: Callable[..., Awaitable[Outcome]] = checks.check_client,
     ):
         self._client = client
         self._check_own = check_own
@@ -683,7 +683,7 @@ class Context:
     events: EventRecorder
     metrics: Metrics
     secret_versions: MutableMapping[tuple[str, str], str] = attrs.field(factory=dict)
-    check: Probe = probe.check
+    check: Probe = checks.check
     username: str | None = None  # the manager's own identity on the hub, named in RBAC fixes
     # Reads of kubeconfig Secrets, as many at a time as checks: after a restart every Cluster
     # reads its Secret at once, and the hub must not get thousands of GETs together.
