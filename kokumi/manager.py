@@ -34,11 +34,13 @@ from kokumi.actors.writes import EventRecorder
 from kokumi.core.leader import LeaderElection
 from kokumi.core.ownership import ClusterRef
 from kokumi.core.shards import preference
+from kokumi.core.status import Outcome
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
-from kokumi.runtime import health, heap, probe
+from kokumi.runtime import health, heap
 from kokumi.runtime.election import Admission, CountGate, LeadershipLost, LeaseElector
 from kokumi.runtime.options import Options
+from kokumi.runtime.probe import checks
 
 __all__ = ["Manager", "run_manager"]
 
@@ -57,8 +59,8 @@ class Manager:
         client: Client,
         options: Options,
         *,
-        check: Probe = probe.check,
-        check_own: Callable[..., Awaitable[probe.Finding]] = probe.check_client,
+        check: Probe = checks.check,
+        check_own: Callable[..., Awaitable[Outcome]] = checks.check_client,
     ) -> None:
         """``check`` and ``check_own`` are the two checks (a Kubeconfig Cluster's, and the
         manager's own cluster's); a model test puts stand-ins there, nothing else does."""

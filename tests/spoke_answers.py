@@ -10,8 +10,9 @@ import json
 import trio
 
 from kokumi.core.kubeconfig import Connection
-from kokumi.runtime import probe
-from kokumi.runtime.probe import Finding, check
+from kokumi.core.status import Outcome
+from kokumi.runtime.probe import checks
+from kokumi.runtime.probe.checks import check
 from kokumi.testing import canary
 
 
@@ -71,14 +72,14 @@ async def answer_checks(
         await trio.aclose_forcefully(stream)
 
 
-async def both(target: Connection) -> Finding:
-    """Check on the lean path and through httpx: the Findings must be equal."""
+async def both(target: Connection) -> Outcome:
+    """Check on the lean path and through httpx: the Outcomes must be equal."""
     lean = await check(target, timeout=5)
-    probe._LEAN = False
+    checks._LEAN = False
     try:
         through_httpx = await check(target, timeout=5)
     finally:
-        probe._LEAN = True
+        checks._LEAN = True
     assert lean == through_httpx
     assert canary.found(repr(lean)) == []
     return lean

@@ -22,12 +22,12 @@ from kokumi.core import api
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.ownership import IN_CLUSTER_SERVER
 from kokumi.core.reasons import Reason
+from kokumi.core.status import Outcome
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
 from kokumi.kube.errors import NotFound
 from kokumi.manager import Manager
 from kokumi.runtime.options import Options
-from kokumi.runtime.probe import Finding
 from tests import strategies as s
 from tests.fakeapi import FakeApi
 
@@ -49,18 +49,18 @@ class Fleet:
 
     async def check(
         self, connection: Connection, *, timeout: float, egress: object = None
-    ) -> Finding:
+    ) -> Outcome:
         self.asked[connection.server].append(trio.current_time())
         if connection.server in self.hanging:
             await trio.sleep(timeout)
-            return Finding(
+            return Outcome(
                 False, Reason.UNREACHABLE, f"timed out after {timeout:g} s", connection.server
             )
         await trio.sleep(0.005)
-        return Finding(True, Reason.READY, "reachable", connection.server, "v1.36.3")
+        return Outcome(True, Reason.READY, "reachable", connection.server, "v1.36.3")
 
-    async def check_own(self, client: Client, *, timeout: float) -> Finding:
-        return Finding(True, Reason.READY, "reachable", IN_CLUSTER_SERVER, "v1.36.3")
+    async def check_own(self, client: Client, *, timeout: float) -> Outcome:
+        return Outcome(True, Reason.READY, "reachable", IN_CLUSTER_SERVER, "v1.36.3")
 
 
 def _put_cluster(fake: FakeApi, name: str, url: str) -> None:

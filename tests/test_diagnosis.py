@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from kokumi.core import diagnosis
+from kokumi.core import diagnosis, egress
 from kokumi.core.reasons import Reason
 
 
@@ -131,7 +131,7 @@ def test_a_server_error_quotes_only_the_status_message_on_one_line() -> None:
 
 def test_egress_names_the_address_and_why() -> None:
     network = ipaddress.ip_network("169.254.0.0/16")
-    reason, message = diagnosis.egress_denied("meta.example", "169.254.169.254", network)
+    reason, message = egress.denied("meta.example", "169.254.169.254", network)
     assert reason is Reason.EGRESS_DENIED
     assert message.startswith("meta.example resolves to 169.254.169.254, in 169.254.0.0/16, where")
     assert "link-local" in message

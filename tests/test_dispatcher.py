@@ -20,11 +20,11 @@ from kokumi.core import api
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef
 from kokumi.core.reasons import Reason
+from kokumi.core.status import Outcome
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
 from kokumi.manager import Manager
 from kokumi.runtime.options import Options
-from kokumi.runtime.probe import Finding
 from tests.fakeapi import FakeApi
 
 N = 300
@@ -42,12 +42,12 @@ class _Steps(trio.abc.Instrument):
             self.counts.append(len(_fleet(self.manager)))
 
 
-async def _unreachable(connection: Connection, *, timeout: float, egress: object = None) -> Finding:
-    return Finding(False, Reason.UNREACHABLE, "connection refused", connection.server)
+async def _unreachable(connection: Connection, *, timeout: float, egress: object = None) -> Outcome:
+    return Outcome(False, Reason.UNREACHABLE, "connection refused", connection.server)
 
 
-async def _own(client: Client, *, timeout: float) -> Finding:
-    return Finding(True, Reason.READY, "reachable", IN_CLUSTER_SERVER, "v1.36.3")
+async def _own(client: Client, *, timeout: float) -> Outcome:
+    return Outcome(True, Reason.READY, "reachable", IN_CLUSTER_SERVER, "v1.36.3")
 
 
 def _cluster(namespace: str, name: str) -> dict[str, object]:

@@ -24,7 +24,7 @@ from kokumi.cmd import root as cli
 from kokumi.core.egress import DEFAULT_DENY, EgressPolicy, parse_address
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.reasons import Reason
-from kokumi.runtime.probe import check
+from kokumi.runtime.probe.checks import check
 
 METADATA = "169.254.169.254"
 

@@ -23,9 +23,10 @@ import trio
 
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.reasons import Reason
+from kokumi.core.status import Outcome
 from kokumi.kube import Client, Config, StaticToken, TransportError
 from kokumi.kube.tls import ssl_context
-from kokumi.runtime.probe import Finding, check_config
+from kokumi.runtime.probe.checks import check_config
 from kokumi.testing import canary
 from kokumi.testing.controlplane import CertificateAuthority
 from tests.spoke_answers import answer_checks, both
@@ -120,8 +121,8 @@ class Loopback(trio.abc.HostnameResolver):
 kubernetes = functools.partial(answer_checks, version=VERSION, username="tls-user", token=TOKEN)
 
 
-def ready(server: str) -> Finding:
-    return Finding(
+def ready(server: str) -> Outcome:
+    return Outcome(
         ok=True,
         reason=Reason.READY,
         message="the API server answers and accepts the credential as tls-user",
@@ -130,8 +131,8 @@ def ready(server: str) -> Finding:
     )
 
 
-def refused(server: str, message: str) -> Finding:
-    return Finding(ok=False, reason=Reason.TLS_ERROR, message=message, server=server)
+def refused(server: str, message: str) -> Outcome:
+    return Outcome(ok=False, reason=Reason.TLS_ERROR, message=message, server=server)
 
 
 # --- the probe, both paths --------------------------------------------------------------------

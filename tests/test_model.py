@@ -84,11 +84,11 @@ from kokumi.core import api, argocd, clustersource, selectors
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
 from kokumi.core.reasons import Reason
+from kokumi.core.status import Outcome
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config
 from kokumi.manager import Manager
 from kokumi.runtime.options import Options
-from kokumi.runtime.probe import Finding
 from tests import prediction
 from tests import strategies as s
 from tests.fakeapi import CAPI_CLUSTERS, DEFAULT_KINDS, EPOCH, FakeApi
@@ -336,18 +336,18 @@ class World:
 
     async def _check(
         self, connection: Connection, *, timeout: float, egress: object = None
-    ) -> Finding:
+    ) -> Outcome:
         server = normalise_server(connection.server)
         state = self.spokes.get(server, "down")
         if state == "hang":
             await trio.sleep(timeout)
-            return Finding(False, Reason.UNREACHABLE, f"timed out after {timeout:g} s", server)
+            return Outcome(False, Reason.UNREACHABLE, f"timed out after {timeout:g} s", server)
         if state == "down":
-            return Finding(False, Reason.UNREACHABLE, "connection refused", server)
-        return Finding(True, Reason.READY, "reachable", server, "v1.36.3")
+            return Outcome(False, Reason.UNREACHABLE, "connection refused", server)
+        return Outcome(True, Reason.READY, "reachable", server, "v1.36.3")
 
-    async def _check_own(self, client: Client, *, timeout: float) -> Finding:
-        return Finding(True, Reason.READY, "reachable", IN_CLUSTER_SERVER, "v1.36.3")
+    async def _check_own(self, client: Client, *, timeout: float) -> Outcome:
+        return Outcome(True, Reason.READY, "reachable", IN_CLUSTER_SERVER, "v1.36.3")
 
     # --- time ---------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """kokumi.runtime.probe against the real spoke, registered as the spec's steps register a cluster.
 
 Every way a connection goes wrong is produced for real (a refused port, a silent listener, a name
-under .invalid, a foreign CA, a refused token) and must become the right Finding, in time, without
+under .invalid, a foreign CA, a refused token) and must become the right Outcome, in time, without
 a credential in it.
 """
 
@@ -21,8 +21,9 @@ import yaml
 
 from kokumi.core.kubeconfig import Connection, parse
 from kokumi.core.reasons import Reason
+from kokumi.core.status import Outcome
 from kokumi.kube import Client, Config, FileToken, StaticToken
-from kokumi.runtime.probe import Finding, check, check_client, check_config
+from kokumi.runtime.probe.checks import check, check_client, check_config
 from kokumi.testing import Kubectl, canary
 from kokumi.testing.controlplane import APIServer, CertificateAuthority
 from kokumi.testing.spoke import (
@@ -42,7 +43,7 @@ def connection_of(kubeconfig: str) -> Connection:
     return connection
 
 
-def assert_no_secret(finding: Finding, registration: Registration) -> None:
+def assert_no_secret(finding: Outcome, registration: Registration) -> None:
     assert registration.token not in repr(finding)
     assert registration.token not in finding.message
 
@@ -99,7 +100,7 @@ async def test_registered_kubeconfig_is_ready(
     started = time.monotonic()
     finding = await check(connection)
     elapsed = time.monotonic() - started
-    assert finding == Finding(
+    assert finding == Outcome(
         ok=True,
         reason=Reason.READY,
         message="the API server answers and accepts the credential as"

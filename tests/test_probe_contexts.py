@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from kokumi.kube.errors import ConfigError
-from kokumi.runtime import probe
+from kokumi.runtime.probe import checks
 from kokumi.testing.controlplane import CertificateAuthority
 
 
 def test_contexts_are_shared_by_material_and_bounded() -> None:
-    cache = probe._ContextCache(2)
+    cache = checks._ContextCache(2)
     first, second, third = (CertificateAuthority.create(f"ca-{i}").pem for i in range(3))
     a = cache.get(first, None, None, False)
     assert cache.get(bytes(first), None, None, False) is a, "equal material, one context"
@@ -22,7 +22,7 @@ def test_contexts_are_shared_by_material_and_bounded() -> None:
 
 
 def test_unusable_material_is_refused_every_time() -> None:
-    cache = probe._ContextCache(4)
+    cache = checks._ContextCache(4)
     for _ in range(2):
         with pytest.raises(ConfigError, match="not valid PEM"):
             cache.get(

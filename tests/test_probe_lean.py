@@ -28,8 +28,9 @@ import trio
 
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.reasons import Reason
-from kokumi.runtime import probe
-from kokumi.runtime.probe import Finding, check
+from kokumi.core.status import Outcome
+from kokumi.runtime.probe import checks, lean
+from kokumi.runtime.probe.checks import check
 from kokumi.testing import canary
 from kokumi.testing.controlplane import CertificateAuthority
 from tests.spoke_answers import both
@@ -112,7 +113,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 @pytest.fixture(params=["lean", "httpx"])
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    monkeypatch.setattr(probe, "_LEAN", request.param == "lean")
+    monkeypatch.setattr(checks, "_LEAN", request.param == "lean")
     yield request.param
 
 
@@ -192,8 +193,8 @@ async def kubernetes(
             return
 
 
-def ready(server: str) -> Finding:
-    return Finding(
+def ready(server: str) -> Outcome:
+    return Outcome(
         ok=True,
         reason=Reason.READY,
         message="the API server answers and accepts the credential as lean-user",
@@ -208,8 +209,8 @@ costs a few milliseconds; a header line padded with 15,000 spaces cost the lean 
 regex parser 0.9 s a line, with the GIL held, which stopped every other check of the manager."""
 
 
-async def checked(pki: Pki, server: str, timeout: float = 10.0) -> Finding:
-    """The check's Finding, held to :data:`CPU_PER_CHECK` whatever the server sends."""
+async def checked(pki: Pki, server: str, timeout: float = 10.0) -> Outcome:
+    """The check's Outcome, held to :data:`CPU_PER_CHECK` whatever the server sends."""
     cpu = time.process_time()
     finding = await check(connection(pki, server), timeout=timeout)
     spent = time.process_time() - cpu
@@ -515,12 +516,12 @@ async def test_a_check_ends_at_its_deadline_whatever_its_thread_does(
     release = threading.Event()
     entered = threading.Event()
 
-    def stuck(*args: object) -> Finding:
+    def stuck(*args: object) -> Outcome:
         entered.set()
         release.wait(10)
         raise TimeoutError("released")
 
-    monkeypatch.setattr(probe, "_lean_ask", stuck)
+    monkeypatch.setattr(lean, "_lean_ask", stuck)
     server, _ = await serve(kubernetes)
     started = time.monotonic()
     finding = await check(connection(pki, server), timeout=1.0)
@@ -551,10 +552,10 @@ async def test_hanging_checks_use_a_bounded_number_of_threads(pki: Pki, serve: S
             for _ in range(40):
                 checks.start_soon(functools.partial(check, connection(pki, server), timeout=1.0))
         nursery.cancel_scope.cancel()
-    assert most - before <= probe._THREAD_LIMIT
+    assert most - before <= lean._THREAD_LIMIT
 
 
-# --- the same Finding on both paths, for what fails before HTTP -------------------------------
+# --- the same Outcome on both paths, for what fails before HTTP -------------------------------
 
 
 async def tcp_server(

@@ -16,7 +16,7 @@ import trio
 
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.reasons import Reason
-from kokumi.runtime.probe import check
+from kokumi.runtime.probe.checks import check
 
 
 @pytest.fixture

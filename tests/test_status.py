@@ -92,13 +92,15 @@ specs = st.sampled_from(
 )
 clusters = st.builds(api.Cluster, metas, specs, cluster_statuses)
 invalid_clusters = st.builds(api.Invalid, metas, words, st.none() | cluster_statuses)
-outcomes = st.builds(
-    Outcome,
-    ok=st.booleans(),
-    reason=st.sampled_from(list(Reason)),
-    message=words,
-    server=st.none() | st.sampled_from(["https://a.example:6443", "https://b.example/"]),
-    kubernetes_version=st.none() | st.just("v1.36.3"),
+outcomes = st.sampled_from(list(Reason)).flatmap(
+    lambda reason: st.builds(
+        Outcome,
+        ok=st.just(reason is Reason.READY),  # an Outcome holds ok exactly when Ready
+        reason=st.just(reason),
+        message=words,
+        server=st.none() | st.sampled_from(["https://a.example:6443", "https://b.example/"]),
+        kubernetes_version=st.none() | st.just("v1.36.3"),
+    )
 )
 conflicts = st.none() | st.sampled_from(["server https://a.example:6443 is held by Cluster x/y"])
 conflict_reasons = st.sampled_from([Reason.CLUSTER_CONFLICT, Reason.REGISTRATION_FAILED])

@@ -18,9 +18,10 @@ import trio
 
 from kokumi.actors.metrics import Metrics
 from kokumi.core import schedule
+from kokumi.core.status import Outcome
 from kokumi.kube.client import Client
-from kokumi.runtime import probe
 from kokumi.runtime.options import Options
+from kokumi.runtime.probe import checks
 
 if TYPE_CHECKING:
     from kokumi.core.egress import EgressPolicy
@@ -32,8 +33,8 @@ log = logging.getLogger(__name__)
 
 
 class Probe(Protocol):
-    """One check of one connection: :func:`kokumi.runtime.probe.check`, or a stand-in in a model
-    test."""
+    """One check of one connection: :func:`kokumi.runtime.probe.checks.check`, or a stand-in in
+    a model test."""
 
     async def __call__(
         self,
@@ -41,7 +42,7 @@ class Probe(Protocol):
         *,
         timeout: float,  # noqa: ASYNC109
         egress: EgressPolicy | None = None,
-    ) -> probe.Finding: ...
+    ) -> Outcome: ...
 
 
 class CountingLimiter:
@@ -236,17 +237,17 @@ class InClusterCheck:
         limiter: CountingLimiter,
         options: Options,
         metrics: Metrics,
-        check_own: Callable[..., Awaitable[probe.Finding]] = probe.check_client,
+        check_own: Callable[..., Awaitable[Outcome]] = checks.check_client,
     ):
         self._client = client
         self._check_own = check_own
         self._limiter = limiter
         self._options = options
         self._metrics = metrics
-        self._last: tuple[float, probe.Finding] | None = None
+        self._last: tuple[float, Outcome] | None = None
         self._running: trio.Event | None = None
 
-    async def check(self, max_age: float) -> probe.Finding:
+    async def check(self, max_age: float) -> Outcome:
         while True:
             if self._last is not None and trio.current_time() - self._last[0] < max_age:
                 return self._last[1]

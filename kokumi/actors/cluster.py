@@ -37,22 +37,10 @@ from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.client import SECRETS
 from kokumi.objects import resource_version, secret_data, secret_keys
-from kokumi.runtime import probe
 
-__all__ = ["Check", "ClusterActor", "outcome_of"]
+__all__ = ["Check", "ClusterActor"]
 
 log = logging.getLogger(__name__)
-
-
-def outcome_of(finding: probe.Finding) -> Outcome:
-    """A check's finding, as the Ready condition sees it."""
-    return Outcome(
-        finding.ok,
-        str(finding.reason),
-        finding.message,
-        finding.server,
-        finding.kubernetes_version,
-    )
 
 
 @attrs.frozen
@@ -398,8 +386,8 @@ class ClusterActor:
         """The check of ``cluster``; None if a message came while it waited for a slot."""
         now = trio.current_time()
         if cluster.spec.connection == "InCluster":
-            finding = await self._context.in_cluster.check(self._context.options.reuse_window)
-            return Check(outcome_of(finding), now, None)
+            outcome = await self._context.in_cluster.check(self._context.options.reuse_window)
+            return Check(outcome, now, None)
         ref = cluster.secret_ref
         assert ref is not None  # parse_cluster guarantees it for Kubeconfig
         read = self._reusable_read(cluster, now)
@@ -428,7 +416,7 @@ class ClusterActor:
             )
         finally:
             limiter.release()
-        return Check(outcome_of(found), trio.current_time(), version, parsed)
+        return Check(found, trio.current_time(), version, parsed)
 
     def _reusable_read(self, cluster: api.Cluster, now: float) -> _Read | None:
         """The kubeconfig last read, while the Secret watch says the Secret is that version.

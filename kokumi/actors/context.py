@@ -11,9 +11,10 @@ import trio
 from kokumi.actors.checks import CountingLimiter, InClusterCheck, Probe
 from kokumi.actors.metrics import Metrics
 from kokumi.actors.writes import EventRecorder
+from kokumi.core import schedule
 from kokumi.kube.client import Client
-from kokumi.runtime import probe
 from kokumi.runtime.options import Options
+from kokumi.runtime.probe import checks
 
 if TYPE_CHECKING:
     from kokumi.core.kubeconfig import Connection
@@ -42,11 +43,13 @@ class Context:
     events: EventRecorder
     metrics: Metrics
     secret_versions: MutableMapping[tuple[str, str], str] = attrs.field(factory=dict)
-    check: Probe = probe.check
+    check: Probe = checks.check
     username: str | None = None  # the manager's own identity on the hub, named in RBAC fixes
     # Reads of kubeconfig Secrets, as many at a time as checks: after a restart every Cluster
     # reads its Secret at once, and the hub must not get thousands of GETs together.
-    secret_reads: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(8))
+    secret_reads: trio.CapacityLimiter = attrs.field(
+        factory=lambda: trio.CapacityLimiter(schedule.CHECK_SLOTS)
+    )
     #: The client of a Cluster's writes (status, finalizer, Events); with shards or a leader
     #: Lease, fenced by the Lease that lets this replica serve it. None: ``client``.
     writers: Callable[[ClusterRef], Client] | None = None

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from kokumi.core import api
+from kokumi.core import api, schedule
 from kokumi.core.availability import Change, Fleet, FleetSnapshot
 from kokumi.core.reasons import Reason
 from kokumi.kube.watch import Resync, WatchEvent
@@ -65,7 +65,7 @@ class Metrics:
     """When each Cluster's next check falls due (Trio's clock), while none runs or waits."""
     due_clock: Callable[[], float] | None = attrs.field(default=None, eq=False, repr=False)
     """The clock of ``check_due``: Trio's, set by the first Cluster that plans a check."""
-    check_interval: float = 60.0
+    check_interval: float = schedule.CHECK_INTERVAL
     check_results: Counter = attrs.field(init=False, eq=False, repr=False)
     check_seconds: Histogram = attrs.field(init=False, eq=False, repr=False)
     check_wait_seconds: Histogram = attrs.field(init=False, eq=False, repr=False)

@@ -20,7 +20,6 @@ import ssl
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeAlias
 
-from kokumi.core.egress import METADATA, Network
 from kokumi.core.reasons import Reason
 
 __all__ = [
@@ -33,7 +32,6 @@ __all__ = [
     "bad_token",
     "chain",
     "credential_refused",
-    "egress_denied",
     "forbidden",
     "from_failure",
     "invalid_tls_material",
@@ -262,18 +260,6 @@ def timed_out(timeout: float, where: str) -> Verdict:
     )
 
 
-def egress_denied(host: str, address: str, network: Network) -> Verdict:
-    where = (
-        f"{address} is in {network}"
-        if host == address
-        else f"{host} resolves to {address}, in {network}"
-    )
-    return Reason.EGRESS_DENIED, (
-        f"{where}, where the manager does not connect ({_why(network)}): use the API"
-        " server's routable address, or allow it with kokumi manager --probe-allow-cidr"
-    )
-
-
 def unauthorized(has_credential: bool, *, own: bool) -> Verdict:
     """A 401, or no credential at all; ``own``: the manager's own connection, not a kubeconfig's."""
     if not has_credential:
@@ -404,11 +390,3 @@ def _handshake_message(exc: ssl.SSLError, where: str) -> str:
         f"the TLS handshake with {where} failed ({text}): check that the server URL points at"
         " the API server's HTTPS port"
     )
-
-
-def _why(network: Network) -> str:
-    if network.is_link_local:
-        return "link-local, where clouds serve instance metadata and credentials"
-    if str(network) in METADATA:
-        return "a cloud's instance metadata address, which serves credentials"
-    return "denied by --probe-deny-cidr"

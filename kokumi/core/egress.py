@@ -17,8 +17,10 @@ same address, so a name cannot resolve to one address for the guard and another 
 
 The same policy guards the registry: Argo CD's pods connect to the server of every cluster Secret
 Kokumi writes, with the credential in it, so a server the probe may not reach is never
-registered either (:meth:`EgressPolicy.url_refusal` judges a server or proxy URL whose host is an
-address; the Cluster actor releases a Cluster whose check found a name resolving to one).
+registered either. :func:`judge` is the one judge, and its verdict the one message: of a server
+or proxy URL whose host is an address (the probe before it connects, the registry before it
+registers), and of each address a host name resolves to (the probe, as it connects; the Cluster
+actor releases a Cluster whose check found a name resolving to one).
 """
 
 from __future__ import annotations
@@ -29,20 +31,23 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from kokumi.core.reasons import Reason
+
 __all__ = [
     "DEFAULT_DENY",
     "METADATA",
     "EgressPolicy",
     "Network",
-    "Refused",
+    "denied",
     "embedded_ipv4",
+    "judge",
     "parse_address",
 ]
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-# How many answers of url_refusal a policy keeps: a fleet's servers, with room to spare; past it
+# How many answers of _url_refusal a policy keeps: a fleet's servers, with room to spare; past it
 # the memory starts again (a server that is renamed leaves its old answer behind).
 _REMEMBERED = 1 << 16
 
@@ -150,7 +155,7 @@ def embedded_ipv4(address: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address
 
 
 @attrs.frozen
-class Refused:
+class _Refused:
     """Where a URL leads that the policy refuses: its host, the address it spells, the network."""
 
     host: str
@@ -171,9 +176,9 @@ class EgressPolicy:
 
     deny: tuple[Network, ...] = attrs.field(default=tuple(_network(cidr) for cidr in DEFAULT_DENY))
     allow: tuple[Network, ...] = ()
-    # What url_refusal said for each tuple of URLs: every check and every claim asks it of the
+    # What _url_refusal said for each tuple of URLs: every check and every claim asks it of the
     # same server, and the answer depends on the URLs and the policy alone.
-    _said: dict[tuple[str | None, ...], Refused | None] = attrs.field(
+    _said: dict[tuple[str | None, ...], _Refused | None] = attrs.field(
         factory=dict, init=False, eq=False, hash=False, repr=False
     )
 
@@ -215,7 +220,7 @@ class EgressPolicy:
             return None
         return best[2]
 
-    def url_refusal(self, *urls: str | None) -> Refused | None:
+    def _url_refusal(self, *urls: str | None) -> _Refused | None:
         """The first of ``urls`` (a server, a proxy) whose host is an address the policy refuses.
 
         A host name is not resolved here (no I/O): the probe resolves it and judges every address.
@@ -225,10 +230,10 @@ class EgressPolicy:
             return said[urls]
         if len(said) >= _REMEMBERED:
             said.clear()
-        said[urls] = refused = self._url_refusal(urls)
+        said[urls] = refused = self._first_refused(urls)
         return refused
 
-    def _url_refusal(self, urls: tuple[str | None, ...]) -> Refused | None:
+    def _first_refused(self, urls: tuple[str | None, ...]) -> _Refused | None:
         for url in urls:
             host = _host(url) if url else None
             address = parse_address(host) if host else None
@@ -236,5 +241,51 @@ class EgressPolicy:
                 continue
             network = self.refusal(address)
             if network is not None:
-                return Refused(host, str(address), network)
+                return _Refused(host, str(address), network)
         return None
+
+
+def judge(
+    policy: EgressPolicy,
+    server: str,
+    proxy_url: str | None = None,
+    *,
+    address: str | None = None,
+) -> tuple[Reason, str] | None:
+    """The ``EgressDenied`` verdict (reason and message) on a connection ``policy`` refuses, or
+    None when it may be made.
+
+    Without ``address``, ``server`` and ``proxy_url`` are URLs, judged by the address their host
+    spells; a host name is not resolved here (no I/O), so it passes. With ``address``, ``server``
+    is a host as the connection names it and ``address`` one it resolved to (or spells).
+    """
+    if address is None:
+        refused = policy._url_refusal(server, proxy_url)
+        if refused is None:
+            return None
+        return denied(refused.host, refused.address, refused.network)
+    network = policy.refusal(address)
+    if network is None:
+        return None
+    return denied(server, address, network)
+
+
+def denied(host: str, address: str, network: Network) -> tuple[Reason, str]:
+    """The verdict's words: where ``host`` leads, and why the manager does not connect there."""
+    where = (
+        f"{address} is in {network}"
+        if host == address
+        else f"{host} resolves to {address}, in {network}"
+    )
+    return Reason.EGRESS_DENIED, (
+        f"{where}, where the manager does not connect ({_why(network)}): use the API"
+        " server's routable address, or allow it with kokumi manager --probe-allow-cidr"
+    )
+
+
+def _why(network: Network) -> str:
+    if network.is_link_local:
+        return "link-local, where clouds serve instance metadata and credentials"
+    if str(network) in METADATA:
+        return "a cloud's instance metadata address, which serves credentials"
+    return "denied by --probe-deny-cidr"

@@ -29,12 +29,34 @@ import math
 from kokumi.core.reasons import Reason
 
 __all__ = [
+    "CHECK_INTERVAL",
+    "CHECK_JITTER",
+    "CHECK_SLOTS",
+    "CHECK_TIMEOUT",
+    "REUSE_WINDOW",
     "SILENT_AFTER",
     "due_after",
     "is_unanswered",
     "offset_of",
     "silent_slots",
 ]
+
+# The spec's numbers, in one place: the defaults of kokumi.Options and of the probe read them.
+
+CHECK_INTERVAL = 60.0
+"""Seconds between two checks of one Cluster: "about once a minute"."""
+
+CHECK_JITTER = 6.0
+"""The most a check comes later than its Cluster's place, at random: a tenth of the interval."""
+
+CHECK_SLOTS = 8
+"""Checks at a time ("eight at a time"), and kubeconfig Secret reads at a time."""
+
+CHECK_TIMEOUT = 10.0
+"""Seconds one check has, all included: DNS, TLS, both requests."""
+
+REUSE_WINDOW = 30.0
+"""A check younger than this (half a minute), with the Secret unchanged, is reused."""
 
 SILENT_AFTER = 2
 """Unanswered checks in a row that make a Cluster silent.

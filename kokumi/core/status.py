@@ -50,17 +50,24 @@ so the Environment counts and names only the first few by name of those that do 
 
 @attrs.frozen
 class Outcome:
-    """What a check found, in the terms of the Ready condition.
+    """What a check found, in the terms of the Ready condition; the probe's one answer.
 
     Also what the Cluster actor decides before any check: a missing Secret, a refused kubeconfig,
-    an invalid spec.
+    an invalid spec. ``message`` is one line: what is wrong and how to fix it. A check's outcome
+    names its ``server``, and ``kubernetes_version`` is the server's ``gitVersion`` whenever
+    ``/version`` answered, also when the credential was then refused, and ``None`` when it is
+    unknown. ``ok`` is true exactly when ``reason`` is ``Ready``.
     """
 
     ok: bool
-    reason: str
+    reason: Reason
     message: str
     server: str | None = None
     kubernetes_version: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.ok != (self.reason is Reason.READY):
+            raise ValueError(f"an Outcome with reason {self.reason} cannot have ok={self.ok}")
 
 
 # --- the Cluster --------------------------------------------------------------------------------
@@ -187,7 +194,9 @@ def seeded_outcome(cluster: api.Cluster | api.Invalid) -> Outcome | None:
     ok = ready.status == "True"
     if ok != (ready.reason == Reason.READY):
         return None
-    return Outcome(ok, ready.reason, ready.message, status.server, status.kubernetes_version)
+    return Outcome(
+        ok, Reason(ready.reason), ready.message, status.server, status.kubernetes_version
+    )
 
 
 def cluster_status(
@@ -208,6 +217,7 @@ def cluster_status(
     """
     generation = cluster.metadata.generation
     status: api.ConditionStatus
+    reason: str
     if not outcome.ok:
         status, reason, message = "False", outcome.reason, outcome.message
     elif conflict:

@@ -17,12 +17,12 @@ from types import TracebackType
 from typing import Any, Protocol, Self
 
 import attrs
-import httpcore
 import httpx
 import trio
 
 from kokumi.objects import Resource, metadata_of, name_of, namespace_of
 
+from . import backend
 from .config import Config
 from .errors import (
     ApiError,
@@ -223,7 +223,7 @@ class Client:
                 trust_env=False,
                 limits=httpx.Limits(max_connections=None, max_keepalive_connections=20),
             )
-            _close_half_made_connections(transport)
+            backend.install(transport)  # closes a cancelled handshake's socket
         self._http = httpx.AsyncClient(
             base_url=config.server,
             trust_env=False,
@@ -766,81 +766,3 @@ def _dumps(value: Any) -> bytes:
 
 def _loads(raw: bytes) -> Any:
     return json.loads(raw)
-
-
-# --- sockets that a cancelled handshake would leave to the garbage collector -----------------
-
-
-def _close_half_made_connections(transport: httpx.AsyncHTTPTransport) -> None:
-    """Close a connection whose TLS handshake is cancelled, as one that fails is closed.
-
-    httpcore closes a half-made connection when an ``Exception`` interrupts its handshake, not on
-    cancellation: a request cancelled then (a manager stopping, a watch restarted) left its TCP
-    socket to the garbage collector, reported as ``ResourceWarning: unclosed socket`` in whatever
-    ran next. The backend is private to httpcore's pool, as the probe's egress guard knows;
-    tests/test_kube_client_sockets.py fails if it moves.
-    """
-    pool = transport._pool
-    if not hasattr(pool, "_network_backend"):
-        raise RuntimeError("httpx/httpcore changed: the client cannot close cancelled handshakes")
-    pool._network_backend = _ClosingBackend(pool._network_backend)
-
-
-class _ClosingBackend(httpcore.AsyncNetworkBackend):
-    def __init__(self, inner: httpcore.AsyncNetworkBackend) -> None:
-        self._inner = inner
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-        local_address: str | None = None,
-        socket_options: Any = None,
-    ) -> httpcore.AsyncNetworkStream:
-        stream = await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
-        return _ClosingStream(stream)
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-        socket_options: Any = None,
-    ) -> httpcore.AsyncNetworkStream:
-        stream = await self._inner.connect_unix_socket(path, timeout, socket_options)
-        return _ClosingStream(stream)
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
-
-
-class _ClosingStream(httpcore.AsyncNetworkStream):
-    """A TCP stream that closes itself when its TLS handshake is cancelled."""
-
-    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
-        self._inner = inner
-
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
-        return await self._inner.read(max_bytes, timeout)
-
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
-        await self._inner.write(buffer, timeout)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def start_tls(
-        self,
-        ssl_context: Any,
-        server_hostname: str | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-    ) -> httpcore.AsyncNetworkStream:
-        try:
-            return await self._inner.start_tls(ssl_context, server_hostname, timeout)
-        except BaseException:
-            with trio.CancelScope(shield=True):
-                await self._inner.aclose()
-            raise
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)

@@ -7,6 +7,7 @@ import random
 
 import attrs
 
+from kokumi.core import schedule
 from kokumi.core.egress import EgressPolicy
 from kokumi.core.leader import LeaderElection
 from kokumi.core.secretaccess import SecretScope
@@ -29,11 +30,11 @@ class Options:
 
     namespace: str = "kokumi"
     argocd_namespace: str = "argocd"
-    check_interval: float = 60.0
-    check_jitter: float = 6.0
-    probe_timeout: float = 10.0
-    max_concurrent_checks: int = 8
-    reuse_window: float = 30.0
+    check_interval: float = schedule.CHECK_INTERVAL
+    check_jitter: float = schedule.CHECK_JITTER
+    probe_timeout: float = schedule.CHECK_TIMEOUT
+    max_concurrent_checks: int = schedule.CHECK_SLOTS
+    reuse_window: float = schedule.REUSE_WINDOW
     keep_in_cluster: bool = True
     field_manager: str = "kokumi"
     #: Retries of refused or failed API requests wait from ``retry_initial`` up to

@@ -19,8 +19,8 @@ from kokumi.actors.metrics import Metrics
 from kokumi.actors.registry.facts import Facts
 from kokumi.actors.registry.state import Liveness, Serves, log
 from kokumi.actors.writes import EventRecorder
-from kokumi.core import argocd, diagnosis, ownership
-from kokumi.core.egress import EgressPolicy
+from kokumi.core import argocd, ownership
+from kokumi.core.egress import EgressPolicy, judge
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.ownership import ClusterRef
 from kokumi.core.registration import Registration
@@ -272,13 +272,11 @@ class Registry(Facts):
                     # release, a reshard) writes it then, not at the holder's next claim.
                     self._tell(cluster, asked=True)
                     return None
-                refused = self._egress.url_refusal(connection.server, connection.proxy_url)
-                if refused is not None:
+                denied = judge(self._egress, connection.server, connection.proxy_url)
+                if denied is not None:
                     # Argo CD's pods would connect there with the Cluster's credential: never
                     # registered, and a registration it had is released.
-                    _, message = diagnosis.egress_denied(
-                        refused.host, refused.address, refused.network
-                    )
+                    _, message = denied
                     server = ownership.normalise_server(connection.server)
                     self._denied[cluster] = (server, message)
                     self._claims.pop(cluster, None)

@@ -1,0 +1,290 @@
+"""One check of one cluster connection: the probe's public face, and the path through httpx.
+
+:func:`check` checks a kubeconfig's connection, :func:`check_config` (and :func:`check_client`)
+the manager's own. Without a proxy the check goes the lean way (:mod:`.lean`); behind a
+``proxy-url`` it goes through httpx, which speaks CONNECT and SOCKS, over the one httpcore
+backend of :mod:`kokumi.kube.backend`, which judges every address it connects to and closes
+every socket at the end. The package's docstring says what the two questions are and why.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import ssl
+from collections.abc import Callable
+
+import httpx
+import trio
+
+from kokumi.core import diagnosis
+from kokumi.core.egress import EgressPolicy, judge
+from kokumi.core.kubeconfig import Connection
+from kokumi.core.schedule import CHECK_TIMEOUT
+from kokumi.core.status import Outcome
+from kokumi.kube import backend
+from kokumi.kube.client import Client
+from kokumi.kube.config import Config
+from kokumi.kube.errors import ConfigError
+from kokumi.kube.tls import ssl_context
+from kokumi.runtime.probe.lean import _lean_check
+from kokumi.runtime.probe.questions import (
+    _ask,
+    _from_failure,
+    _Outcomes,
+    _Question,
+    _Refused,
+)
+
+__all__ = ["check", "check_client", "check_config"]
+
+# The probe's one logger, whichever of its modules logs (the name is documented).
+log = logging.getLogger("kokumi.runtime.probe")
+
+
+async def check(
+    connection: Connection,
+    *,
+    timeout: float = CHECK_TIMEOUT,  # noqa: ASYNC109
+    egress: EgressPolicy | None = None,
+) -> Outcome:
+    """Check ``connection`` within ``timeout`` seconds, all included: DNS, TLS, both requests.
+
+    The budget is a parameter, not the caller's cancel scope, because it is part of the answer:
+    running out of it is an Outcome ("timed out after 10 s"), never a cancellation.
+
+    The TLS settings are honoured as kubectl and Argo CD honour them: the CA (else the system's
+    CAs), ``tls-server-name`` for SNI and verification, ``insecure-skip-tls-verify``, the client
+    certificate and key, and ``proxy-url``. Nothing comes from the environment (no
+    ``HTTPS_PROXY``, no ``.netrc``): the kubeconfig is the whole truth, as for the manager's own
+    connection. Behind an HTTP(S) proxy the TLS server name is not sent, because httpx's tunnel
+    always uses the URL's host; SOCKS proxies need httpx's ``socks`` extra.
+
+    ``egress`` (default: :class:`EgressPolicy`'s, which refuses link-local and metadata addresses)
+    is applied where the probe connects: to the server's literal address before anything else,
+    and to every address a host name resolves to, before a socket is opened to it. A proxy's own
+    address is judged the same way; a host name behind a proxy is resolved by the proxy, out of
+    the probe's sight, which is what the example NetworkPolicy in deploy/optional is for.
+    """
+    return await _check(
+        _Outcomes(connection.server, timeout, own=False),
+        egress=egress or _DEFAULT_EGRESS,
+        token=connection.token,
+        client_certificate=connection.client_certificate,
+        client_key=connection.client_key,
+        certificate_authority=connection.certificate_authority,
+        tls_server_name=connection.tls_server_name,
+        insecure_skip_tls_verify=connection.insecure_skip_tls_verify,
+        proxy_url=connection.proxy_url,
+    )
+
+
+async def check_client(
+    client: Client,
+    *,
+    timeout: float = CHECK_TIMEOUT,  # noqa: ASYNC109
+) -> Outcome:
+    """Check the cluster the manager runs in, through the connection ``client`` is configured with.
+
+    Shorthand for :func:`check_config` with ``client.config``.
+    """
+    return await check_config(client.config, timeout=timeout)
+
+
+async def check_config(
+    config: Config,
+    *,
+    timeout: float = CHECK_TIMEOUT,  # noqa: ASYNC109
+) -> Outcome:
+    """Check the manager's own connection (the cluster Kokumi runs in) as :func:`check` does.
+
+    Same two questions and reasons, so an InCluster Cluster reads like any other; the messages
+    point at the manager's credential instead of a kubeconfig Secret. Pass ``client.config`` of
+    the shared :class:`kokumi.kube.Client`. The check opens a connection of its own rather than
+    borrowing the client's pool: it must prove that a new connection works, not that an old one
+    still does. A rotating token that the server refuses is re-read once, as the client does.
+    """
+    outcomes = _Outcomes(config.server, timeout, own=True)
+    with trio.move_on_after(timeout):
+        provider = config.token
+        try:
+            token = await provider.token() if provider is not None else None
+        except ConfigError as exc:
+            return outcomes.of(diagnosis.unreadable_token(str(exc)))
+        while True:
+            outcome = await _check(
+                outcomes,
+                token=token,
+                client_certificate=config.client_certificate,
+                client_key=config.client_key,
+                certificate_authority=config.certificate_authority,
+                tls_server_name=config.tls_server_name,
+                insecure_skip_tls_verify=config.insecure_skip_tls_verify,
+                proxy_url=config.proxy_url,
+            )
+            if not diagnosis.credential_refused(outcome.reason) or provider is None:
+                return outcome
+            token = await provider.refresh()
+            if token is None:
+                return outcome
+            provider = None  # one re-read, as the client does
+    return outcomes.timed_out()
+
+
+async def _check(
+    outcomes: _Outcomes,
+    *,
+    token: str | None,
+    client_certificate: bytes | None,
+    client_key: bytes | None,
+    certificate_authority: bytes | None,
+    tls_server_name: str | None,
+    insecure_skip_tls_verify: bool,
+    proxy_url: str | None,
+    egress: EgressPolicy | None = None,
+) -> Outcome:
+    outcomes.version = None
+    if egress is not None:
+        # A literal address, in any spelling the resolver reads, is judged before anything
+        # else, the server's and the proxy's: no proxy, DNS or socket sees it (and Argo CD
+        # is never lent it either: the registry asks the same question).
+        literal = judge(egress, outcomes.server, proxy_url)
+        if literal is not None:
+            return outcomes.of(literal)
+    try:
+        base = httpx.URL(outcomes.server.rstrip("/"))
+    except httpx.InvalidURL:
+        return outcomes.of(diagnosis.invalid_url())
+    if base.scheme not in ("https", "http") or not base.host:
+        return outcomes.of(diagnosis.not_http_url())
+    try:
+        context = _contexts.get(
+            certificate_authority, client_certificate, client_key, insecure_skip_tls_verify
+        )
+    except ConfigError as exc:
+        return outcomes.of(diagnosis.invalid_tls_material(str(exc), own=outcomes.own))
+    if token and not all("!" <= char <= "~" for char in token):
+        # httpx would raise, quoting the offending character.
+        return outcomes.of(diagnosis.bad_token())
+    headers = {"Accept": "application/json", "User-Agent": "kokumi-probe"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    extensions = {"sni_hostname": tls_server_name} if tls_server_name else {}
+    question = _Question(
+        base, headers, extensions, has_credential=bool(token) or bool(client_certificate)
+    )
+    started = trio.current_time()
+    with trio.move_on_after(outcomes.timeout):
+        if proxy_url is None and _LEAN:
+            try:
+                outcome = await _lean_check(
+                    question, outcomes, context, base, tls_server_name, egress, started
+                )
+            except _Refused as refused:
+                outcome = outcomes.of(refused.verdict)
+            except (OSError, diagnosis.NoHTTPAnswer) as exc:
+                outcome = _from_failure(
+                    exc, outcomes, base, tls_server_name, proxy_url, certificate_authority
+                )
+            return _logged(outcome, outcomes, started)
+        try:
+            transport = httpx.AsyncHTTPTransport(
+                verify=context, proxy=proxy_url or None, trust_env=False
+            )
+            client = httpx.AsyncClient(
+                transport=transport,
+                trust_env=False,  # no proxy, CA bundle or .netrc from the environment
+                timeout=outcomes.timeout,
+                follow_redirects=False,
+            )
+        except ImportError:
+            return outcomes.of(diagnosis.no_socks_support())
+        except ValueError:
+            return outcomes.of(diagnosis.unknown_proxy_scheme())
+        # Every address judged where the pool connects (the server's, or the proxy's), and every
+        # socket closed at the end, even when the deadline fires mid-handshake or mid-read.
+        sockets = backend.install(
+            transport, admit=_admission(egress) if egress is not None else None, track=True
+        )
+        try:
+            async with client:
+                outcome = await _ask(client, question, outcomes)
+        except _Refused as refused:
+            outcome = outcomes.of(refused.verdict)
+        except (httpx.HTTPError, OSError, trio.BrokenResourceError) as exc:
+            outcome = _from_failure(
+                exc, outcomes, base, tls_server_name, proxy_url, certificate_authority
+            )
+        finally:
+            await sockets.close_all()
+        return _logged(outcome, outcomes, started)
+    return outcomes.timed_out()
+
+
+class _ContextCache:
+    """TLS client contexts by their material, least recently used first out.
+
+    Building one costs about a millisecond of OpenSSL (more than the rest of a check's own code)
+    and the material only changes with the kubeconfig Secret, so a steady fleet reuses them. The
+    context only holds what to trust and what to present; every check still opens a new
+    connection and handshakes anew, so it still proves the server and the credential. About
+    18 KB each: the bound keeps a fleet of distinct CAs under about 75 MB.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._contexts: collections.OrderedDict[
+            tuple[bytes | None, bytes | None, bytes | None, bool], ssl.SSLContext
+        ] = collections.OrderedDict()
+
+    def get(
+        self,
+        certificate_authority: bytes | None,
+        client_certificate: bytes | None,
+        client_key: bytes | None,
+        insecure_skip_tls_verify: bool,
+    ) -> ssl.SSLContext:
+        key = (certificate_authority, client_certificate, client_key, insecure_skip_tls_verify)
+        context = self._contexts.get(key)
+        if context is not None:
+            self._contexts.move_to_end(key)
+            return context
+        context = ssl_context(
+            certificate_authority, client_certificate, client_key, insecure_skip_tls_verify
+        )  # raises ConfigError: no entry
+        self._contexts[key] = context
+        if len(self._contexts) > self._size:
+            self._contexts.popitem(last=False)
+        return context
+
+
+_contexts = _ContextCache(4096)
+
+
+def _logged(outcome: Outcome, outcomes: _Outcomes, started: float) -> Outcome:
+    """The outcome, logged at debug with the check's time, whichever path found it."""
+    log.debug(
+        "checked %s in %.0f ms: %s",
+        outcomes.server,
+        (trio.current_time() - started) * 1000,
+        outcome.reason,
+    )
+    return outcome
+
+
+def _admission(egress: EgressPolicy) -> Callable[[str, str], None]:
+    """The egress policy as the backend asks it, for each address a host resolves to."""
+
+    def admit(host: str, address: str) -> None:
+        verdict = judge(egress, host, address=address)
+        if verdict is not None:
+            raise _Refused(verdict)
+
+    return admit
+
+
+# The policy of a check that names none: one instance, so that its answers are remembered.
+_DEFAULT_EGRESS = EgressPolicy()
+_LEAN = True
+"""Checks without a proxy take the lean path; false sends every check through httpx (tests
+compare the two)."""

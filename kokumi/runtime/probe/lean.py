@@ -1,0 +1,358 @@
+"""The lean path: a check's two HTTP/1.1 requests on a blocking socket, in a worker thread.
+
+Without a proxy (nearly every check) this is how the probe asks: Python's ``ssl`` and a plain
+socket, the answers read by h11 as they arrive, so that a check costs about what its handshake
+costs, half of what it costs through httpx's async client. The host is resolved on Trio and every
+address judged by the egress policy before the thread connects to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import ssl
+import threading
+import time
+from typing import Any
+
+import attrs
+import h11
+import httpx
+import trio
+
+from kokumi.core import diagnosis
+from kokumi.core.egress import EgressPolicy, judge, parse_address
+from kokumi.core.schedule import CHECK_SLOTS
+from kokumi.core.status import Outcome
+from kokumi.runtime.probe.questions import (
+    _ACCESS_REVIEW,
+    _ACCESS_REVIEW_PATH,
+    _MAX_BODY,
+    _REVIEW,
+    _REVIEW_PATH,
+    _Outcomes,
+    _phrase,
+    _Question,
+    _Refused,
+)
+
+_MAX_HEAD = 16 * 1024
+"""An answer's heads, every interim answer's included, together: as much as h11 (under httpx)
+allows one head. More is no answer."""
+
+_MAX_INTERIM = 8
+"""1xx answers skipped before the real one; a server that sends more is not answering."""
+
+_THREADS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("kokumi_probe_threads")
+_THREAD_LIMIT = 2 * CHECK_SLOTS
+"""Worker threads of lean checks at once: the eight check slots, and as many again for the
+manager's own check and checks abandoned at their deadline (each ends at once: its socket is shut
+down). A limiter of their own, so that checks never wait for other users of Trio's threads."""
+
+_REVIEW_BODY = json.dumps(_REVIEW, separators=(",", ":")).encode()
+_ACCESS_REVIEW_BODY = json.dumps(_ACCESS_REVIEW, separators=(",", ":")).encode()
+
+
+def _threads() -> trio.CapacityLimiter:
+    """The lean checks' limiter, one per Trio run (a limiter belongs to the run that made it)."""
+    try:
+        return _THREADS.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(_THREAD_LIMIT)
+        _THREADS.set(limiter)
+        return limiter
+
+
+async def _lean_check(
+    question: _Question,
+    outcomes: _Outcomes,
+    context: ssl.SSLContext,
+    base: httpx.URL,
+    tls_server_name: str | None,
+    egress: EgressPolicy | None,
+    started: float,
+) -> Outcome:
+    """The check as :func:`_ask` asks it, without httpx: what a check costs is then mostly the
+    handshake's cryptography.
+
+    Here, on Trio: the host is resolved and every address judged by ``egress`` (as the guard
+    does for httpx), and one socket per address is made through Trio's socket factory. The
+    worker thread then connects to the judged addresses only (never resolving again: no DNS
+    rebinding), handshakes, asks and closes, with every socket operation's timeout what is left
+    of the check's budget. If the check's deadline fires first, the thread is abandoned and its
+    socket shut down, which wakes it at once; the thread closes the socket as it leaves.
+    """
+    host = base.raw_host.decode("ascii")  # IDNA-encoded, as httpcore resolves and names it
+    port = base.port or (443 if base.scheme == "https" else 80)
+    literal = parse_address(host)
+    if literal is not None:
+        infos = socket.getaddrinfo(
+            str(literal), port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST
+        )
+    else:
+        infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    targets = list(dict.fromkeys((info[0], info[4]) for info in infos))
+    if egress is not None:
+        for _, sockaddr in targets:
+            verdict = judge(egress, host, address=str(sockaddr[0]))
+            if verdict is not None:
+                raise _Refused(verdict)
+    line = _Line()
+    failure: OSError | None = None
+    try:
+        for family, sockaddr in targets:
+            try:
+                made = trio.socket.socket(family, socket.SOCK_STREAM)
+            except OSError as exc:
+                failure = exc
+                continue
+            line.spare.append(
+                (socket.socket(family, socket.SOCK_STREAM, fileno=made.detach()), sockaddr)
+            )
+        if not line.spare:
+            assert failure is not None  # getaddrinfo answers at least one address, or raises
+            raise failure
+        wire = _Wire(
+            line,
+            context if base.scheme == "https" else None,
+            tls_server_name or host,
+            _request_head(question, base),
+            time.monotonic() + started + outcomes.timeout - trio.current_time(),
+        )
+        return await trio.to_thread.run_sync(
+            _lean_ask, wire, question, outcomes, abandon_on_cancel=True, limiter=_threads()
+        )
+    except BaseException:
+        line.abandon()
+        raise
+
+
+def _request_head(question: _Question, base: httpx.URL) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    """What comes before the request target, and the headers: the same headers httpx sends,
+    but no ``Accept-Encoding`` (the answers are small; nothing to decompress)."""
+    host = base.netloc.split(b"@")[-1]
+    fields = [(b"Host", host)]
+    fields += [
+        (name.encode("ascii"), value.encode("ascii")) for name, value in question.headers.items()
+    ]
+    return base.raw_path.rstrip(b"/"), fields
+
+
+class _Line:
+    """The sockets of one lean check, shared by the worker thread and Trio under one lock.
+
+    The thread owns the sockets and closes them; Trio, abandoning the thread at the deadline,
+    only shuts the one in use down (closing a descriptor another thread waits on is not safe)
+    and closes those the thread has not taken yet.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.spare: list[tuple[socket.socket, Any]] = []
+        self.current: socket.socket | None = None
+        self.over = False
+
+    def take(self) -> tuple[socket.socket, Any] | None:
+        with self.lock:
+            if self.over:
+                raise TimeoutError("the check was abandoned")
+            if not self.spare:
+                return None
+            sock, sockaddr = self.spare.pop(0)
+            self.current = sock
+            return sock, sockaddr
+
+    def adopt(self, sock: socket.socket) -> None:
+        """``sock`` is now the one in use (a TLS socket takes over its plain socket's descriptor,
+        or a new socket for a second connection)."""
+        with self.lock:
+            if self.over:
+                sock.close()
+                raise TimeoutError("the check was abandoned")
+            self.current = sock
+
+    def drop(self) -> None:
+        with self.lock:
+            if self.current is not None:
+                self.current.close()
+                self.current = None
+
+    def close(self) -> None:
+        """The thread's last word: every socket closed, whatever happened."""
+        with self.lock:
+            self.over = True
+            for sock, _ in self.spare:
+                sock.close()
+            self.spare.clear()
+            if self.current is not None:
+                self.current.close()
+                self.current = None
+
+    def abandon(self) -> None:
+        """Trio's word at the deadline (or before the thread ran): wake the thread, close what
+        it does not hold."""
+        with self.lock:
+            self.over = True
+            for sock, _ in self.spare:
+                sock.close()
+            self.spare.clear()
+            if self.current is not None:
+                with contextlib.suppress(OSError):
+                    socket.socket.shutdown(self.current, socket.SHUT_RDWR)
+
+
+@attrs.define
+class _Wire:
+    """One lean check's connection: where to, how, and by when (``deadline``, on
+    ``time.monotonic``).
+
+    The answers are read by h11, the HTTP/1.1 parser under httpx, a server's bytes fed to it as
+    they come: it works in time linear in what it is fed (a hand-written parser's regex once
+    spent 0.9 s of CPU, with the GIL held, on one header line padded with spaces), and every
+    check here reads a bounded amount, whatever the server sends.
+    """
+
+    line: _Line
+    context: ssl.SSLContext | None
+    server_hostname: str
+    head: tuple[bytes, list[tuple[bytes, bytes]]]
+    deadline: float
+    redial: tuple[int, Any] | None = None
+    sock: socket.socket | None = None
+    http: h11.Connection | None = None
+
+    def time_left(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the check's budget is spent")
+        return left
+
+    def connect(self) -> socket.socket:
+        """A connected (TLS) socket: the judged addresses in turn the first time, the one that
+        answered after that."""
+        if self.redial is not None:
+            family, sockaddr = self.redial
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            self.line.adopt(sock)
+            targets = [(sock, sockaddr)]
+        else:
+            targets = []
+        failure: OSError | None = None
+        while True:
+            taken = targets.pop() if targets else self.line.take()
+            if taken is None:
+                assert failure is not None
+                raise failure
+            sock, sockaddr = taken
+            try:
+                sock.settimeout(self.time_left())
+                sock.connect(sockaddr)
+            except OSError as exc:
+                failure = exc
+                self.line.drop()
+                if self.redial is not None:
+                    raise
+                continue
+            break
+        self.redial = (sock.family, sockaddr)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.context is not None:
+            tls = self.context.wrap_socket(
+                sock, server_hostname=self.server_hostname, do_handshake_on_connect=False
+            )
+            self.line.adopt(tls)
+            tls.settimeout(self.time_left())
+            tls.do_handshake()
+            sock = tls
+        return sock
+
+    def send(self, method: bytes, path: bytes, body: bytes | None) -> tuple[int, bytes]:
+        """Status and (at most ``_MAX_BODY`` of the) body, on this check's connection (a new one
+        when the last answer did not leave it usable)."""
+        if self.sock is None or self.http is None:
+            self.sock = self.connect()
+            self.http = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD)
+        prefix, fields = self.head
+        if body is not None:
+            fields = [
+                *fields,
+                (b"Content-Type", b"application/json"),
+                (b"Content-Length", b"%d" % len(body)),
+            ]
+        http = self.http
+        request = http.send(h11.Request(method=method, target=prefix + path, headers=fields))
+        if body is not None:
+            request += http.send(h11.Data(data=body))
+        request += http.send(h11.EndOfMessage())
+        self.sock.settimeout(self.time_left())
+        self.sock.sendall(request)
+        try:
+            status, content, reusable = self.answer(http)
+        except h11.RemoteProtocolError as exc:
+            raise diagnosis.NoHTTPAnswer() from exc
+        if not reusable:
+            self.line.drop()
+            self.sock = self.http = None
+        return status, content
+
+    def answer(self, http: h11.Connection) -> tuple[int, bytes, bool]:
+        """The answer to the request just sent: its status, body, and whether the connection
+        may carry the next request."""
+        fed = 0  # bytes received for this answer
+        interim = 0
+        status: int | None = None
+        content = bytearray()
+        while True:
+            event = http.next_event()
+            if event is h11.NEED_DATA:
+                if status is None and fed > _MAX_HEAD:
+                    raise diagnosis.NoHTTPAnswer()  # all of it heads, and more than one may be
+                data = self.receive()
+                fed += len(data)
+                http.receive_data(data)
+            elif isinstance(event, h11.InformationalResponse):
+                interim += 1
+                if interim > _MAX_INTERIM:
+                    raise diagnosis.NoHTTPAnswer()
+            elif isinstance(event, h11.Response):
+                if fed - len(http.trailing_data[0]) > _MAX_HEAD:
+                    raise diagnosis.NoHTTPAnswer()
+                status = event.status_code
+            elif isinstance(event, h11.Data):
+                content += event.data
+                if len(content) > _MAX_BODY:
+                    assert status is not None
+                    return status, bytes(content[: _MAX_BODY + 1]), False
+            elif isinstance(event, h11.EndOfMessage):
+                assert status is not None
+                reusable = http.our_state is h11.DONE and http.their_state is h11.DONE
+                if reusable:
+                    http.start_next_cycle()
+                return status, bytes(content), reusable
+            else:  # closed, or paused by a protocol switch: no answer either way
+                raise diagnosis.NoHTTPAnswer()
+
+    def receive(self) -> bytes:
+        """The next bytes the server sent; empty at the end of the stream."""
+        assert self.sock is not None
+        self.sock.settimeout(self.time_left())
+        return self.sock.recv(65536)
+
+
+def _lean_ask(wire: _Wire, question: _Question, outcomes: _Outcomes) -> Outcome:
+    """:func:`_ask`, in the worker thread, on :class:`_Wire`; every socket closed at the end."""
+    try:
+        said = {"has_credential": question.has_credential, "own": outcomes.own}
+        status, body = wire.send(b"GET", b"/version", None)
+        version = diagnosis.version_answer(status, _phrase(status), body, **said)
+        if isinstance(version, tuple):
+            return outcomes.of(version)
+        outcomes.version = version
+
+        status, body = wire.send(b"POST", _REVIEW_PATH.encode(), _REVIEW_BODY)
+        if status == 404:  # before Kubernetes 1.28
+            status, body = wire.send(b"POST", _ACCESS_REVIEW_PATH.encode(), _ACCESS_REVIEW_BODY)
+        return outcomes.of(diagnosis.review_answer(status, _phrase(status), body, **said))
+    finally:
+        wire.line.close()
