@@ -21,7 +21,7 @@ import trio.testing
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from kokumi.actors.registry import Registry
-from kokumi.core.kubeconfig import Connection
+from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.ownership import ClusterRef
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config

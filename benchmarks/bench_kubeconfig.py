@@ -26,7 +26,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes
 from cryptography.x509.oid import NameOID
 
-from kokumi.core.kubeconfig import Connection, minimise, parse
+from kokumi.core.kubeconfig.connection import Connection
+from kokumi.core.kubeconfig.reader import minimise, parse
 
 TOKEN = "eyJhbGciOiJSUzI1NiIsImtpZCI6Imtva3VtaSJ9." + "x" * 700 + ".signature"  # a ServiceAccount's
 

@@ -18,7 +18,8 @@ from collections.abc import Callable
 
 import yaml
 
-from kokumi.core.kubeconfig import Refusal, parse
+from kokumi.core.kubeconfig.connection import Refusal
+from kokumi.core.kubeconfig.reader import parse
 
 
 def sexagesimal(size: int) -> str:

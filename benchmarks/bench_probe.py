@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "fleet"))
 
 from fleet import PORT, SERVER_NAME, TOKEN, address  # noqa: E402
 
-from kokumi.core.kubeconfig import Connection  # noqa: E402
+from kokumi.core.kubeconfig.connection import Connection  # noqa: E402
 from kokumi.runtime.probe import checks as probe  # noqa: E402
 
 SERVER = f"https://{address(0)}:{PORT}"

@@ -16,9 +16,10 @@ from typing import Any
 
 import attrs
 
-from kokumi.core import api, argocd, handover, kubeconfig, selectors, targets
+from kokumi.core import api, argocd, handover, selectors, targets
 from kokumi.core import status as status_model
-from kokumi.core.kubeconfig import Connection
+from kokumi.core.kubeconfig.connection import Connection, Refusal
+from kokumi.core.kubeconfig.reader import parse
 from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
 
 __all__ = ["Counts", "Objects", "check_converged", "check_environments"]
@@ -51,14 +52,14 @@ class Counts:
     blocked: int = 0
 
 
-def _connection(objects: Objects, cluster: api.Cluster) -> Connection | kubeconfig.Refusal | None:
+def _connection(objects: Objects, cluster: api.Cluster) -> Connection | Refusal | None:
     """The parsed kubeconfig of a Kubeconfig Cluster; None when its Secret or key is missing."""
     assert cluster.secret_ref is not None
     secret = objects.secret(cluster.metadata.namespace, cluster.secret_ref.name)
     raw = (secret or {}).get("data", {}).get(cluster.secret_ref.key)
     if raw is None:
         return None
-    return kubeconfig.parse(base64.b64decode(raw).decode())
+    return parse(base64.b64decode(raw).decode())
 
 
 def wants(objects: Objects) -> dict[ClusterRef, tuple[str, Connection]]:

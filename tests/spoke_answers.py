@@ -9,7 +9,7 @@ import json
 
 import trio
 
-from kokumi.core.kubeconfig import Connection
+from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.status import Outcome
 from kokumi.runtime.probe import checks
 from kokumi.runtime.probe.checks import check

@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.types import (
 from cryptography.x509.oid import NameOID
 from hypothesis import strategies as st
 
-from kokumi.core.kubeconfig import Connection
+from kokumi.core.kubeconfig.connection import Connection
 
 # --- PKI ----------------------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from kokumi.core.argocd import (
     secret_name,
     server_of,
 )
-from kokumi.core.kubeconfig import Connection
+from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.ownership import ClusterRef
 from tests import strategies as s
 

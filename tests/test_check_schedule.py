@@ -19,7 +19,7 @@ import trio.testing
 from prometheus_client.exposition import generate_latest
 
 from kokumi.core import api
-from kokumi.core.kubeconfig import Connection
+from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.ownership import IN_CLUSTER_SERVER
 from kokumi.core.reasons import Reason
 from kokumi.core.status import Outcome

@@ -27,7 +27,8 @@ import yaml
 from kokumi.cmd.cluster.describe import registration
 from kokumi.cmd.cluster.import_ import argocd_connection, cluster_name_for
 from kokumi.cmd.cluster.spoke import kubeconfig_of_context
-from kokumi.core import argocd, kubeconfig
+from kokumi.core import argocd
+from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.ownership import ClusterRef
 from kokumi.kube.client import SECRETS
 from kokumi.kube.config import ExecToken, flatten_context
@@ -962,7 +963,7 @@ def test_argocd_entries_kokumi_cannot_carry_over_say_why() -> None:
     connection = argocd_connection(
         _argocd_secret({"bearerToken": "t", "tlsClientConfig": {"insecure": True}})
     )
-    assert connection == kubeconfig.Connection(
+    assert connection == Connection(
         server="https://c.example", token="t", insecure_skip_tls_verify=True
     )
     assert cluster_name_for("Prod EU/1") == "prod-eu-1"

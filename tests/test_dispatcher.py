@@ -17,7 +17,7 @@ import trio
 
 from kokumi.actors import pace
 from kokumi.core import api
-from kokumi.core.kubeconfig import Connection
+from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef
 from kokumi.core.reasons import Reason
 from kokumi.core.status import Outcome

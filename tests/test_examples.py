@@ -18,7 +18,7 @@ import yaml
 
 from kokumi.actors.incluster import in_cluster_cluster, local_environment
 from kokumi.core import argocd, selectors
-from kokumi.core.kubeconfig import Connection
+from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.ownership import ClusterRef
 from kokumi.testing import Kubectl
 from kokumi.testing.controlplane import APIServer

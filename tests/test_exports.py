@@ -30,7 +30,7 @@ DOC = ROOT / "docs" / "embedding.md"
 FACES = {face.__name__: face for face in (kokumi, kokumi.kube)}
 #: What importing a pure module must not load.
 HEAVY = ("trio", "httpx", "kokumi.kube", "kokumi.runtime.probe", "kokumi.actors", "kokumi.manager")
-CORE = sorted(m.name for m in pkgutil.iter_modules(kokumi.core.__path__, "kokumi.core."))
+CORE = sorted(m.name for m in pkgutil.walk_packages(kokumi.core.__path__, "kokumi.core."))
 
 
 def _every_module() -> list[types.ModuleType]:

@@ -17,7 +17,7 @@ from kokumi.core.handover import (
     waiting_of,
     with_waiting,
 )
-from kokumi.core.kubeconfig import Connection
+from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.ownership import ClusterRef
 from tests import strategies as s
 

@@ -21,7 +21,7 @@ import attrs
 import pytest
 import trio
 
-from kokumi.core.kubeconfig import Connection
+from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.reasons import Reason
 from kokumi.core.status import Outcome
 from kokumi.kube import Client, Config, StaticToken, TransportError

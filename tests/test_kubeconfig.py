@@ -21,17 +21,17 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kokumi.core import kubeconfig
-from kokumi.core.kubeconfig import (
+from kokumi.core.kubeconfig import reader
+from kokumi.core.kubeconfig.connection import (
     MAX_SIZE,
     REASON,
     Code,
     Connection,
     KubeconfigRefused,
     Refusal,
-    minimise,
-    parse,
 )
+from kokumi.core.kubeconfig.events import PARSE_BUDGET
+from kokumi.core.kubeconfig.reader import examine, minimise, parse
 from tests import strategies as s
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "reasons.md"
@@ -933,7 +933,7 @@ def test_a_bug_becomes_a_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(*args: object) -> Connection:
         raise RuntimeError(s.TOKEN)
 
-    monkeypatch.setattr(kubeconfig, "_connection", broken)
+    monkeypatch.setattr(reader, "_connection", broken)
     assert parse(s.dump(s.kubeconfig())) == INTERNAL_ERROR
 
 
@@ -1232,14 +1232,14 @@ def test_examine_names_the_contexts_and_keeps_what_minimise_keeps() -> None:
     document["clusters"].append({"name": "hub", "cluster": {"server": "https://hub.example"}})
     document["users"].append({"name": "admin", "user": {"token": "hub-token"}})
     text = s.dump(document)
-    assert kubeconfig.examine(text, "hub") == (
+    assert examine(text, "hub") == (
         ("hub", "spoke"),
         (minimise(text, context="hub"), "https://hub.example"),
     )
-    assert kubeconfig.examine(text) == (("hub", "spoke"), (minimise(text), s.SERVER))
-    assert kubeconfig.examine(text, "nope") == (("hub", "spoke"), parse(text, context="nope"))
+    assert examine(text) == (("hub", "spoke"), (minimise(text), s.SERVER))
+    assert examine(text, "nope") == (("hub", "spoke"), parse(text, context="nope"))
     for unreadable in ("&a [*a]", "[a, b]", "contexts: {name: a}", ""):
-        assert kubeconfig.examine(unreadable) == ((), parse(unreadable))
+        assert examine(unreadable) == ((), parse(unreadable))
 
 
 @given(st.lists(st.text(min_size=1, max_size=12), min_size=3, max_size=3, unique=True))
@@ -1402,7 +1402,7 @@ def test_yaml_extras_are_refused_or_read_as_text() -> None:
 
 def test_a_parse_stops_itself_at_its_cpu_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     """In a worker thread a parse cannot be cancelled: it must end itself, whatever it reads."""
-    assert kubeconfig.PARSE_BUDGET == 2.0
+    assert PARSE_BUDGET == 2.0
     clock = iter(range(0, 10_000, 1))  # each look at the clock: one more second of CPU
     monkeypatch.setattr(time, "thread_time", lambda: float(next(clock)))
     result = parse("clusters: [" + ",".join(["1"] * 1000) + "]\ncurrent-context: x")

@@ -11,7 +11,7 @@ import trio
 from kokumi.actors.registry import Registry
 from kokumi.core import argocd
 from kokumi.core.egress import EgressPolicy
-from kokumi.core.kubeconfig import Connection
+from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.ownership import ClusterRef
 from kokumi.core.reasons import Reason
 from kokumi.core.registration import Registration

@@ -81,7 +81,7 @@ from trio._core import _run as trio_run
 
 from kokumi.actors import pace
 from kokumi.core import api, argocd, clustersource, selectors
-from kokumi.core.kubeconfig import Connection
+from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
 from kokumi.core.reasons import Reason
 from kokumi.core.status import Outcome

@@ -19,7 +19,8 @@ import pytest
 import trio
 import yaml
 
-from kokumi.core.kubeconfig import Connection, parse
+from kokumi.core.kubeconfig.connection import Connection
+from kokumi.core.kubeconfig.reader import parse
 from kokumi.core.reasons import Reason
 from kokumi.core.status import Outcome
 from kokumi.kube import Client, Config, FileToken, StaticToken

@@ -26,7 +26,7 @@ import httpx
 import pytest
 import trio
 
-from kokumi.core.kubeconfig import Connection
+from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.reasons import Reason
 from kokumi.core.status import Outcome
 from kokumi.runtime.probe import checks, lean

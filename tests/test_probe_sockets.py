@@ -14,7 +14,7 @@ from functools import partial
 import pytest
 import trio
 
-from kokumi.core.kubeconfig import Connection
+from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.reasons import Reason
 from kokumi.runtime.probe.checks import check
 

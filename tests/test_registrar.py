@@ -25,7 +25,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kokumi.core import argocd, handover, ownership, registrar
-from kokumi.core.kubeconfig import Connection
+from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.ownership import ClusterRef
 
 SERVER = "https://s0.example:6443"

@@ -23,7 +23,7 @@ import trio
 
 from kokumi.actors.registry import Registry
 from kokumi.core import argocd, handover
-from kokumi.core.kubeconfig import Connection
+from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.ownership import ClusterRef
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config

@@ -16,7 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kokumi.core import api, kubeconfig
+from kokumi.core import api
+from kokumi.core.kubeconfig.connection import Connection, Refusal
+from kokumi.core.kubeconfig.reader import parse
 from kokumi.core.reasons import Reason
 from kokumi.core.secretaccess import not_readable_message
 from kokumi.core.status import (
@@ -422,7 +424,7 @@ KUBECONFIG_CLUSTER = api.Cluster(
     api.Meta("c", "fleet", "u", 1),
     api.ClusterSpec("Kubeconfig", api.KubeconfigSource(api.SecretRef("kc", "value"))),
 )
-GOOD = kubeconfig.Connection("https://a.example:6443", token="t")
+GOOD = Connection("https://a.example:6443", token="t")
 
 
 def _read(**fields: Any) -> SecretRead:
@@ -479,8 +481,8 @@ def test_a_secret_without_the_key_lists_the_keys_it_has() -> None:
 
 
 def test_a_refused_kubeconfig_carries_the_refusals_own_reason() -> None:
-    refusal = kubeconfig.parse("kind: Config\n")
-    assert isinstance(refusal, kubeconfig.Refusal)
+    refusal = parse("kind: Config\n")
+    assert isinstance(refusal, Refusal)
     outcome = cluster_outcome(KUBECONFIG_CLUSTER, _read(kubeconfig=refusal))
     assert outcome == Outcome(False, refusal.reason, f"Secret kc key value: {refusal.message}")
     assert outcome.reason == Reason.INVALID_KUBECONFIG
@@ -490,7 +492,7 @@ def test_a_refused_kubeconfig_carries_the_refusals_own_reason() -> None:
     "server", ["https://kubernetes.default.svc", "https://kubernetes.default.svc//"]
 )
 def test_argo_cds_own_server_is_a_conflict_with_the_fix(server: str) -> None:
-    outcome = cluster_outcome(KUBECONFIG_CLUSTER, _read(kubeconfig=kubeconfig.Connection(server)))
+    outcome = cluster_outcome(KUBECONFIG_CLUSTER, _read(kubeconfig=Connection(server)))
     assert outcome is not None
     assert (outcome.ok, outcome.reason, outcome.server) == (False, Reason.CLUSTER_CONFLICT, server)
     assert outcome.message.endswith("use connection: InCluster instead")
@@ -501,10 +503,10 @@ def test_argo_cds_own_server_is_a_conflict_with_the_fix(server: str) -> None:
 @given(
     found=st.booleans(),
     readable=st.booleans(),
-    parsed=st.sampled_from([None, GOOD, kubeconfig.Refusal("X", "no")]),
+    parsed=st.sampled_from([None, GOOD, Refusal("X", "no")]),
 )
 def test_the_first_objection_wins_in_the_order_a_user_fixes_them(
-    found: bool, readable: bool, parsed: kubeconfig.Connection | kubeconfig.Refusal | None
+    found: bool, readable: bool, parsed: Connection | Refusal | None
 ) -> None:
     outcome = cluster_outcome(
         KUBECONFIG_CLUSTER, _read(found=found, readable=readable, kubeconfig=parsed)
@@ -515,7 +517,7 @@ def test_the_first_objection_wins_in_the_order_a_user_fixes_them(
         expected = Reason.SECRET_NOT_READABLE
     elif parsed is None:
         expected = Reason.SECRET_KEY_NOT_FOUND
-    elif isinstance(parsed, kubeconfig.Refusal):
+    elif isinstance(parsed, Refusal):
         expected = Reason.INVALID_KUBECONFIG
     else:
         expected = None

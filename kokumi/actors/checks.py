@@ -25,7 +25,7 @@ from kokumi.runtime.probe import checks
 
 if TYPE_CHECKING:
     from kokumi.core.egress import EgressPolicy
-    from kokumi.core.kubeconfig import Connection
+    from kokumi.core.kubeconfig.connection import Connection
 
 __all__ = ["ANSWERING", "SILENT", "CountingLimiter", "InClusterCheck", "Probe"]
 

@@ -19,7 +19,9 @@ import trio
 from kokumi.actors.checks import ANSWERING, SILENT
 from kokumi.actors.context import Context
 from kokumi.actors.writes import write_status
-from kokumi.core import api, kubeconfig, schedule
+from kokumi.core import api, schedule
+from kokumi.core.kubeconfig.connection import Connection, Refusal
+from kokumi.core.kubeconfig.reader import parse
 from kokumi.core.ownership import ClusterRef, is_argocd_own
 from kokumi.core.reasons import Reason
 from kokumi.core.registration import NOT_REGISTERED, Registration
@@ -50,7 +52,7 @@ class Check:
     outcome: Outcome
     at: float
     secret_version: str | None
-    connection: kubeconfig.Connection | None = attrs.field(default=None, repr=False)
+    connection: Connection | None = attrs.field(default=None, repr=False)
 
 
 INLINE_PARSE_LIMIT = 64 * 1024  # a typical kubeconfig is 2-10 KiB and parses in ~0.1-1 ms
@@ -71,7 +73,7 @@ class _Read:
 
     version: str | None
     at: float
-    connection: kubeconfig.Connection | None = attrs.field(repr=False)
+    connection: Connection | None = attrs.field(repr=False)
     outcome: Outcome | None
     #: Reused until ``at + keep``: SECRET_REREAD to twice that, at random.
     keep: float = attrs.field(factory=lambda: SECRET_REREAD * random.uniform(1.0, 2.0))  # noqa: S311
@@ -453,16 +455,16 @@ class ClusterActor:
         # The version read, not the one the watch last saw: the watch may not have listed yet.
         version = f"{ref.name}/{ref.key}@{resource_version(secret)}"
         text = secret_data(secret, ref.key)
-        parsed: kubeconfig.Connection | kubeconfig.Refusal | None = None
+        parsed: Connection | Refusal | None = None
         if text is not None and len(text) > INLINE_PARSE_LIMIT:
             # A huge kubeconfig takes YAML seconds to read: off the event loop, so that one
             # Cluster's odd Secret never stalls every other actor.
-            parsed = await trio.to_thread.run_sync(kubeconfig.parse, text)
+            parsed = await trio.to_thread.run_sync(parse, text)
         elif text is not None:
-            parsed = kubeconfig.parse(text)
+            parsed = parse(text)
         read = SecretRead(ref.name, ref.key, namespace, keys=secret_keys(secret), kubeconfig=parsed)
         outcome = self._outcome(cluster, read)
-        connection = parsed if isinstance(parsed, kubeconfig.Connection) else None
+        connection = parsed if isinstance(parsed, Connection) else None
         self._read = _Read(version, now, connection, outcome)
         return self._read
 

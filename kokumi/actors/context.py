@@ -17,7 +17,7 @@ from kokumi.runtime.options import Options
 from kokumi.runtime.probe import checks
 
 if TYPE_CHECKING:
-    from kokumi.core.kubeconfig import Connection
+    from kokumi.core.kubeconfig.connection import Connection
     from kokumi.core.ownership import ClusterRef
     from kokumi.core.registration import Registration
 

@@ -21,7 +21,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from kokumi.core.kubeconfig import Connection
+from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, is_argocd_own, normalise_server
 from kokumi.core.text import b64
 from kokumi.objects import secret_data

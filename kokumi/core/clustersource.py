@@ -34,7 +34,9 @@ from typing import Any, Final
 
 import attrs
 
-from kokumi.core import api, kubeconfig, selectors
+from kokumi.core import api, selectors
+from kokumi.core.kubeconfig.connection import Refusal
+from kokumi.core.kubeconfig.reader import parse
 from kokumi.core.reasons import Reason
 from kokumi.core.text import quoted
 from kokumi.objects import Resource, metadata_of, secret_data, secret_keys
@@ -193,7 +195,7 @@ def capi_cluster_of(name: str, labels: Mapping[str, str]) -> str | None:
 def kubeconfig_problem(secret: Mapping[str, Any]) -> tuple[Reason, str] | None:
     """Why the manager cannot use a Cluster API kubeconfig Secret, or None when it can.
 
-    The same check as a Cluster's own (``kubeconfig.parse``), so that the source never makes a
+    The same check as a Cluster's own (``parse``), so that the source never makes a
     Cluster that would only report ``InvalidKubeconfig``; ``kokumi cluster import`` uses it too.
     """
     text = secret_data(secret, CAPI_KEY)
@@ -204,8 +206,8 @@ def kubeconfig_problem(secret: Mapping[str, Any]) -> tuple[Reason, str] | None:
             f"it has no key {CAPI_KEY} (its keys: {keys}): Cluster API writes the kubeconfig "
             "there once the cluster's control plane is up",
         )
-    checked = kubeconfig.parse(text)
-    if isinstance(checked, kubeconfig.Refusal):
+    checked = parse(text)
+    if isinstance(checked, Refusal):
         return Reason.INVALID_KUBECONFIG, checked.message
     return None
 

@@ -21,7 +21,7 @@ from typing import Any, TypeAlias
 import attrs
 
 from kokumi.core import argocd, handover, ownership
-from kokumi.core.kubeconfig import Connection
+from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.ownership import ClusterRef, is_argocd_own
 from kokumi.core.reasons import Reason
 from kokumi.core.registration import Registration

@@ -18,7 +18,7 @@ from typing import Any, Final, overload
 import attrs
 
 from kokumi.core import api, selectors, targets
-from kokumi.core.kubeconfig import Connection, Refusal
+from kokumi.core.kubeconfig.connection import Connection, Refusal
 from kokumi.core.ownership import IN_CLUSTER_SERVER, is_argocd_own, normalise_server
 from kokumi.core.reasons import PROBE_REASONS, Reason
 from kokumi.core.secretaccess import not_readable_message

@@ -20,7 +20,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from kokumi.core import api, clusterview, kubeconfig
+from kokumi.core import api, clusterview
+from kokumi.core.kubeconfig.connection import Code, Refusal
 from kokumi.core.ownership import IN_CLUSTER_SERVER
 from kokumi.core.text import one_line
 from kokumi.kube.client import NAMESPACES, Client
@@ -399,7 +400,7 @@ def _source(
             contexts, read = newcluster.examine_kubeconfig(
                 given.kubeconfig, values["context"] or None
             )
-            if isinstance(read, kubeconfig.Refusal):
+            if isinstance(read, Refusal):
                 field = "context" if read.code in _CONTEXT_CODES else "kubeconfig"
                 errors[field] = f"{read.code}: {read.message}"
             else:
@@ -483,6 +484,4 @@ async def _add(
     return f"/clusters/{namespace}/{name}"
 
 
-_CONTEXT_CODES: Final = frozenset(
-    {kubeconfig.Code.NO_CURRENT_CONTEXT, kubeconfig.Code.UNKNOWN_CONTEXT}
-)
+_CONTEXT_CODES: Final = frozenset({Code.NO_CURRENT_CONTEXT, Code.UNKNOWN_CONTEXT})

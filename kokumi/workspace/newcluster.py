@@ -22,7 +22,9 @@ from typing import Any, Final
 
 import attrs
 
-from kokumi.core import api, argocd, kubeconfig
+from kokumi.core import api, argocd
+from kokumi.core.kubeconfig.connection import Connection, KubeconfigRefused, Refusal
+from kokumi.core.kubeconfig.reader import examine, minimise, parse, render
 from kokumi.core.ownership import is_argocd_own, normalise_server
 from kokumi.core.text import one_line, quoted
 from kokumi.kube.client import SECRETS, Client
@@ -218,23 +220,23 @@ def kubeconfig_of_token(
     name: str, server: str, ca: bytes | None, token: str, *, user: str = SERVICE_ACCOUNT
 ) -> str:
     """A kubeconfig of a server, its CA and a bearer token, checked as the manager checks it."""
-    connection = kubeconfig.Connection(server=server, token=token, certificate_authority=ca)
-    text = kubeconfig.render(connection, context=name, cluster=name, user=user)
+    connection = Connection(server=server, token=token, certificate_authority=ca)
+    text = render(connection, context=name, cluster=name, user=user)
     try:
-        return kubeconfig.minimise(text)
-    except kubeconfig.KubeconfigRefused as refused:
+        return minimise(text)
+    except KubeconfigRefused as refused:
         raise Refused(f"the kubeconfig cannot be used: {refused.refusal.message}") from None
 
 
 def check_kubeconfig(text: str, context: str | None = None) -> tuple[str, str]:
     """The kubeconfig as it is stored (one context, the current one by default) and its server.
 
-    :class:`kokumi.core.kubeconfig.KubeconfigRefused` says why not, in the manager's own words:
-    a caller adds what its user can do about it.
+    :class:`kokumi.core.kubeconfig.connection.KubeconfigRefused` says why not, in the manager's
+    own words: a caller adds what its user can do about it.
     """
-    minimal = kubeconfig.minimise(text, context)
-    connection = kubeconfig.parse(minimal)
-    assert isinstance(connection, kubeconfig.Connection)  # minimise accepted it
+    minimal = minimise(text, context)
+    connection = parse(minimal)
+    assert isinstance(connection, Connection)  # minimise accepted it
     return minimal, connection.server
 
 
@@ -249,9 +251,7 @@ MAX_CONTEXT_NAMES: Final = 50
 """The most context names offered: a list to pick from, not a kubeconfig's size again in a page."""
 
 
-def examine_kubeconfig(
-    text: str, context: str | None = None
-) -> tuple[list[str], Source | kubeconfig.Refusal]:
+def examine_kubeconfig(text: str, context: str | None = None) -> tuple[list[str], Source | Refusal]:
     """The kubeconfig's context names, for a form to offer, and what ``add`` stores or why not.
 
     One read, by the manager's reader: a form's kubeconfig is anybody's text, and the reader
@@ -259,9 +259,9 @@ def examine_kubeconfig(
     flow list of a MiB. Still CPU-bound: a server calls this in a worker thread. Names longer
     than a DNS name are left out of the offer, as are all past the first ``MAX_CONTEXT_NAMES``.
     """
-    names, read = kubeconfig.examine(text, context)
+    names, read = examine(text, context)
     offered = [name for name in names if len(name) <= 253][:MAX_CONTEXT_NAMES]
-    if isinstance(read, kubeconfig.Refusal):
+    if isinstance(read, Refusal):
         return offered, read
     minimal, server = read
     return offered, Source(server, minimal)

@@ -53,7 +53,7 @@ import trio.lowlevel
 import yaml
 
 from kokumi.core import api, argocd
-from kokumi.core.kubeconfig import Connection
+from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.ownership import ClusterRef, normalise_server
 from kokumi.kube import errors
 from kokumi.kube.client import EVENTS, LEASES, NAMESPACES, SECRETS, Client

@@ -21,7 +21,7 @@ from kokumi.actors.registry.state import Liveness, Serves, log
 from kokumi.actors.writes import EventRecorder
 from kokumi.core import argocd, ownership
 from kokumi.core.egress import EgressPolicy, judge
-from kokumi.core.kubeconfig import Connection
+from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.ownership import ClusterRef
 from kokumi.core.registration import Registration
 from kokumi.kube.client import SECRETS, Client

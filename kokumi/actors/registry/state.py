@@ -21,7 +21,7 @@ from kokumi.actors.metrics import Metrics
 from kokumi.actors.writes import EventRecorder
 from kokumi.core import argocd, handover, ownership
 from kokumi.core.egress import EgressPolicy
-from kokumi.core.kubeconfig import Connection
+from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.ownership import ClusterRef
 from kokumi.core.registration import Registration
 from kokumi.kube import errors

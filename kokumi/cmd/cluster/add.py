@@ -26,7 +26,7 @@ from kokumi.cmd.cluster.spoke import (
     service_account_objects,
 )
 from kokumi.core import argocd
-from kokumi.core.kubeconfig import KubeconfigRefused
+from kokumi.core.kubeconfig.connection import KubeconfigRefused
 from kokumi.core.ownership import IN_CLUSTER_SERVER
 from kokumi.kube.client import SECRETS
 from kokumi.kube.config import Config

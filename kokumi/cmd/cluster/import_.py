@@ -17,7 +17,9 @@ import attrs
 
 from kokumi.cmd.cluster.command import OneLineParser, examples, hub_client, hub_flags, runner
 from kokumi.cmd.cluster.errors import api_error
-from kokumi.core import api, argocd, clustersource, kubeconfig
+from kokumi.core import api, argocd, clustersource
+from kokumi.core.kubeconfig.connection import Connection, KubeconfigRefused
+from kokumi.core.kubeconfig.reader import minimise, render
 from kokumi.core.ownership import is_argocd_own
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.errors import KubeError, NotFound
@@ -173,7 +175,7 @@ _ARGOCD_LABELS: Final = "argocd.argoproj.io/"
 _INSTEAD: Final = "use kokumi cluster add --create-service-account"
 
 
-def argocd_connection(secret: Mapping[str, Any]) -> kubeconfig.Connection | str:
+def argocd_connection(secret: Mapping[str, Any]) -> Connection | str:
     """The connection an Argo CD cluster Secret describes, or why Kokumi cannot carry it over.
 
     Read as Argo CD reads it (:func:`kokumi.core.argocd.config_from_secret`), in Argo CD's order of
@@ -206,7 +208,7 @@ def argocd_connection(secret: Mapping[str, Any]) -> kubeconfig.Connection | str:
             f"it signs in with username and password, which Kubernetes does not offer: {_INSTEAD}"
         )
     tls = config["tlsClientConfig"]
-    return kubeconfig.Connection(
+    return Connection(
         server=server,
         token=config["bearerToken"] or None,
         client_certificate=tls["certData"] or None,
@@ -260,10 +262,8 @@ async def import_argocd(
             name, number = base[: 63 - len(suffix)] + suffix, number + 1
         taken.add(name)
         try:
-            text = kubeconfig.minimise(
-                kubeconfig.render(found, context=name, cluster=name, user=name)
-            )
-        except kubeconfig.KubeconfigRefused as refused:
+            text = minimise(render(found, context=name, cluster=name, user=name))
+        except KubeconfigRefused as refused:
             outcomes.append(ImportResult(source, None, "not importable", refused.refusal.message))
             continue
         labels = {

@@ -13,7 +13,7 @@ import trio
 import yaml
 
 from kokumi.cmd.cluster.errors import CliError, api_error
-from kokumi.core import kubeconfig
+from kokumi.core.kubeconfig.connection import Code, KubeconfigRefused
 from kokumi.kube.client import SECRETS, SERVICE_ACCOUNTS, Client
 from kokumi.kube.config import Config, flatten_context
 from kokumi.kube.errors import AlreadyExists, KubeError
@@ -47,9 +47,7 @@ _SERVICE_ACCOUNT_HINT: Final = (
     "kubeconfig instead: add --create-service-account"
 )
 
-_NEED_SERVICE_ACCOUNT: Final = frozenset(
-    {kubeconfig.Code.EXEC_PLUGIN, kubeconfig.Code.AUTH_PROVIDER, kubeconfig.Code.BASIC_AUTH}
-)
+_NEED_SERVICE_ACCOUNT: Final = frozenset({Code.EXEC_PLUGIN, Code.AUTH_PROVIDER, Code.BASIC_AUTH})
 
 
 def kubeconfig_of_context(path: str | None, context: str | None) -> Source:
@@ -65,7 +63,7 @@ def kubeconfig_of_context(path: str | None, context: str | None) -> Source:
     text = yaml.safe_dump(document, sort_keys=False)
     try:
         minimal, server = check_kubeconfig(text)
-    except kubeconfig.KubeconfigRefused as refused:
+    except KubeconfigRefused as refused:
         hint = _SERVICE_ACCOUNT_HINT if refused.refusal.code in _NEED_SERVICE_ACCOUNT else ""
         raise CliError(
             f"context {name!r} cannot be stored: {refused.refusal.message}{hint}"

@@ -19,7 +19,7 @@ import trio
 
 from kokumi.core import diagnosis
 from kokumi.core.egress import EgressPolicy, judge
-from kokumi.core.kubeconfig import Connection
+from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.schedule import CHECK_TIMEOUT
 from kokumi.core.status import Outcome
 from kokumi.kube import backend

@@ -1,0 +1,553 @@
+"""A Cluster's kubeconfig becomes a Connection, or a precise Refusal.
+
+The kubeconfig comes from a Secret that anybody with write access to it controls, and the Connection
+goes to the probe and into Argo CD's cluster Secret. So parsing is total: whatever the text holds,
+``parse`` returns a value and never raises, and a refusal says in one line which entry and field is
+wrong and how to fix it, without ever quoting a credential. Only the cluster and the user of the
+current context are read, as kubectl would use them; other entries are ignored, whatever they hold,
+except a key given twice in one mapping: that is refused anywhere, since readers of the same text
+disagree on which value counts.
+
+Everything Kokumi cannot carry over to Argo CD is refused rather than dropped: an exec plugin, an
+auth provider, a file path or an extension that Kokumi silently ignored would give a connection that
+works differently from the one the kubeconfig describes.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from typing import Final
+from urllib.parse import urlsplit
+
+import yaml
+
+from kokumi.core.kubeconfig.certificates import _certificate_authority, _client_certificate
+from kokumi.core.kubeconfig.connection import (
+    _FLATTEN,
+    _TOP,
+    Code,
+    Connection,
+    KubeconfigRefused,
+    Refusal,
+    _Body,
+    _Entry,
+    _Owner,
+    _present,
+    _refuse,
+    _Refused,
+    _string,
+    _wrong_type,
+)
+from kokumi.core.kubeconfig.events import _load
+from kokumi.core.text import b64, quoted, type_name
+
+__all__ = ["examine", "minimise", "parse", "render"]
+
+
+def parse(text: str | bytes, *, context: str | None = None) -> Connection | Refusal:
+    """Read the connection of the current context (or of ``context``) from a kubeconfig.
+
+    Total on purpose: the caller is an actor that must never die of a malformed Secret, so even a
+    bug here becomes a Refusal with code ``InternalError`` rather than an exception.
+    """
+    try:
+        return _read(_load(text), context)[1]
+    except _Refused as refused:
+        return refused.refusal
+    except Exception as error:
+        return _internal(error)
+
+
+def _internal(error: Exception) -> Refusal:
+    # Only the exception's type: its text could quote the kubeconfig.
+    return Refusal(
+        Code.INTERNAL_ERROR.value,
+        f"Kokumi failed to read the kubeconfig ({type(error).__name__}), which is a bug in "
+        "Kokumi, not in the kubeconfig: report it with Kokumi's version",
+    )
+
+
+def examine(
+    text: str | bytes, context: str | None = None
+) -> tuple[tuple[str, ...], tuple[str, str] | Refusal]:
+    """The names of the kubeconfig's contexts, and (what :func:`minimise` keeps, its server) or
+    why the context cannot be used: from one read.
+
+    For a form that offers the names beside a refusal. Its text is anybody's, so it is read by
+    this reader only (its size limit, CPU budget, no aliases), never by a general YAML loader,
+    and only once. Total, as :func:`parse` is: the names are () when none can be read.
+    """
+    try:
+        document = _load(text)
+    except _Refused as refused:
+        return (), refused.refusal
+    except Exception as error:
+        return (), _internal(error)
+    names: tuple[str, ...] = ()
+    if isinstance(document, dict) and isinstance(document.get("contexts"), list):
+        entries: list[object] = document["contexts"]
+        named = (e.get("name") for e in entries if isinstance(e, dict))
+        names = tuple(sorted({n for n in named if isinstance(n, str)}))
+    try:
+        (context_name, cluster_name, user_name), connection = _read(document, context)
+    except _Refused as refused:
+        return names, refused.refusal
+    except Exception as error:
+        return names, _internal(error)
+    minimal = render(connection, context=context_name, cluster=cluster_name, user=user_name)
+    return names, (minimal, connection.server)
+
+
+def minimise(text: str | bytes, context: str | None = None) -> str:
+    """A self-contained kubeconfig of one context, its cluster and its user, and nothing else.
+
+    It is written from the parsed Connection, so it holds exactly what Kokumi would use and
+    ``parse`` accepts it; the context's namespace and any field Kokumi ignores are left out.
+    Raises :class:`KubeconfigRefused` when the context cannot be used.
+    """
+    try:
+        (context_name, cluster_name, user_name), connection = _read(_load(text), context)
+    except _Refused as refused:
+        raise KubeconfigRefused(refused.refusal) from None
+    return render(connection, context=context_name, cluster=cluster_name, user=user_name)
+
+
+def render(
+    connection: Connection,
+    *,
+    context: str = "default",
+    cluster: str = "default",
+    user: str = "default",
+) -> str:
+    """The self-contained kubeconfig of ``connection``: one context, its cluster and its user.
+
+    The one writer of kubeconfigs, so that one built from a server, a CA and a token (by the CLI,
+    or from an Argo CD cluster Secret) has the same shape as one :func:`minimise` keeps.
+    """
+    cluster_body: dict[str, object] = {"server": connection.server}
+    if connection.certificate_authority is not None:
+        cluster_body["certificate-authority-data"] = b64(connection.certificate_authority)
+    if connection.tls_server_name is not None:
+        cluster_body["tls-server-name"] = connection.tls_server_name
+    if connection.insecure_skip_tls_verify:
+        cluster_body["insecure-skip-tls-verify"] = True
+    if connection.proxy_url is not None:
+        cluster_body["proxy-url"] = connection.proxy_url
+    user_body: dict[str, object] = {}
+    if connection.token is not None:
+        user_body["token"] = connection.token
+    if connection.client_certificate is not None:
+        user_body["client-certificate-data"] = b64(connection.client_certificate)
+    if connection.client_key is not None:
+        user_body["client-key-data"] = b64(connection.client_key)
+    document = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": cluster, "cluster": cluster_body}],
+        "contexts": [{"name": context, "context": {"cluster": cluster, "user": user}}],
+        "current-context": context,
+        "users": [{"name": user, "user": user_body}],
+    }
+    return yaml.dump(
+        document,
+        Dumper=yaml.SafeDumper,  # libyaml fails on a name with a lone surrogate
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=False,  # else a name with U+2028 comes back folded
+        width=1 << 30,  # never fold a long token or base64 value
+    )
+
+
+_KUBECONFIG_FIELDS: Final = ("clusters", "contexts", "users", "current-context")
+
+_IMPERSONATION: Final = ("as", "as-uid", "as-groups", "as-user-extra")
+
+_INLINE: Final = "use a ServiceAccount token or a client certificate inline"
+
+
+def _read(document: object, context: str | None) -> tuple[tuple[str, str, str], Connection]:
+    """The names of the context, cluster and user used, and their Connection."""
+    if not isinstance(document, dict):
+        if isinstance(document, str):
+            _not_a_kubeconfig(document)
+        _refuse(
+            Code.NOT_KUBECONFIG,
+            f"the kubeconfig is {type_name(document, 'yaml')}, not a mapping: store a kubeconfig, "
+            "with clusters, contexts, users and current-context",
+        )
+    kind = document.get("kind")
+    if kind is not None and kind != "Config":
+        _refuse(
+            Code.NOT_KUBECONFIG,
+            "the document's kind is not Config (kind): store a kubeconfig, not another object",
+        )
+    api_version = document.get("apiVersion")
+    if api_version is not None and api_version != "v1":
+        _refuse(
+            Code.NOT_KUBECONFIG, "the kubeconfig's apiVersion is not v1 (apiVersion): set it to v1"
+        )
+    if not any(field in document for field in _KUBECONFIG_FIELDS):
+        _refuse(
+            Code.NOT_KUBECONFIG,
+            "the document has none of a kubeconfig's fields (clusters, contexts, users, "
+            "current-context): store a kubeconfig",
+        )
+    _no_extensions(document, _TOP, "extensions")
+    preferences = document.get("preferences")
+    if isinstance(preferences, dict):
+        _no_extensions(preferences, _TOP, "preferences.extensions")
+
+    if context is None:
+        current = _string(document, "current-context", _TOP)
+        if current is None:
+            _refuse(
+                Code.NO_CURRENT_CONTEXT,
+                "the kubeconfig has no current context (current-context): set it to the context "
+                "Kokumi should use, e.g. with kubectl config use-context",
+            )
+        context = current
+        missing = (
+            f"current context {quoted(context)} is not in contexts (current-context): name one "
+            "that is there, or add the context"
+        )
+    else:
+        missing = (
+            f"context {quoted(context)} is not in contexts (contexts[].name): name one that is "
+            "there"
+        )
+    ctx = _Entry("context", context)
+    context_body = _body(_find(document, ctx, Code.UNKNOWN_CONTEXT, missing), ctx)
+    _no_extensions(context_body, ctx, ctx.path("extensions"))
+
+    cluster_name = _string(context_body, "cluster", ctx)
+    if cluster_name is None:
+        _refuse(
+            Code.UNKNOWN_CLUSTER,
+            f"{ctx} names no cluster ({ctx.path('cluster')}): set it to the name of an entry "
+            "of clusters",
+        )
+    user_name = _string(context_body, "user", ctx)
+    if user_name is None:
+        _refuse(
+            Code.UNKNOWN_USER,
+            f"{ctx} names no user ({ctx.path('user')}): set it to the name of an entry of users",
+        )
+    cluster_owner = _Entry("cluster", cluster_name)
+    missing = (
+        f"{ctx} names {cluster_owner}, which is not in clusters ({ctx.path('cluster')}): add the "
+        "cluster or name one that is there"
+    )
+    cluster = _body(_find(document, cluster_owner, Code.UNKNOWN_CLUSTER, missing), cluster_owner)
+    user_owner = _Entry("user", user_name)
+    missing = (
+        f"{ctx} names {user_owner}, which is not in users ({ctx.path('user')}): add the user or "
+        "name one that is there"
+    )
+    user = _body(_find(document, user_owner, Code.UNKNOWN_USER, missing), user_owner)
+
+    _refuse_user_mechanisms(user, user_owner)
+    _refuse_cluster_mechanisms(cluster, cluster_owner)
+    connection = _connection(cluster, cluster_owner, user, user_owner)
+    return (context, cluster_name, user_name), connection
+
+
+def _find(document: _Body, owner: _Entry, code: Code, missing: str) -> _Body:
+    """The one entry of that name; the others may hold anything, since kubectl ignores them too."""
+    plural = f"{owner.kind}s"
+    entries = document.get(plural)
+    if entries is None:
+        entries = []
+    if not isinstance(entries, list):
+        _wrong_type(_TOP, plural, plural, entries, "list")
+    found = [e for e in entries if isinstance(e, dict) and e.get("name") == owner.name]
+    if not found:
+        _refuse(code, missing)
+    if len(found) > 1:
+        # client-go refuses the whole kubeconfig then; which entry was meant is anybody's guess.
+        _refuse(
+            Code.DUPLICATE_NAME,
+            f"{owner} appears {len(found)} times in {plural} ({plural}[].name): keep one",
+        )
+    return found[0]
+
+
+def _body(entry: _Body, owner: _Entry) -> _Body:
+    body = entry.get(owner.kind)
+    if body is None:
+        return {}  # as in client-go: an entry without a body is an empty one
+    if not isinstance(body, dict):
+        _wrong_type(owner, owner.kind, owner.path(), body, "mapping")
+    return body
+
+
+def _refuse_user_mechanisms(user: _Body, owner: _Entry) -> None:
+    if _present(user.get("exec")):
+        _refuse(
+            Code.EXEC_PLUGIN,
+            f"{owner} uses an exec plugin ({owner.path('exec')}), which Kokumi does not run: "
+            f"{_INLINE}",
+        )
+    if _present(user.get("auth-provider")):
+        _refuse(
+            Code.AUTH_PROVIDER,
+            f"{owner} uses an auth provider ({owner.path('auth-provider')}), which Kokumi does not "
+            f"run: {_INLINE}",
+        )
+    basic = [field for field in ("username", "password") if _present(user.get(field))]
+    if basic:
+        _refuse(
+            Code.BASIC_AUTH,
+            f"{owner} uses basic authentication ({owner.path(', '.join(basic))}), which "
+            f"Kubernetes does not offer: {_INLINE}",
+        )
+    if _present(user.get("client-certificate")):
+        _refuse(
+            Code.FILE_PATH,
+            f"{owner} reads its client certificate from a file "
+            f"({owner.path('client-certificate')}), which Kokumi cannot read: embed it as "
+            f"client-certificate-data, {_FLATTEN}",
+        )
+    if _present(user.get("client-key")):
+        _refuse(
+            Code.FILE_PATH,
+            f"{owner} reads its client key from a file ({owner.path('client-key')}), which "
+            f"Kokumi cannot read: embed it as client-key-data, {_FLATTEN}",
+        )
+    if _present(user.get("tokenFile")):
+        _refuse(
+            Code.FILE_PATH,
+            f"{owner} reads its token from a file ({owner.path('tokenFile')}), which Kokumi cannot "
+            "read: put the token itself into token",
+        )
+    impersonation = [field for field in _IMPERSONATION if _present(user.get(field))]
+    if impersonation:
+        # Argo CD would connect as the user itself, with rights the kubeconfig did not mean to use.
+        _refuse(
+            Code.IMPERSONATION,
+            f"{owner} impersonates another identity ({owner.path(impersonation[0])}), which "
+            "Kokumi does not do: use a credential of the identity Kokumi should act as",
+        )
+    _no_extensions(user, owner, owner.path("extensions"))
+
+
+def _refuse_cluster_mechanisms(cluster: _Body, owner: _Entry) -> None:
+    if _present(cluster.get("certificate-authority")):
+        _refuse(
+            Code.FILE_PATH,
+            f"{owner} reads its CA from a file ({owner.path('certificate-authority')}), which "
+            f"Kokumi cannot read: embed it as certificate-authority-data, {_FLATTEN}",
+        )
+    _no_extensions(cluster, owner, owner.path("extensions"))
+
+
+def _no_extensions(body: _Body, owner: _Owner, path: str) -> None:
+    if _present(body.get("extensions")):
+        # What an extension configures (a proxy, a plugin's settings) would silently be lost.
+        _refuse(
+            Code.EXTENSION,
+            f"{owner} has extensions ({path}), which Kokumi does not apply: remove them",
+        )
+
+
+def _connection(
+    cluster: _Body, cluster_owner: _Entry, user: _Body, user_owner: _Entry
+) -> Connection:
+    server = _string(cluster, "server", cluster_owner)
+    if server is None:
+        _refuse(
+            Code.NO_SERVER,
+            f"{cluster_owner} has no server ({cluster_owner.path('server')}): set it to the API "
+            "server's URL as Kokumi's cluster reaches it, e.g. https://spoke.example:6443",
+        )
+    _check_server(server, cluster_owner)
+
+    proxy_url = _string(cluster, "proxy-url", cluster_owner)
+    if proxy_url is not None and _url_problem(proxy_url, _PROXY_SCHEMES) not in (None, "userinfo"):
+        _refuse(
+            Code.INVALID_PROXY_URL,
+            f"{cluster_owner} has a proxy-url that is not an http, https or socks5 URL "
+            f"({cluster_owner.path('proxy-url')}): write it as http://proxy.example:3128",
+        )
+    tls_server_name = _string(cluster, "tls-server-name", cluster_owner)
+    if tls_server_name is not None and (
+        not _SERVER_NAME.fullmatch(tls_server_name) or _tls_refuses(tls_server_name)
+    ):
+        _refuse(
+            Code.INVALID_TLS_SERVER_NAME,
+            f"{cluster_owner} has a tls-server-name that is not a host name "
+            f"({cluster_owner.path('tls-server-name')}): set it to a name in the API server's "
+            "certificate",
+        )
+    insecure = cluster.get("insecure-skip-tls-verify")
+    if insecure is None:
+        insecure = False
+    if not isinstance(insecure, bool):
+        _wrong_type(
+            cluster_owner,
+            "insecure-skip-tls-verify",
+            cluster_owner.path("insecure-skip-tls-verify"),
+            insecure,
+            "boolean",
+        )
+    ca_data = _string(cluster, "certificate-authority-data", cluster_owner)
+    if insecure and ca_data is not None:
+        _refuse(
+            Code.INSECURE_WITH_CA,
+            f"{cluster_owner} has both certificate-authority-data and insecure-skip-tls-verify "
+            f"({cluster_owner.path('insecure-skip-tls-verify')}), which kubectl refuses too: keep "
+            "the CA and remove insecure-skip-tls-verify",
+        )
+    authority = None if ca_data is None else _certificate_authority(ca_data, cluster_owner)
+
+    token = _string(user, "token", user_owner)
+    certificate_data = _string(user, "client-certificate-data", user_owner)
+    key_data = _string(user, "client-key-data", user_owner)
+    if token is None and certificate_data is None and key_data is None:
+        _refuse(
+            Code.NO_CREDENTIAL,
+            f"{user_owner} has no credential ({user_owner.path()}): add a token, or "
+            "client-certificate-data and client-key-data",
+        )
+    if token is not None:
+        _check_token(token, user_owner)
+    certificate, key = _client_certificate(certificate_data, key_data, user_owner)
+    return Connection(
+        server=server,
+        token=token,
+        client_certificate=certificate,
+        client_key=key,
+        certificate_authority=authority,
+        tls_server_name=tls_server_name,
+        insecure_skip_tls_verify=insecure,
+        proxy_url=proxy_url,
+    )
+
+
+_SERVER_SCHEMES: Final = frozenset({"http", "https"})
+
+_PROXY_SCHEMES: Final = frozenset({"http", "https", "socks5"})  # what Argo CD accepts
+
+_VISIBLE_ASCII: Final = re.compile(r"[\x21-\x7e]+")
+
+_SERVER_NAME: Final = re.compile(r"[A-Za-z0-9*_:.\-]{1,253}")
+
+
+def _tls_refuses(host: str) -> bool:
+    """Whether TLS would refuse ``host`` as a server name: Python's ``ssl`` encodes it with the
+    IDNA codec, which raises for an empty label (``a..b``, ``.example``) or one over 63
+    characters, and the check would end in an exception instead of a Reason."""
+    if ":" in host:
+        return False  # an IPv6 address
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        return True
+    return False
+
+
+def _url_problem(url: str, schemes: frozenset[str]) -> str | None:
+    """None for a usable absolute URL, else what is wrong with it (never the URL itself)."""
+    if not _VISIBLE_ASCII.fullmatch(url):
+        return "url"  # urlsplit would silently drop tabs and newlines
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises for a port that is no number or out of range
+        hostname = parts.hostname
+    except ValueError:
+        return "url"
+    if parts.scheme not in schemes or not hostname:
+        return "url"
+    if parts.username is not None or parts.password is not None:
+        return "userinfo"
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        return "query"
+    if _tls_refuses(hostname):
+        return "host"
+    return None
+
+
+def _check_server(server: str, owner: _Entry) -> None:
+    path = owner.path("server")
+    problem = _url_problem(server, _SERVER_SCHEMES)
+    if problem == "url":
+        _refuse(
+            Code.INVALID_SERVER,
+            f"{owner} has a server that is not an absolute http or https URL ({path}): write it "
+            "as https://host:port",
+        )
+    if problem == "userinfo":
+        _refuse(
+            Code.INVALID_SERVER,
+            f"{owner} has a user name or password in its server URL ({path}): remove them and "
+            "put the credential into the user",
+        )
+    if problem == "query":
+        _refuse(
+            Code.INVALID_SERVER,
+            f"{owner} has a query or fragment in its server URL ({path}): write it as "
+            "https://host:port, with a path only if the API server is served under one",
+        )
+    if problem == "host":
+        _refuse(
+            Code.INVALID_SERVER,
+            f"{owner} has a server whose host name has an empty label or one over 63 characters "
+            f"({path}): write the API server's DNS name or address",
+        )
+
+
+def _check_token(token: str, owner: _Entry) -> None:
+    if _VISIBLE_ASCII.fullmatch(token):
+        return
+    path = owner.path("token")
+    if any(character.isspace() for character in token):
+        _refuse(
+            Code.INVALID_TOKEN,
+            f"{owner} has whitespace in its token ({path}): copy the token without spaces or "
+            "line breaks",
+        )
+    _refuse(
+        Code.INVALID_TOKEN,
+        f"{owner} has characters in its token that cannot go into an HTTP header ({path}): copy "
+        "the token as its Secret holds it, decoded from base64",
+    )
+
+
+_PEM_BEGIN: Final = re.compile(r"-----BEGIN ([A-Z0-9 ]{1,40})-----")
+
+
+def _not_a_kubeconfig(text: str) -> None:
+    """Name what a text stored instead of a kubeconfig, where it is a common mistake: a PEM
+    certificate or key (the file beside the kubeconfig), or the kubeconfig base64-encoded once
+    more (Secret ``data`` is base64 already). Only the PEM block's type is quoted, never data."""
+    pem = _PEM_BEGIN.search(text)
+    if pem is not None:
+        label = pem.group(1)
+        if label.endswith("PRIVATE KEY"):
+            _refuse(
+                Code.NOT_KUBECONFIG,
+                f"the kubeconfig is a PEM private key ({label}), not a kubeconfig: store the "
+                "kubeconfig; a client key belongs in its user's client-key-data",
+            )
+        if label.endswith("CERTIFICATE"):
+            _refuse(
+                Code.NOT_KUBECONFIG,
+                f"the kubeconfig is a PEM certificate ({label}), not a kubeconfig: store the "
+                "kubeconfig; a CA certificate belongs in its cluster's certificate-authority-data",
+            )
+        _refuse(
+            Code.NOT_KUBECONFIG,
+            f"the kubeconfig is a PEM block ({label}), not a kubeconfig: store the kubeconfig",
+        )
+    compact = "".join(text.split())
+    if len(compact) >= 16:
+        try:
+            decoded = base64.b64decode(compact, validate=True)
+        except ValueError:
+            decoded = b""
+        if any(field.encode() in decoded for field in (*_KUBECONFIG_FIELDS, "apiVersion")):
+            _refuse(
+                Code.NOT_KUBECONFIG,
+                "the kubeconfig is base64-encoded once more than it should be: store the "
+                "kubeconfig's text (the Secret's data is base64 of it, nothing more)",
+            )
