@@ -26,7 +26,7 @@ from kokumi.core.argocd import (
 )
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.ownership import ClusterRef
-from tests import strategies as s
+from tests.support import strategies as s
 
 SPOKE = ClusterRef("platform", "spoke")
 CA = b"-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ==\n-----END CERTIFICATE-----\n"

@@ -10,8 +10,8 @@ import yaml
 from hypothesis import given
 
 from kokumi.core.ownership import is_argocd_own
-from tests.b64_patterns import ASCII, contains, starts_with
-from tests.fixtures_deploy import DEPLOY
+from tests.support.b64_patterns import ASCII, contains, starts_with
+from tests.support.deploy import DEPLOY
 
 WORDS = (b"execproviderconfig", b"awsauthconfig")
 

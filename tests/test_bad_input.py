@@ -17,8 +17,8 @@ from kokumi.kube import errors
 from kokumi.kube.client import SECRETS
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
-from tests import strategies as s
-from tests.manager_support import manager, ready_of, wait_for, wait_reason, workspace
+from tests.support import strategies as s
+from tests.support.manager import manager, ready_of, wait_for, wait_reason, workspace
 
 SECRET_LIMIT = 1024 * 1024  # the API server refuses a Secret whose data is larger
 

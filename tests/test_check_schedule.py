@@ -28,8 +28,8 @@ from kokumi.kube.errors import NotFound
 from kokumi.manager import Manager
 from kokumi.runtime.options import Options
 from kokumi.runtime.probe import Finding
-from tests import strategies as s
-from tests.fakeapi import FakeApi
+from tests.support import strategies as s
+from tests.support.fakeapi import FakeApi
 
 NS = "fleet"
 ANSWERING, SILENT = 240, 60

@@ -11,15 +11,10 @@ import base64
 import datetime
 import functools
 import json
-import os
-import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 import trio
 import yaml
@@ -36,31 +31,17 @@ from kokumi.testing import Kubectl
 from kokumi.testing.controlplane import APIServer, CertificateAuthority
 from kokumi.testing.spoke import Registration
 from kokumi.workspace.newcluster import written_here
-from tests.fixtures_deploy import wait_until
-from tests.manager_support import manager, wait_for, wait_reason, workspace
-
-
-@attrs.frozen
-class Run:
-    code: int
-    out: str
-    err: str
-
-
-def kokumi(*args: str, hub: Path | None = None) -> Run:
-    """``kokumi ARGS`` as a process; ``hub`` is the current kubeconfig ($KUBECONFIG)."""
-    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
-    if hub is not None:
-        env["KUBECONFIG"] = str(hub)
-    result = subprocess.run(
-        [sys.executable, "-m", "kokumi", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env,
-    )
-    return Run(result.returncode, result.stdout, result.stderr)
+from tests.support.cli import (
+    Run,
+    kokumi,
+    one_error_line,
+    stored_kubeconfig,
+    user_with,
+    whoami,
+)
+from tests.support.cli import account as spoke_account
+from tests.support.deploy import wait_until
+from tests.support.manager import manager, wait_for, wait_reason, workspace
 
 
 async def kokumi_async(*args: str, hub: Path | None = None) -> Run:
@@ -70,28 +51,6 @@ async def kokumi_async(*args: str, hub: Path | None = None) -> Run:
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
-
-
-def one_error_line(run: Run) -> str:
-    assert run.code != 0, run.out
-    lines = run.err.strip().splitlines()
-    assert len(lines) == 1, run.err
-    assert lines[0].startswith("kokumi: ")
-    return lines[0]
-
-
-def stored_kubeconfig(kubectl: Kubectl, hub: APIServer, namespace: str, name: str) -> str:
-    data = kubectl(
-        hub, "get", "secret", name, "-n", namespace, "-o", "jsonpath={.data.value}"
-    ).stdout
-    return base64.b64decode(data).decode()
-
-
-def whoami(kubectl: Kubectl, kubeconfig_text: str, path: Path) -> str:
-    path.write_text(kubeconfig_text)
-    path.chmod(0o600)
-    review = json.loads(kubectl(path, "auth", "whoami", "-o", "json").stdout)
-    return str(review["status"]["userInfo"]["username"])
 
 
 def users_kubeconfig(tmp_path: Path, hub: APIServer, spoke: Registration) -> Path:
@@ -264,17 +223,7 @@ def test_deleting_the_cluster_deletes_its_secret(
     wait_until(gone, "the garbage collector deletes the Secret with its Cluster")
 
 
-@pytest.fixture
-def account(spoke: APIServer, kubectl: Kubectl) -> Iterator[str]:
-    """A ServiceAccount name of the test's own on the spoke, and its objects removed after."""
-    name = f"kokumi-{uuid.uuid4().hex[:6]}"
-    yield name
-    for kind, obj in (
-        ("clusterrolebinding", name),
-        ("secret", f"{name}-token"),
-        ("serviceaccount", name),
-    ):
-        kubectl(spoke, "delete", kind, obj, "-n", "kube-system", "--ignore-not-found")
+account = spoke_account  # the fixture: a ServiceAccount name of the test's own on the spoke
 
 
 PLUGIN = """\
@@ -444,27 +393,6 @@ def test_add_from_server_ca_and_token_file_and_in_cluster_then_list(
         f"kokumi: no Cluster nothing in namespace {namespace}: see kokumi cluster list "
         f"-n {namespace}"
     )
-
-
-def user_with(hub: APIServer, kubectl: Kubectl, namespace: str, grants: dict[str, str]) -> Path:
-    """The kubeconfig of a new user with ``grants`` (resource: verbs) in ``namespace`` only."""
-    user = f"user-{uuid.uuid4().hex[:6]}"
-    for index, (resource, verbs) in enumerate(grants.items()):
-        role = f"{user}-{index}"
-        kubectl(hub, "-n", namespace, "create", "role", role, f"--verb={verbs}",
-                f"--resource={resource}")  # fmt: skip
-        kubectl(hub, "-n", namespace, "create", "rolebinding", role, f"--role={role}",
-                f"--user={user}")  # fmt: skip
-    config = hub.kubeconfig_for(user)
-    resource, verbs = list(grants.items())[-1]
-
-    def granted() -> bool | None:
-        can = kubectl(config, "auth", "can-i", verbs.split(",")[0], resource, "-n", namespace,
-                      check=False)  # fmt: skip
-        return True if can.stdout.strip() == "yes" else None
-
-    wait_until(granted, "the roles reach the authorizer")
-    return config
 
 
 def test_add_by_a_user_who_may_not_read_secrets_is_refused_by_the_policy(

@@ -20,10 +20,10 @@ from kokumi.kube.config import Config
 from kokumi.testing import Kubectl
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
-from tests.test_cli_cluster import (
+from tests.support.cli import (
     account as spoke_account,
 )
-from tests.test_cli_cluster import (
+from tests.support.cli import (
     kokumi,
     one_error_line,
     stored_kubeconfig,

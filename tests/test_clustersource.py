@@ -12,7 +12,7 @@ from kokumi.cmd.cluster.describe import describe_text
 from kokumi.core import clustersource as cs
 from kokumi.core.reasons import Reason
 from kokumi.testing import canary
-from tests.strategies import dump, kubeconfig
+from tests.support.strategies import dump, kubeconfig
 
 UID = "uid-capi"
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import pytest
 
 from kokumi.testing.controlplane import APIServer
-from tests.fixtures_deploy import DEPLOY, run, wait_until
+from tests.support.deploy import DEPLOY, run, wait_until
 
 pytestmark = pytest.mark.usefixtures("crds")
 

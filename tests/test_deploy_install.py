@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from kokumi.testing.controlplane import APIServer
-from tests.fixtures_deploy import DEPLOY, ensure_namespace, run
+from tests.support.deploy import DEPLOY, ensure_namespace, run
 
 INSTALL = DEPLOY / "install.yaml"
 

@@ -25,7 +25,6 @@ from typing import Any
 
 import pytest
 import trio
-import yaml
 
 from kokumi.core import api, argocd
 from kokumi.core.clustersource import CAPI_CLUSTER_NAME, CAPI_CLUSTERS, CLUSTER_SOURCES
@@ -36,31 +35,16 @@ from kokumi.manager import run_manager
 from kokumi.runtime.options import Options
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
-from tests.fixtures_deploy import DEPLOY, ensure_namespace, run, service_account_kubeconfig
+from tests.support.deploy import (
+    DEPLOY,
+    bind_manager_secrets,
+    ensure_namespace,
+    run,
+    service_account_kubeconfig,
+    unreachable_kubeconfig,
+)
 
 MANAGER = "system:serviceaccount:kokumi:kokumi"
-
-
-def unreachable_kubeconfig(server: str, token: str, ca: bytes) -> str:
-    """A self-contained kubeconfig, as the spec asks, for a server that resolves nowhere."""
-    return yaml.safe_dump(
-        {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "c",
-                    "cluster": {
-                        "server": server,
-                        "certificate-authority-data": base64.b64encode(ca).decode(),
-                    },
-                }
-            ],
-            "users": [{"name": "u", "user": {"token": token}}],
-            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-            "current-context": "c",
-        }
-    )
 
 
 async def wait_for(
@@ -84,20 +68,6 @@ async def admin_client(hub: APIServer) -> AsyncIterator[Client]:
 
 def secret_data(kubeconfig: str) -> dict[str, str]:
     return {"value": base64.b64encode(kubeconfig.encode()).decode()}
-
-
-def bind_manager_secrets(hub: APIServer, namespace: str) -> None:
-    """The RoleBinding deploy/README.md tells the platform team to create per workspace."""
-    run(
-        hub.admin_kubeconfig,
-        "-n",
-        namespace,
-        "create",
-        "rolebinding",
-        "kokumi-manager-secrets",
-        "--clusterrole=kokumi-manager-secrets",
-        "--serviceaccount=kokumi:kokumi",
-    )
 
 
 def manager_kubeconfig(hub: APIServer) -> Path:

@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 from kokumi.testing.controlplane import APIServer
-from tests.fixtures_deploy import ensure_namespace, kubectl_as, run, wait_until
+from tests.support.deploy import ensure_namespace, kubectl_as, run, wait_until
 
 pytestmark = pytest.mark.usefixtures("admission_policies")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import difflib
 
 from kokumi.testing.controlplane import APIServer
-from tests.fixtures_deploy import DEPLOY, ensure_namespace, run
-from tests.rbac_docs import DOC, render
+from tests.support.deploy import DEPLOY, ensure_namespace, run
+from tests.support.rbac_docs import DOC, render
 
 
 def test_rbac_doc_is_what_the_hub_answers(hub: APIServer) -> None:
@@ -29,7 +29,9 @@ def test_rbac_doc_is_what_the_hub_answers(hub: APIServer) -> None:
             "what the hub answers",
         )
     )
-    assert committed == rendered, f"docs/rbac.md is stale: run python -m tests.rbac_docs\n{diff}"
+    assert committed == rendered, (
+        f"docs/rbac.md is stale: run python -m tests.support.rbac_docs\n{diff}"
+    )
     # What the least-privilege work promises, read from the same answers:
     manager = rendered.split("## The manager, kokumi:kokumi", 1)[1].split("\n## ", 1)[0]
     elsewhere = manager.split("### In `team-without-binding`", 1)[1]

@@ -15,12 +15,12 @@ from typing import Any
 from kokumi.core import api
 from kokumi.core.shards import lease_name, shard_of
 from kokumi.testing.controlplane import APIServer
-from tests.fixtures_deploy import run
-from tests.test_deploy_leader import (
+from tests.support.deploy import (
     LEASE_DURATION,
     _remove_workspace,
     install,
     replicas,
+    run,
     wait,
 )
 

@@ -1,7 +1,7 @@
 """deploy/ui/: valid for the API server, outside install.yaml, and exactly as narrow as it says.
 
 The Deployment and Service are checked by a server-side dry run; the ServiceAccount, Role and
-admission policy are applied for real (tests/ui_support.py), and what the account may do is
+admission policy are applied for real (tests/support/ui.py), and what the account may do is
 asked of the hub's authorizer with ``kubectl auth can-i``, as the account.
 """
 
@@ -12,8 +12,8 @@ import yaml
 
 from kokumi.testing import Kubectl
 from kokumi.testing.controlplane import APIServer
-from tests.fixtures_deploy import DEPLOY, apply, run, wait_until
-from tests.ui_support import UI_ACCOUNT, UI_FILES, install_ui_account
+from tests.support.deploy import DEPLOY, apply, run, wait_until
+from tests.support.ui import UI_ACCOUNT, UI_FILES, install_ui_account
 
 FILES = sorted(UI_FILES.glob("*.yaml")) + sorted((UI_FILES / "optional").glob("*.yaml"))
 
@@ -43,7 +43,7 @@ def test_every_file_is_valid_for_the_api_server(hub: APIServer) -> None:
 
 
 def hub_apply_dry_run(hub: APIServer, path: str) -> str:
-    # As the session's own applies do (fixtures_deploy.apply): the dry run takes over the fields.
+    # As the session's own applies do (support.deploy.apply): the dry run takes over the fields.
     return run(hub.admin_kubeconfig, "apply", "--server-side", "--dry-run=server",
                "--force-conflicts", "--field-manager=kokumi-tests", "-f", path).stdout  # fmt: skip
 

@@ -25,7 +25,7 @@ from kokumi.kube.config import Config
 from kokumi.manager import Manager
 from kokumi.runtime.options import Options
 from kokumi.runtime.probe import Finding
-from tests.fakeapi import FakeApi
+from tests.support.fakeapi import FakeApi
 
 N = 300
 

@@ -22,7 +22,7 @@ from kokumi.core.kubeconfig import Connection
 from kokumi.core.ownership import ClusterRef
 from kokumi.testing import Kubectl
 from kokumi.testing.controlplane import APIServer
-from tests.fixtures_deploy import crds  # noqa: F401  (the session fixture installing the CRDs)
+from tests.support.deploy import crds  # noqa: F401  (the session fixture installing the CRDs)
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"

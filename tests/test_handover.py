@@ -19,7 +19,7 @@ from kokumi.core.handover import (
 )
 from kokumi.core.kubeconfig import Connection
 from kokumi.core.ownership import ClusterRef
-from tests import strategies as s
+from tests.support import strategies as s
 
 SPOKE = ClusterRef("platform", "spoke")
 SERVER = "https://spoke.example:6443"

@@ -26,7 +26,7 @@ from kokumi.actors.incluster import (
 from kokumi.kube import Client, Config, NotFound
 from kokumi.testing import Kubectl
 from kokumi.testing.controlplane import APIServer
-from tests.fixtures_deploy import crds  # noqa: F401  (the session fixture installing the CRDs)
+from tests.support.deploy import crds  # noqa: F401  (the session fixture installing the CRDs)
 
 pytestmark = pytest.mark.usefixtures("crds")
 

@@ -34,8 +34,8 @@ from kokumi.testing import Kubectl
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.kubectl import kubectl_binary
 from kokumi.testing.spoke import Registration
-from tests.manager_support import manager, wait_for, wait_reason, workspace
-from tests.test_cli_cluster import kokumi, one_error_line, stored_kubeconfig, whoami
+from tests.support.cli import kokumi, one_error_line, stored_kubeconfig, whoami
+from tests.support.manager import manager, wait_for, wait_reason, workspace
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "multi-cluster" / "platform"

@@ -28,7 +28,7 @@ from kokumi.kube.tls import ssl_context
 from kokumi.runtime.probe import Finding, check_config
 from kokumi.testing import canary
 from kokumi.testing.controlplane import CertificateAuthority
-from tests.spoke_answers import answer_checks, both
+from tests.support.spoke_answers import answer_checks, both
 
 TOKEN = canary.token("tls")
 HOST = "spoke.test"

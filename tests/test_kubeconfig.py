@@ -32,7 +32,7 @@ from kokumi.core.kubeconfig import (
     minimise,
     parse,
 )
-from tests import strategies as s
+from tests.support import strategies as s
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "reasons.md"
 

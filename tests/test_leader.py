@@ -32,7 +32,7 @@ from kokumi.core.leader import (
     parse_record,
     spec_of,
 )
-from tests.strategies import examples
+from tests.support.strategies import examples
 
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 TIMING = Timing()

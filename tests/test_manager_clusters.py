@@ -11,7 +11,7 @@ from kokumi.kube.client import EVENTS, SECRETS
 from kokumi.testing import Kubectl, canary
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration, closed_port_server, foreign_ca_pem
-from tests.manager_support import manager, ready_of, wait_for, wait_reason, workspace
+from tests.support.manager import manager, ready_of, wait_for, wait_reason, workspace
 
 
 async def test_kubeconfig_cluster_becomes_ready_with_version_and_server(

@@ -18,8 +18,8 @@ from kokumi.manager import Manager
 from kokumi.testing import canary
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
-from tests.fixtures_deploy import run, wait_until
-from tests.manager_support import Workspace, manager, ready_of, wait_for, workspace
+from tests.support.deploy import run, wait_until
+from tests.support.manager import Workspace, manager, ready_of, wait_for, workspace
 
 REFUSE_WORK = """
 apiVersion: admissionregistration.k8s.io/v1

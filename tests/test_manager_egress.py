@@ -18,7 +18,7 @@ from kokumi.core.registration import Registration
 from kokumi.kube.client import SECRETS
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration as SpokeRegistration
-from tests.manager_support import (
+from tests.support.manager import (
     Workspace,
     holder_labels,
     manager,

@@ -8,7 +8,7 @@ from kokumi.core import api
 from kokumi.testing import Kubectl
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
-from tests.manager_support import (
+from tests.support.manager import (
     Workspace,
     holder_labels,
     manager,

@@ -21,7 +21,7 @@ from kokumi.core import api
 from kokumi.kube.client import SECRETS
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
-from tests.manager_support import manager, ready_of, wait_for, wait_reason, workspace
+from tests.support.manager import manager, ready_of, wait_for, wait_reason, workspace
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import trio
 
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
-from tests.manager_support import manager, wait_reason, workspace
+from tests.support.manager import manager, wait_reason, workspace
 
 FLOOD = 1500  # more than the descriptors left to the manager below
 

@@ -21,8 +21,8 @@ from kokumi.core.ownership import ClusterRef
 from kokumi.manager import Manager
 from kokumi.testing.controlplane import APIServer, CertificateAuthority
 from kokumi.testing.spoke import Registration
-from tests.manager_support import manager, wait_for, wait_reason, workspace
-from tests.spoke_answers import answer_checks
+from tests.support.manager import manager, wait_for, wait_reason, workspace
+from tests.support.spoke_answers import answer_checks
 
 pytestmark = pytest.mark.usefixtures("crds")
 

@@ -10,7 +10,7 @@ import trio
 
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
-from tests.manager_support import manager, ready_of, wait_reason, workspace
+from tests.support.manager import manager, ready_of, wait_reason, workspace
 
 SPELLINGS = {
     "upper": "https://KUBERNETES.default.svc",

@@ -16,7 +16,7 @@ from kokumi.core.ownership import ClusterRef
 from kokumi.kube.client import EVENTS, SECRETS
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
-from tests.manager_support import (
+from tests.support.manager import (
     Workspace,
     holder_labels,
     manager,

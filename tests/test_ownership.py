@@ -42,7 +42,7 @@ from kokumi.core.ownership import (
     seed,
     step,
 )
-from tests.strategies import examples
+from tests.support.strategies import examples
 
 SPOKE = ClusterRef("platform", "spoke")
 TEAM = ClusterRef("team-a", "spoke")

@@ -32,7 +32,7 @@ from kokumi.runtime import probe
 from kokumi.runtime.probe import Finding, check
 from kokumi.testing import canary
 from kokumi.testing.controlplane import CertificateAuthority
-from tests.spoke_answers import both
+from tests.support.spoke_answers import both
 
 TOKEN = canary.token("lean")
 VERSION = b'{"major":"1","minor":"36","gitVersion":"v1.36.0-lean"}'

@@ -22,7 +22,7 @@ from kokumi.core.kubeconfig import Connection
 from kokumi.core.ownership import ClusterRef
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config
-from tests.fakeapi import FakeApi
+from tests.support.fakeapi import FakeApi
 
 N = 1100  # past the old limit of 1,000 servers per settle
 

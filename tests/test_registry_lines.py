@@ -27,7 +27,7 @@ from kokumi.core.kubeconfig import Connection
 from kokumi.core.ownership import ClusterRef
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config
-from tests.fakeapi import FakeApi
+from tests.support.fakeapi import FakeApi
 
 SERVER = "https://s2.example:6443"
 HOLDER = ClusterRef("ws1", "b")

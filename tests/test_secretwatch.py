@@ -20,7 +20,7 @@ from kokumi.kube.client import SECRETS
 from kokumi.kube.watch import Resync, WatchEvent
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import BAD_TOKEN, Registration
-from tests.manager_support import manager, wait_reason, workspace
+from tests.support.manager import manager, wait_reason, workspace
 
 
 def secret(namespace: str, name: str, version: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from kokumi.core import api, selectors
 from kokumi.core.ownership import IN_CLUSTER_SERVER
 from kokumi.core.selection import Entry, NamespaceIndex
 from kokumi.core.status import environment_status, selection_status
-from tests.strategies import examples
+from tests.support.strategies import examples
 
 NAMES = [f"c{i}" for i in range(8)]
 SELECTORS = {

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from kokumi.core.selectors import EVERYTHING, Operator, Requirement, Selector, SelectorError, parse
 from kokumi.testing.controlplane import APIServer
-from tests.strategies import examples
+from tests.support.strategies import examples
 
 # --- strategies ---------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from kokumi.core.leader import Elector, LeaseRecord, Lost, Timing, Wait, decide
 from kokumi.core.shards import Counts, Sharding, count_of, lease_name, preference, shard_of
-from tests.strategies import examples
+from tests.support.strategies import examples
 
 names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=63)
 counts = st.integers(min_value=1, max_value=64)

@@ -32,7 +32,7 @@ from kokumi.manager import Manager, run_manager
 from kokumi.runtime.election import Admission, LeaseElector
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration, closed_port_server, closed_port_servers
-from tests.manager_support import (
+from tests.support.manager import (
     Workspace,
     holder_labels,
     hub_client,

@@ -32,7 +32,7 @@ from kokumi.core.status import (
     seeded_outcome,
     unstructured,
 )
-from tests.strategies import examples
+from tests.support.strategies import examples
 
 EARLY = "2026-11-30T12:00:00Z"
 LATE = "2026-11-30T13:30:00Z"

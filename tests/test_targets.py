@@ -20,7 +20,7 @@ from kokumi.core.targets import (
     selected_cluster,
     targets,
 )
-from tests import strategies as s
+from tests.support import strategies as s
 
 environments = st.lists(s.selected_clusters(), max_size=12, unique_by=lambda c: c.name)
 

@@ -33,9 +33,9 @@ from kokumi.testing import Kubectl, canary
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
 from kokumi.ui.serve import serve_in_cluster, serve_ui
-from tests.manager_support import Workspace, manager, ready_of, wait_for, wait_reason, workspace
-from tests.test_cli_cluster import user_with
-from tests.ui_support import install_ui_account, user
+from tests.support.cli import user_with
+from tests.support.manager import Workspace, manager, ready_of, wait_for, wait_reason, workspace
+from tests.support.ui import install_ui_account, user
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"

@@ -26,8 +26,8 @@ from kokumi.testing import Kubectl, canary
 from kokumi.testing.controlplane import APIServer
 from kokumi.ui.incluster import KEY_NAMESPACE, KEY_SECRET, ProxyTrust, SessionKeyError, session_key
 from kokumi.ui.security import COOKIE
-from tests.fixtures_deploy import apply, wait_until
-from tests.ui_support import (
+from tests.support.deploy import apply, wait_until
+from tests.support.ui import (
     UI_FILES,
     App,
     config_for,

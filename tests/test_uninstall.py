@@ -19,7 +19,7 @@ import pytest
 from kokumi.cmd import root as cli
 from kokumi.core import api
 from kokumi.testing.controlplane import APIServer
-from tests.fixtures_deploy import DEPLOY, run, wait_until
+from tests.support.deploy import DEPLOY, run, wait_until
 
 FINALIZER = "delivery.kokumi.dev/argocd-registration"
 OTHER = "example.com/keep-me"

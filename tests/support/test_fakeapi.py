@@ -1,8 +1,9 @@
 """The fake API server's fault injection, bookkeeping and watch machinery, with no real server.
 
-What the fake shares with the real apiserver is pinned by ``tests/test_contract.py``; these tests
-cover what only the fake has: faults on command, the write log, and watch streams that a test
-can drop, stall, expire or cut, all in Trio time (most run under an autojump ``MockClock``).
+What the fake shares with the real apiserver is pinned by ``tests/support/test_contract.py``;
+these tests cover what only the fake has: faults on command, the write log, and watch streams
+that a test can drop, stall, expire or cut, all in Trio time (most run under an autojump
+``MockClock``).
 """
 
 from __future__ import annotations
@@ -37,8 +38,14 @@ from kokumi.kube import (
     WatchEvent,
     watch,
 )
-from tests import fakeapi
-from tests.fakeapi import DEFAULT_KINDS, FakeApi, json_patch, merge_patch, parse_label_selector
+from tests.support import fakeapi
+from tests.support.fakeapi import (
+    DEFAULT_KINDS,
+    FakeApi,
+    json_patch,
+    merge_patch,
+    parse_label_selector,
+)
 
 NS = "default"
 

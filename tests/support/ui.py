@@ -24,7 +24,7 @@ from kokumi.ui.app import UI, create_app
 from kokumi.ui.incluster import KEY_NAMESPACE, KEY_SECRET, ProxyTrust, session_key
 from kokumi.ui.security import SealedSessions
 from kokumi.workspace.newcluster import FIELD_MANAGER
-from tests.fixtures_deploy import (
+from tests.support.deploy import (
     DEPLOY,
     apply,
     ensure_namespace,

@@ -1,6 +1,6 @@
 """The API contract the actors rely on, asserted once and run on two servers: the fake and the hub.
 
-``tests/fakeapi.py`` stands in for the hub in the model test of the actors; it is only worth
+``tests/support/fakeapi.py`` stands in for the hub in the model test of the actors; it is only worth
 anything if it answers as the real kube-apiserver does. Every test here takes ``server``, which
 is a ``kokumi.kube.Client`` on ``FakeApi`` (``fake``) or on the real hub (``hub``), with a fresh
 namespace of its own. When the two disagree, the hub is right and the fake gets fixed.
@@ -42,8 +42,8 @@ from kokumi.kube import (
 )
 from kokumi.kube.client import METADATA_LIST, METADATA_OBJECT
 from kokumi.kube.errors import error_from_status
-from tests.fakeapi import CAPI_CLUSTERS as FAKE_CAPI_CLUSTERS
-from tests.fakeapi import DEFAULT_KINDS, FakeApi
+from tests.support.fakeapi import CAPI_CLUSTERS as FAKE_CAPI_CLUSTERS
+from tests.support.fakeapi import DEFAULT_KINDS, FakeApi
 
 Obj = dict[str, Any]
 FINALIZER = "contract.kokumi.dev/hold"

@@ -14,18 +14,28 @@ Fixtures:
 
 from __future__ import annotations
 
+import base64
+import json
+import os
+import socket
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import attrs
+import httpx
 import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
-from kokumi.testing import run_kubectl
+from kokumi.testing import canary, run_kubectl
 from kokumi.testing.controlplane import APIServer, ControlPlane
+from tests.support.paths import REPO
 
 __all__ = [
     "CRD_NAMES",
@@ -38,7 +48,6 @@ __all__ = [
     "wait_until",
 ]
 
-REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
 KUBECTL = str(Path(sys.executable).with_name("kubectl"))
 FIELD_MANAGER = "kokumi-tests"
@@ -345,3 +354,194 @@ def capi_crd(control_plane: ControlPlane) -> None:
         return True if listed.returncode == 0 else None
 
     wait_until(served, "Cluster API's clusters are served")
+
+
+# --- what the manager's and the leader's tests share ----------------------------------------
+
+
+def unreachable_kubeconfig(server: str, token: str, ca: bytes) -> str:
+    """A self-contained kubeconfig, as the spec asks, for a server that resolves nowhere."""
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "c",
+                    "cluster": {
+                        "server": server,
+                        "certificate-authority-data": base64.b64encode(ca).decode(),
+                    },
+                }
+            ],
+            "users": [{"name": "u", "user": {"token": token}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+            "current-context": "c",
+        }
+    )
+
+
+def bind_manager_secrets(hub: APIServer, namespace: str) -> None:
+    """The RoleBinding deploy/README.md tells the platform team to create per workspace."""
+    run(
+        hub.admin_kubeconfig,
+        "-n",
+        namespace,
+        "create",
+        "rolebinding",
+        "kokumi-manager-secrets",
+        "--clusterrole=kokumi-manager-secrets",
+        "--serviceaccount=kokumi:kokumi",
+    )
+
+
+LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 6.0, 4.0, 1.0
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _remove_workspace(hub: APIServer, workspace: str) -> None:
+    """Leave nothing behind for the next test: the managers were killed, so their Clusters'
+    finalizers and Argo CD Secrets stay unless removed here, and a namespace stuck Terminating
+    would be seen by every later manager of this hub."""
+    admin = hub.admin_kubeconfig
+    kind = "clusters.delivery.kokumi.dev"
+    names = run(admin, "-n", workspace, "get", kind, "-o", "name", check=False)
+    for name in names.stdout.split():
+        patch = '{"metadata":{"finalizers":null}}'
+        run(admin, "-n", workspace, "patch", name, "--type=merge", "-p", patch, check=False)
+    held = f"delivery.kokumi.dev/cluster-namespace={workspace}"
+    run(admin, "-n", "argocd", "delete", "secrets", "-l", held, check=False)
+    # Waited for: a namespace still Terminating is seen by the next test's managers.
+    run(admin, "delete", "namespace", workspace, "--wait=true", "--timeout=90s", check=False)
+
+
+@attrs.define
+class Replica:
+    """One manager process, its health port and its log file."""
+
+    name: str
+    process: subprocess.Popen[bytes] | subprocess.Popen[str]
+    port: int
+    log: Path
+
+    def get(self, path: str) -> httpx.Response:
+        return httpx.get(f"http://127.0.0.1:{self.port}{path}", timeout=5)
+
+    def metrics(self) -> dict[str, list[tuple[dict[str, str], float]]]:
+        text = self.get("/metrics").text
+        return {
+            family.name: [(dict(s.labels), s.value) for s in family.samples]
+            for family in text_string_to_metric_families(text)
+        }
+
+    def leading(self) -> bool:
+        try:
+            return self.metrics()["kokumi_leader"] == [({}, 1.0)]
+        except httpx.HTTPError:
+            return False
+
+    def writes(self) -> float:
+        """Write requests this process sent to the API server, as it counts them itself."""
+        return sum(
+            value
+            for labels, value in self.metrics()["kokumi_api_requests"]
+            if labels["verb"] in WRITES
+        )
+
+    def lines(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line]
+
+
+@contextmanager
+def replicas(hub: APIServer, root: Path, lease: str, extra: tuple[str, ...] = ()) -> Iterator[Any]:
+    started: list[Replica] = []
+
+    def start(name: str) -> Replica:
+        port = free_port()
+        log = root / f"{name}.log"
+        env = {
+            **os.environ,
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(hub.port),
+        }
+        env.pop("KUBECONFIG", None)
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "kokumi",
+                    "manager",
+                    "--service-account-dir",
+                    str(root / "serviceaccount"),
+                    "--leader-elect-lease-name",
+                    lease,
+                    f"--leader-elect-lease-duration={LEASE_DURATION}",
+                    f"--leader-elect-renew-deadline={RENEW_DEADLINE}",
+                    f"--leader-elect-retry-period={RETRY_PERIOD}",
+                    f"--health-port={port}",
+                    "--log-format=json",
+                    f"--field-manager=kokumi-{name}",
+                    *extra,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=root,
+            )
+        replica = Replica(name, process, port, log)
+        started.append(replica)
+        wait(lambda: replica.get("/healthz").status_code == 200, f"{name} answers /healthz")
+        return replica
+
+    try:
+        yield start
+    finally:
+        for replica in started:
+            if replica.process.poll() is None:
+                replica.process.kill()
+            replica.process.wait(timeout=30)
+    # The replicas' logs, what a log collector would keep: no made-up credential in them.
+    leaked = [r.name for r in started if canary.found(r.log.read_text(errors="replace"))]
+    assert leaked == [], f"the canary leaked into the logs of {leaked}"
+
+
+def wait(check: Any, what: str, timeout: float = 60.0) -> float:
+    """Poll ``check`` until it is true; how long that took."""
+    start = time.monotonic()
+    while True:
+        try:
+            if check():
+                return time.monotonic() - start
+        except (httpx.HTTPError, KeyError):
+            pass
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"timed out after {timeout} s waiting until {what}")
+        time.sleep(0.1)
+
+
+def install(hub: APIServer, tmp_path: Path) -> tuple[str, str, str]:
+    """install.yaml applied, the ServiceAccount's token mounted under ``tmp_path`` as in a pod;
+    a Lease name, a workspace namespace of this test's own, and a suffix for other names."""
+    ensure_namespace(hub, "argocd")
+    run(hub.admin_kubeconfig, "apply", "--server-side", "-f", str(DEPLOY / "install.yaml"))
+    token = run(
+        hub.admin_kubeconfig, "-n", "kokumi", "create", "token", "kokumi", "--duration=30m"
+    ).stdout.strip()
+    mount = tmp_path / "serviceaccount"
+    mount.mkdir()
+    (mount / "token").write_text(token)
+    (mount / "ca.crt").write_bytes(hub.ca_pem)
+    (mount / "namespace").write_text("kokumi")
+    suffix = uuid.uuid4().hex[:8]
+    lease = f"kokumi-clusters-{suffix}"
+    workspace = f"leader-{suffix}"
+    run(hub.admin_kubeconfig, "create", "namespace", workspace)
+    return lease, workspace, suffix

@@ -6,7 +6,7 @@ It keeps what the real apiserver keeps and a controller relies on: one global in
 ``resourceVersion``; uid, creationTimestamp and generation; AlreadyExists, stale-update and
 precondition conflicts; the status subresource; finalizers and ``deletionTimestamp``; label and
 field selectors; metadata-only answers; and watches with history, bookmarks and 410 once the
-history is gone. ``tests/test_contract.py`` runs the same assertions against this fake and
+history is gone. ``tests/support/test_contract.py`` runs the same assertions against this fake and
 against the real hub, so where they differ the fake is the one to fix.
 
 Everything time-related uses Trio's clock (``trio.current_time``, ``trio.sleep``), so the fake
