@@ -182,7 +182,8 @@ class CountChangeModel(RuleBasedStateMachine):
         for name, count, shard in (("a", 1, 0), ("b", 2, 0), ("c", 3, 2)):
             self.replicas[name] = self.fresh(name, count, shard)
         # Every Lease exists, handed back, as after earlier runs: a Lease missing would be
-        # created only a renew deadline later (tests/test_leader.py), which hides the races.
+        # created only a renew deadline later (tests/core/fleet/test_leader.py), which hides
+        # the races.
         for count in (2, 3):
             for shard in range(count):
                 self.leases[lease_name(shard, count)] = LeaseRecord("", 1)

@@ -13,7 +13,6 @@ import os
 import re
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,8 +32,9 @@ from kokumi.core.kubeconfig import (
     parse,
 )
 from tests.support import strategies as s
+from tests.support.paths import REPO
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "reasons.md"
+DOCS = REPO / "docs" / "reasons.md"
 
 Document = dict[str, Any]
 

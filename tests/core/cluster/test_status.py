@@ -27,31 +27,17 @@ from kokumi.core.status import (
     cluster_status,
     environment_status,
     observed_cluster_status,
-    observed_environment_status,
     ready_event,
     seeded_outcome,
     unstructured,
 )
+from tests.support.statuses import EARLY, LATE, condition_lists, metas, specs, words
 from tests.support.strategies import examples
 
-EARLY = "2026-11-30T12:00:00Z"
-LATE = "2026-11-30T13:30:00Z"
 LATER = "2026-12-01T08:00:00Z"  # no generated status holds it
 
 # --- strategies ---------------------------------------------------------------------------------
 
-words = st.text(st.characters(codec="utf-8"), max_size=12)
-stamps = st.sampled_from(["", EARLY, LATE])
-conditions = st.builds(
-    api.Condition,
-    type=st.sampled_from(["Ready", "Progressing"]),
-    status=st.sampled_from(["True", "False", "Unknown"]),
-    reason=st.sampled_from(list(Reason)) | words,
-    message=words,
-    last_transition_time=stamps,
-    observed_generation=st.integers(0, 2**40),
-)
-condition_lists = st.lists(conditions, max_size=2, unique_by=lambda c: c.type).map(tuple)
 cluster_statuses = st.builds(
     api.ClusterStatus,
     server=st.none()
@@ -59,36 +45,6 @@ cluster_statuses = st.builds(
     kubernetes_version=st.none() | st.sampled_from(["v1.36.3", "v1.28.0+k3s1"]),
     observed_generation=st.none() | st.integers(0, 2**40),
     conditions=condition_lists,
-)
-target_statuses = st.builds(
-    api.TargetStatus,
-    name=words,
-    target=st.sampled_from([Reason.DEPLOY, Reason.CLUSTER_NOT_READY, Reason.CLUSTER_CONFLICT]),
-    reason=st.sampled_from(list(Reason)) | words,
-    message=words,
-)
-environment_statuses = st.builds(
-    api.EnvironmentStatus,
-    observed_generation=st.none() | st.integers(0, 2**40),
-    conditions=condition_lists,
-    selected=st.integers(0, 10**6),
-    deploying=st.integers(0, 10**6),
-    clusters=st.lists(target_statuses, max_size=3).map(tuple),
-    more=st.integers(0, 10**6),
-)
-metas = st.builds(
-    api.Meta,
-    name=st.sampled_from(["a", "b", "c", "d", "e"]),
-    namespace=st.just("fleet"),
-    uid=st.just("u"),
-    generation=st.integers(1, 5),
-    labels=st.sampled_from([{}, {"env": "prod"}, {"env": "dev"}]),
-)
-specs = st.sampled_from(
-    [
-        api.ClusterSpec("InCluster"),
-        api.ClusterSpec("Kubeconfig", api.KubeconfigSource(api.SecretRef("kubeconfig"))),
-    ]
 )
 clusters = st.builds(api.Cluster, metas, specs, cluster_statuses)
 invalid_clusters = st.builds(api.Invalid, metas, words, st.none() | cluster_statuses)
@@ -102,39 +58,6 @@ outcomes = st.builds(
 )
 conflicts = st.none() | st.sampled_from(["server https://a.example:6443 is held by Cluster x/y"])
 conflict_reasons = st.sampled_from([Reason.CLUSTER_CONFLICT, Reason.REGISTRATION_FAILED])
-ready_only = st.builds(
-    api.Condition,
-    type=st.just("Ready"),
-    status=st.sampled_from(["True", "False"]),
-    reason=st.sampled_from([Reason.READY, Reason.UNREACHABLE, Reason.CLUSTER_CONFLICT]),
-    message=st.just("as found"),
-    last_transition_time=st.just(EARLY),
-)
-fleet_clusters = st.builds(
-    api.Cluster,
-    metas,
-    specs,
-    st.builds(
-        api.ClusterStatus,
-        server=st.none() | st.sampled_from(["https://a.example:6443", "https://a.example:6443/"]),
-        conditions=st.lists(ready_only, max_size=1).map(tuple),
-    ),
-)
-fleets = st.lists(fleet_clusters, max_size=6, unique_by=lambda c: c.metadata.name).map(
-    lambda found: sorted(found, key=lambda c: c.metadata.name)
-)
-selector_specs = st.sampled_from(
-    [
-        None,
-        {},
-        {"matchLabels": {"env": "prod"}},
-        {"matchExpressions": [{"key": "env", "operator": "Has"}]},
-    ]
-)
-environments = st.builds(
-    api.Environment, metas, st.builds(api.EnvironmentSpec, selector_specs), environment_statuses
-)
-invalid_environments = st.builds(api.Invalid, metas, words, st.none() | environment_statuses)
 
 
 def _as_written(value: api.ClusterStatus | api.EnvironmentStatus) -> dict[str, Any]:
@@ -157,13 +80,6 @@ def _ready(status: api.ClusterStatus | api.EnvironmentStatus) -> api.Condition:
 def test_a_cluster_status_survives_its_write(value: api.ClusterStatus) -> None:
     assert api.converter.structure(unstructured(value), api.ClusterStatus) == value
     assert api.converter.structure(_as_written(value), api.ClusterStatus) == value
-
-
-@settings(max_examples=examples(500))
-@given(value=environment_statuses)
-def test_an_environment_status_survives_its_write(value: api.EnvironmentStatus) -> None:
-    assert api.converter.structure(unstructured(value), api.EnvironmentStatus) == value
-    assert api.converter.structure(_as_written(value), api.EnvironmentStatus) == value
 
 
 @settings(max_examples=examples(300))
@@ -209,32 +125,6 @@ def test_a_cluster_status_is_written_as_today() -> None:
                 },
                 {"type": "Other", "status": "True", "reason": "Fine", "message": "fine"},
             ],
-        }
-    )
-
-
-def test_an_environment_status_is_written_as_today() -> None:
-    value = api.EnvironmentStatus(
-        observed_generation=2,
-        conditions=(api.Condition("Ready", "False", Reason.NO_CLUSTERS, "none", EARLY, 2),),
-    )
-    assert json.dumps(unstructured(value)) == json.dumps(
-        {
-            "observedGeneration": 2,
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "False",
-                    "reason": "NoClusters",
-                    "message": "none",
-                    "lastTransitionTime": EARLY,
-                    "observedGeneration": 2,
-                }
-            ],
-            "selected": 0,
-            "deploying": 0,
-            "clusters": [],
-            "more": 0,
         }
     )
 
@@ -371,37 +261,6 @@ def test_an_event_is_recorded_when_the_ready_state_changes(
 
 
 # --- the Environment ----------------------------------------------------------------------------
-
-
-@settings(max_examples=examples(500))
-@given(
-    environment=environments | invalid_environments,
-    fleet=fleets,
-    listed=st.integers(0, 4),
-)
-def test_an_environment_status_is_a_function_of_its_clusters(
-    environment: api.Environment | api.Invalid, fleet: list[api.Cluster], listed: int
-) -> None:
-    first = environment_status(environment, fleet, listed=listed, now=EARLY)
-    assert first == environment_status(environment, fleet, listed=listed, now=EARLY)
-    assert len(first.clusters) <= listed
-    assert first.selected == first.deploying + len(first.clusters) + first.more
-    assert first.observed_generation == environment.metadata.generation
-    assert _ready(first).status == ("True" if first.deploying else "False")
-    written = attrs.evolve(environment, status=first)
-    assert environment_status(written, fleet, listed=listed, now=LATE) == first
-    assert observed_environment_status(written) == first
-
-
-def test_an_environment_with_a_bad_selector_says_so() -> None:
-    environment = api.Environment(
-        api.Meta("all", "fleet", generation=2),
-        api.EnvironmentSpec({"matchExpressions": [{"key": "env", "operator": "Has"}]}),
-    )
-    status = environment_status(environment, [], now=EARLY)
-    assert _ready(status).reason == Reason.INVALID_SELECTOR
-    assert '"Has"' in _ready(status).message
-    assert (status.selected, status.deploying, status.clusters, status.more) == (0, 0, (), 0)
 
 
 def test_a_cluster_not_checked_yet_is_held_with_not_checked() -> None:

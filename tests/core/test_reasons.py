@@ -7,11 +7,10 @@ without a row is something users meet with nothing to read about it.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from kokumi.core.reasons import PROBE_REASONS, Reason
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs" / "reasons.md"
 
 
