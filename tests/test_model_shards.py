@@ -580,7 +580,7 @@ def test_a_waiter_let_go_behind_another_replicas_holder_leaves_the_line(seed: in
     same path every run; these fail with the fix reverted (the release's line writes and the
     reshard's pass over stale lines; 21, 32, 34 and 39 with the first alone), chosen again
     from range(40) when later changes had moved the paths of the first seeds off the bug.
-    tests/test_registry_lines.py holds the same fix without a scheduler."""
+    tests/actors/registry/test_lines.py holds the same fix without a scheduler."""
     one.seed_scheduler(seed)
     machine = ShardedMachine()
     try:
