@@ -35,11 +35,12 @@ from kokumi.testing.spoke import Registration
 from kokumi.ui.serve import serve_in_cluster, serve_ui
 from tests.support.cli import user_with
 from tests.support.manager import Workspace, manager, ready_of, wait_for, wait_reason, workspace
+from tests.support.paths import REPO
 from tests.support.ui import install_ui_account, user
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-ARTIFACTS = Path(__file__).parent / "artifacts" / "ui"
+ARTIFACTS = REPO / "tests" / "artifacts" / "ui"
 
 
 def _chrome() -> webdriver.Chrome:

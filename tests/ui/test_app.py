@@ -1,6 +1,6 @@
 """The UI's guards, without a browser: httpx against the ASGI app, the hub a recording fake.
 
-What a browser adds (cookies kept, forms posted from the page itself) is in test_ui_browser.py;
+What a browser adds (cookies kept, forms posted from the page itself) is in test_browser.py;
 here are the refusals a reviewer of Argo CD's CVEs would try first: a forged POST, a spent or
 forged sign-in, an oversized body, and a credential echoed back after a failed validation.
 """
