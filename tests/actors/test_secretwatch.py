@@ -1,6 +1,6 @@
 """SecretWatches' bookkeeping and the fix it names without a server, and its cluster-wide mode live.
 
-tests/test_deploy_manager.py runs it as the real ServiceAccount: refused, then bound, then
+tests/deploy/test_manager.py runs it as the real ServiceAccount: refused, then bound, then
 stopped with the namespace's last Kubeconfig Cluster.
 """
 
@@ -114,7 +114,7 @@ def test_a_cluster_wide_resync_is_the_whole_truth() -> None:
     assert watches.namespaces == frozenset()
 
 
-# --- on the real hub, as the admin (tests/test_deploy_manager.py runs the real identity) ------
+# --- on the real hub, as the admin (tests/deploy/test_manager.py runs the real identity) ------
 
 
 async def test_cluster_scope_follows_every_namespace_with_one_watch(

@@ -12,8 +12,8 @@ server with regular expressions over the encoding, generated here:
 - ``starts_with(word)``: the same, at offset 0 only.
 - ``ASCII``: every decoded byte is below 0x80.
 
-``python -m tests.support.b64_patterns`` prints them; tests/test_b64_patterns.py checks them against
-Python's own base64 with Hypothesis, and that the policy carries exactly these.
+``python -m tests.support.b64_patterns`` prints them; tests/deploy/test_b64_patterns.py checks
+them against Python's own base64 with Hypothesis, and that the policy carries exactly these.
 """
 
 from __future__ import annotations

@@ -36,8 +36,8 @@ from kokumi.testing.kubectl import kubectl_binary
 from kokumi.testing.spoke import Registration
 from tests.support.cli import kokumi, one_error_line, stored_kubeconfig, whoami
 from tests.support.manager import manager, wait_for, wait_reason, workspace
+from tests.support.paths import REPO as ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "multi-cluster" / "platform"
 SPOKE_NAME = "kokumi-spoke"
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,8 +22,8 @@ from kokumi.core.ownership import ClusterRef
 from kokumi.testing import Kubectl
 from kokumi.testing.controlplane import APIServer
 from tests.support.deploy import crds  # noqa: F401  (the session fixture installing the CRDs)
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 SAMPLES = REPO / "deploy" / "samples"
 
