@@ -66,7 +66,7 @@ def soak(session: nox.Session) -> None:
     )
     session.run(
         "pytest",
-        "tests/test_kubeconfig.py",
+        "tests/core/kubeconfig/test_kubeconfig.py",
         "--timeout=0",
         "-k",
         "connection_or_a_refusal",

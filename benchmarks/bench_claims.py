@@ -25,7 +25,7 @@ from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.ownership import ClusterRef
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
-from tests.fakeapi import FakeApi
+from tests.support.fakeapi import FakeApi
 
 
 async def measure(clusters: int, rounds: int) -> tuple[float, int]:

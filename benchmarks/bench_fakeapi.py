@@ -1,4 +1,4 @@
-"""Requests per second of the in-process API fake (tests/fakeapi.py) that the model test runs on.
+"""Requests per second of the in-process API fake (tests/support/fakeapi.py) the model test runs on.
 
 Two figures for a create + get + merge-patch loop on ConfigMaps: through ``kokumi.kube.Client``
 (what the manager pays per request in the model test, httpx included), and the fake's own
@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kokumi.kube import CONFIG_MAPS, Client, Config
 from kokumi.kube.paths import resource_path
-from tests.fakeapi import FakeApi
+from tests.support.fakeapi import FakeApi
 
 LOOPS = 1000
 ROUNDS = 5

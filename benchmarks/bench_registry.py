@@ -25,7 +25,7 @@ from kokumi.testing.controlplane import ControlPlane
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kokumi.testing import run_kubectl
 from kokumi.testing.spoke import register
-from tests.manager_support import Workspace, manager, wait_for, workspace
+from tests.support.manager import Workspace, manager, wait_for, workspace
 
 CLUSTERS = 20
 HANDOVERS = 10

@@ -22,7 +22,7 @@ import pytest
 from kokumi.testing import Kubectl, canary, run_kubectl
 from kokumi.testing.controlplane import APIServer, ControlPlane, tail
 
-pytest_plugins = ["tests.fixtures_deploy", "tests.fixtures_spoke"]
+pytest_plugins = ["tests.support.deploy", "tests.support.spoke"]
 
 # No per-example deadline: on a shared machine it measures the neighbours, not Kokumi, and speed
 # is for benchmarks/, never an assertion in a test.

@@ -9,7 +9,7 @@ import trio
 
 import kokumi
 from kokumi.testing.controlplane import APIServer
-from tests.manager_support import hub_client, make_namespace
+from tests.support.manager import hub_client, make_namespace
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "embedding.md"
 

@@ -1,12 +1,13 @@
 """A model test of the actor layer: the real Manager against an API server that fails on command.
 
 Hypothesis drives a state machine whose rules change Clusters, Secrets and Environments, plant
-foreign Argo CD Secrets, break the hub in every way ``tests.fakeapi.FakeApi`` knows (refused and
-failed writes, lost replies, dropped, stalled and expired watches, the hub down) and kill the
-manager at any step, its memory gone. The manager is the real one — dispatcher, Cluster actors,
-registry, Environments, in-cluster keeper — on the real ``kokumi.kube`` client, with two
-stand-ins: the fake hub (trusted because ``tests/test_contract.py`` runs the same assertions
-against it and the real hub) and a stand-in for the spoke check, whose answer a rule sets.
+foreign Argo CD Secrets, break the hub in every way ``tests.support.fakeapi.FakeApi`` knows
+(refused and failed writes, lost replies, dropped, stalled and expired watches, the hub down)
+and kill the manager at any step, its memory gone. The manager is the real one — dispatcher,
+Cluster actors, registry, Environments, in-cluster keeper — on the real ``kokumi.kube`` client,
+with two stand-ins: the fake hub (trusted because ``tests/support/test_contract.py`` runs the
+same assertions against it and the real hub) and a stand-in for the spoke check, whose answer a
+rule sets.
 
 Trio runs in a thread of its own under ``MockClock`` (no autojump): between two rules nothing
 moves, and a rule that lets time pass jumps the clock from deadline to deadline. Nothing in it
@@ -89,9 +90,9 @@ from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config
 from kokumi.manager import Manager
 from kokumi.runtime.options import Options
-from tests import prediction
-from tests import strategies as s
-from tests.fakeapi import CAPI_CLUSTERS, DEFAULT_KINDS, EPOCH, FakeApi
+from tests.support import prediction
+from tests.support import strategies as s
+from tests.support.fakeapi import CAPI_CLUSTERS, DEFAULT_KINDS, EPOCH, FakeApi
 
 T = TypeVar("T")
 

@@ -21,8 +21,8 @@ Invariants, besides the one-replica model's (which every replica is held to):
 - after every step no Cluster is served by two replicas.
 
 At convergence (faults off, every replica running, the clock run for minutes): every Cluster is
-served by exactly one replica, and the state is the one ``tests.prediction`` predicts from the
-objects alone, as for one replica.
+served by exactly one replica, and the state is the one ``tests.support.prediction`` predicts from
+the objects alone, as for one replica.
 
 ``MODEL_SHARDS_EXAMPLES`` (else ``MODEL_EXAMPLES``) sets the examples and ``MODEL_MIN_STEPS``
 the steps a run must count; the soak session runs 2,200 examples and asserts 50,000 steps.
@@ -52,7 +52,7 @@ from kokumi.kube.config import Config
 from kokumi.manager import Manager
 from kokumi.runtime.options import Options
 from tests import test_model as one
-from tests.fakeapi import FakeApi
+from tests.support.fakeapi import FakeApi
 from tests.test_model import ARGOCD, HUB, OWN, SEEN, ManagerMachine, World
 
 # Short, so that a Lease changes hands within a rule's time step; the rules are the real ones.
@@ -580,7 +580,7 @@ def test_a_waiter_let_go_behind_another_replicas_holder_leaves_the_line(seed: in
     same path every run; these fail with the fix reverted (the release's line writes and the
     reshard's pass over stale lines; 21, 32, 34 and 39 with the first alone), chosen again
     from range(40) when later changes had moved the paths of the first seeds off the bug.
-    tests/test_registry_lines.py holds the same fix without a scheduler."""
+    tests/actors/registry/test_lines.py holds the same fix without a scheduler."""
     one.seed_scheduler(seed)
     machine = ShardedMachine()
     try:

@@ -65,7 +65,7 @@ from kokumi.kube.watch import Resync, WatchEvent, watch  # noqa: E402
 from kokumi.objects import Resource  # noqa: E402
 from kokumi.testing import run_kubectl  # noqa: E402
 from kokumi.testing.controlplane import ControlPlane, free_port  # noqa: E402
-from tests.fixtures_deploy import CAPI_CRD  # noqa: E402
+from tests.support.deploy import CAPI_CRD  # noqa: E402
 
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 FLEET_NS = "fleet"

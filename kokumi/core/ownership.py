@@ -55,7 +55,7 @@ def is_argocd_own(server: str) -> bool:
     """Whether ``server`` names Argo CD's own cluster, in any of its spellings.
 
     The one predicate for it: the manager, the CLI, the Secret builder and the admission policy
-    kokumi-argocd-secret-integrity (whose base64 patterns tests/test_b64_patterns.py checks
+    kokumi-argocd-secret-integrity (whose base64 patterns tests/deploy/test_b64_patterns.py checks
     against this) agree, so a spelling the policy refuses is a ClusterConflict with its hint,
     never a registration retried for ever. ``https://KUBERNETES.default.svc``, ``:443`` and
     ``.svc.cluster.local`` are all this cluster to the pods Argo CD runs in; so the rule is the

@@ -15,8 +15,9 @@ every connection it opens, to the server or to a proxy. Two things need that mom
 A caller whose deadline may fire mid-read (the probe) also has every socket tracked, to close them
 all, shielded, when it is done: eight checks at a time then limit the open sockets.
 
-The backend is private to httpcore's pool (``_network_backend``); tests/test_kube_client_sockets.py
-and tests/test_egress.py fail if it moves, so an httpcore that renames it fails CI loudly.
+The backend is private to httpcore's pool (``_network_backend``); tests/kube/test_backend.py and
+tests/core/cluster/test_egress.py fail if it moves, so an httpcore that renames it fails CI
+loudly.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ two counts stand side by side and the new one waits until the old one's Leases a
 or have expired.
 
 After the sequence, once things settle: the Argo CD Secrets, their holders, every Cluster's Ready
-reason and finalizer equal what ``tests.prediction`` (the pure core) predicts from the final
+reason and finalizer equal what ``tests.support.prediction`` (the pure core) predicts from the final
 objects; the foreign Secrets are untouched; deleting every Cluster leaves no Secret and no
 finalizer behind. Throughout, a watch on Argo CD's namespace checks that no Secret is deleted and
 created again for a holder none of whose inputs changed meanwhile.
@@ -61,8 +61,8 @@ from kokumi.kube.watch import Resync, WatchEvent, watch
 from kokumi.testing import canary
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration, closed_port_server
-from tests import prediction
-from tests.manager_support import hub_client, make_namespace
+from tests.support import prediction
+from tests.support.manager import hub_client, make_namespace
 
 SEED = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(2**32))
 OPERATIONS = int(os.environ.get("CHAOS_OPS", "200"))

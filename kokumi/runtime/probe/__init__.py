@@ -30,8 +30,8 @@ by h11 as they arrive (linear time, bounded bytes: the thread holds the GIL whil
 slow parse of a hostile answer would stall every other check): a check then costs about what its
 handshake costs, half of what it cost through httpx's async client. Behind a
 ``proxy-url`` the check goes through httpx, which speaks CONNECT and SOCKS. Both paths hand the
-same exceptions and answers to the same diagnosis, and tests/test_probe_lean.py holds them to
-the same Outcome for every broken and hostile server it has.
+same exceptions and answers to the same diagnosis, and tests/runtime/probe/test_lean.py holds
+them to the same Outcome for every broken and hostile server it has.
 
 The package in three layers: :mod:`.checks` (the public ``check``, ``check_client`` and
 ``check_config``, and the path through httpx) above :mod:`.lean` (the lean HTTP/1.1 reader)

@@ -1,0 +1,647 @@
+"""The probe's lean path (two HTTP/1.1 requests on a blocking socket) against hostile servers.
+
+Every server here is a real local TLS server that answers as a broken or hostile API server would:
+garbage for a status line, headers without end, a body without end, one byte a second, a chunked
+answer, a connection closed after each answer. Each check runs twice, on the lean path and through
+httpx (the path it replaced, still taken behind a proxy), and both must find exactly the same:
+the messages users read may not depend on which path a check took. The lean path must also stay
+inside its budget and read a bounded amount, whatever the server sends.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import socket
+import ssl
+import struct
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import httpx
+import pytest
+import trio
+
+from kokumi.core.kubeconfig.connection import Connection
+from kokumi.core.reasons import Reason
+from kokumi.core.status import Outcome
+from kokumi.runtime.probe import checks, lean
+from kokumi.runtime.probe.checks import check
+from kokumi.testing import canary
+from kokumi.testing.controlplane import CertificateAuthority
+from tests.support.spoke_answers import both
+
+TOKEN = canary.token("lean")
+VERSION = b'{"major":"1","minor":"36","gitVersion":"v1.36.0-lean"}'
+REVIEW = json.dumps(
+    {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "SelfSubjectReview",
+        "status": {"userInfo": {"username": "lean-user"}},
+    }
+).encode()
+
+
+@attrs.define
+class Seen:
+    """What the server saw: connections accepted and closed by the client, requests, bytes sent."""
+
+    accepted: int = 0
+    closed: int = 0
+    requests: list[str] = attrs.Factory(list)
+    sent: int = 0
+    all_closed: trio.Event = attrs.Factory(trio.Event)
+
+
+class Peer:
+    """One accepted TLS connection, read as HTTP/1.1 requests."""
+
+    def __init__(self, stream: trio.SSLStream[trio.SocketStream], seen: Seen) -> None:
+        self.stream = stream
+        self.seen = seen
+        self.buffer = b""
+
+    async def request(self) -> tuple[str, str, dict[str, str]] | None:
+        while b"\r\n\r\n" not in self.buffer:
+            data = await self.stream.receive_some(65536)
+            if not data:
+                return None
+            self.buffer += data
+        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+        first, *lines = head.decode("latin-1").split("\r\n")
+        method, path, _ = first.split(" ", 2)
+        headers = {}
+        for line in lines:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        length = int(headers.get("content-length", "0"))
+        while len(self.buffer) < length:
+            self.buffer += await self.stream.receive_some(65536)
+        self.buffer = self.buffer[length:]
+        self.seen.requests.append(f"{method} {path}")
+        return method, path, headers
+
+    async def send(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+        self.seen.sent += len(data)
+
+
+Handler = Callable[[Peer], Awaitable[None]]
+Serve = Callable[[Handler], Awaitable[tuple[str, Seen]]]
+
+
+@attrs.frozen
+class Pki:
+    ca: bytes
+    server: ssl.SSLContext
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    authority = CertificateAuthority.create("kokumi-lean-ca")
+    cert, key = authority.issue("lean-server", server_names=["127.0.0.1", "spoke.test"])
+    chain = Path(tmp_path_factory.mktemp("lean")) / "server.pem"
+    chain.write_bytes(cert + key)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(chain)
+    return Pki(authority.pem, context)
+
+
+@pytest.fixture(params=["lean", "httpx"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    monkeypatch.setattr(checks, "_LEAN", request.param == "lean")
+    yield request.param
+
+
+@pytest.fixture
+async def serve(pki: Pki) -> AsyncIterator[Serve]:
+    """Start a TLS server running ``handler`` on each connection; its URL and what it saw."""
+    async with trio.open_nursery() as nursery:
+
+        async def start(handler: Handler) -> tuple[str, Seen]:
+            seen = Seen()
+
+            async def on_connection(stream: trio.SSLStream[trio.SocketStream]) -> None:
+                seen.accepted += 1
+                try:
+                    await handler(Peer(stream, seen))
+                    # Then wait for the client to close, counting it.
+                    while await stream.receive_some(65536):
+                        pass
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
+                finally:
+                    seen.closed += 1
+                    if seen.closed == seen.accepted:
+                        seen.all_closed.set()
+                    await trio.aclose_forcefully(stream)
+
+            listeners = await nursery.start(
+                functools.partial(
+                    trio.serve_ssl_over_tcp,
+                    on_connection,
+                    0,
+                    pki.server,
+                    host="127.0.0.1",
+                    https_compatible=True,
+                )
+            )
+            port = listeners[0].transport_listener.socket.getsockname()[1]
+            return f"https://127.0.0.1:{port}", seen
+
+        yield start
+        nursery.cancel_scope.cancel()
+
+
+def connection(pki: Pki, server: str) -> Connection:
+    return Connection(server=server, token=TOKEN, certificate_authority=pki.ca)
+
+
+def response(status: str, body: bytes, *extra: str) -> bytes:
+    headers = "".join(f"{line}\r\n" for line in extra)
+    return (
+        f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{headers}"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+async def kubernetes(
+    peer: Peer, *, close: bool = False, chunked: bool = False, extra: str | None = None
+) -> None:
+    """A healthy API server, as far as the check asks it (``extra``: one more header line)."""
+    while (asked := await peer.request()) is not None:
+        _, path, headers = asked
+        assert headers["authorization"] == f"Bearer {TOKEN}"
+        body = VERSION if path == "/version" else REVIEW
+        status = "200 OK" if path == "/version" else "201 Created"
+        if chunked:
+            pieces = [body[:7], body[7:]]
+            chunks = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(p), p) for p in pieces)
+            await peer.send(
+                f"HTTP/1.1 {status}\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+                + chunks
+                + b"0\r\nX-Trailer: yes\r\n\r\n"
+            )
+        else:
+            lines = [*(["Connection: close"] if close else []), *([extra] if extra else [])]
+            await peer.send(response(status, body, *lines))
+        if close:
+            return
+
+
+def ready(server: str) -> Outcome:
+    return Outcome(
+        ok=True,
+        reason=Reason.READY,
+        message="the API server answers and accepts the credential as lean-user",
+        server=server,
+        kubernetes_version="v1.36.0-lean",
+    )
+
+
+CPU_PER_CHECK = 0.5
+"""Seconds of CPU one check may cost here, the test server's own side included. An honest check
+costs a few milliseconds; a header line padded with 15,000 spaces cost the lean path's old
+regex parser 0.9 s a line, with the GIL held, which stopped every other check of the manager."""
+
+
+async def checked(pki: Pki, server: str, timeout: float = 10.0) -> Outcome:
+    """The check's Outcome, held to :data:`CPU_PER_CHECK` whatever the server sends."""
+    cpu = time.process_time()
+    finding = await check(connection(pki, server), timeout=timeout)
+    spent = time.process_time() - cpu
+    assert spent < CPU_PER_CHECK, f"the check cost {spent:.2f} s of CPU"
+    assert canary.found(repr(finding)) == []
+    return finding
+
+
+# --- answers that are fine, in less common forms ---------------------------------------------
+
+
+async def test_a_healthy_server_is_ready(pki: Pki, serve: Serve, path: str) -> None:
+    server, seen = await serve(kubernetes)
+    assert await checked(pki, server) == ready(server)
+    assert seen.requests == [
+        "GET /version",
+        "POST /apis/authentication.k8s.io/v1/selfsubjectreviews",
+    ]
+    assert seen.accepted == 1  # both questions on one connection
+    with trio.fail_after(5):
+        await seen.all_closed.wait()
+
+
+async def test_chunked_answers_with_extensions_and_trailers_are_read(
+    pki: Pki, serve: Serve, path: str
+) -> None:
+    server, _ = await serve(functools.partial(kubernetes, chunked=True))
+    assert await checked(pki, server) == ready(server)
+
+
+async def test_a_server_that_closes_after_each_answer_gets_a_new_connection(
+    pki: Pki, serve: Serve, path: str
+) -> None:
+    server, seen = await serve(functools.partial(kubernetes, close=True))
+    assert await checked(pki, server) == ready(server)
+    assert seen.accepted == 2
+    with trio.fail_after(5):
+        await seen.all_closed.wait()
+
+
+async def test_interim_answers_are_skipped(pki: Pki, serve: Serve, path: str) -> None:
+    async def handler(peer: Peer) -> None:
+        while (asked := await peer.request()) is not None:
+            body, status = (VERSION, "200 OK") if asked[1] == "/version" else (REVIEW, "201 X")
+            await peer.send(b"HTTP/1.1 100 Continue\r\n\r\n" + response(status, body))
+
+    server, _ = await serve(handler)
+    assert await checked(pki, server) == ready(server)
+
+
+async def test_an_http_1_0_answer_without_a_length_ends_with_the_connection(
+    pki: Pki, serve: Serve, path: str
+) -> None:
+    async def handler(peer: Peer) -> None:
+        asked = await peer.request()
+        assert asked is not None
+        body = VERSION if asked[1] == "/version" else REVIEW
+        await peer.send(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n" + body)
+        await peer.stream.aclose()
+
+    server, seen = await serve(handler)
+    assert await checked(pki, server) == ready(server)
+    assert seen.accepted == 2
+
+
+async def test_a_server_without_selfsubjectreviews_gets_the_access_review(
+    pki: Pki, serve: Serve, path: str
+) -> None:
+    async def handler(peer: Peer) -> None:
+        while (asked := await peer.request()) is not None:
+            if asked[1] == "/version":
+                await peer.send(response("200 OK", VERSION))
+            elif "selfsubjectreviews" in asked[1]:
+                await peer.send(response("404 Not Found", b"{}"))
+            else:
+                await peer.send(response("201 Created", b'{"status":{"allowed":true}}'))
+
+    server, seen = await serve(handler)
+    finding = await checked(pki, server)
+    assert finding.message == "the API server answers and accepts the credential"
+    assert seen.requests[-1] == "POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+
+
+async def test_a_server_error_says_the_servers_own_sentence(
+    pki: Pki, serve: Serve, path: str
+) -> None:
+    async def handler(peer: Peer) -> None:
+        await peer.request()
+        status = b'{"kind":"Status","message":"etcd is\\n  down"}'
+        await peer.send(response("503 Service Unavailable", status))
+
+    server, _ = await serve(handler)
+    finding = await checked(pki, server)
+    assert finding.reason is Reason.SERVER_ERROR
+    assert finding.message == (
+        "the API server failed GET /version with 503 Service Unavailable (etcd is down); look at"
+        " the API server's health and load"
+    )
+
+
+# --- hostile servers -------------------------------------------------------------------------
+
+
+NO_ANSWER = (
+    "closed the connection without an HTTP answer: check that the server URL points at the API"
+    " server"
+)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"SSH-2.0-OpenSSH_9.6\r\n\r\n",
+        b"HTTP/1.1 2OO OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 12x\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nabcdef",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\ncut short",
+        b"",
+    ],
+    ids=[
+        "not-http",
+        "bad-status",
+        "bad-header",
+        "bad-length",
+        "two-lengths",
+        "unknown-coding",
+        "bad-chunk",
+        "short-body",
+        "closed-at-once",
+    ],
+)
+async def test_garbage_is_no_http_answer(pki: Pki, serve: Serve, path: str, answer: bytes) -> None:
+    async def handler(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(answer)
+        await peer.stream.aclose()
+
+    server, _ = await serve(handler)
+    finding = await checked(pki, server)
+    assert finding.reason is Reason.UNREACHABLE
+    assert finding.message == f"{server.removeprefix('https://')} {NO_ANSWER}"
+
+
+async def endless(peer: Peer, head: bytes, piece: bytes, pause: float = 0.0) -> None:
+    await peer.request()
+    await peer.send(head)
+    while True:
+        await peer.send(piece)
+        if pause:
+            await trio.sleep(pause)
+
+
+@pytest.mark.parametrize(
+    ("head", "piece"),
+    [
+        (b"HTTP/1.1 200 OK\r\n", b"X-Filler: " + b"a" * 1000 + b"\r\n"),
+        (b"HTTP/1.1 200 OK\r\nX-Long: ", b"b" * 4096),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", b"1" * 4096),
+    ],
+    ids=["many-headers", "one-endless-header", "endless-chunk-size"],
+)
+async def test_headers_without_end_are_cut_off(
+    pki: Pki, serve: Serve, path: str, head: bytes, piece: bytes
+) -> None:
+    server, seen = await serve(functools.partial(endless, head=head, piece=piece))
+    finding = await checked(pki, server)
+    assert finding.message == f"{server.removeprefix('https://')} {NO_ANSWER}"
+    with trio.fail_after(5):
+        await seen.all_closed.wait()
+    assert seen.sent < 16 << 20  # what the kernel's buffers took, not what the server offered
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100000000000\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+    ],
+    ids=["huge-length", "until-closed", "chunked"],
+)
+async def test_a_body_without_end_is_cut_off(
+    pki: Pki, serve: Serve, path: str, head: bytes
+) -> None:
+    chunked = b"chunked" in head
+    piece = b"1000\r\n" + b"x" * 4096 + b"\r\n" if chunked else b"x" * 4096
+    server, seen = await serve(functools.partial(endless, head=head, piece=piece))
+    finding = await checked(pki, server)
+    assert finding.reason is Reason.SERVER_ERROR
+    assert finding.message.startswith("GET /version answered without a gitVersion")
+    with trio.fail_after(5):
+        await seen.all_closed.wait()
+    assert seen.sent < 16 << 20
+
+
+@pytest.mark.parametrize(
+    ("head", "piece"),
+    [
+        (b"HTTP/1.1 200 OK\r\n", b"X"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n", b"x"),
+    ],
+    ids=["slow-headers", "slow-body"],
+)
+async def test_a_slow_loris_times_out_within_the_budget(
+    pki: Pki, serve: Serve, path: str, head: bytes, piece: bytes
+) -> None:
+    server, seen = await serve(functools.partial(endless, head=head, piece=piece, pause=0.05))
+    started = time.monotonic()
+    finding = await checked(pki, server, timeout=1.0)
+    elapsed = time.monotonic() - started
+    assert finding.message.startswith("timed out after 1 s: 127.0.0.1:")
+    assert 1.0 <= elapsed < 3.0
+    with trio.fail_after(5):
+        await seen.all_closed.wait()
+
+
+PAD = b"X-Pad: x" + b" " * 15_000 + b"y"
+
+
+async def test_a_header_padded_with_spaces_costs_no_more_than_any_other(
+    pki: Pki, serve: Serve, path: str
+) -> None:
+    """A long run of spaces between two other characters of a header value: a parser that
+    backtracks spends quadratic time on it (with the GIL held, in the lean path's thread)."""
+    server, _ = await serve(functools.partial(kubernetes, extra=PAD.decode()))
+    assert await checked(pki, server) == ready(server)
+
+
+@pytest.mark.parametrize(
+    ("interim", "count"),
+    [
+        # Each interim head alone is small; together they are more than a head may be.
+        (b"HTTP/1.1 100 Continue\r\nX-Pad: " + b"p" * 2_500 + b"\r\n\r\n", 7),
+        (b"HTTP/1.1 103 Early Hints\r\n\r\n", 9),
+    ],
+    ids=["heads-too-big-together", "too-many"],
+)
+async def test_interim_heads_are_bounded_together(
+    pki: Pki, serve: Serve, interim: bytes, count: int
+) -> None:
+    """The lean path caps the bytes of every head of an answer together and the number of
+    interim answers: a server cannot keep a check reading heads until its deadline. (httpx,
+    behind a proxy, takes any number of interim answers until the check's deadline.)"""
+
+    async def handler(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(interim * count + response("200 OK", VERSION))
+
+    server, seen = await serve(handler)
+    finding = await checked(pki, server)
+    assert finding.message == f"{server.removeprefix('https://')} {NO_ANSWER}"
+    with trio.fail_after(5):
+        await seen.all_closed.wait()
+
+
+# --- the lean path itself --------------------------------------------------------------------
+
+
+async def test_the_lean_path_needs_no_httpx_client(
+    pki: Pki, serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the check went through httpx")
+
+    monkeypatch.setattr(httpx, "AsyncClient", refuse)
+    server, _ = await serve(kubernetes)
+    assert await checked(pki, server) == ready(server)
+
+
+async def test_a_cancelled_check_closes_its_socket_and_its_thread_ends(
+    pki: Pki, serve: Serve
+) -> None:
+    """The caller's own cancellation, in the middle of a read: the worker thread is abandoned,
+    but its socket is shut down at once, so the thread ends and closes it."""
+    answered = trio.Event()
+
+    async def handler(peer: Peer) -> None:
+        await peer.request()
+        answered.set()  # and never answer: the server waits for the client to close
+
+    threads = threading.active_count()
+    server, seen = await serve(handler)
+    with trio.move_on_after(0.5) as scope:
+        await check(connection(pki, server), timeout=60)
+    assert scope.cancelled_caught and answered.is_set()
+    with trio.fail_after(5):
+        await seen.all_closed.wait()
+    for _ in range(100):
+        if threading.active_count() <= threads + 1:  # Trio's thread cache may keep one idle
+            break
+        await trio.sleep(0.05)
+    assert threading.active_count() <= threads + 1
+
+
+async def test_a_check_ends_at_its_deadline_whatever_its_thread_does(
+    pki: Pki, serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker thread stuck past the deadline in something no socket timeout reaches: the
+    check still ends at its deadline (and gives back its slot), and says it timed out."""
+    release = threading.Event()
+    entered = threading.Event()
+
+    def stuck(*args: object) -> Outcome:
+        entered.set()
+        release.wait(10)
+        raise TimeoutError("released")
+
+    monkeypatch.setattr(lean, "_lean_ask", stuck)
+    server, _ = await serve(kubernetes)
+    started = time.monotonic()
+    finding = await check(connection(pki, server), timeout=1.0)
+    elapsed = time.monotonic() - started
+    release.set()
+    assert entered.is_set()
+    assert finding.message.startswith("timed out after 1 s: 127.0.0.1:")
+    assert 1.0 <= elapsed < 3.0
+
+
+async def test_hanging_checks_use_a_bounded_number_of_threads(pki: Pki, serve: Serve) -> None:
+    async def handler(peer: Peer) -> None:
+        await trio.sleep_forever()
+
+    server, _ = await serve(handler)
+    most = 0
+
+    async def watch() -> None:
+        nonlocal most
+        while True:
+            most = max(most, threading.active_count())
+            await trio.sleep(0.01)
+
+    before = threading.active_count()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch)
+        async with trio.open_nursery() as checks:
+            for _ in range(40):
+                checks.start_soon(functools.partial(check, connection(pki, server), timeout=1.0))
+        nursery.cancel_scope.cancel()
+    assert most - before <= lean._THREAD_LIMIT
+
+
+# --- the same Outcome on both paths, for what fails before HTTP -------------------------------
+
+
+async def tcp_server(
+    nursery: trio.Nursery, handler: Callable[[trio.SocketStream], Awaitable[None]]
+) -> int:
+    listeners = await nursery.start(functools.partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
+    return int(listeners[0].socket.getsockname()[1])
+
+
+async def test_tls_verification_failures_read_the_same(pki: Pki, serve: Serve) -> None:
+    server, _ = await serve(kubernetes)
+    foreign = CertificateAuthority.create("kokumi-lean-foreign").pem
+    wrong_ca = await both(attrs.evolve(connection(pki, server), certificate_authority=foreign))
+    assert wrong_ca.reason is Reason.TLS_ERROR
+    assert "not signed by the configured CA" in wrong_ca.message
+    wrong_name = await both(attrs.evolve(connection(pki, server), tls_server_name="other.test"))
+    assert "not valid for the TLS server name other.test" in wrong_name.message
+    no_ca = await both(attrs.evolve(connection(pki, server), certificate_authority=None))
+    assert "no CA is configured" in no_ca.message
+    skipped = await both(
+        attrs.evolve(
+            connection(pki, server), certificate_authority=None, insecure_skip_tls_verify=True
+        )
+    )
+    assert skipped.ok
+
+
+async def test_a_name_that_resolves_to_several_addresses_tries_each(
+    pki: Pki, serve: Serve, path: str
+) -> None:
+    """The first address refuses (nothing listens on 127.0.0.2 there), the second answers."""
+    server, _ = await serve(kubernetes)
+    port = int(server.rsplit(":", 1)[1])
+    trio.socket.set_custom_hostname_resolver(Resolver(["127.0.0.2", "127.0.0.1"]))
+    finding = await check(connection(pki, f"https://spoke.test:{port}"), timeout=5)
+    assert finding.ok, finding
+
+
+class Resolver(trio.abc.HostnameResolver):
+    def __init__(self, addresses: list[str]) -> None:
+        self.addresses = addresses
+
+    async def getaddrinfo(
+        self, host: bytes | None, port: bytes | str | int | None, *args: object, **kwargs: object
+    ) -> list[tuple[Any, ...]]:
+        return [
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, int(port or 443)))
+            for address in self.addresses
+        ]
+
+    async def getnameinfo(self, sockaddr: Any, flags: int) -> tuple[str, str]:
+        raise NotImplementedError
+
+
+@pytest.mark.parametrize(
+    ("how", "reason", "says"),
+    [
+        ("plain-http", Reason.TLS_ERROR, "does not speak TLS"),
+        ("closed", Reason.TLS_ERROR, "failed (unexpected eof while reading)"),
+        ("reset", Reason.UNREACHABLE, "connection reset by peer"),
+    ],
+)
+async def test_failures_before_tls_read_the_same(
+    pki: Pki, how: str, reason: Reason, says: str
+) -> None:
+    """Each server reads the ClientHello first, so what the client sees is not a race."""
+
+    async def handler(stream: trio.SocketStream) -> None:
+        await stream.receive_some(65536)
+        if how == "plain-http":
+            await stream.send_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        elif how == "reset":
+            stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        port = await tcp_server(nursery, handler)
+        finding = await both(connection(pki, f"https://127.0.0.1:{port}"))
+        nursery.cancel_scope.cancel()
+    assert finding.reason is reason
+    assert says in finding.message
+
+
+async def test_a_refused_port_reads_the_same(pki: Pki) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    finding = await both(connection(pki, f"https://127.0.0.1:{port}"))
+    assert finding.message.startswith(f"connection refused by 127.0.0.1:{port}")

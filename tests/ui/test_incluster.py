@@ -1,0 +1,351 @@
+"""The UI in a cluster, against the real hub: httpx against the ASGI app, as two replicas would be.
+
+Users are ServiceAccounts signing in with tokens from the TokenRequest API, checked by a
+SelfSubjectReview; the UI's own account is deploy/ui/'s ServiceAccount with deploy/ui/'s Role and
+admission policy, applied for real. What is shown: who gets in and who does not (in one line,
+never with the token), the cookie's flags and lifetime, one key shared through kokumi-signing so
+that replicas accept each other's cookies, the proxy's headers believed from the proxy only, and
+every call made as the user, so that their RBAC refuses what they may not do.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+import time
+
+import httpx
+import pytest
+
+from kokumi.core import api
+from kokumi.kube.client import SECRETS, Client
+from kokumi.kube.config import Config
+from kokumi.kube.errors import Forbidden
+from kokumi.testing import Kubectl, canary
+from kokumi.testing.controlplane import APIServer
+from kokumi.ui.incluster import KEY_NAMESPACE, KEY_SECRET, ProxyTrust, SessionKeyError, session_key
+from kokumi.ui.security import COOKIE
+from tests.support.deploy import apply, wait_until
+from tests.support.ui import (
+    UI_FILES,
+    App,
+    config_for,
+    delete_session_key,
+    in_cluster_app,
+    install_ui_account,
+    token,
+    user,
+)
+
+SAME_ORIGIN = {"Sec-Fetch-Site": "same-origin"}
+CLUSTER = """apiVersion: delivery.kokumi.dev/v1alpha1
+kind: Cluster
+metadata: {{name: {name}, namespace: {namespace}}}
+spec: {{connection: InCluster}}
+"""
+
+
+def _cluster(kubectl: Kubectl, hub: APIServer, namespace: str, name: str) -> None:
+    kubectl(hub, "apply", "-f", "-", input=CLUSTER.format(name=name, namespace=namespace))
+
+
+async def _sign_in(app: App, bearer: str, **headers: str) -> httpx.Response:
+    return await app.browser.post(
+        "/signin", data={"token": bearer}, headers={**SAME_ORIGIN, **headers}
+    )
+
+
+def _csrf(page: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found is not None, page[:500]
+    return found.group(1)
+
+
+def _error_line(page: str, marker: str = 'role="alert">') -> str:
+    return page.split(marker, 1)[1].split("</p>", 1)[0]
+
+
+async def test_a_service_account_token_signs_in_and_lists_as_that_user(
+    hub: APIServer, crds: object, namespace: str, kubectl: Kubectl, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    own = install_ui_account(hub)
+    alice = user(hub, namespace, "alice")
+    _cluster(kubectl, hub, namespace, "edge")
+    async with in_cluster_app(own) as app:
+        first = await app.browser.get("/clusters")
+        assert first.status_code == 401
+        assert 'name="token" type="password"' in first.text
+        signed = await _sign_in(app, alice)
+        assert signed.status_code == 303, signed.text
+        assert signed.headers["location"] == "/clusters"
+        cookie = signed.headers["set-cookie"]
+        listed = await app.browser.get(f"/clusters?namespace={namespace}")
+        assert listed.status_code == 200
+        assert f"cluster-{namespace}-edge" in listed.text
+        assert f"system:serviceaccount:{namespace}:alice" in listed.text
+    # The token is sealed: neither it nor its claims (the JWT's middle part) show in the cookie.
+    claims = alice.split(".")[1]
+    for where in (cookie, listed.text, first.text, caplog.text):
+        assert alice not in where and claims not in where
+    assert f"signed in as system:serviceaccount:{namespace}:alice" in caplog.text
+
+
+async def test_a_wrong_token_is_refused_in_one_line_and_never_shown(
+    hub: APIServer, crds: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    # The test's own client logs each URL it asks for, as a proxy in front would: which is why
+    # a token in a URL is refused. What is checked below is the UI's logging.
+    caplog.set_level(logging.WARNING, logger="httpx")
+    own = install_ui_account(hub)
+    async with in_cluster_app(own) as app:
+        wrong = canary.token()
+        refused = await _sign_in(app, wrong)
+        assert refused.status_code == 401
+        line = _error_line(refused.text)
+        assert line.startswith("Refused: the API server does not accept this token")
+        assert "\n" not in line
+        assert COOKIE not in refused.headers.get("set-cookie", "")
+        in_url = await app.browser.get(f"/signin?token={wrong}")
+        assert in_url.status_code == 400
+        assert "a token in a URL ends up in browser histories" in in_url.text
+        empty = await _sign_in(app, "  ")
+        assert empty.status_code == 400 and "paste a bearer token" in empty.text
+        broken = await _sign_in(app, f"{wrong}\nsecond line")
+        assert broken.status_code in (400, 401)
+        assert (await app.browser.get("/clusters")).status_code == 401
+        for page in (refused, in_url, empty, broken):
+            assert canary.found(page.text) == []
+            assert canary.found(dict(page.headers)) == []
+    assert canary.found(caplog.text) == []
+    assert "refused a sign-in" in caplog.text
+
+
+async def test_the_cookie_is_strict_http_only_secure_behind_tls_and_ends_with_its_token(
+    hub: APIServer, crds: object, namespace: str
+) -> None:
+    own = install_ui_account(hub)
+    user(hub, namespace, "alice")
+    short = token(hub, namespace, "alice", seconds=600)
+    async with in_cluster_app(own) as app:
+        plain = (await _sign_in(app, short)).headers["set-cookie"]
+        forwarded = (await _sign_in(app, short, **{"X-Forwarded-Proto": "https"})).headers[
+            "set-cookie"
+        ]
+    async with in_cluster_app(own, base_url="https://kokumi-ui.example") as tls:
+        direct = (await _sign_in(tls, short)).headers["set-cookie"]
+    for cookie in (plain, forwarded, direct):
+        for attribute in ("HttpOnly", "SameSite=Strict", "Path=/"):
+            assert attribute in cookie
+        max_age = int(re.search(r"Max-Age=(\d+)", cookie).group(1))  # type: ignore[union-attr]
+        # Not the 8 hours of a session: the token's own 10 minutes.
+        assert 0 < max_age <= 600
+    assert "Secure" not in plain
+    assert cookie.endswith("; Secure") and forwarded.endswith("; Secure")
+
+
+async def test_a_session_expires_and_a_changed_cookie_opens_nothing(
+    hub: APIServer, crds: object, namespace: str
+) -> None:
+    own = install_ui_account(hub)
+    alice = user(hub, namespace, "alice")
+    async with in_cluster_app(own) as app:
+        await _sign_in(app, alice)
+        value = app.browser.cookies[COOKIE]
+        assert (await app.browser.get("/clusters")).status_code == 200
+        flipped = value[:10] + ("A" if value[10] != "A" else "B") + value[11:]
+        app.browser.cookies.set(COOKIE, flipped)
+        assert (await app.browser.get("/clusters")).status_code == 401
+        app.browser.cookies.set(COOKIE, value)
+        assert (await app.browser.get("/clusters")).status_code == 200
+        app.sessions.clock = lambda: time.time() + 9 * 3600
+        expired = await app.browser.get("/clusters")
+        assert expired.status_code == 401
+        assert 'name="token"' in expired.text
+
+
+async def test_two_replicas_share_the_key_in_kokumi_signing_and_each_others_cookies(
+    hub: APIServer, crds: object, namespace: str
+) -> None:
+    own = install_ui_account(hub)
+    alice = user(hub, namespace, "alice")
+    async with Client(Config.from_kubeconfig(hub.admin_kubeconfig)) as admin:
+        await delete_session_key(admin)
+        async with in_cluster_app(own) as first, in_cluster_app(own) as second:
+            secret = await admin.get(SECRETS, KEY_SECRET, namespace=KEY_NAMESPACE)
+            assert len(base64.b64decode(secret["data"]["key"])) == 32
+            assert secret["metadata"]["labels"]["app.kubernetes.io/name"] == "kokumi-clusters-ui"
+            await _sign_in(first, alice)
+            second.browser.cookies.set(COOKIE, first.browser.cookies[COOKIE])
+            page = await second.browser.get(f"/clusters/new?namespace={namespace}")
+            assert page.status_code == 200
+            # A form from the first replica, posted to the second: the CSRF token holds there.
+            form = {"csrf": _csrf((await first.browser.get("/clusters/new")).text),
+                    "namespace": namespace, "name": "by-alice", "how": "incluster"}  # fmt: skip
+            created = await second.browser.post("/clusters/new", data=form, headers=SAME_ORIGIN)
+            assert created.status_code == 303, created.text
+            made = await admin.get(api.CLUSTERS, "by-alice", namespace=namespace)
+            # Created by the New Cluster path, with alice's rights: the UI's own account may not
+            # touch Clusters at all (deploy/ui/ grants it no such verb).
+            assert {f["manager"] for f in made["metadata"]["managedFields"]} == {"kokumi-cli"}
+
+        # A Secret applied without its key (or with it deleted) is filled by the next replica,
+        # which signs everyone out: the old cookies were sealed with the old key.
+        old_cookie = first.browser.cookies[COOKIE]
+        await admin.replace(SECRETS, {**secret, "data": {}}, namespace=KEY_NAMESPACE)
+        async with in_cluster_app(own) as third:
+            third.browser.cookies.set(COOKIE, old_cookie)
+            assert (await third.browser.get("/clusters")).status_code == 401
+        filled = await admin.get(SECRETS, KEY_SECRET, namespace=KEY_NAMESPACE)
+        assert filled["data"]["key"] != secret["data"]["key"]
+
+    # The UI's account reads that one Secret and nothing else in kokumi-signing, and may create
+    # no other: RBAC cannot narrow a create to a name, the admission policy does.
+    async with Client(own) as account:
+        with pytest.raises(Forbidden):
+            await account.get(SECRETS, "kokumi-signing-key", namespace=KEY_NAMESPACE)
+        with pytest.raises(Forbidden, match="kokumi-clusters-ui-session-key"):
+            await account.create(
+                SECRETS,
+                {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "planted"}},
+                namespace=KEY_NAMESPACE,
+            )
+        with pytest.raises(SessionKeyError) as refused:
+            await session_key(account, KEY_NAMESPACE, "another-key")
+        said = str(refused.value)
+        assert said.startswith(f"cannot read the session key Secret {KEY_NAMESPACE}/another-key")
+        assert "apply deploy/ui/" in said and "\n" not in said
+
+
+async def test_the_users_rbac_applies_not_the_uis_account(
+    hub: APIServer, crds: object, namespace: str, kubectl: Kubectl
+) -> None:
+    alice = user(hub, namespace, "alice")
+    other = f"{namespace}-other"
+    kubectl(hub, "create", "namespace", other)
+    try:
+        _cluster(kubectl, hub, other, "hidden")
+        # The UI's own account here is the hub's admin, who may do anything: still the pages
+        # act as alice only, who may not see or create Clusters in the other namespace.
+        admin = Config.from_kubeconfig(hub.admin_kubeconfig)
+        async with in_cluster_app(admin) as app:
+            await _sign_in(app, alice)
+            listed = await app.browser.get(f"/clusters?namespace={other}")
+            assert f"cluster-{other}-hidden" not in listed.text
+            line = _error_line(listed.text)
+            assert line.startswith(f"cannot list Clusters in namespace {other}: Forbidden")
+            assert f"system:serviceaccount:{namespace}:alice" in line
+            csrf = _csrf(listed.text)
+            form = {"csrf": csrf, "namespace": other, "name": "sneaky", "how": "incluster"}
+            refused = await app.browser.post("/clusters/new", data=form, headers=SAME_ORIGIN)
+            assert refused.status_code == 422
+            said = _error_line(refused.text, 'id="form-error" role="alert">')
+            assert said.startswith(f"cannot create Cluster {other}/sneaky: Forbidden")
+            assert f"system:serviceaccount:{namespace}:alice" in said
+            assert "\n" not in said
+        assert kubectl(hub, "get", "kcl", "-n", other, "-o", "name").stdout.split() == [
+            "cluster.delivery.kokumi.dev/hidden"
+        ]
+    finally:
+        kubectl(hub, "delete", "namespace", other, "--wait=false", check=False)
+
+
+async def test_a_forged_or_sessionless_post_is_refused_in_a_cluster_too(
+    hub: APIServer, crds: object, namespace: str
+) -> None:
+    own = install_ui_account(hub)
+    alice = user(hub, namespace, "alice")
+    async with in_cluster_app(own) as app:
+        login = await app.browser.post(
+            "/signin", data={"token": alice}, headers={"Sec-Fetch-Site": "cross-site"}
+        )
+        assert login.status_code == 403
+        assert (
+            login.text
+            == "Refused: the request came from another site (Sec-Fetch-Site: cross-site)."
+        )
+        await _sign_in(app, alice)
+        form = {"namespace": namespace, "name": "forged", "how": "incluster"}
+        tokenless = await app.browser.post("/clusters/new", data=form, headers=SAME_ORIGIN)
+        assert tokenless.status_code == 403
+        assert tokenless.text.startswith("Refused: the form is not from this session")
+        cross = await app.browser.post(
+            "/clusters/new", data={**form, "csrf": "x"}, headers={"Origin": "https://evil.example"}
+        )
+        assert cross.status_code == 403 and "another origin" in cross.text
+
+
+async def test_behind_the_trusted_proxy_its_user_and_groups_are_impersonated_and_only_there(
+    hub: APIServer, crds: object, namespace: str, kubectl: Kubectl
+) -> None:
+    own = install_ui_account(hub)
+    apply(hub, UI_FILES / "optional" / "impersonate.yaml")
+    _cluster(kubectl, hub, namespace, "edge")
+    for subject in ("--user=bob", "--group=kokumi-clusters-users"):
+        name = subject.split("=")[1]
+        kubectl(hub, "-n", namespace, "create", "role", name, "--verb=get,list",
+                "--resource=clusters.delivery.kokumi.dev")  # fmt: skip
+        kubectl(hub, "-n", namespace, "create", "rolebinding", name, f"--role={name}", subject)
+
+    def impersonating() -> bool | None:
+        can = kubectl(hub, "auth", "can-i", "impersonate", "groups/kokumi-clusters-users",
+                      "--as=system:serviceaccount:kokumi:kokumi-clusters-ui",
+                      check=False)  # fmt: skip
+        return True if can.stdout.strip() == "yes" else None
+
+    wait_until(impersonating, "the UI may impersonate")
+    proxy = ProxyTrust.parse(["10.1.2.3"], "X-Forwarded-User", "X-Forwarded-Groups")
+    path = f"/clusters?namespace={namespace}"
+    async with in_cluster_app(own, proxy=proxy, client=("10.1.2.3", 5000)) as app:
+        bob = await app.browser.get(path, headers={"X-Forwarded-User": "bob"})
+        assert bob.status_code == 200
+        assert f"cluster-{namespace}-edge" in bob.text and ">bob<" in bob.text
+        assert "HttpOnly; SameSite=Strict" in bob.headers["set-cookie"]
+        carol = await app.browser.get(
+            path,
+            headers={"X-Forwarded-User": "carol", "X-Forwarded-Groups": "kokumi-clusters-users"},
+        )
+        assert f"cluster-{namespace}-edge" in carol.text
+        # carol without the group: her own RBAC (none) applies, not the UI's account.
+        alone = await app.browser.get(path, headers={"X-Forwarded-User": "carol"})
+        assert f"cluster-{namespace}-edge" not in alone.text
+        assert "cannot list Clusters in namespace" in alone.text
+        # A group not in the ClusterRole's resourceNames: the API server refuses to impersonate.
+        other = await app.browser.get(
+            path, headers={"X-Forwarded-User": "carol", "X-Forwarded-Groups": "other-team"}
+        )
+        assert "cannot impersonate" in other.text
+        anonymous = await app.browser.get(path)
+        assert anonymous.status_code == 401
+        assert anonymous.text.startswith("Refused: the authenticating proxy named no user")
+        masters = await app.browser.get(
+            path, headers={"X-Forwarded-User": "bob", "X-Forwarded-Groups": "system:masters"}
+        )
+        assert masters.status_code == 403
+        assert "the UI never impersonates those" in masters.text
+    async with in_cluster_app(own, proxy=proxy, client=("10.9.9.9", 5000)) as elsewhere:
+        forged = await elsewhere.browser.get(path, headers={"X-Forwarded-User": "bob"})
+        assert forged.status_code == 403
+        assert forged.text == (
+            "Refused: 10.9.9.9 is not the trusted proxy, so its X-Forwarded-User header is not "
+            "believed."
+        )
+        assert COOKIE not in forged.headers.get("set-cookie", "")
+        bare = await elsewhere.browser.get(path)
+        assert bare.status_code == 403 and "through their authenticating proxy only" in bare.text
+        assert (await elsewhere.browser.get("/healthz")).text == "ok"
+
+
+async def test_a_ui_account_without_deploy_uis_role_says_what_to_apply(
+    hub: APIServer, namespace: str, kubectl: Kubectl
+) -> None:
+    kubectl(hub, "-n", namespace, "create", "serviceaccount", "stranger")
+    stranger = config_for(hub, token(hub, namespace, "stranger"), namespace)
+    async with Client(stranger) as account:
+        with pytest.raises(SessionKeyError) as refused:
+            await session_key(account)
+    said = str(refused.value)
+    assert said.startswith(f"cannot read the session key Secret {KEY_NAMESPACE}/{KEY_SECRET}: ")
+    assert "Forbidden" in said and "apply deploy/ui/" in said and "\n" not in said
