@@ -24,9 +24,9 @@ import typing as _typing
 if _typing.TYPE_CHECKING:
     # What mypy and IDEs see; tests/test_exports.py holds it equal to ``_HOMES``.
     from kokumi.core.egress import EgressPolicy
-    from kokumi.core.leader import LeaderElection, Timing
+    from kokumi.core.fleet.leader import LeaderElection, Timing
+    from kokumi.core.fleet.shards import Sharding
     from kokumi.core.secretaccess import SecretScope
-    from kokumi.core.shards import Sharding
     from kokumi.kube.config import Config
     from kokumi.manager import Manager, run_manager
     from kokumi.runtime.election import LeadershipLost
@@ -49,13 +49,13 @@ __all__ = [
 _HOMES = {
     "Config": "kokumi.kube.config",
     "EgressPolicy": "kokumi.core.egress",
-    "LeaderElection": "kokumi.core.leader",
+    "LeaderElection": "kokumi.core.fleet.leader",
     "LeadershipLost": "kokumi.runtime.election",
     "Manager": "kokumi.manager",
     "Options": "kokumi.runtime.options",
     "SecretScope": "kokumi.core.secretaccess",
-    "Sharding": "kokumi.core.shards",
-    "Timing": "kokumi.core.leader",
+    "Sharding": "kokumi.core.fleet.shards",
+    "Timing": "kokumi.core.fleet.leader",
     "run_manager": "kokumi.manager",
 }
 

@@ -12,8 +12,9 @@ this process holds the Lease (:mod:`kokumi.runtime.election`); the health server
 runs from the start, so a standby answers its probes.
 
 With ``Options.sharding`` set instead, the watches run from the start and this replica stands
-for every shard's Lease (:mod:`kokumi.core.shards`): the Cluster actors of a shard run only inside
-that shard's Lease, and Environments' status and the in-cluster defaults only inside shard 0's.
+for every shard's Lease (:mod:`kokumi.core.fleet.shards`): the Cluster actors of a shard run only
+inside that shard's Lease, and Environments' status and the in-cluster defaults only inside shard
+0's.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ from kokumi.actors.incluster import keep_in_cluster
 from kokumi.actors.metrics import Metrics
 from kokumi.actors.registry import Registry
 from kokumi.actors.writes import EventRecorder
-from kokumi.core.leader import LeaderElection
+from kokumi.core.fleet.leader import LeaderElection
+from kokumi.core.fleet.shards import preference
 from kokumi.core.ownership import ClusterRef
-from kokumi.core.shards import preference
 from kokumi.core.status import Outcome
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config

@@ -11,9 +11,9 @@ import trio
 
 from kokumi.cmd import DONE, FAILED, UsageError
 from kokumi.core.egress import DEFAULT_DENY, EgressPolicy
-from kokumi.core.leader import DEFAULT_LEASE_NAME, LeaderElection, Timing
+from kokumi.core.fleet.leader import DEFAULT_LEASE_NAME, LeaderElection, Timing
+from kokumi.core.fleet.shards import Sharding
 from kokumi.core.secretaccess import SecretScope
-from kokumi.core.shards import Sharding
 from kokumi.kube.config import SERVICE_ACCOUNT_ROOT, Config
 from kokumi.kube.errors import ConfigError
 from kokumi.runtime.election import LeadershipLost

@@ -5,12 +5,12 @@ retry period, and when no renewal goes through before the renew deadline it canc
 raises :class:`LeadershipLost` (``kokumi manager`` then exits non-zero and Kubernetes restarts the
 pod as a fresh standby). When the body is cancelled from outside (SIGTERM), the Lease is handed
 back after the body has stopped, so a standby takes over at its next try instead of waiting out
-the lease. What to do at each step is decided by :mod:`kokumi.core.leader`; this module only reads,
-writes and sleeps.
+the lease. What to do at each step is decided by :mod:`kokumi.core.fleet.leader`; this module only
+reads, writes and sleeps.
 
 With a :class:`CountGate`, a candidate that has just taken its Lease lists the Leases of other
 shard counts before it runs the body, and hands its own back when one is held
-(:class:`kokumi.core.shards.Counts`): replicas of two ``--shards`` never serve side by side.
+(:class:`kokumi.core.fleet.shards.Counts`): replicas of two ``--shards`` never serve side by side.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 import trio
 
-from kokumi.core import leader, shards
+from kokumi.core.fleet import leader, shards
 from kokumi.kube import errors
 from kokumi.kube.client import LEASES, Client
 from kokumi.objects import metadata_of, resource_version

@@ -9,9 +9,9 @@ import attrs
 
 from kokumi.core import schedule
 from kokumi.core.egress import EgressPolicy
-from kokumi.core.leader import LeaderElection
+from kokumi.core.fleet.leader import LeaderElection
+from kokumi.core.fleet.shards import Sharding
 from kokumi.core.secretaccess import SecretScope
-from kokumi.core.shards import Sharding
 from kokumi.kube.backoff import Backoff
 
 __all__ = ["Options"]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kokumi.core import api
-from kokumi.core.shards import lease_name, shard_of
+from kokumi.core.fleet.shards import lease_name, shard_of
 from kokumi.testing.controlplane import APIServer
 from tests.support.deploy import (
     LEASE_DURATION,

@@ -19,10 +19,10 @@ import trio
 
 from kokumi.actors.registry import HANDOVER_REASON
 from kokumi.core import api, argocd
+from kokumi.core.fleet.leader import LeaderElection, Timing
+from kokumi.core.fleet.shards import Sharding, lease_name, preference, shard_of
 from kokumi.core.handover import ANNOTATION_WAITING, waiting_of
-from kokumi.core.leader import LeaderElection, Timing
 from kokumi.core.ownership import ClusterRef
-from kokumi.core.shards import Sharding, lease_name, preference, shard_of
 from kokumi.kube import LEASES
 from kokumi.kube.client import EVENTS, NAMESPACES, SECRETS, Client
 from kokumi.kube.config import Config

@@ -12,7 +12,7 @@ import attrs
 import pytest
 import trio
 
-from kokumi.core.leader import LeaderElection, Timing
+from kokumi.core.fleet.leader import LeaderElection, Timing
 from kokumi.kube import LEASES, SERVICE_ACCOUNTS, Client, Config
 from kokumi.runtime.election import LeadershipLost, LeaseElector
 from kokumi.testing import run_kubectl

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import datetime as dt
+import importlib.util
 import pathlib
 
 import attrs
@@ -17,8 +18,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-import kokumi.core
-from kokumi.core.leader import (
+from kokumi.core.fleet.leader import (
     Create,
     Elector,
     LeaderElection,
@@ -294,10 +294,18 @@ ElectionModel.TestCase.settings = settings(max_examples=examples(500), stateful_
 TestElectionModel = ElectionModel.TestCase
 
 
-@pytest.mark.parametrize("module", ["leader", "availability"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        pytest.param("kokumi.core.fleet.leader", id="leader"),
+        pytest.param("kokumi.core.availability", id="availability"),
+    ],
+)
 def test_the_pure_modules_import_no_io(module: str) -> None:
     """Decisions stay testable without a server: no Trio, no HTTP, no kube client."""
-    source = pathlib.Path(kokumi.core.__file__).with_name(f"{module}.py").read_text()
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin is not None, module
+    source = pathlib.Path(spec.origin).read_text()
     imported = {
         ((node.module or "") if isinstance(node, ast.ImportFrom) else alias.name).split(".")[0]
         for node in ast.walk(ast.parse(source))

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from kokumi.core.leader import Elector, LeaseRecord, Lost, Timing, Wait, decide
-from kokumi.core.shards import Counts, Sharding, count_of, lease_name, preference, shard_of
+from kokumi.core.fleet.leader import Elector, LeaseRecord, Lost, Timing, Wait, decide
+from kokumi.core.fleet.shards import Counts, Sharding, count_of, lease_name, preference, shard_of
 from tests.support.strategies import examples
 
 names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=63)
@@ -42,7 +42,7 @@ def test_the_shard_is_the_same_in_another_process_with_another_hash_seed() -> No
     keys = [(f"team-{i}", f"cluster-{i * 7}") for i in range(50)]
     here = [shard_of(ns, name, 7) for ns, name in keys]
     code = (
-        "from kokumi.core.shards import shard_of\n"
+        "from kokumi.core.fleet.shards import shard_of\n"
         f"print([shard_of(ns, n, 7) for ns, n in {keys!r}])"
     )
     for seed in ("1", "12345"):

@@ -1,7 +1,7 @@
 """Which replica serves which Cluster: shards by a stable hash, one Lease per shard.
 
 Pure: no I/O, no Trio. The replicas never talk to each other; each one is a candidate for every
-shard's Lease (:mod:`kokumi.core.leader` rules, :mod:`kokumi.runtime.election` loop), and a
+shard's Lease (:mod:`kokumi.core.fleet.leader` rules, :mod:`kokumi.runtime.election` loop), and a
 Cluster belongs to the shard its name hashes to. The hash must be the same in every process and
 every release, so it is SHA-256 of ``namespace/name``, never Python's ``hash()``, which is salted
 per process. The one waiting line a server's replicas share is the handover's
@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from kokumi.core.leader import DEFAULT_LEASE_NAME, LeaseRecord, Timing
+from kokumi.core.fleet.leader import DEFAULT_LEASE_NAME, LeaseRecord, Timing
 
 __all__ = ["Counts", "Sharding", "count_of", "lease_name", "preference", "shard_of"]
 
@@ -66,7 +66,7 @@ class Counts:
 
     A Lease is held while its holder is set and ``leaseDurationSeconds`` have not passed since
     this replica saw its record change, on this replica's clock, as for any Lease
-    (:mod:`kokumi.core.leader`): a record seen for the first time counts as just changed.
+    (:mod:`kokumi.core.fleet.leader`): a record seen for the first time counts as just changed.
     """
 
     own: int
