@@ -22,7 +22,7 @@ sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from kokumi.actors.registry import Registry
 from kokumi.core.kubeconfig.connection import Connection
-from kokumi.core.ownership import ClusterRef
+from kokumi.core.registry.ownership import ClusterRef
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
 from tests.support.fakeapi import FakeApi

@@ -17,8 +17,9 @@ from typing import Any
 
 import trio
 
-from kokumi.core import api, argocd, ownership
-from kokumi.core.ownership import ClusterRef
+from kokumi.core import api
+from kokumi.core.registry import argocd, ownership
+from kokumi.core.registry.ownership import ClusterRef
 from kokumi.testing.controlplane import ControlPlane
 
 # The tests' helpers register the spoke and drive a manager exactly as the tests do.

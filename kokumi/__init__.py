@@ -14,7 +14,7 @@ CD. Embed it in a Trio program by starting :func:`run_manager` in a nursery (see
 This package is the embedding program's one way in: every name ``docs/embedding.md`` uses, each
 defined in one module (its home, named in ``_HOMES``) and only re-exported here. The names are
 imported on first use (PEP 562), so that importing a pure module such as
-``kokumi.core.ownership``, which imports this package first, does not load the manager, the
+``kokumi.core.registry.ownership``, which imports this package first, does not load the manager, the
 actors, the probe, Trio and httpx with it. Kokumi's own code imports from the homes.
 """
 

@@ -34,7 +34,7 @@ from kokumi.actors.registry import Registry
 from kokumi.actors.writes import EventRecorder
 from kokumi.core.fleet.leader import LeaderElection
 from kokumi.core.fleet.shards import preference
-from kokumi.core.ownership import ClusterRef
+from kokumi.core.registry.ownership import ClusterRef
 from kokumi.core.status import Outcome
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config

@@ -181,7 +181,7 @@ def _heavy(loaded: set[str]) -> set[str]:
 
 
 def test_a_pure_module_loads_no_trio_no_httpx_no_probe_no_actor() -> None:
-    assert _heavy(_loaded_after("import kokumi.core.ownership")) == set()
+    assert _heavy(_loaded_after("import kokumi.core.registry.ownership")) == set()
     assert _heavy(_loaded_after("import kokumi")) == set()
     every = "\n".join(f"import {m}" for m in [*CORE, "kokumi.objects"])
     loaded = _loaded_after(every)

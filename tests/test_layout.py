@@ -115,4 +115,4 @@ def test_every_pure_module_is_in_the_core() -> None:
 def test_the_check_sees_io_through_other_modules() -> None:
     """The closure is followed: the manager reaches Trio only through the modules it imports."""
     assert any(path.endswith("-> trio") for path in _reaches_io("kokumi.runtime.probe.checks"))
-    assert not _reaches_io("kokumi.core.ownership")
+    assert not _reaches_io("kokumi.core.registry.ownership")

@@ -43,10 +43,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule, run_state_machine_as_test
 
-from kokumi.core import api, argocd, handover
+from kokumi.core import api
 from kokumi.core.fleet.leader import Timing
 from kokumi.core.fleet.shards import Sharding, count_of, shard_of
-from kokumi.core.ownership import ClusterRef
+from kokumi.core.registry import argocd, handover
+from kokumi.core.registry.ownership import ClusterRef
 from kokumi.kube.client import LEASES, SECRETS, Client
 from kokumi.kube.config import Config
 from kokumi.manager import Manager

@@ -7,8 +7,8 @@ import sys
 import time
 
 sys.path.insert(0, sys.argv[1])
-from kokumi.core import ownership
-from kokumi.core.ownership import ClusterRef
+from kokumi.core.registry import ownership
+from kokumi.core.registry.ownership import ClusterRef
 
 for n in (1000, 3000, 10000):
     table = ownership.Table()

@@ -53,12 +53,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fleet import PORT, SERVER_NAME, TOKEN, address  # noqa: E402
 
-from kokumi.core import api, argocd  # noqa: E402
+from kokumi.core import api  # noqa: E402
 from kokumi.core.clustersource import (  # noqa: E402
     CAPI_CLUSTER_NAME,
     CAPI_CLUSTERS,
     CLUSTER_SOURCES,
 )
+from kokumi.core.registry import argocd  # noqa: E402
 from kokumi.kube.client import NAMESPACES, SECRETS, Client  # noqa: E402
 from kokumi.kube.config import Config  # noqa: E402
 from kokumi.kube.watch import Resync, WatchEvent, watch  # noqa: E402

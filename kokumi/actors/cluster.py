@@ -22,9 +22,9 @@ from kokumi.actors.writes import write_status
 from kokumi.core import api, schedule
 from kokumi.core.kubeconfig.connection import Connection, Refusal
 from kokumi.core.kubeconfig.reader import parse
-from kokumi.core.ownership import ClusterRef, is_argocd_own
 from kokumi.core.reasons import Reason
-from kokumi.core.registration import NOT_REGISTERED, Registration
+from kokumi.core.registry.ownership import ClusterRef, is_argocd_own
+from kokumi.core.registry.registration import NOT_REGISTERED, Registration
 from kokumi.core.status import (
     Outcome,
     SecretRead,

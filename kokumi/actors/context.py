@@ -18,8 +18,8 @@ from kokumi.runtime.probe import checks
 
 if TYPE_CHECKING:
     from kokumi.core.kubeconfig.connection import Connection
-    from kokumi.core.ownership import ClusterRef
-    from kokumi.core.registration import Registration
+    from kokumi.core.registry.ownership import ClusterRef
+    from kokumi.core.registry.registration import Registration
 
 __all__ = ["Context", "RegistryHandle"]
 

@@ -28,7 +28,7 @@ from kokumi.actors.registry import Registry
 from kokumi.actors.secretwatch import SecretWatches
 from kokumi.actors.sources import KEEP_LABELS, SecretsView, SourcesActor
 from kokumi.core import api
-from kokumi.core.ownership import ClusterRef
+from kokumi.core.registry.ownership import ClusterRef
 from kokumi.kube.watch import Key, Resync, Store, WatchEvent, start_watch
 from kokumi.objects import metadata_of
 

@@ -25,7 +25,7 @@ from kokumi.kube.watch import Resync, WatchEvent
 from kokumi.objects import name_of, namespace_of
 
 if TYPE_CHECKING:
-    from kokumi.core.ownership import ClusterRef
+    from kokumi.core.registry.ownership import ClusterRef
 
 __all__ = ["Metrics", "clusters_log"]
 

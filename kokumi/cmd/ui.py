@@ -15,7 +15,7 @@ import socket
 import trio
 
 from kokumi.cmd import DONE, CommandError, UsageError
-from kokumi.core import argocd
+from kokumi.core.registry import argocd
 from kokumi.kube.config import Config
 from kokumi.kube.errors import KubeError
 from kokumi.runtime.signals import until_signalled

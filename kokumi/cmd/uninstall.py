@@ -23,7 +23,8 @@ import attrs
 import trio
 
 from kokumi.cmd import DONE, FAILED, CommandError, UsageError
-from kokumi.core import api, argocd
+from kokumi.core import api
+from kokumi.core.registry import argocd
 from kokumi.kube import errors
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config

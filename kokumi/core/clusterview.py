@@ -14,8 +14,9 @@ from typing import Any, Final
 
 import attrs
 
-from kokumi.core import api, argocd, selectors, targets
-from kokumi.core.ownership import ClusterRef, normalise_server
+from kokumi.core import api, selectors, targets
+from kokumi.core.registry import argocd
+from kokumi.core.registry.ownership import ClusterRef, normalise_server
 from kokumi.core.text import one_line
 from kokumi.objects import metadata_of
 
@@ -110,7 +111,8 @@ def registration(
     """One line on the Cluster's Argo CD registration: held here, by whom, or why there is none.
 
     ``argocd_secrets`` are the cluster Secrets of Argo CD's namespace, None when the user may not
-    list them. Names come from :mod:`kokumi.core.argocd`, the module the registry writes them with.
+    list them. Names come from :mod:`kokumi.core.registry.argocd`, the module the registry writes
+    them with.
     """
     meta = metadata_of(cluster)
     spec = cluster.get("spec") or {}

@@ -19,8 +19,8 @@ import attrs
 
 from kokumi.core import api, selectors, targets
 from kokumi.core.kubeconfig.connection import Connection, Refusal
-from kokumi.core.ownership import IN_CLUSTER_SERVER, is_argocd_own, normalise_server
 from kokumi.core.reasons import PROBE_REASONS, Reason
+from kokumi.core.registry.ownership import IN_CLUSTER_SERVER, is_argocd_own, normalise_server
 from kokumi.core.secretaccess import not_readable_message
 
 __all__ = [

@@ -14,8 +14,8 @@ from typing import ClassVar, Literal, TypeAlias
 import attrs
 
 from kokumi.core import api
-from kokumi.core.ownership import IN_CLUSTER_SERVER, normalise_server
 from kokumi.core.reasons import Reason
+from kokumi.core.registry.ownership import IN_CLUSTER_SERVER, normalise_server
 from kokumi.core.text import one_line
 
 __all__ = [

@@ -22,7 +22,7 @@ from starlette.routing import BaseRoute, Route
 
 from kokumi.core import api, clusterview
 from kokumi.core.kubeconfig.connection import Code, Refusal
-from kokumi.core.ownership import IN_CLUSTER_SERVER
+from kokumi.core.registry.ownership import IN_CLUSTER_SERVER
 from kokumi.core.text import one_line
 from kokumi.kube.client import NAMESPACES, Client
 from kokumi.kube.errors import Conflict, Forbidden, KubeError, NotFound

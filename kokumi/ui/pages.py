@@ -22,7 +22,7 @@ import trio
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 
-from kokumi.core import argocd
+from kokumi.core.registry import argocd
 from kokumi.kube.client import Client
 from kokumi.ui.incluster import ProxyRefusal, ProxyTrust
 from kokumi.ui.security import (

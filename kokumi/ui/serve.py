@@ -16,7 +16,7 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 
-from kokumi.core import argocd
+from kokumi.core.registry import argocd
 from kokumi.core.sessioncookie import Keys
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config

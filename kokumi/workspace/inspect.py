@@ -12,7 +12,8 @@ from typing import Any
 
 import attrs
 
-from kokumi.core import api, argocd
+from kokumi.core import api
+from kokumi.core.registry import argocd
 from kokumi.kube.client import EVENTS, SECRETS, Client
 from kokumi.kube.errors import Forbidden, KubeError, NotFound
 from kokumi.workspace.newcluster import api_error

@@ -22,10 +22,11 @@ from typing import Any, Final
 
 import attrs
 
-from kokumi.core import api, argocd
+from kokumi.core import api
 from kokumi.core.kubeconfig.connection import Connection, KubeconfigRefused, Refusal
 from kokumi.core.kubeconfig.reader import examine, minimise, parse, render
-from kokumi.core.ownership import is_argocd_own, normalise_server
+from kokumi.core.registry import argocd
+from kokumi.core.registry.ownership import is_argocd_own, normalise_server
 from kokumi.core.text import one_line, quoted
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.errors import AlreadyExists, ApiError, Conflict, Forbidden, KubeError, NotFound

@@ -52,9 +52,10 @@ import trio
 import trio.lowlevel
 import yaml
 
-from kokumi.core import api, argocd
+from kokumi.core import api
 from kokumi.core.kubeconfig.connection import Connection
-from kokumi.core.ownership import ClusterRef, normalise_server
+from kokumi.core.registry import argocd
+from kokumi.core.registry.ownership import ClusterRef, normalise_server
 from kokumi.kube import errors
 from kokumi.kube.client import EVENTS, LEASES, NAMESPACES, SECRETS, Client
 from kokumi.kube.watch import Resync, WatchEvent, watch

@@ -22,9 +22,9 @@ import yaml
 from kokumi.cmd.cluster.describe import registration
 from kokumi.cmd.cluster.import_ import argocd_connection, cluster_name_for
 from kokumi.cmd.cluster.spoke import kubeconfig_of_context
-from kokumi.core import argocd
 from kokumi.core.kubeconfig.connection import Connection
-from kokumi.core.ownership import ClusterRef
+from kokumi.core.registry import argocd
+from kokumi.core.registry.ownership import ClusterRef
 from kokumi.kube.client import SECRETS
 from kokumi.kube.config import ExecToken, flatten_context
 from kokumi.kube.errors import ConfigError

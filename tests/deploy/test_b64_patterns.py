@@ -9,7 +9,7 @@ import hypothesis.strategies as st
 import yaml
 from hypothesis import given
 
-from kokumi.core.ownership import is_argocd_own
+from kokumi.core.registry.ownership import is_argocd_own
 from tests.support.b64_patterns import ASCII, contains, starts_with
 from tests.support.deploy import DEPLOY
 

@@ -16,9 +16,10 @@ import pytest
 import yaml
 
 from kokumi.actors.incluster import in_cluster_cluster, local_environment
-from kokumi.core import argocd, selectors
+from kokumi.core import selectors
 from kokumi.core.kubeconfig.connection import Connection
-from kokumi.core.ownership import ClusterRef
+from kokumi.core.registry import argocd
+from kokumi.core.registry.ownership import ClusterRef
 from kokumi.testing import Kubectl
 from kokumi.testing.controlplane import APIServer
 from tests.support.deploy import crds  # noqa: F401  (the session fixture installing the CRDs)

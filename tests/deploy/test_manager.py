@@ -26,8 +26,9 @@ from typing import Any
 import pytest
 import trio
 
-from kokumi.core import api, argocd
+from kokumi.core import api
 from kokumi.core.clustersource import CAPI_CLUSTER_NAME, CAPI_CLUSTERS, CLUSTER_SOURCES
+from kokumi.core.registry import argocd
 from kokumi.kube import errors
 from kokumi.kube.client import EVENTS, NAMESPACES, SECRETS, Client
 from kokumi.kube.config import Config

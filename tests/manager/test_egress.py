@@ -9,12 +9,12 @@ from typing import Any
 import trio
 
 from kokumi.actors.registry import Registry
-from kokumi.core import argocd
 from kokumi.core.egress import EgressPolicy
 from kokumi.core.kubeconfig.connection import Connection
-from kokumi.core.ownership import ClusterRef
 from kokumi.core.reasons import Reason
-from kokumi.core.registration import Registration
+from kokumi.core.registry import argocd
+from kokumi.core.registry.ownership import ClusterRef
+from kokumi.core.registry.registration import Registration
 from kokumi.kube.client import SECRETS
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration as SpokeRegistration

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from kokumi.core.ownership import ClusterRef
+from kokumi.core.registry.ownership import ClusterRef
 from kokumi.manager import Manager
 from kokumi.testing.controlplane import APIServer, CertificateAuthority
 from kokumi.testing.spoke import Registration

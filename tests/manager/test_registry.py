@@ -11,8 +11,9 @@ import httpx
 import trio
 
 from kokumi.actors.registry import HANDOVER_REASON
-from kokumi.core import api, argocd
-from kokumi.core.ownership import ClusterRef
+from kokumi.core import api
+from kokumi.core.registry import argocd
+from kokumi.core.registry.ownership import ClusterRef
 from kokumi.kube.client import EVENTS, SECRETS
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration

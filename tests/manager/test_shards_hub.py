@@ -18,11 +18,12 @@ import pytest
 import trio
 
 from kokumi.actors.registry import HANDOVER_REASON
-from kokumi.core import api, argocd
+from kokumi.core import api
 from kokumi.core.fleet.leader import LeaderElection, Timing
 from kokumi.core.fleet.shards import Sharding, lease_name, preference, shard_of
-from kokumi.core.handover import ANNOTATION_WAITING, waiting_of
-from kokumi.core.ownership import ClusterRef
+from kokumi.core.registry import argocd
+from kokumi.core.registry.handover import ANNOTATION_WAITING, waiting_of
+from kokumi.core.registry.ownership import ClusterRef
 from kokumi.kube import LEASES
 from kokumi.kube.client import EVENTS, NAMESPACES, SECRETS, Client
 from kokumi.kube.config import Config

@@ -13,7 +13,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kokumi.actors.metrics import Metrics
-from kokumi.core.ownership import ClusterRef
+from kokumi.core.registry.ownership import ClusterRef
 from kokumi.kube.watch import Resync, WatchEvent
 from kokumi.runtime import health
 

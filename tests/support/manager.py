@@ -11,7 +11,8 @@ from typing import Any
 import attrs
 import trio
 
-from kokumi.core import api, argocd
+from kokumi.core import api
+from kokumi.core.registry import argocd
 from kokumi.kube import errors
 from kokumi.kube.client import NAMESPACES, SECRETS, Client
 from kokumi.kube.config import Config

@@ -1,11 +1,11 @@
 """What the spec predicts from the objects alone, once the manager has settled.
 
-One predictor for every test that checks convergence: the model test (in-process manager on the
-fake hub) and the chaos test (a real manager process on the real hub) both hand it the objects
-they read and a ``probe`` that says what the check of a connection finds, and both get the same
-verdict. It uses the pure core only (``kokumi.core.api``, ``kokumi.core.selectors``,
-``kokumi.core.kubeconfig``,
-``kokumi.core.ownership``, ``kokumi.core.argocd``'s naming), never the actors it judges.
+One predictor for every test that checks convergence: the model test (in-process manager on the fake
+hub) and the chaos test (a real manager process on the real hub) both hand it the objects they read
+and a ``probe`` that says what the check of a connection finds, and both get the same verdict. It
+uses the pure core only (``kokumi.core.api``, ``kokumi.core.selectors``, ``kokumi.core.kubeconfig``,
+``kokumi.core.registry.ownership``, ``kokumi.core.registry.argocd``'s naming), never the actors it
+judges.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from typing import Any
 
 import attrs
 
-from kokumi.core import api, argocd, handover, selectors, targets
+from kokumi.core import api, selectors, targets
 from kokumi.core import status as status_model
 from kokumi.core.kubeconfig.connection import Connection, Refusal
 from kokumi.core.kubeconfig.reader import parse
-from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
+from kokumi.core.registry import argocd, handover
+from kokumi.core.registry.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
 
 __all__ = ["Counts", "Objects", "check_converged", "check_environments"]
 

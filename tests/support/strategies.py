@@ -587,7 +587,7 @@ def mutated_kubeconfigs(draw: st.DrawFn) -> tuple[str | bytes, list[str]]:
 @functools.cache
 def cluster_refs() -> st.SearchStrategy[ClusterRef]:
     """Clusters by namespace and name, as label values allow them: at most 63 characters."""
-    from kokumi.core.ownership import ClusterRef
+    from kokumi.core.registry.ownership import ClusterRef
 
     label = st.from_regex(r"\A[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
     return st.builds(ClusterRef, namespace=label, name=label)
@@ -619,7 +619,7 @@ def connections() -> st.SearchStrategy[Connection]:
 @functools.cache
 def selected_clusters() -> st.SearchStrategy[SelectedCluster]:
     """Clusters an Environment selects, with few names and servers so that they collide."""
-    from kokumi.core.ownership import IN_CLUSTER_SERVER
+    from kokumi.core.registry.ownership import IN_CLUSTER_SERVER
     from kokumi.core.targets import SelectedCluster
 
     return st.builds(
@@ -640,7 +640,7 @@ def selected_clusters() -> st.SearchStrategy[SelectedCluster]:
 from typing import TYPE_CHECKING  # noqa: E402 - appended section, see above
 
 if TYPE_CHECKING:
-    from kokumi.core.ownership import ClusterRef
+    from kokumi.core.registry.ownership import ClusterRef
     from kokumi.core.targets import SelectedCluster
 
 

@@ -1,9 +1,9 @@
 """The server registry: the only writer of Secrets in Argo CD's namespace.
 
-It serialises every claim on a server through the pure first-come table (``kokumi.core.ownership``)
-and then makes Argo CD's Secrets agree with that table. The table is the intent; the Secrets, as the
-API server last showed or accepted them, are the facts; and what a Cluster is told is computed from
-both, never from the intent alone:
+It serialises every claim on a server through the pure first-come table
+(``kokumi.core.registry.ownership``) and then makes Argo CD's Secrets agree with that table. The
+table is the intent; the Secrets, as the API server last showed or accepted them, are the facts; and
+what a Cluster is told is computed from both, never from the intent alone:
 
 - a Cluster *holds* a server only while a Secret of Kokumi's names it (so "holding" means "a
   credential of mine is in Argo CD", which is what its finalizer guards);
@@ -14,8 +14,8 @@ both, never from the intent alone:
 The API server is the second guard: the Secret is named after the server and ``create`` is atomic,
 so ``AlreadyExists`` means somebody holds it, and its labels say who. The registry keeps no memory a
 crash could lose: on start the table is rebuilt from the Secrets found, their waiting order from the
-annotation :data:`kokumi.core.handover.ANNOTATION_WAITING`, so a restart with nothing changed writes
-nothing and hands over in the same order as before.
+annotation :data:`kokumi.core.registry.handover.ANNOTATION_WAITING`, so a restart with nothing
+changed writes nothing and hands over in the same order as before.
 
 Requests, and the news of the registry's own Secret watch, come through one bounded inbox with a
 one-shot reply channel each. News for Clusters other than the asker (a waiter that just took a
@@ -24,9 +24,9 @@ moment be waiting for the registry. Every request carries the uid of the Cluster
 for: a late message from a Cluster that was deleted (and perhaps created again under its name)
 never acts for its successor.
 
-What to write is decided in :mod:`kokumi.core.registrar`, purely: the registry only carries its
-plans out. The sections, each a class built on the next: ``inbox`` (serving the inbox: the public
-face and the loop), ``facts`` (the plans carried out, retried, and the Secret watch's news),
+What to write is decided in :mod:`kokumi.core.registry.registrar`, purely: the registry only carries
+its plans out. The sections, each a class built on the next: ``inbox`` (serving the inbox: the
+public face and the loop), ``facts`` (the plans carried out, retried, and the Secret watch's news),
 ``line`` (who holds and who waits across replicas, as the Secrets say) and ``state`` (what the
 registry remembers, and the steps they all take).
 """

@@ -18,9 +18,9 @@ import trio
 from kokumi.actors.pace import Pace
 from kokumi.actors.registry.line import Line
 from kokumi.actors.registry.state import Retry, log, version_of
-from kokumi.core import argocd, handover, ownership, registrar
-from kokumi.core.ownership import ClusterRef
-from kokumi.core.registration import NOT_REGISTERED, Registration
+from kokumi.core.registry import argocd, handover, ownership, registrar
+from kokumi.core.registry.ownership import ClusterRef
+from kokumi.core.registry.registration import NOT_REGISTERED, Registration
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.client import SECRETS

@@ -19,11 +19,11 @@ from kokumi.actors.metrics import Metrics
 from kokumi.actors.registry.facts import Facts
 from kokumi.actors.registry.state import Liveness, Serves, log
 from kokumi.actors.writes import EventRecorder
-from kokumi.core import argocd, ownership
 from kokumi.core.egress import EgressPolicy, judge
 from kokumi.core.kubeconfig.connection import Connection
-from kokumi.core.ownership import ClusterRef
-from kokumi.core.registration import Registration
+from kokumi.core.registry import argocd, ownership
+from kokumi.core.registry.ownership import ClusterRef
+from kokumi.core.registry.registration import Registration
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.watch import Resync, WatchEvent, start_watch
 

@@ -1,12 +1,12 @@
 """Who holds and who waits, across replicas: what a Secret says is taken into the table.
 
-With shards, a server's holder and waiters may be served by several replicas; the one line they
-all share is the one its Secret records (:mod:`kokumi.core.handover` spells it, and
-:mod:`kokumi.core.registrar` decides each write of it). This section classifies each Secret (a
-holder served here, or elsewhere), adopts the Secrets of a shard taken, says which of its
-Clusters' places this replica may speak for (only once it knows where they stand), finds the
-lines that still record Clusters that let go or are gone, and tells a new holder that Argo CD's
-name for its server changed. No I/O but that Event: the writes are the next section's.
+With shards, a server's holder and waiters may be served by several replicas; the one line they all
+share is the one its Secret records (:mod:`kokumi.core.registry.handover` spells it, and
+:mod:`kokumi.core.registry.registrar` decides each write of it). This section classifies each Secret
+(a holder served here, or elsewhere), adopts the Secrets of a shard taken, says which of its
+Clusters' places this replica may speak for (only once it knows where they stand), finds the lines
+that still record Clusters that let go or are gone, and tells a new holder that Argo CD's name for
+its server changed. No I/O but that Event: the writes are the next section's.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kokumi.actors.registry.state import State, version_of
-from kokumi.core import argocd, handover, ownership
 from kokumi.core.api import CLUSTERS, Meta
-from kokumi.core.ownership import ClusterRef
 from kokumi.core.reasons import Reason
+from kokumi.core.registry import argocd, handover, ownership
+from kokumi.core.registry.ownership import ClusterRef
 from kokumi.objects import name_of
 
 HANDOVER_REASON = Reason.ARGOCD_NAME_CHANGED

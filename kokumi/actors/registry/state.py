@@ -19,11 +19,11 @@ import attrs
 
 from kokumi.actors.metrics import Metrics
 from kokumi.actors.writes import EventRecorder
-from kokumi.core import argocd, handover, ownership
 from kokumi.core.egress import EgressPolicy
 from kokumi.core.kubeconfig.connection import Connection
-from kokumi.core.ownership import ClusterRef
-from kokumi.core.registration import Registration
+from kokumi.core.registry import argocd, handover, ownership
+from kokumi.core.registry.ownership import ClusterRef
+from kokumi.core.registry.registration import Registration
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.client import SECRETS, Client

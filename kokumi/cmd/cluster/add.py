@@ -25,9 +25,9 @@ from kokumi.cmd.cluster.spoke import (
     service_account_kubeconfig,
     service_account_objects,
 )
-from kokumi.core import argocd
 from kokumi.core.kubeconfig.connection import KubeconfigRefused
-from kokumi.core.ownership import IN_CLUSTER_SERVER
+from kokumi.core.registry import argocd
+from kokumi.core.registry.ownership import IN_CLUSTER_SERVER
 from kokumi.kube.client import SECRETS
 from kokumi.kube.config import Config
 from kokumi.kube.errors import Forbidden, KubeError, NotFound

@@ -16,8 +16,8 @@ import trio
 
 from kokumi.cmd import DONE
 from kokumi.cmd.cluster.errors import CliError, CliUsageError, refusal
-from kokumi.core import argocd
 from kokumi.core.clusterview import label_text, ready_condition
+from kokumi.core.registry import argocd
 from kokumi.core.text import one_line
 from kokumi.kube.client import Client
 from kokumi.kube.config import SERVICE_ACCOUNT_ROOT as _SERVICE_ACCOUNT_ROOT

@@ -18,8 +18,9 @@ from kokumi.cmd.cluster.command import (
     table,
 )
 from kokumi.cmd.cluster.errors import CliError, api_error
-from kokumi.core import argocd, clustersource
+from kokumi.core import clustersource
 from kokumi.core.clusterview import environment_targets, registration
+from kokumi.core.registry import argocd
 from kokumi.core.text import one_line
 from kokumi.kube.errors import KubeError, NotFound
 from kokumi.objects import metadata_of

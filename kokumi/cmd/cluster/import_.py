@@ -17,10 +17,11 @@ import attrs
 
 from kokumi.cmd.cluster.command import OneLineParser, examples, hub_client, hub_flags, runner
 from kokumi.cmd.cluster.errors import api_error
-from kokumi.core import api, argocd, clustersource
+from kokumi.core import api, clustersource
 from kokumi.core.kubeconfig.connection import Connection, KubeconfigRefused
 from kokumi.core.kubeconfig.reader import minimise, render
-from kokumi.core.ownership import is_argocd_own
+from kokumi.core.registry import argocd
+from kokumi.core.registry.ownership import is_argocd_own
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.errors import KubeError, NotFound
 from kokumi.objects import secret_data
@@ -178,8 +179,8 @@ _INSTEAD: Final = "use kokumi cluster add --create-service-account"
 def argocd_connection(secret: Mapping[str, Any]) -> Connection | str:
     """The connection an Argo CD cluster Secret describes, or why Kokumi cannot carry it over.
 
-    Read as Argo CD reads it (:func:`kokumi.core.argocd.config_from_secret`), in Argo CD's order of
-    precedence: AWS authentication, then an exec plugin, then basic auth or a bearer token.
+    Read as Argo CD reads it (:func:`kokumi.core.registry.argocd.config_from_secret`), in Argo CD's
+    order of precedence: AWS authentication, then an exec plugin, then basic auth or a bearer token.
     """
     server = argocd.server_of(secret)
     if server is None:

@@ -20,7 +20,7 @@ from typing import Any
 import trio
 
 from kokumi.cmd import UsageError
-from kokumi.core import argocd
+from kokumi.core.registry import argocd
 from kokumi.kube.config import Config
 from kokumi.manager import Manager, run_manager
 from kokumi.runtime.options import Options

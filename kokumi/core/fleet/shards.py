@@ -5,7 +5,7 @@ shard's Lease (:mod:`kokumi.core.fleet.leader` rules, :mod:`kokumi.runtime.elect
 Cluster belongs to the shard its name hashes to. The hash must be the same in every process and
 every release, so it is SHA-256 of ``namespace/name``, never Python's ``hash()``, which is salted
 per process. The one waiting line a server's replicas share is the handover's
-(:mod:`kokumi.core.handover`).
+(:mod:`kokumi.core.registry.handover`).
 
 Shard Leases carry their shard count in their name (``kokumi-clusters-shard-1-of-3``), and a
 replica serves a shard only while no Lease of another count is held: during a change of

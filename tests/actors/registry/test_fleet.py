@@ -17,9 +17,9 @@ import trio
 
 from kokumi.actors import pace
 from kokumi.actors.registry import Registry
-from kokumi.core import argocd
 from kokumi.core.kubeconfig.connection import Connection
-from kokumi.core.ownership import ClusterRef
+from kokumi.core.registry import argocd
+from kokumi.core.registry.ownership import ClusterRef
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config
 from tests.support.fakeapi import FakeApi

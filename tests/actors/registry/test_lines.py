@@ -22,9 +22,9 @@ import pytest
 import trio
 
 from kokumi.actors.registry import Registry
-from kokumi.core import argocd, handover
 from kokumi.core.kubeconfig.connection import Connection
-from kokumi.core.ownership import ClusterRef
+from kokumi.core.registry import argocd, handover
+from kokumi.core.registry.ownership import ClusterRef
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config
 from tests.support.fakeapi import FakeApi

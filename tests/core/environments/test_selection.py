@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kokumi.core import api, selectors
-from kokumi.core.ownership import IN_CLUSTER_SERVER
+from kokumi.core.registry.ownership import IN_CLUSTER_SERVER
 from kokumi.core.selection import Entry, NamespaceIndex
 from kokumi.core.status import environment_status, selection_status
 from tests.support.strategies import examples

@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kokumi.core import api
-from kokumi.core.ownership import IN_CLUSTER_SERVER, normalise_server
 from kokumi.core.reasons import Reason
+from kokumi.core.registry.ownership import IN_CLUSTER_SERVER, normalise_server
 from kokumi.core.targets import (
     NOT_CHECKED_MESSAGE,
     ClusterNotReady,

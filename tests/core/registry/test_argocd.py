@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kokumi.core import argocd
-from kokumi.core.argocd import (
+from kokumi.core.kubeconfig.connection import Connection
+from kokumi.core.registry import argocd
+from kokumi.core.registry.argocd import (
     IN_CLUSTER_SERVER,
     cluster_config,
     cluster_secret,
@@ -24,8 +25,7 @@ from kokumi.core.argocd import (
     secret_name,
     server_of,
 )
-from kokumi.core.kubeconfig.connection import Connection
-from kokumi.core.ownership import ClusterRef
+from kokumi.core.registry.ownership import ClusterRef
 from tests.support import strategies as s
 
 SPOKE = ClusterRef("platform", "spoke")

@@ -8,8 +8,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kokumi.core import argocd
-from kokumi.core.handover import (
+from kokumi.core.kubeconfig.connection import Connection
+from kokumi.core.registry import argocd
+from kokumi.core.registry.handover import (
     ANNOTATION_WAITING,
     first_waiting,
     handed_to,
@@ -17,8 +18,7 @@ from kokumi.core.handover import (
     waiting_of,
     with_waiting,
 )
-from kokumi.core.kubeconfig.connection import Connection
-from kokumi.core.ownership import ClusterRef
+from kokumi.core.registry.ownership import ClusterRef
 from tests.support import strategies as s
 
 SPOKE = ClusterRef("platform", "spoke")

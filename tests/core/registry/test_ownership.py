@@ -24,7 +24,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from kokumi.core.ownership import (
+from kokumi.core.registry.ownership import (
     IN_CLUSTER_SERVER,
     ClusterRef,
     DeleteSecret,

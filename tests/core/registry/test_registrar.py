@@ -24,9 +24,9 @@ import attrs
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kokumi.core import argocd, handover, ownership, registrar
 from kokumi.core.kubeconfig.connection import Connection
-from kokumi.core.ownership import ClusterRef
+from kokumi.core.registry import argocd, handover, ownership, registrar
+from kokumi.core.registry.ownership import ClusterRef
 
 SERVER = "https://s0.example:6443"
 CLUSTERS = tuple(ClusterRef(ns, name) for ns in ("ws1", "ws2") for name in "abc")

@@ -22,8 +22,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from kokumi.core.handover import first_waiting, merged_line
-from kokumi.core.ownership import (
+from kokumi.core.registry.handover import first_waiting, merged_line
+from kokumi.core.registry.ownership import (
     Adopt,
     ClusterRef,
     DeleteSecret,

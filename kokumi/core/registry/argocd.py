@@ -22,7 +22,12 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from kokumi.core.kubeconfig.connection import Connection
-from kokumi.core.ownership import IN_CLUSTER_SERVER, ClusterRef, is_argocd_own, normalise_server
+from kokumi.core.registry.ownership import (
+    IN_CLUSTER_SERVER,
+    ClusterRef,
+    is_argocd_own,
+    normalise_server,
+)
 from kokumi.core.text import b64
 from kokumi.objects import secret_data
 
@@ -120,7 +125,7 @@ def cluster_secret(
     one; this is the last line of defence should a caller get that wrong.
 
     Who waits for the server is no part of the registration: the handover records it
-    (:func:`kokumi.core.handover.with_waiting`).
+    (:func:`kokumi.core.registry.handover.with_waiting`).
     """
     server = normalise_server(connection.server)
     if is_argocd_own(server):

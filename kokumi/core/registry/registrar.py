@@ -20,11 +20,11 @@ from typing import Any, TypeAlias
 
 import attrs
 
-from kokumi.core import argocd, handover, ownership
 from kokumi.core.kubeconfig.connection import Connection
-from kokumi.core.ownership import ClusterRef, is_argocd_own
 from kokumi.core.reasons import Reason
-from kokumi.core.registration import Registration
+from kokumi.core.registry import argocd, handover, ownership
+from kokumi.core.registry.ownership import ClusterRef, is_argocd_own
+from kokumi.core.registry.registration import Registration
 from kokumi.objects import secret_data
 
 __all__ = [

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from kokumi.core import argocd
-from kokumi.core.ownership import ClusterRef
+from kokumi.core.registry import argocd
+from kokumi.core.registry.ownership import ClusterRef
 
 __all__ = [
     "ANNOTATION_WAITING",
