@@ -81,7 +81,8 @@ from hypothesis.stateful import (
 from trio._core import _run as trio_run
 
 from kokumi.actors import pace
-from kokumi.core import api, clustersource, selectors
+from kokumi.core import api, clustersource
+from kokumi.core.environments import selectors
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.reasons import Reason
 from kokumi.core.registry import argocd

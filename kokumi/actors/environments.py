@@ -19,9 +19,10 @@ import trio
 from kokumi.actors.metrics import Metrics
 from kokumi.actors.pace import Pace
 from kokumi.actors.writes import write_status
-from kokumi.core import api, selectors
-from kokumi.core.selection import Entry, NamespaceIndex
-from kokumi.core.status import (
+from kokumi.core import api
+from kokumi.core.environments import selectors
+from kokumi.core.environments.selection import Entry, NamespaceIndex
+from kokumi.core.environments.status import (
     LISTED,
     environment_status,
     observed_environment_status,

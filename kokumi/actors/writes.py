@@ -8,7 +8,7 @@ import logging
 from collections.abc import Iterable
 
 from kokumi.core import api
-from kokumi.core.status import unstructured
+from kokumi.core.api import unstructured
 from kokumi.kube import errors
 from kokumi.kube.client import EVENTS, Client
 from kokumi.objects import Resource

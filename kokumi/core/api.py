@@ -42,6 +42,7 @@ __all__ = [
     "parse_environment",
     "ready_condition",
     "set_condition",
+    "unstructured",
 ]
 
 GROUP: Final = "delivery.kokumi.dev"
@@ -385,3 +386,17 @@ def set_condition(
 
 CLUSTERS: Final = Resource(GROUP, VERSION, "clusters", "Cluster")
 ENVIRONMENTS: Final = Resource(GROUP, VERSION, "environments", "Environment")
+
+
+# --- the write ----------------------------------------------------------------------------------
+
+
+def unstructured(status: ClusterStatus | EnvironmentStatus) -> dict[str, Any]:
+    """The status as the API has it, for a merge patch of the status subresource.
+
+    camelCase keys as the CRD names them; every field of the status, a ``None`` as null, since a
+    merge patch removes a field only when it says null (a server no kubeconfig names any more);
+    a condition without its unset transition time or generation.
+    """
+    result: dict[str, Any] = converter.unstructure(status)
+    return result

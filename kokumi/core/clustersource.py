@@ -34,7 +34,8 @@ from typing import Any, Final
 
 import attrs
 
-from kokumi.core import api, selectors
+from kokumi.core import api
+from kokumi.core.environments import selectors
 from kokumi.core.kubeconfig.connection import Refusal
 from kokumi.core.kubeconfig.reader import parse
 from kokumi.core.reasons import Reason

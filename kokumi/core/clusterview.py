@@ -14,7 +14,8 @@ from typing import Any, Final
 
 import attrs
 
-from kokumi.core import api, selectors, targets
+from kokumi.core import api
+from kokumi.core.environments import selectors, targets
 from kokumi.core.registry import argocd
 from kokumi.core.registry.ownership import ClusterRef, normalise_server
 from kokumi.core.text import one_line
@@ -164,8 +165,9 @@ def environment_targets(
 ) -> list[tuple[str, str, str]]:
     """(Environment, target, message) for each Environment of the namespace that selects it.
 
-    Computed with :mod:`kokumi.core.selectors` and :mod:`kokumi.core.targets`, as the manager
-    computes it, from the Clusters' reported status.
+    Computed with :mod:`kokumi.core.environments.selectors` and
+    :mod:`kokumi.core.environments.targets`, as the manager computes it, from the Clusters' reported
+    status.
     """
     name = cluster["metadata"]["name"]
     parsed = [c for c in map(api.parse_cluster, clusters) if isinstance(c, api.Cluster)]

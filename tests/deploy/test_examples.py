@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from kokumi.actors.incluster import in_cluster_cluster, local_environment
-from kokumi.core import selectors
+from kokumi.core.environments import selectors
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.registry import argocd
 from kokumi.core.registry.ownership import ClusterRef

@@ -3,9 +3,9 @@
 One predictor for every test that checks convergence: the model test (in-process manager on the fake
 hub) and the chaos test (a real manager process on the real hub) both hand it the objects they read
 and a ``probe`` that says what the check of a connection finds, and both get the same verdict. It
-uses the pure core only (``kokumi.core.api``, ``kokumi.core.selectors``, ``kokumi.core.kubeconfig``,
-``kokumi.core.registry.ownership``, ``kokumi.core.registry.argocd``'s naming), never the actors it
-judges.
+uses the pure core only (``kokumi.core.api``, ``kokumi.core.environments.selectors``,
+``kokumi.core.kubeconfig``, ``kokumi.core.registry.ownership``, ``kokumi.core.registry.argocd``'s
+naming), never the actors it judges.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from typing import Any
 
 import attrs
 
-from kokumi.core import api, selectors, targets
-from kokumi.core import status as status_model
+from kokumi.core import api
+from kokumi.core.environments import selectors, targets
+from kokumi.core.environments.status import LISTED
 from kokumi.core.kubeconfig.connection import Connection, Refusal
 from kokumi.core.kubeconfig.reader import parse
 from kokumi.core.registry import argocd, handover
@@ -194,8 +195,8 @@ def reason(
 
 def check_environments(objects: Objects) -> int:
     """Assert every Environment's status: its selected Clusters, their targets (by the pure
-    ``kokumi.core.targets`` from the Clusters' own statuses) and its Ready reason. How many targets
-    it checked."""
+    ``kokumi.core.environments.targets`` from the Clusters' own statuses) and its Ready reason. How
+    many targets it checked."""
     checked = 0
     clusters = [api.parse_cluster(obj) for obj in objects.clusters]
     for obj in objects.environments:
@@ -228,12 +229,10 @@ def check_environments(objects: Objects) -> int:
                 reason_of = cluster.ready.reason if cluster.ready is not None else "NotChecked"
             expected.append((target.cluster, target.reason, reason_of))
         have = [(t.name, t.target, t.reason) for t in status.clusters]
-        assert have == expected[: status_model.LISTED], (
-            f"{ref}: targets {have}, expected {expected}"
-        )
+        assert have == expected[:LISTED], f"{ref}: targets {have}, expected {expected}"
         deploying = sum(1 for t in found if isinstance(t, targets.Deploy))
         counts = (status.selected, status.deploying, status.more)
-        want_counts = (len(selected), deploying, max(0, len(expected) - status_model.LISTED))
+        want_counts = (len(selected), deploying, max(0, len(expected) - LISTED))
         assert counts == want_counts, (
             f"{ref}: selected/deploying/more {counts}, expected {want_counts}"
         )

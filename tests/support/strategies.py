@@ -619,8 +619,8 @@ def connections() -> st.SearchStrategy[Connection]:
 @functools.cache
 def selected_clusters() -> st.SearchStrategy[SelectedCluster]:
     """Clusters an Environment selects, with few names and servers so that they collide."""
+    from kokumi.core.environments.targets import SelectedCluster
     from kokumi.core.registry.ownership import IN_CLUSTER_SERVER
-    from kokumi.core.targets import SelectedCluster
 
     return st.builds(
         SelectedCluster,
@@ -640,8 +640,8 @@ def selected_clusters() -> st.SearchStrategy[SelectedCluster]:
 from typing import TYPE_CHECKING  # noqa: E402 - appended section, see above
 
 if TYPE_CHECKING:
+    from kokumi.core.environments.targets import SelectedCluster
     from kokumi.core.registry.ownership import ClusterRef
-    from kokumi.core.targets import SelectedCluster
 
 
 def examples(full: int) -> int:

@@ -17,6 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kokumi.core import api
+from kokumi.core.api import unstructured
+from kokumi.core.environments.status import environment_status
 from kokumi.core.kubeconfig.connection import Connection, Refusal
 from kokumi.core.kubeconfig.reader import parse
 from kokumi.core.reasons import Reason
@@ -27,11 +29,9 @@ from kokumi.core.status import (
     claim_stands,
     cluster_outcome,
     cluster_status,
-    environment_status,
     observed_cluster_status,
     ready_event,
     seeded_outcome,
-    unstructured,
 )
 from tests.support.statuses import EARLY, LATE, condition_lists, metas, specs, words
 from tests.support.strategies import examples

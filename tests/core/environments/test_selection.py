@@ -12,10 +12,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kokumi.core import api, selectors
+from kokumi.core import api
+from kokumi.core.environments import selectors
+from kokumi.core.environments.selection import Entry, NamespaceIndex
+from kokumi.core.environments.status import environment_status, selection_status
 from kokumi.core.registry.ownership import IN_CLUSTER_SERVER
-from kokumi.core.selection import Entry, NamespaceIndex
-from kokumi.core.status import environment_status, selection_status
 from tests.support.strategies import examples
 
 NAMES = [f"c{i}" for i in range(8)]

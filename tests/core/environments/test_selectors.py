@@ -17,7 +17,14 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from kokumi.core.selectors import EVERYTHING, Operator, Requirement, Selector, SelectorError, parse
+from kokumi.core.environments.selectors import (
+    EVERYTHING,
+    Operator,
+    Requirement,
+    Selector,
+    SelectorError,
+    parse,
+)
 from kokumi.testing.controlplane import APIServer
 from tests.support.strategies import examples
 

@@ -11,13 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kokumi.core import api
+from kokumi.core.api import unstructured
+from kokumi.core.environments.status import LISTED, environment_status, observed_environment_status
 from kokumi.core.reasons import Reason
-from kokumi.core.status import (
-    LISTED,
-    environment_status,
-    observed_environment_status,
-    unstructured,
-)
 from tests.support.statuses import (
     EARLY,
     LATE,

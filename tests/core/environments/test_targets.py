@@ -8,9 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kokumi.core import api
-from kokumi.core.reasons import Reason
-from kokumi.core.registry.ownership import IN_CLUSTER_SERVER, normalise_server
-from kokumi.core.targets import (
+from kokumi.core.environments.targets import (
     NOT_CHECKED_MESSAGE,
     ClusterNotReady,
     Deploy,
@@ -20,6 +18,8 @@ from kokumi.core.targets import (
     selected_cluster,
     targets,
 )
+from kokumi.core.reasons import Reason
+from kokumi.core.registry.ownership import IN_CLUSTER_SERVER, normalise_server
 from tests.support import strategies as s
 
 environments = st.lists(s.selected_clusters(), max_size=12, unique_by=lambda c: c.name)

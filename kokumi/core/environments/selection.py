@@ -19,8 +19,9 @@ from collections.abc import Iterator
 
 import attrs
 
-from kokumi.core import api, selectors, targets
-from kokumi.core.status import Summary
+from kokumi.core import api
+from kokumi.core.environments import selectors, targets
+from kokumi.core.environments.status import Summary
 
 __all__ = ["Entry", "NamespaceIndex"]
 
