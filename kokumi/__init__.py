@@ -23,7 +23,7 @@ import typing as _typing
 
 if _typing.TYPE_CHECKING:
     # What mypy and IDEs see; tests/test_exports.py holds it equal to ``_HOMES``.
-    from kokumi.core.egress import EgressPolicy
+    from kokumi.core.cluster.egress import EgressPolicy
     from kokumi.core.fleet.leader import LeaderElection, Timing
     from kokumi.core.fleet.shards import Sharding
     from kokumi.core.secretaccess import SecretScope
@@ -48,7 +48,7 @@ __all__ = [
 #: Each public name -> the module that defines it.
 _HOMES = {
     "Config": "kokumi.kube.config",
-    "EgressPolicy": "kokumi.core.egress",
+    "EgressPolicy": "kokumi.core.cluster.egress",
     "LeaderElection": "kokumi.core.fleet.leader",
     "LeadershipLost": "kokumi.runtime.election",
     "Manager": "kokumi.manager",

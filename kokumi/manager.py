@@ -32,10 +32,10 @@ from kokumi.actors.incluster import keep_in_cluster
 from kokumi.actors.metrics import Metrics
 from kokumi.actors.registry import Registry
 from kokumi.actors.writes import EventRecorder
+from kokumi.core.cluster.status import Outcome
 from kokumi.core.fleet.leader import LeaderElection
 from kokumi.core.fleet.shards import preference
 from kokumi.core.registry.ownership import ClusterRef
-from kokumi.core.status import Outcome
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
 from kokumi.runtime import health, heap

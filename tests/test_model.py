@@ -81,13 +81,14 @@ from hypothesis.stateful import (
 from trio._core import _run as trio_run
 
 from kokumi.actors import pace
-from kokumi.core import api, clustersource
+from kokumi.core import api
+from kokumi.core.cluster import clustersource
+from kokumi.core.cluster.status import Outcome
 from kokumi.core.environments import selectors
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.reasons import Reason
 from kokumi.core.registry import argocd
 from kokumi.core.registry.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
-from kokumi.core.status import Outcome
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config
 from kokumi.manager import Manager

@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fleet import PORT, SERVER_NAME, TOKEN, address  # noqa: E402
 
 from kokumi.core import api  # noqa: E402
-from kokumi.core.clustersource import (  # noqa: E402
+from kokumi.core.cluster.clustersource import (  # noqa: E402
     CAPI_CLUSTER_NAME,
     CAPI_CLUSTERS,
     CLUSTER_SOURCES,

@@ -17,14 +17,14 @@ import attrs
 import trio
 
 from kokumi.actors.metrics import Metrics
-from kokumi.core import schedule
-from kokumi.core.status import Outcome
+from kokumi.core.cluster import schedule
+from kokumi.core.cluster.status import Outcome
 from kokumi.kube.client import Client
 from kokumi.runtime.options import Options
 from kokumi.runtime.probe import checks
 
 if TYPE_CHECKING:
-    from kokumi.core.egress import EgressPolicy
+    from kokumi.core.cluster.egress import EgressPolicy
     from kokumi.core.kubeconfig.connection import Connection
 
 __all__ = ["ANSWERING", "SILENT", "CountingLimiter", "InClusterCheck", "Probe"]
@@ -48,14 +48,14 @@ class Probe(Protocol):
 class CountingLimiter:
     """The shared limit of eight checks at a time, in two classes, counting how close it came.
 
-    Answering Clusters go first and silent ones (:mod:`kokumi.core.schedule`: their last checks
-    got no answer) take the capacity the answering ones leave: when a slot frees, the first
-    answering check that waits gets it, else the silent one checked longest ago; silent checks
-    never hold the last free slot. Answering checks are served first come, first served; silent
-    ones by the time of their last check, so that each silent Cluster gets its turn even when
-    many of them ask at the same moment. Before the two classes, spokes that
-    never answered held the slots 10 s each and every Cluster queued behind them (with half of 400
-    spokes hanging, every Cluster was checked every 4 minutes).
+    Answering Clusters go first and silent ones (:mod:`kokumi.core.cluster.schedule`: their last
+    checks got no answer) take the capacity the answering ones leave: when a slot frees, the first
+    answering check that waits gets it, else the silent one checked longest ago; silent checks never
+    hold the last free slot. Answering checks are served first come, first served; silent ones by
+    the time of their last check, so that each silent Cluster gets its turn even when many of them
+    ask at the same moment. Before the two classes, spokes that never answered held the slots 10 s
+    each and every Cluster queued behind them (with half of 400 spokes hanging, every Cluster was
+    checked every 4 minutes).
 
     Each Cluster's status still says what its last check found; the limiter is where lateness
     shows, so it says so once when an answering check has waited longer than ``late_after`` (the

@@ -19,13 +19,9 @@ import trio
 from kokumi.actors.checks import ANSWERING, SILENT
 from kokumi.actors.context import Context
 from kokumi.actors.writes import write_status
-from kokumi.core import api, schedule
-from kokumi.core.kubeconfig.connection import Connection, Refusal
-from kokumi.core.kubeconfig.reader import parse
-from kokumi.core.reasons import Reason
-from kokumi.core.registry.ownership import ClusterRef, is_argocd_own
-from kokumi.core.registry.registration import NOT_REGISTERED, Registration
-from kokumi.core.status import (
+from kokumi.core import api
+from kokumi.core.cluster import schedule
+from kokumi.core.cluster.status import (
     Outcome,
     SecretRead,
     claim_stands,
@@ -35,6 +31,11 @@ from kokumi.core.status import (
     ready_event,
     seeded_outcome,
 )
+from kokumi.core.kubeconfig.connection import Connection, Refusal
+from kokumi.core.kubeconfig.reader import parse
+from kokumi.core.reasons import Reason
+from kokumi.core.registry.ownership import ClusterRef, is_argocd_own
+from kokumi.core.registry.registration import NOT_REGISTERED, Registration
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.client import SECRETS
@@ -107,7 +108,7 @@ class ClusterActor:
         # its first check and spreads its own first checks over the interval (see _seed_check).
         self._seed = seeded_outcome(cluster)
         self._next_check = -math.inf
-        # Its own place in the check interval (kokumi.core.schedule), so the fleet's checks
+        # Its own place in the check interval (kokumi.core.cluster.schedule), so the fleet's checks
         # spread evenly over the minute from the first one.
         identity = cluster.metadata.uid or f"{self.ref.namespace}/{self.ref.name}"
         self._offset = schedule.offset_of(identity, context.options.check_interval)

@@ -11,7 +11,7 @@ import trio
 from kokumi.actors.checks import CountingLimiter, InClusterCheck, Probe
 from kokumi.actors.metrics import Metrics
 from kokumi.actors.writes import EventRecorder
-from kokumi.core import schedule
+from kokumi.core.cluster import schedule
 from kokumi.kube.client import Client
 from kokumi.runtime.options import Options
 from kokumi.runtime.probe import checks

@@ -18,8 +18,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from kokumi.core import api, schedule
-from kokumi.core.availability import Change, Fleet, FleetSnapshot
+from kokumi.core import api
+from kokumi.core.cluster import schedule
+from kokumi.core.cluster.availability import Change, Fleet, FleetSnapshot
 from kokumi.core.reasons import Reason
 from kokumi.kube.watch import Resync, WatchEvent
 from kokumi.objects import name_of, namespace_of

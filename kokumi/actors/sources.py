@@ -15,10 +15,10 @@ It follows, with watches only (never a periodic list):
 - the Clusters, through the dispatcher's store, which tells it of every change.
 
 Each change marks its namespace; one loop takes the marked namespaces in turn and makes each
-source's Clusters what :func:`kokumi.core.clustersource.plan` says, then writes its status if it
-differs. A quiet fleet plans nothing and writes nothing; after a restart the plan finds every
-Cluster as it should be, and the status byte-identical. A refused write is retried for its
-namespace with backoff (1 s doubling up to 2 min), logged once per change of error.
+source's Clusters what :func:`kokumi.core.cluster.clustersource.plan` says, then writes its status
+if it differs. A quiet fleet plans nothing and writes nothing; after a restart the plan finds every
+Cluster as it should be, and the status byte-identical. A refused write is retried for its namespace
+with backoff (1 s doubling up to 2 min), logged once per change of error.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from typing import Any, Literal
 import attrs
 import trio
 
-from kokumi.core import api, clustersource
-from kokumi.core.clustersource import (
+from kokumi.core import api
+from kokumi.core.cluster import clustersource
+from kokumi.core.cluster.clustersource import (
     CAPI_CLUSTER_NAME,
     CAPI_CLUSTERS,
     CLUSTER_SOURCES,

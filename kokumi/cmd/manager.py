@@ -10,7 +10,7 @@ import socket
 import trio
 
 from kokumi.cmd import DONE, FAILED, UsageError
-from kokumi.core.egress import DEFAULT_DENY, EgressPolicy
+from kokumi.core.cluster.egress import DEFAULT_DENY, EgressPolicy
 from kokumi.core.fleet.leader import DEFAULT_LEASE_NAME, LeaderElection, Timing
 from kokumi.core.fleet.shards import Sharding
 from kokumi.core.secretaccess import SecretScope

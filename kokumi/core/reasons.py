@@ -3,8 +3,8 @@
 A Reason is API: ``kubectl get`` shows it, alerts and Argo CD health checks match it, so its
 spelling never changes. Keeping them in one enum makes a typo a type error, and lets a test hold
 ``docs/reasons.md`` to exactly this list, both ways. Which reason a situation gets is decided where
-the situation is understood (the diagnosis, core.status, the registry, the Environment actor);
-this module only names them.
+the situation is understood (the diagnosis, core.cluster.status, the registry, the Environment
+actor); this module only names them.
 """
 
 from __future__ import annotations

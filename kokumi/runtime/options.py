@@ -7,8 +7,8 @@ import random
 
 import attrs
 
-from kokumi.core import schedule
-from kokumi.core.egress import EgressPolicy
+from kokumi.core.cluster import schedule
+from kokumi.core.cluster.egress import EgressPolicy
 from kokumi.core.fleet.leader import LeaderElection
 from kokumi.core.fleet.shards import Sharding
 from kokumi.core.secretaccess import SecretScope
@@ -21,11 +21,11 @@ __all__ = ["Options"]
 class Options:
     """How the manager behaves; every default is what the spec asks for.
 
-    ``check_jitter``: each check comes up to 6 s (a tenth of the interval) later than its
-    Cluster's own place in the minute, at random. The place (a hash of the Cluster's identity,
-    :mod:`kokumi.core.schedule`) spreads the fleet's checks evenly over the minute from the first
-    one; the lateness keeps two Clusters whose places are close from meeting every minute, and a
-    tenth keeps "about once a minute" true.
+    ``check_jitter``: each check comes up to 6 s (a tenth of the interval) later than its Cluster's
+    own place in the minute, at random. The place (a hash of the Cluster's identity,
+    :mod:`kokumi.core.cluster.schedule`) spreads the fleet's checks evenly over the minute from the
+    first one; the lateness keeps two Clusters whose places are close from meeting every minute, and
+    a tenth keeps "about once a minute" true.
     """
 
     namespace: str = "kokumi"
@@ -44,7 +44,7 @@ class Options:
     # Where Secrets are followed: "namespace" (per namespace holding Kubeconfig Clusters, with a
     # RoleBinding of kokumi-manager-secrets in each) or "cluster" (an explicit, wider opt-in).
     secrets_scope: SecretScope = SecretScope.NAMESPACE
-    # Addresses the probe of a Kubeconfig Cluster may connect to (kokumi/core/egress.py).
+    # Addresses the probe of a Kubeconfig Cluster may connect to (kokumi/core/cluster/egress.py).
     probe_egress: EgressPolicy = attrs.field(factory=EgressPolicy)
     # Run only while holding a Lease in ``namespace`` (None: always, the embedding default).
     leader_election: LeaderElection | None = None

@@ -19,10 +19,10 @@ import trio.testing
 from prometheus_client.exposition import generate_latest
 
 from kokumi.core import api
+from kokumi.core.cluster.status import Outcome
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.reasons import Reason
 from kokumi.core.registry.ownership import IN_CLUSTER_SERVER
-from kokumi.core.status import Outcome
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
 from kokumi.kube.errors import NotFound

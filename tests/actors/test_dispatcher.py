@@ -17,10 +17,10 @@ import trio
 
 from kokumi.actors import pace
 from kokumi.core import api
+from kokumi.core.cluster.status import Outcome
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.reasons import Reason
 from kokumi.core.registry.ownership import IN_CLUSTER_SERVER, ClusterRef
-from kokumi.core.status import Outcome
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
 from kokumi.manager import Manager

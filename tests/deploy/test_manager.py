@@ -27,7 +27,7 @@ import pytest
 import trio
 
 from kokumi.core import api
-from kokumi.core.clustersource import CAPI_CLUSTER_NAME, CAPI_CLUSTERS, CLUSTER_SOURCES
+from kokumi.core.cluster.clustersource import CAPI_CLUSTER_NAME, CAPI_CLUSTERS, CLUSTER_SOURCES
 from kokumi.core.registry import argocd
 from kokumi.kube import errors
 from kokumi.kube.client import EVENTS, NAMESPACES, SECRETS, Client

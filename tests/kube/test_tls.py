@@ -21,9 +21,9 @@ import attrs
 import pytest
 import trio
 
+from kokumi.core.cluster.status import Outcome
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.reasons import Reason
-from kokumi.core.status import Outcome
 from kokumi.kube import Client, Config, StaticToken, TransportError
 from kokumi.kube.tls import ssl_context
 from kokumi.runtime.probe.checks import check_config

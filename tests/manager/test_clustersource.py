@@ -11,7 +11,7 @@ import trio
 
 from kokumi.cmd.cluster.describe import describe_text
 from kokumi.core import api
-from kokumi.core.clustersource import CAPI_CLUSTER_NAME, CAPI_CLUSTERS, CLUSTER_SOURCES
+from kokumi.core.cluster.clustersource import CAPI_CLUSTER_NAME, CAPI_CLUSTERS, CLUSTER_SOURCES
 from kokumi.kube import errors
 from kokumi.kube.client import CONFIG_MAPS, SECRETS
 from kokumi.manager import Manager

@@ -9,7 +9,7 @@ from typing import Any
 import trio
 
 from kokumi.actors.registry import Registry
-from kokumi.core.egress import EgressPolicy
+from kokumi.core.cluster.egress import EgressPolicy
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.reasons import Reason
 from kokumi.core.registry import argocd

@@ -9,8 +9,8 @@ import json
 
 import trio
 
+from kokumi.core.cluster.status import Outcome
 from kokumi.core.kubeconfig.connection import Connection
-from kokumi.core.status import Outcome
 from kokumi.runtime.probe import checks
 from kokumi.runtime.probe.checks import check
 from kokumi.testing import canary

@@ -19,7 +19,7 @@ from kokumi.actors.metrics import Metrics
 from kokumi.actors.registry.facts import Facts
 from kokumi.actors.registry.state import Liveness, Serves, log
 from kokumi.actors.writes import EventRecorder
-from kokumi.core.egress import EgressPolicy, judge
+from kokumi.core.cluster.egress import EgressPolicy, judge
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.registry import argocd, ownership
 from kokumi.core.registry.ownership import ClusterRef

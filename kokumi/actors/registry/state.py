@@ -19,7 +19,7 @@ import attrs
 
 from kokumi.actors.metrics import Metrics
 from kokumi.actors.writes import EventRecorder
-from kokumi.core.egress import EgressPolicy
+from kokumi.core.cluster.egress import EgressPolicy
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.registry import argocd, handover, ownership
 from kokumi.core.registry.ownership import ClusterRef

@@ -18,7 +18,7 @@ from kokumi.cmd.cluster.command import (
     table,
 )
 from kokumi.cmd.cluster.errors import CliError, api_error
-from kokumi.core import clustersource
+from kokumi.core.cluster import clustersource
 from kokumi.core.clusterview import environment_targets, registration
 from kokumi.core.registry import argocd
 from kokumi.core.text import one_line

@@ -17,7 +17,8 @@ import attrs
 
 from kokumi.cmd.cluster.command import OneLineParser, examples, hub_client, hub_flags, runner
 from kokumi.cmd.cluster.errors import api_error
-from kokumi.core import api, clustersource
+from kokumi.core import api
+from kokumi.core.cluster import clustersource
 from kokumi.core.kubeconfig.connection import Connection, KubeconfigRefused
 from kokumi.core.kubeconfig.reader import minimise, render
 from kokumi.core.registry import argocd
@@ -72,10 +73,10 @@ class ImportResult:
 async def import_cluster_api(hub: Client, namespace: str, *, dry_run: bool) -> list[ImportResult]:
     """Each Cluster API ``<cluster>-kubeconfig`` Secret becomes a Cluster that references it.
 
-    The Secret stays where it is and whose it is: Cluster API rotates it, and the Cluster reads
-    the rotated kubeconfig from it. As a ClusterSource, the import takes only a Secret whose
-    Cluster API cluster exists and controls it (:func:`~kokumi.core.clustersource.owner_problem`),
-    then checks its kubeconfig, so a Cluster is only created for one the manager can use.
+    The Secret stays where it is and whose it is: Cluster API rotates it, and the Cluster reads the
+    rotated kubeconfig from it. As a ClusterSource, the import takes only a Secret whose Cluster API
+    cluster exists and controls it (:func:`~kokumi.core.cluster.clustersource.owner_problem`), then
+    checks its kubeconfig, so a Cluster is only created for one the manager can use.
     """
     try:
         listing = await hub.list(SECRETS, namespace=namespace, label_selector=CAPI_CLUSTER_NAME)

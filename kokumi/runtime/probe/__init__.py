@@ -1,7 +1,7 @@
 """One check of one cluster connection: can Kokumi reach it, and does it accept the credential?
 
-The check is all I/O and no policy: it asks the API server two questions and hands what it finds
-to :mod:`kokumi.core.diagnosis`, a pure module that decides which Reason a failure or an answer
+The check is all I/O and no policy: it asks the API server two questions and hands what it finds to
+:mod:`kokumi.core.cluster.diagnosis`, a pure module that decides which Reason a failure or an answer
 is and what its one-line message says; the :class:`Outcome` carries them into the Cluster's Ready
 condition. When to check, how often and what to do with the answer is the Cluster actor's.
 

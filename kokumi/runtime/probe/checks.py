@@ -17,11 +17,11 @@ from collections.abc import Callable
 import httpx
 import trio
 
-from kokumi.core import diagnosis
-from kokumi.core.egress import EgressPolicy, judge
+from kokumi.core.cluster import diagnosis
+from kokumi.core.cluster.egress import EgressPolicy, judge
+from kokumi.core.cluster.schedule import CHECK_TIMEOUT
+from kokumi.core.cluster.status import Outcome
 from kokumi.core.kubeconfig.connection import Connection
-from kokumi.core.schedule import CHECK_TIMEOUT
-from kokumi.core.status import Outcome
 from kokumi.kube import backend
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config

@@ -21,10 +21,10 @@ import h11
 import httpx
 import trio
 
-from kokumi.core import diagnosis
-from kokumi.core.egress import EgressPolicy, judge, parse_address
-from kokumi.core.schedule import CHECK_SLOTS
-from kokumi.core.status import Outcome
+from kokumi.core.cluster import diagnosis
+from kokumi.core.cluster.egress import EgressPolicy, judge, parse_address
+from kokumi.core.cluster.schedule import CHECK_SLOTS
+from kokumi.core.cluster.status import Outcome
 from kokumi.runtime.probe.questions import (
     _ACCESS_REVIEW,
     _ACCESS_REVIEW_PATH,

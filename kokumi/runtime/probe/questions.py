@@ -2,7 +2,7 @@
 
 Both ways of asking (the lean reader and httpx) ask these same questions, and hand what they get
 back, an answer or an exception, to the same functions here, which ask
-:mod:`kokumi.core.diagnosis` what it means: so both paths find the same Outcome.
+:mod:`kokumi.core.cluster.diagnosis` what it means: so both paths find the same Outcome.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import attrs
 import httpx
 import trio
 
-from kokumi.core import diagnosis
+from kokumi.core.cluster import diagnosis
+from kokumi.core.cluster.status import Outcome
 from kokumi.core.reasons import Reason
-from kokumi.core.status import Outcome
 
 _MAX_BODY = 1 << 20
 """Answers to our two questions are a few hundred bytes; a server that sends more is cut off."""
@@ -111,7 +111,7 @@ def _from_failure(
     proxy_url: str | None,
     certificate_authority: bytes | None,
 ) -> Outcome:
-    """Map a failed request to an Outcome: :mod:`kokumi.core.diagnosis` decides, from plain
+    """Map a failed request to an Outcome: :mod:`kokumi.core.cluster.diagnosis` decides, from plain
     values."""
     proxy = httpx.URL(proxy_url) if proxy_url else None
     verdict = diagnosis.from_failure(

@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kokumi.core.availability import Change, Fleet, ReadyHistory
+from kokumi.core.cluster.availability import Change, Fleet, ReadyHistory
 
 HOUR = 3600.0
 

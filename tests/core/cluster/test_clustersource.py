@@ -9,7 +9,7 @@ import hypothesis.strategies as st
 from hypothesis import given
 
 from kokumi.cmd.cluster.describe import describe_text
-from kokumi.core import clustersource as cs
+from kokumi.core.cluster import clustersource as cs
 from kokumi.core.reasons import Reason
 from kokumi.testing import canary
 from tests.support.strategies import dump, kubeconfig

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from kokumi.core import diagnosis, egress
+from kokumi.core.cluster import diagnosis, egress
 from kokumi.core.reasons import Reason
 
 

@@ -21,7 +21,7 @@ import trio
 from hypothesis import given
 
 from kokumi.cmd import root as cli
-from kokumi.core.egress import DEFAULT_DENY, EgressPolicy, parse_address
+from kokumi.core.cluster.egress import DEFAULT_DENY, EgressPolicy, parse_address
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.reasons import Reason
 from kokumi.runtime.probe.checks import check

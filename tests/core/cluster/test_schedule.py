@@ -1,4 +1,4 @@
-"""The check schedule's two rules (kokumi.core.schedule): each Cluster's own place in the
+"""The check schedule's two rules (kokumi.core.cluster.schedule): each Cluster's own place in the
 minute, and which checks count as silent."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import uuid
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kokumi.core import schedule
+from kokumi.core.cluster import schedule
 from kokumi.core.reasons import Reason
 
 INTERVAL = 60.0

@@ -1,4 +1,4 @@
-"""The status decisions (kokumi.core.status), with no server.
+"""The status decisions (kokumi.core.cluster.status), with no server.
 
 The properties are those the spec and the API rest on: what is written reads back as the same
 value (so the next pass compares equal and writes nothing), a status recomputed from unchanged
@@ -18,12 +18,7 @@ from hypothesis import strategies as st
 
 from kokumi.core import api
 from kokumi.core.api import unstructured
-from kokumi.core.environments.status import environment_status
-from kokumi.core.kubeconfig.connection import Connection, Refusal
-from kokumi.core.kubeconfig.reader import parse
-from kokumi.core.reasons import Reason
-from kokumi.core.secretaccess import not_readable_message
-from kokumi.core.status import (
+from kokumi.core.cluster.status import (
     Outcome,
     SecretRead,
     claim_stands,
@@ -33,6 +28,11 @@ from kokumi.core.status import (
     ready_event,
     seeded_outcome,
 )
+from kokumi.core.environments.status import environment_status
+from kokumi.core.kubeconfig.connection import Connection, Refusal
+from kokumi.core.kubeconfig.reader import parse
+from kokumi.core.reasons import Reason
+from kokumi.core.secretaccess import not_readable_message
 from tests.support.statuses import EARLY, LATE, condition_lists, metas, specs, words
 from tests.support.strategies import examples
 

@@ -298,7 +298,7 @@ TestElectionModel = ElectionModel.TestCase
     "module",
     [
         pytest.param("kokumi.core.fleet.leader", id="leader"),
-        pytest.param("kokumi.core.availability", id="availability"),
+        pytest.param("kokumi.core.cluster.availability", id="availability"),
     ],
 )
 def test_the_pure_modules_import_no_io(module: str) -> None:

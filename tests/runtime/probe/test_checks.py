@@ -19,10 +19,10 @@ import pytest
 import trio
 import yaml
 
+from kokumi.core.cluster.status import Outcome
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.kubeconfig.reader import parse
 from kokumi.core.reasons import Reason
-from kokumi.core.status import Outcome
 from kokumi.kube import Client, Config, FileToken, StaticToken
 from kokumi.runtime.probe.checks import check, check_client, check_config
 from kokumi.testing import Kubectl, canary

@@ -26,9 +26,9 @@ import httpx
 import pytest
 import trio
 
+from kokumi.core.cluster.status import Outcome
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.reasons import Reason
-from kokumi.core.status import Outcome
 from kokumi.runtime.probe import checks, lean
 from kokumi.runtime.probe.checks import check
 from kokumi.testing import canary
