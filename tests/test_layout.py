@@ -5,16 +5,21 @@ module the day it is written, and a module that does I/O cannot hide in the core
 Pure means that nothing the module imports, directly or through other modules of Kokumi, does
 I/O or runs on Trio. Imports are read with ``ast``, those inside functions included; a parent
 package's ``__init__`` is not counted, since it is not what the module depends on.
+
+The architecture page's "where does X live" table is held to the tree too: each path it names
+exists and defines the names it gives.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import kokumi
 
 PACKAGE = Path(kokumi.__file__).parent
+ROOT = PACKAGE.parent
 
 #: Any of these in a module's imports means it does I/O (or runs on Trio, or logs). ``ssl`` and
 #: ``socket`` are not among them: the diagnosis reads their exception types, which is no I/O.
@@ -116,3 +121,53 @@ def test_the_check_sees_io_through_other_modules() -> None:
     """The closure is followed: the manager reaches Trio only through the modules it imports."""
     assert any(path.endswith("-> trio") for path in _reaches_io("kokumi.runtime.probe.checks"))
     assert not _reaches_io("kokumi.core.registry.ownership")
+
+
+def _where_rows() -> list[tuple[str, list[tuple[str, list[str]]]]]:
+    """The architecture page's "where does X live" table: (behaviour, [(path, names)])."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("## Where does X live", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or cells[0].startswith(("behaviour", "---")):
+            continue
+        paths = re.findall(r"`([^`]+\.py)`", cells[1])
+        groups = [re.findall(r"`([^`]+)`", group) for group in cells[2].split(";")]
+        assert len(paths) == len(groups), line
+        rows.append((cells[0], list(zip(paths, groups, strict=True))))
+    return rows
+
+
+def _defined(tree: ast.Module) -> set[str]:
+    """Top-level names a module binds, and ``Class.method`` for the methods of its classes."""
+    names: set[str] = set()
+    for node in tree.body:
+        match node:
+            case ast.ClassDef(name=name, body=body):
+                names.add(name)
+                names |= {
+                    f"{name}.{item.name}"
+                    for item in body
+                    if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
+                }
+            case ast.FunctionDef(name=name) | ast.AsyncFunctionDef(name=name):
+                names.add(name)
+            case ast.Assign(targets=targets):
+                names |= {t.id for t in targets if isinstance(t, ast.Name)}
+            case ast.AnnAssign(target=ast.Name(id=name)):
+                names.add(name)
+    return names
+
+
+def test_the_where_table_names_what_exists() -> None:
+    """docs/architecture.md tells a newcomer where ten behaviours of the spec live; a move that
+    leaves the table behind fails here."""
+    rows = _where_rows()
+    assert len(rows) == 10
+    for behaviour, places in rows:
+        for path, names in places:
+            source = ROOT / path
+            assert source.is_file(), f"{behaviour}: {path} does not exist"
+            missing = set(names) - _defined(ast.parse(source.read_text()))
+            assert not missing, f"{behaviour}: {path} defines no {sorted(missing)}"
