@@ -1057,6 +1057,24 @@ class ManagerMachine(RuleBasedStateMachine):
         obj = manager.dispatcher.clusters.get(holder.namespace, holder.name)
         return obj is not None and not _selected_in_view(manager, obj["metadata"]["uid"])
 
+    def _release_on_its_way(self, holder: ClusterRef) -> bool:
+        """Whether the writing manager's own actor of ``holder`` has heard that nothing selects
+        it (its release is then on its way to the registry, behind what the registry is doing).
+
+        A soak run: an Environment deleted and made again at once. The holder's release reached
+        the registry first, which handed the server to the next in its line, whose own release,
+        for the same deletion, was still in the inbox; the registry then let go of it too, and
+        both claimed again once they heard of the new Environment. On the hub the waiter had
+        wanted the server again before the handover named it, but the manager acted on news in
+        the order it came; the Secret is made again at once, and the convergence checks the end.
+        """
+        manager = self.world.manager
+        if manager is None:
+            return False
+        return any(
+            actor.ref == holder and actor._selected is False for actor in manager.dispatcher.actors
+        )
+
     def _observe(self, request: httpx.Request) -> None:
         """Before the fake handles a write to an Argo CD Secret: may its holder be let go?"""
         # What the last request changed (a Cluster a ClusterSource made, selected from the
@@ -1077,7 +1095,9 @@ class ManagerMachine(RuleBasedStateMachine):
                     # on a view a moment old) may go again; else it now names a real holder.
                     # So may one for a holder the writer's own view selects with nothing: the
                     # news of a deselection is on its way to the holder's actor.
-                    if not self._deselected_in_view(holder):
+                    if not self._deselected_in_view(holder) and not self._release_on_its_way(
+                        holder
+                    ):
                         self.may_let_go.discard((holder, normalise_server(server)))
                     self._mark_stopped_wanting()
             return
@@ -1105,7 +1125,8 @@ class ManagerMachine(RuleBasedStateMachine):
         if new_holder is not None:
             # Handed to a Cluster that may itself have stopped wanting meanwhile (both let go
             # in one change; the registry hears of them one after the other).
-            self.may_let_go.discard((new_holder, server))
+            if not self._release_on_its_way(new_holder):
+                self.may_let_go.discard((new_holder, server))
             self._mark_stopped_wanting()
 
     # --- invariants ---------------------------------------------------------------------------
