@@ -1,9 +1,9 @@
 """Tools the tests check Kokumi's deliverables with, built from Go modules beside the control plane.
 
-Argo CD reads a custom kind's health from a Lua script; the tests check Kokumi's scripts with the
-real code (Argo CD's ``util/lua``) rather than an imitation. Each tool is built once, like the
-control plane's binaries, into a folder of the same cache keyed by its version, so that a second
-run builds nothing.
+Argo CD reads a custom kind's health from a Lua script, and users install Kokumi with Helm; the
+tests check both with the real code (Argo CD's ``util/lua``, the ``helm`` CLI of each major the
+chart claims) rather than an imitation. Each is built once, like the control plane's binaries, into
+a folder of the same cache keyed by its version, so that a second run builds nothing.
 """
 
 from __future__ import annotations
@@ -23,13 +23,18 @@ from kokumi.testing.controlplane import (
 
 __all__ = [
     "ARGOCD_TOOLCHAIN",
+    "HELM_VERSIONS",
     "ensure_argocd_lua_health",
+    "ensure_helm",
     "main",
 ]
 
 # Argo CD v3.6 declares go 1.27; the machines start on Go 1.26, and this is the toolchain the Go
 # module proxy serves for it. Set only for that build, so nothing else changes Go.
 ARGOCD_TOOLCHAIN = "go1.27.3"
+
+# The Helm releases the chart is tested with, one per major it claims.
+HELM_VERSIONS = ("v3.22.0", "v4.3.1")
 
 
 def _argocd_version() -> str:
@@ -57,6 +62,17 @@ def ensure_argocd_lua_health() -> Path:
     return out / "argocd-lua-health"
 
 
+def ensure_helm(version: str) -> Path:
+    """The ``helm`` CLI at ``version`` (a module version: ``helm version`` prints no patch)."""
+    if version not in HELM_VERSIONS:
+        raise ValueError(f"helm {version} is not one of {', '.join(HELM_VERSIONS)}")
+    major = version.split(".", maxsplit=1)[0]
+    out = cache_root() / f"helm-{version}"
+    module = GO_MODULES / f"helm{major.removeprefix('v')}"
+    _go_build(module, out, [(f"helm.sh/helm/{major}/cmd/helm", "helm")], "-s -w")
+    return out / "helm"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m kokumi.testing build``: build or find everything the suite runs, say where.
 
@@ -71,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         binaries = ensure_binaries()
         paths = [binaries.kube_apiserver, binaries.kube_controller_manager, binaries.etcd]
         paths.append(ensure_argocd_lua_health())
+        paths += [ensure_helm(version) for version in HELM_VERSIONS]
     except BuildError as exc:
         print(f"kokumi: {exc}", file=sys.stderr)
         return 1

@@ -7,7 +7,13 @@ import re
 import pytest
 
 from kokumi.testing.controlplane import GO_MODULES
-from kokumi.testing.tools import ARGOCD_TOOLCHAIN, _argocd_version, main
+from kokumi.testing.tools import (
+    ARGOCD_TOOLCHAIN,
+    HELM_VERSIONS,
+    _argocd_version,
+    ensure_helm,
+    main,
+)
 
 
 def test_the_build_command_refuses_anything_but_build(capsys: pytest.CaptureFixture[str]) -> None:
@@ -32,3 +38,12 @@ def test_the_argocd_module_keeps_argo_cds_kubernetes_pins() -> None:
     pins = dict(re.findall(r"^\s*(k8s\.io/[\w-]+) => k8s\.io/[\w-]+ (v\S+)$", go_mod, re.MULTILINE))
     assert {"k8s.io/api", "k8s.io/apimachinery", "k8s.io/client-go"} <= pins.keys()
     assert set(pins.values()) == {"v0.37.0"}
+
+
+def test_only_the_helm_releases_the_chart_claims_are_built() -> None:
+    assert HELM_VERSIONS == ("v3.22.0", "v4.3.1")
+    with pytest.raises(ValueError, match=re.escape("helm v3.0.0 is not one of v3.22.0, v4.3.1")):
+        ensure_helm("v3.0.0")
+    for version in HELM_VERSIONS:
+        module = GO_MODULES / f"helm{version[1]}" / "go.mod"
+        assert f"require helm.sh/helm/v{version[1]} {version}\n" in module.read_text()
