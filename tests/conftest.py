@@ -22,7 +22,10 @@ import pytest
 from kokumi.testing import Kubectl, canary, run_kubectl
 from kokumi.testing.controlplane import APIServer, ControlPlane, tail
 
-pytest_plugins = ["tests.support.deploy", "tests.support.spoke"]
+pytest_plugins = ["tests.support.deploy", "tests.support.spoke", "tests.support.tools"]
+
+# Fixtures of tests.support.tools whose use needs Go, as the control plane does.
+GO_FIXTURES = ("argocd_lua_health", "helm")
 
 # No per-example deadline: on a shared machine it measures the neighbours, not Kokumi, and speed
 # is for benchmarks/, never an assertion in a test.
@@ -120,13 +123,14 @@ def _no_canary_on_the_hub(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark ``cluster`` every test that needs the control plane, through any fixture.
+    """Mark ``cluster`` every test that needs the control plane or a tool built from Go.
 
     Marking by fixture use keeps the mark true without anyone remembering it: ``nox -s unit``
     (``-m "not cluster"``) runs the rest with no Go, no binaries and no server.
     """
     for item in items:
-        if "control_plane" in getattr(item, "fixturenames", ()):
+        names = getattr(item, "fixturenames", ())
+        if "control_plane" in names or any(name in names for name in GO_FIXTURES):
             item.add_marker(pytest.mark.cluster)
 
 

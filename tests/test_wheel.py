@@ -67,7 +67,15 @@ def test_the_wheel_installs_and_runs_outside_the_checkout(tmp_path: Path) -> Non
     names = zipfile.ZipFile(wheel).namelist()
     assert "kokumi/py.typed" in names
     assert "kokumi/core/fleet/leader.py" in names
-    for data in ("go/kube/go.mod", "go/etcd/go.mod", "crds/delivery.kokumi.dev_clusters.yaml"):
+    for data in (
+        "go/kube/go.mod",
+        "go/etcd/go.mod",
+        "go/argocd/go.mod",
+        "go/argocd/main.go",
+        "go/helm3/go.mod",
+        "go/helm4/go.mod",
+        "crds/delivery.kokumi.dev_clusters.yaml",
+    ):
         assert f"kokumi/testing/{data}" in names
     assert not [n for n in names if n.startswith("tests/")]
 

@@ -1,6 +1,7 @@
 """``python -m kokumi.testing build``: build (or find in the cache) the local control plane's
-binaries, so that a test run does not charge their build to its first test."""
+binaries and the tools the tests check deliverables with, so that a test run does not charge their
+build to its first test."""
 
-from kokumi.testing.controlplane import main
+from kokumi.testing.tools import main
 
 raise SystemExit(main())

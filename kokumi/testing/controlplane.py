@@ -108,9 +108,17 @@ def _cached_build(out: Path, names: Sequence[str], build: Callable[[Path], None]
 
 
 def _go_build(
-    module_dir: Path, out: Path, binaries: Sequence[tuple[str, str]], ldflags: str
+    module_dir: Path,
+    out: Path,
+    binaries: Sequence[tuple[str, str]],
+    ldflags: str,
+    env: dict[str, str] | None = None,
 ) -> None:
-    """Build each (package, name) into ``out`` unless there: a broken build leaves no cache."""
+    """Build each (package, name) into ``out`` unless there: a broken build leaves no cache.
+
+    ``env`` adds to the build's environment: a module that needs a newer Go than the machine's
+    names its toolchain there (``GOTOOLCHAIN``), so no shell has to export it.
+    """
     go = shutil.which("go")
 
     def build(tmp: Path) -> None:
@@ -119,7 +127,7 @@ def _go_build(
                 "the test control plane is built from Go modules: install Go 1.26 or newer "
                 "(https://go.dev/doc/install) and put `go` on PATH"
             )
-        env = {**os.environ, "CGO_ENABLED": "0"}
+        build_env = {**os.environ, "CGO_ENABLED": "0", **(env or {})}
         started = time.monotonic()
         for package, name in binaries:
             print(f"kokumi: building {package} (once; cached in {out})", file=sys.stderr)
@@ -127,7 +135,7 @@ def _go_build(
             cmd = [go, "build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags]
             cmd += ["-o", str(tmp / name), package]
             result = subprocess.run(
-                cmd, cwd=module_dir, env=env, capture_output=True, text=True, check=False
+                cmd, cwd=module_dir, env=build_env, capture_output=True, text=True, check=False
             )
             if result.returncode != 0:
                 raise BuildError(f"go build in {module_dir} failed:\n{result.stderr[-4000:]}")
@@ -620,23 +628,3 @@ def _prepare_apiserver(name: str, workdir: Path, binaries: Binaries, etcd_url: s
         controller_manager=controller_manager,
         etcd_url=etcd_url,
     )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m kokumi.testing build``: build or find the binaries, say where they are."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args != ["build"]:
-        print("usage: python -m kokumi.testing build", file=sys.stderr)
-        return 2
-    try:
-        binaries = ensure_binaries()
-    except BuildError as exc:
-        print(f"kokumi: {exc}", file=sys.stderr)
-        return 1
-    for path in (binaries.kube_apiserver, binaries.kube_controller_manager, binaries.etcd):
-        print(f"{path} ({path.stat().st_size / 1e6:.0f} MB)")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,27 @@
+{{/* The image of the manager and the UI: the repository at the tag, by default the appVersion. */}}
+{{- define "kokumi.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* The manager's flags beyond those of deploy/manager/deployment.yaml, one "- --flag" a line. */}}
+{{- define "kokumi.managerArgs" -}}
+{{- $m := .Values.manager -}}
+{{- if gt (int $m.shards) 1 }}
+- --shards={{ $m.shards }}
+{{- end }}
+{{- if $m.maxShards }}
+- --max-shards={{ $m.maxShards }}
+{{- end }}
+{{- if ne .Values.argocd.namespace "argocd" }}
+- --argocd-namespace={{ .Values.argocd.namespace }}
+{{- end }}
+{{- if eq $m.secretsScope "cluster" }}
+- --secrets-scope=cluster
+{{- end }}
+{{- range $m.probeDenyCIDRs }}
+- --probe-deny-cidr={{ . }}
+{{- end }}
+{{- range $m.probeAllowCIDRs }}
+- --probe-allow-cidr={{ . }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,96 @@
+"""Tools the tests check Kokumi's deliverables with, built from Go modules beside the control plane.
+
+Argo CD reads a custom kind's health from a Lua script, and users install Kokumi with Helm; the
+tests check both with the real code (Argo CD's ``util/lua``, the ``helm`` CLI of each major the
+chart claims) rather than an imitation. Each is built once, like the control plane's binaries, into
+a folder of the same cache keyed by its version, so that a second run builds nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from kokumi.testing.controlplane import (
+    GO_MODULES,
+    BuildError,
+    _go_build,
+    cache_root,
+    ensure_binaries,
+)
+
+__all__ = [
+    "ARGOCD_TOOLCHAIN",
+    "HELM_VERSIONS",
+    "ensure_argocd_lua_health",
+    "ensure_helm",
+    "main",
+]
+
+# Argo CD v3.6 declares go 1.27; the machines start on Go 1.26, and this is the toolchain the Go
+# module proxy serves for it. Set only for that build, so nothing else changes Go.
+ARGOCD_TOOLCHAIN = "go1.27.3"
+
+# The Helm releases the chart is tested with, one per major it claims.
+HELM_VERSIONS = ("v3.22.0", "v4.3.1")
+
+
+def _argocd_version() -> str:
+    go_mod = (GO_MODULES / "argocd" / "go.mod").read_text()
+    match = re.search(
+        r"^\s*(?:require )?github\.com/argoproj/argo-cd/v3 (v\S+)$", go_mod, re.MULTILINE
+    )
+    if match is None:
+        raise BuildError(
+            "kokumi/testing/go/argocd/go.mod does not require github.com/argoproj/argo-cd/v3"
+        )
+    return match.group(1)
+
+
+def ensure_argocd_lua_health() -> Path:
+    """The program that runs ``health_test.yaml`` cases through Argo CD's own Lua health code."""
+    out = cache_root() / f"argocd-lua-health-{_argocd_version()}"
+    _go_build(
+        GO_MODULES / "argocd",
+        out,
+        [(".", "argocd-lua-health")],
+        "-s -w",
+        env={"GOTOOLCHAIN": ARGOCD_TOOLCHAIN},
+    )
+    return out / "argocd-lua-health"
+
+
+def ensure_helm(version: str) -> Path:
+    """The ``helm`` CLI at ``version`` (a module version: ``helm version`` prints no patch)."""
+    if version not in HELM_VERSIONS:
+        raise ValueError(f"helm {version} is not one of {', '.join(HELM_VERSIONS)}")
+    major = version.split(".", maxsplit=1)[0]
+    out = cache_root() / f"helm-{version}"
+    module = GO_MODULES / f"helm{major.removeprefix('v')}"
+    _go_build(module, out, [(f"helm.sh/helm/{major}/cmd/helm", "helm")], "-s -w")
+    return out / "helm"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m kokumi.testing build``: build or find everything the suite runs, say where.
+
+    Each build prints how long it took (kokumi: built in N s), so CI's log shows what a cold
+    machine pays for each.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args != ["build"]:
+        print("usage: python -m kokumi.testing build", file=sys.stderr)
+        return 2
+    try:
+        binaries = ensure_binaries()
+        paths = [binaries.kube_apiserver, binaries.kube_controller_manager, binaries.etcd]
+        paths.append(ensure_argocd_lua_health())
+        paths += [ensure_helm(version) for version in HELM_VERSIONS]
+    except BuildError as exc:
+        print(f"kokumi: {exc}", file=sys.stderr)
+        return 1
+    for path in paths:
+        print(f"{path} ({path.stat().st_size / 1e6:.0f} MB)")
+    return 0

@@ -1,0 +1,223 @@
+"""deploy/monitoring: the PrometheusRule and the Grafana dashboard read what the manager exports.
+
+A manager runs as install.yaml's ServiceAccount with a Cluster and an Environment to serve; every
+metric each alert and panel selects, every label it matches, groups by or shows in a legend,
+and every label value it matches exactly must be in that manager's real /metrics (a Reason
+Kokumi writes, for ``reason``). The expressions are written with a selector in braces on every
+metric, so each one is found; a bare name fails the test. promtool is not built here: the
+expressions' syntax is not checked by Prometheus itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from kokumi.core import api
+from kokumi.core.reasons import Reason
+from kokumi.testing import canary
+from kokumi.testing.controlplane import APIServer
+from tests.support.deploy import (
+    DEPLOY,
+    _remove_workspace,
+    bind_manager_secrets,
+    install,
+    replicas,
+    run,
+    unreachable_kubeconfig,
+    wait,
+)
+
+MONITORING = DEPLOY / "monitoring"
+# Labels Prometheus adds when it scrapes, not the manager: a legend may show them.
+TARGET_LABELS = {"pod", "instance", "job"}
+SELECTOR = re.compile(r"\b(kokumi_[a-z_]+)(\{[^}]*\})?")
+MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"([^"]*)"')
+GROUPING = re.compile(r"\b(?:by|without)\s*\(([^)]*)\)")
+LEGEND = re.compile(r"\{\{\s*(\w+)\s*\}\}")
+
+
+def expressions() -> list[tuple[str, str, str]]:
+    """(where, expression, legend) of every alert and every dashboard target."""
+    rule = yaml.safe_load((MONITORING / "prometheus-rule.yaml").read_text())
+    found = [
+        (f"alert {r['alert']}", r["expr"], "")
+        for group in rule["spec"]["groups"]
+        for r in group["rules"]
+    ]
+    dashboard = json.loads((MONITORING / "grafana-dashboard.json").read_text())
+    found += [
+        (f"panel {p['title']!r}", t["expr"], t.get("legendFormat", ""))
+        for p in dashboard["panels"]
+        for t in p["targets"]
+    ]
+    return found
+
+
+Samples = dict[str, list[dict[str, str]]]
+
+
+def problems(where: str, expr: str, legend: str, samples: Samples) -> list[str]:
+    """What in one expression the /metrics given does not have."""
+    out: list[str] = []
+    labels_here: set[str] = set()
+    selectors = SELECTOR.findall(expr)
+    if not selectors:
+        out.append(f"{where}: selects no kokumi_ metric")
+    for name, braces in selectors:
+        if not braces:
+            out.append(f"{where}: {name} has no {{}} selector")
+        if name not in samples:
+            out.append(f"{where}: {name} is not in /metrics")
+            continue
+        names = {label for series in samples[name] for label in series}
+        labels_here |= names
+        for label, op, value in MATCHER.findall(braces):
+            if label not in names:
+                out.append(f"{where}: {name} has no label {label}")
+            elif op in ("=", "!=") and label == "reason":
+                if value not in set(map(str, Reason)):
+                    out.append(f"{where}: reason {value!r} is not a Reason Kokumi writes")
+            elif op in ("=", "!=") and value not in {s[label] for s in samples[name]}:
+                out.append(f"{where}: {name}{{{label}}} never is {value!r}")
+    for group in GROUPING.findall(expr):
+        for label in filter(None, (part.strip() for part in group.split(","))):
+            if label not in labels_here:
+                out.append(f"{where}: groups by {label}, which its metrics do not have")
+    for label in LEGEND.findall(legend):
+        if label not in labels_here | TARGET_LABELS:
+            out.append(f"{where}: the legend shows {label}, which its metrics do not have")
+    return out
+
+
+def series(text: str) -> Samples:
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append(dict(sample.labels))
+    return out
+
+
+def test_the_checker_finds_what_is_wrong() -> None:
+    samples: Samples = {
+        "kokumi_clusters": [{"reason": "Ready"}],
+        "kokumi_checks_due": [{"within": "overdue"}],
+    }
+    assert problems("ok", 'sum by (reason) (kokumi_clusters{reason!="Ready"})', "", samples) == []
+    assert problems("x", "sum(kokumi_clusters)", "", samples) == [
+        "x: kokumi_clusters has no {} selector"
+    ]
+    assert problems("x", "kokumi_nope{}", "", samples) == ["x: kokumi_nope is not in /metrics"]
+    assert problems("x", 'kokumi_clusters{reasn="Ready"}', "", samples) == [
+        "x: kokumi_clusters has no label reasn"
+    ]
+    assert problems("x", 'kokumi_clusters{reason="Redy"}', "", samples) == [
+        "x: reason 'Redy' is not a Reason Kokumi writes"
+    ]
+    assert problems("x", 'kokumi_checks_due{within="late"}', "", samples) == [
+        "x: kokumi_checks_due{within} never is 'late'"
+    ]
+    assert problems("x", "sum by (verb) (kokumi_clusters{})", "", samples) == [
+        "x: groups by verb, which its metrics do not have"
+    ]
+    assert problems("x", "kokumi_clusters{}", "{{code}}", samples) == [
+        "x: the legend shows code, which its metrics do not have"
+    ]
+    assert problems("x", "vector(1)", "", samples) == ["x: selects no kokumi_ metric"]
+
+
+def test_every_alert_and_panel_reads_the_managers_real_metrics(
+    hub: APIServer, admission_policies: object, tmp_path: Path
+) -> None:
+    lease, workspace, suffix = install(hub, tmp_path)
+    try:
+        with replicas(hub, tmp_path, lease) as start:
+            manager = start("monitored")
+            wait(manager.leading, "the manager leads")
+            kubeconfig = unreachable_kubeconfig(
+                f"https://kokumi-monitoring-{suffix}.invalid:6443", canary.token(), hub.ca_pem
+            )
+            bind_manager_secrets(hub, workspace)
+            objects: list[dict[str, Any]] = [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": "edge-kubeconfig", "namespace": workspace},
+                    "data": {"value": base64.b64encode(kubeconfig.encode()).decode()},
+                },
+                {
+                    "apiVersion": api.API_VERSION,
+                    "kind": "Cluster",
+                    "metadata": {"name": "edge", "namespace": workspace, "labels": {"env": "edge"}},
+                    "spec": {
+                        "connection": "Kubeconfig",
+                        "kubeconfig": {"secretRef": {"name": "edge-kubeconfig"}},
+                    },
+                },
+                {
+                    "apiVersion": api.API_VERSION,
+                    "kind": "Environment",
+                    "metadata": {"name": "edge", "namespace": workspace},
+                    "spec": {
+                        "delivery": "ArgoCD",
+                        "clusterSelector": {"matchLabels": {"env": "edge"}},
+                    },
+                },
+            ]
+            run(
+                hub.admin_kubeconfig,
+                "apply",
+                "-f",
+                "-",
+                input="\n---\n".join(map(json.dumps, objects)),
+            )
+
+            def reported() -> bool:
+                got = series(manager.get("/metrics").text)
+                return (
+                    {"reason": "Unreachable"} in got.get("kokumi_clusters", [])
+                    and "kokumi_cluster_ready_flips_last_hour" in got
+                    and "kokumi_checks_due" in got
+                    and "kokumi_check_wait_seconds_bucket" in got
+                )
+
+            wait(reported, "the manager reports the Cluster edge on /metrics", timeout=90)
+            samples = series(httpx.get(f"http://127.0.0.1:{manager.port}/metrics", timeout=5).text)
+    finally:
+        _remove_workspace(hub, workspace)
+        run(hub.admin_kubeconfig, "-n", "kokumi", "delete", "lease", lease, check=False)
+    found = expressions()
+    assert len(found) >= 20
+    wrong = [p for where, expr, legend in found for p in problems(where, expr, legend, samples)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_rule_and_dashboard_are_well_formed() -> None:
+    rule = yaml.safe_load((MONITORING / "prometheus-rule.yaml").read_text())
+    assert (rule["apiVersion"], rule["kind"]) == ("monitoring.coreos.com/v1", "PrometheusRule")
+    alerts = [r for group in rule["spec"]["groups"] for r in group["rules"]]
+    names = [r["alert"] for r in alerts]
+    assert len(names) == len(set(names))
+    for wanted in (
+        "KokumiClustersNotReady",
+        "KokumiChecksOverdue",
+        "KokumiRegistrationsFailing",
+        "KokumiNoLeader",
+        "KokumiLeaderFlapping",
+        "KokumiWritesRefused",
+    ):
+        assert wanted in names
+    for alert in alerts:
+        assert alert["labels"]["severity"] in ("info", "warning", "critical"), alert["alert"]
+        assert alert["annotations"]["summary"] and alert["annotations"]["description"]
+        assert re.fullmatch(r"\d+[smh]", alert["for"]), alert["alert"]
+    dashboard = json.loads((MONITORING / "grafana-dashboard.json").read_text())
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids)) and dashboard["uid"] == "kokumi-clusters"

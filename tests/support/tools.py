@@ -1,0 +1,28 @@
+"""Fixtures for the tools, built from Go modules, that check Kokumi's deliverables.
+
+kokumi.testing.tools builds them.
+
+They build once per machine (cached like the control plane), so the tests that use them are marked
+``cluster`` by tests/conftest.py (its GO_FIXTURES): ``nox -s unit`` needs no Go.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kokumi.testing.tools import HELM_VERSIONS, ensure_argocd_lua_health, ensure_helm
+
+
+@pytest.fixture(scope="session")
+def argocd_lua_health() -> Path:
+    """Argo CD's own Lua health code, as a program over a resource_customizations folder."""
+    return ensure_argocd_lua_health()
+
+
+@pytest.fixture(scope="session", params=HELM_VERSIONS)
+def helm(request: pytest.FixtureRequest) -> Path:
+    """The helm CLI, once per major the chart claims (each test that uses it runs with both)."""
+    version: str = request.param
+    return ensure_helm(version)
