@@ -84,10 +84,16 @@ def describe_text(
     made_by = clustersource.source_of(cluster)
     if made_by is not None:
         # Edits to a sourced Cluster's labels or spec are undone: the source is where to edit.
+        # Cluster API's sources describe their Clusters as "Cluster API cluster <name>".
+        whose = (
+            "Cluster API's Secret"
+            if str(spec.get("description") or "").startswith("Cluster API cluster ")
+            else "Secret"
+        )
         lines.append(
             (
                 "Source",
-                f"ClusterSource {made_by[0]} (from Cluster API's Secret {ref.get('name', '-')});"
+                f"ClusterSource {made_by[0]} (from {whose} {ref.get('name', '-')});"
                 " edit the source, not this Cluster",
             )
         )
