@@ -37,15 +37,15 @@ import attrs
 import trio
 
 from kokumi.core import api
-from kokumi.core.cluster import clustersource, secretsource
+from kokumi.core.cluster import clustersource, secretplan, secretsource
 from kokumi.core.cluster.clustersource import (
     CAPI_CLUSTER_NAME,
     CAPI_CLUSTERS,
     CLUSTER_SOURCES,
     CapiView,
-    Labelled,
     SecretView,
 )
+from kokumi.core.cluster.secretplan import Labelled, plan_secrets
 from kokumi.core.cluster.secretsource import Shape
 from kokumi.core.reasons import Reason
 from kokumi.core.secretaccess import not_listable_message, not_readable_message
@@ -64,6 +64,7 @@ KEEP_LABELS = frozenset({CAPI_CLUSTER_NAME})
 """The Secret labels the sources need the Secret watches to keep."""
 
 Key = tuple[str, str]
+Contexts = tuple[tuple[str, tuple[Reason, str] | None], ...]
 VerdictKey = tuple[str, str, str, str]  # namespace, name, key, tool: a verdict depends on all
 
 
@@ -86,6 +87,8 @@ class SecretsView:
 class _Verdict:
     version: str
     problem: tuple[Reason, str] | None
+    #: With contexts All: each context's verdict; names and verdicts only, never the data.
+    contexts: tuple[tuple[str, tuple[Reason, str] | None], ...] = ()
 
 
 class SourcesActor:
@@ -299,7 +302,7 @@ class SourcesActor:
             failed: dict[str, str] = {}
             if isinstance(source, clustersource.ClusterSource):
                 if source.shape is not None:
-                    decided = clustersource.plan_secrets(
+                    decided = plan_secrets(
                         source,
                         await self._labelled(namespace, source.shape),
                         existing,
@@ -336,9 +339,9 @@ class SourcesActor:
                 found[name] = cluster
         verdicts = await self._verdicts_of(namespace, found, None)
         views = []
-        for name, problem in verdicts.items():
+        for name, verdict in verdicts.items():
             controller = clustersource.controller_of(self._secrets.owners.get((namespace, name)))
-            views.append(SecretView(name, found[name], problem, controller))
+            views.append(SecretView(name, found[name], verdict.problem, controller))
         return views
 
     async def _labelled(self, namespace: str, shape: Shape) -> list[Labelled]:
@@ -357,18 +360,25 @@ class SourcesActor:
             elif cluster is not None:
                 unnamed.append(Labelled(name, labels))
         verdicts = await self._verdicts_of(namespace, named, shape)
-        return unnamed + [Labelled(n, named[n], problem) for n, problem in verdicts.items()]
+        return unnamed + [
+            Labelled(n, named[n], verdict.problem, verdict.contexts)
+            for n, verdict in verdicts.items()
+        ]
 
     async def _verdicts_of(
         self, namespace: str, names: Iterable[str], shape: Shape | None
-    ) -> dict[str, tuple[Reason, str] | None]:
+    ) -> dict[str, _Verdict]:
         """Each Secret's verdict, read once per new version (those gone meanwhile left out).
 
         The reads run side by side, as many as the limiter lets (eight, shared with the
         Clusters' own reads): 1,000 new Secrets one after another held the first pass for
         tens of seconds.
         """
-        where = (clustersource.CAPI_KEY, "") if shape is None else (shape.key, shape.tool)
+        where = (
+            (clustersource.CAPI_KEY, "")
+            if shape is None
+            else (shape.key, f"{shape.tool}/{'all' if shape.all_contexts else 'current'}")
+        )
         found: dict[str, _Verdict | None] = {}
         for name in names:
             version = self._secrets.versions.get((namespace, name), "")
@@ -377,11 +387,12 @@ class SourcesActor:
 
         async def read(name: str) -> None:
             version = self._secrets.versions.get((namespace, name), "")
-            problem = await self._read(namespace, name, shape)
-            if problem is False:
+            read = await self._read(namespace, name, shape)
+            if read is False:
                 del found[name]  # deleted meanwhile: the watch says so next
                 return
-            verdict = _Verdict(version, problem)
+            problem, contexts = read
+            verdict = _Verdict(version, problem, contexts)
             if problem is None or problem[0] is not Reason.SECRET_NOT_READABLE:
                 self._verdicts[(namespace, name, *where)] = verdict
             found[name] = verdict
@@ -393,31 +404,30 @@ class SourcesActor:
         result = {}
         for name, verdict in found.items():
             assert verdict is not None
-            result[name] = verdict.problem
+            result[name] = verdict
         return result
 
     async def _read(
         self, namespace: str, name: str, shape: Shape | None
-    ) -> tuple[Reason, str] | Literal[False] | None:
-        """The Secret's verdict (None: usable), or False when it is gone. Its data dies here."""
+    ) -> tuple[tuple[Reason, str] | None, Contexts] | Literal[False]:
+        """The Secret's verdict (None: usable) and, with contexts All, each context's; or False
+        when it is gone. Its data dies here."""
         try:
             async with self._reads:
                 secret = await self._client.get(SECRETS, name, namespace=namespace)
         except errors.NotFound:
             return False
         except errors.Forbidden:
-            return (
-                Reason.SECRET_NOT_READABLE,
-                not_readable_message(
-                    name, namespace, self._secrets.username(), self._own_namespace
-                ),
+            refused = not_readable_message(
+                name, namespace, self._secrets.username(), self._own_namespace
             )
+            return (Reason.SECRET_NOT_READABLE, refused), ()
         except errors.KubeError as exc:
-            return (
-                Reason.SECRET_NOT_READABLE,
-                f"reading Secret {name} failed ({type(exc).__name__}); Kokumi retries",
-            )
-        return clustersource.kubeconfig_problem(secret, shape)
+            failed = f"reading Secret {name} failed ({type(exc).__name__}); Kokumi retries"
+            return (Reason.SECRET_NOT_READABLE, failed), ()
+        if shape is not None and shape.all_contexts:
+            return secretplan.context_verdicts(secret, shape)
+        return clustersource.kubeconfig_problem(secret, shape), ()
 
     async def _write(
         self,

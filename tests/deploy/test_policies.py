@@ -803,6 +803,9 @@ def test_the_schema_refuses_a_secrets_source_without_a_selector_and_mixed_fields
         "{from: VCluster, key: kubeconfig}": "are vcluster's own with from VCluster",
         "{from: Secrets, secretSelector: {matchLabels: {a: b}}, naming: {label: x, trimPrefix: v}}"
         "": "set one or the other",
+        "{from: Secrets, secretSelector: {matchLabels: {a: b}}, contexts: All, naming: {label: x}}"
+        "": "with contexts All each Cluster is named after its context",
+        "{from: VCluster, contexts: All}": "are vcluster's own with from VCluster",
     }
     for spec, text in cases.items():
         body = f"{HEAD}spec: {spec}"

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+import yaml
 
 from kokumi.cmd.cluster.describe import describe_text
 from kokumi.core import api
@@ -186,4 +187,63 @@ async def test_vclusters_secret_becomes_a_cluster_and_a_hand_made_one_is_left_al
         with pytest.raises(errors.NotFound):
             await ws.get_cluster(ns, "dev")
         await wait_source(ws, ns, "Ready", "vclusters", matched=1, made=1)
+        await cleanup(ws)
+
+
+def with_contexts(kubeconfig: str, *names: str) -> str:
+    """The spoke's kubeconfig with its one context under each of ``names`` (current: the first)."""
+    doc = yaml.safe_load(kubeconfig)
+    (context,) = doc["contexts"]
+    doc["contexts"] = [{"name": n, "context": dict(context["context"])} for n in names]
+    doc["current-context"] = names[0]
+    return yaml.safe_dump(doc)
+
+
+async def test_every_context_of_a_secret_is_a_cluster_and_follows_the_contexts(
+    hub: APIServer, spoke: APIServer, spoke_kubeconfig: Registration
+) -> None:
+    reg = spoke_kubeconfig
+    async with workspace(hub) as ws, manager(hub, ws.options()):
+        ns = await ws.namespace()
+        spec = {
+            "from": "Secrets",
+            "secretSelector": {"matchLabels": MARK},
+            "key": "kubeconfig",
+            "contexts": "All",
+        }
+        await source(ws, ns, "fleet", spec)
+        text = with_contexts(reg.kubeconfig, "edge-1", "edge-2")
+        await labelled_secret(ws, ns, "fleet-kubeconfigs", MARK, "kubeconfig", text)
+        for name in ("edge-1", "edge-2"):
+            cluster = await wait_reason(ws, ns, name, "Ready")
+            assert cluster["spec"]["kubeconfig"] == {
+                "secretRef": {"name": "fleet-kubeconfigs", "key": "kubeconfig"},
+                "context": name,
+            }
+            assert cluster["status"]["server"] == spoke.url
+        await wait_source(ws, ns, "Ready", "fleet", matched=2, made=2)
+
+        # A third context appears, edge-1 goes: a Cluster appears, edge-1's goes.
+        await rotate(ws, ns, "fleet-kubeconfigs", "kubeconfig",
+                     with_contexts(reg.kubeconfig, "edge-2", "edge-3"))  # fmt: skip
+        await wait_reason(ws, ns, "edge-3", "Ready")
+        await gone(ws, ns, "edge-1")
+        await wait_source(ws, ns, "Ready", "fleet", matched=2, made=2)
+        # One context's credential rotated away: that Cluster says so, the other is Ready.
+        broken = yaml.safe_load(with_contexts(reg.kubeconfig, "edge-2", "edge-3"))
+        broken["users"].append({"name": "rotated", "user": {"token": canary.token("gone")}})
+        broken["contexts"][1]["context"]["user"] = "rotated"
+        await rotate(ws, ns, "fleet-kubeconfigs", "kubeconfig", yaml.safe_dump(broken))
+        await wait_reason(ws, ns, "edge-3", "Unauthorized", timeout=15)
+        await wait_reason(ws, ns, "edge-2", "Ready")
+        # The whole kubeconfig broken by a rotation: both Clusters stay.
+        await rotate(ws, ns, "fleet-kubeconfigs", "kubeconfig", "{{{ not yaml")
+        await wait_source(ws, ns, "NotAllImported", "fleet", made=2, notUsable=2)
+        await ws.get_cluster(ns, "edge-2")
+        await ws.get_cluster(ns, "edge-3")
+        # The Secret deleted: both go.
+        await ws.client.delete(SECRETS, "fleet-kubeconfigs", namespace=ns)
+        await gone(ws, ns, "edge-2")
+        await gone(ws, ns, "edge-3")
+        await wait_source(ws, ns, "Ready", "fleet", matched=0, made=0)
         await cleanup(ws)

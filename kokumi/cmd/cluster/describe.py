@@ -74,6 +74,9 @@ def describe_text(
     connection = str(spec.get("connection", ""))
     if ref.get("name"):
         connection += f", Secret {ref['name']} key {ref.get('key', SECRET_KEY)}"
+        context = (spec.get("kubeconfig") or {}).get("context")
+        if context:
+            connection += f" context {context}"
     lines = [
         ("Name", str(meta.get("name", ""))),
         ("Namespace", str(meta.get("namespace", ""))),

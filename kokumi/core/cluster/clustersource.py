@@ -51,9 +51,9 @@ __all__ = [
     "CAPI_KEY",
     "CLUSTER_SOURCES",
     "KIND",
-    "Labelled",
     "MAX_LISTED",
     "SOURCE_LABEL",
+    "Candidate",
     "CapiView",
     "ClusterSource",
     "Desired",
@@ -69,13 +69,15 @@ __all__ = [
     "controller_of",
     "existing_of",
     "kubeconfig_problem",
+    "mine_of",
     "owner_problem",
     "parse_source",
     "plan",
-    "plan_secrets",
+    "settle",
     "source_of",
     "status_of",
     "status_patch",
+    "waiting_on",
 ]
 
 KIND: Final = "ClusterSource"
@@ -201,7 +203,7 @@ def parse_source(obj: Mapping[str, Any]) -> ClusterSource | SourceInvalid:
 
 
 _ORIGINS: Final = frozenset({FROM_CLUSTER_API, FROM_SECRETS, FROM_VCLUSTER})
-_SECRETS_FIELDS: Final = ("secretSelector", "key", "naming")
+_SECRETS_FIELDS: Final = ("secretSelector", "key", "naming", "contexts")
 
 
 def _label_problem(labels: Mapping[str, str]) -> str | None:
@@ -376,6 +378,7 @@ class Existing:
     labels: Mapping[str, str]
     secret: str | None  # the Secret a Kubeconfig Cluster reads, else None
     key: str = CAPI_KEY  # and its key
+    context: str | None = None  # and the context it reads (None: the current one)
 
 
 def existing_of(obj: Mapping[str, Any]) -> Existing:
@@ -387,6 +390,7 @@ def existing_of(obj: Mapping[str, Any]) -> Existing:
     if spec.get("connection") == "Kubeconfig":
         secret = ref.get("name")
     key = ref.get("key", CAPI_KEY)
+    context = (spec.get("kubeconfig") or {}).get("context")
     labels = meta.get("labels") or {}
     return Existing(
         str(meta.get("name", "")),
@@ -394,6 +398,7 @@ def existing_of(obj: Mapping[str, Any]) -> Existing:
         {str(k): str(v) for k, v in labels.items()},
         secret if isinstance(secret, str) else None,
         key if isinstance(key, str) else "",
+        context if isinstance(context, str) else None,
     )
 
 
@@ -405,14 +410,21 @@ class Desired:
     secret: str
     labels: Mapping[str, str]
     key: str = CAPI_KEY
+    context: str | None = None
 
 
-def _desired(source: ClusterSource, secret: str, cluster: str, own: Mapping[str, str]) -> Desired:
+def _desired(
+    source: ClusterSource,
+    secret: str,
+    cluster: str,
+    own: Mapping[str, str],
+    context: str | None = None,
+) -> Desired:
     """``own``: the Cluster API cluster's labels, or the Secret's own for a Secrets source."""
     labels = {k: v for k, v in own.items() if not k.startswith(_OURS)}
     labels.update(source.labels)
     labels[SOURCE_LABEL] = source.name
-    return Desired(cluster, secret, labels, source.key)
+    return Desired(cluster, secret, labels, source.key, context)
 
 
 def _description(source: ClusterSource, desired: Desired) -> str:
@@ -420,6 +432,11 @@ def _description(source: ClusterSource, desired: Desired) -> str:
         return f"Cluster API cluster {desired.name}, from ClusterSource {source.name}"
     if source.shape.tool:
         return f"{source.shape.tool} {desired.name}, from ClusterSource {source.name}"
+    if desired.context is not None:
+        return (
+            f"context {desired.context} of kubeconfig Secret {desired.secret}, from ClusterSource "
+            f"{source.name}"
+        )
     return f"kubeconfig Secret {desired.secret}, from ClusterSource {source.name}"
 
 
@@ -444,7 +461,10 @@ def cluster_body(source: ClusterSource, desired: Desired) -> dict[str, Any]:
         },
         "spec": {
             "connection": "Kubeconfig",
-            "kubeconfig": {"secretRef": {"name": desired.secret, "key": desired.key}},
+            "kubeconfig": {
+                "secretRef": {"name": desired.secret, "key": desired.key},
+                **({"context": desired.context} if desired.context is not None else {}),
+            },
             "description": _description(source, desired),
         },
     }
@@ -500,9 +520,9 @@ def plan(
     needs, to tell Cluster API's Secrets from others), the plan writes nothing: a missing
     permission must not delete Clusters.
     """
-    mine = _mine(source, existing)
+    mine = mine_of(source, existing)
     kept_all = tuple(sorted(mine))
-    waiting = _waiting(secrets_listable, not_listable_message)
+    waiting = waiting_on(secrets_listable, not_listable_message)
     if waiting is not None:
         return Plan(kept=kept_all, blocked=waiting)
     if not capi.readable:
@@ -529,62 +549,16 @@ def plan(
         # Not Cluster API's: as a Secret that stops matching, its Cluster (if ours) goes.
         unowned = owner_problem(secret, capi)
         candidates.append(
-            _Candidate(secret.name, secret.cluster, labels, unowned or secret.problem, unowned)
+            Candidate(secret.name, secret.cluster, labels, unowned or secret.problem, unowned)
         )
-    return _settle(source, candidates, existing, mine)
+    return settle(source, candidates, existing, mine)
 
 
-@attrs.frozen
-class Labelled:
-    """A Secret of the namespace as a ``from: Secrets`` source sees it: name, labels, verdict.
-
-    ``problem`` is the verdict on its kubeconfig under the source's key (None: usable); the
-    actor reads only the Secrets the source's shape matches.
-    """
-
-    name: str
-    labels: Mapping[str, str]
-    problem: tuple[Reason, str] | None = None
-
-
-def plan_secrets(
-    source: ClusterSource,
-    secrets: Iterable[Labelled],
-    existing: Mapping[str, Existing],
-    *,
-    secrets_listable: bool | None = True,
-    not_listable_message: str = "",
-) -> Plan:
-    """:func:`plan` for a ``from: Secrets`` or ``from: VCluster`` source.
-
-    The same rules as Cluster API's, over the Secrets' own labels: a Secret the shape matches
-    keeps a Cluster named as ``spec.naming`` says, with the Secret's labels and the source's; a
-    Secret that stops matching takes its Cluster with it; while the Secrets cannot be listed
-    nothing is created or deleted. Two Secrets that name the same Cluster: the first by name
-    has it, the other is a conflict.
-    """
-    assert source.shape is not None
-    mine = _mine(source, existing)
-    waiting = _waiting(secrets_listable, not_listable_message)
-    if waiting is not None:
-        return Plan(kept=tuple(sorted(mine)), blocked=waiting)
-    candidates = []
-    for secret in secrets:
-        named = secretsource.cluster_name(source.shape, secret.name, secret.labels)
-        if named is None:
-            continue
-        if isinstance(named, tuple):
-            candidates.append(_Candidate(secret.name, "", secret.labels, named, named))
-        else:
-            candidates.append(_Candidate(secret.name, named, secret.labels, secret.problem, None))
-    return _settle(source, candidates, existing, mine)
-
-
-def _mine(source: ClusterSource, existing: Mapping[str, Existing]) -> dict[str, Existing]:
+def mine_of(source: ClusterSource, existing: Mapping[str, Existing]) -> dict[str, Existing]:
     return {n: e for n, e in existing.items() if e.owner is not None and e.owner[1] == source.uid}
 
 
-def _waiting(listable: bool | None, not_listable_message: str) -> tuple[Reason, str] | None:
+def waiting_on(listable: bool | None, not_listable_message: str) -> tuple[Reason, str] | None:
     if listable is None:
         return (
             Reason.SECRET_NOT_READABLE,
@@ -597,7 +571,7 @@ def _waiting(listable: bool | None, not_listable_message: str) -> tuple[Reason, 
 
 
 @attrs.frozen
-class _Candidate:
+class Candidate:
     """A matched Secret, before the Clusters that exist are looked at."""
 
     secret: str
@@ -605,11 +579,12 @@ class _Candidate:
     labels: Mapping[str, str]  # what the Cluster carries of its own
     problem: tuple[Reason, str] | None  # not usable (now)
     refused: tuple[Reason, str] | None  # not to be imported at all: no Cluster, and ours goes
+    context: str | None = None  # with contexts All: the context the Cluster reads
 
 
-def _settle(
+def settle(
     source: ClusterSource,
-    candidates: Iterable[_Candidate],
+    candidates: Iterable[Candidate],
     existing: Mapping[str, Existing],
     mine: Mapping[str, Existing],
 ) -> Plan:
@@ -621,12 +596,12 @@ def _settle(
     wanted: dict[str, str] = {}  # Cluster -> the Secret that has it
     claimed: dict[str, str] = {}  # Cluster -> the first Secret by name that names it
     matched = 0
-    for secret in sorted(candidates, key=lambda c: c.secret):
+    for secret in sorted(candidates, key=lambda c: (c.secret, c.context or "")):
         matched += 1
         if secret.refused is not None:
             problems.append(NotImported(secret.secret, secret.cluster, *secret.refused))
             continue
-        target = _desired(source, secret.secret, secret.cluster, secret.labels)
+        target = _desired(source, secret.secret, secret.cluster, secret.labels, secret.context)
         there = existing.get(secret.cluster)
         if secret.cluster in claimed:
             problems.append(
@@ -654,6 +629,7 @@ def _settle(
         elif (
             there.secret != target.secret
             or there.key != target.key
+            or there.context != target.context
             or dict(there.labels) != dict(target.labels)
         ):
             update.append(target)

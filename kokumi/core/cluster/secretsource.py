@@ -36,6 +36,7 @@ __all__ = [
     "Naming",
     "Shape",
     "cluster_name",
+    "context_cluster",
     "name_problem",
     "parse_shape",
     "vcluster_shape",
@@ -48,6 +49,8 @@ VCLUSTER_APP: Final = "vcluster"
 VCLUSTER_NAME_LABEL: Final = "vcluster-name"
 VCLUSTER_KEY: Final = "config"
 VCLUSTER_PREFIX: Final = "vc-"
+CURRENT: Final = "Current"
+ALL: Final = "All"
 MAX_CLUSTER_NAME: Final = 63
 """A Cluster's name is a DNS subdomain of at most 63 characters (the Cluster CRD's own rule)."""
 
@@ -89,6 +92,7 @@ class Shape:
     required: Mapping[str, str] = attrs.field(factory=dict)
     exact_name: str | None = None  # "vc-": the Secret must be named vc-<cluster>
     tool: str = ""  # who writes such Secrets, for messages: "vcluster"
+    all_contexts: bool = False  # contexts All: one Cluster per context, named after it
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         """Whether a Secret with ``labels`` is one of the source's (its name aside)."""
@@ -137,7 +141,7 @@ def parse_shape(origin: object, spec: Mapping[str, Any]) -> Shape | tuple[Reason
     """The Secrets a ``from: Secrets`` or ``from: VCluster`` source takes, or why it cannot be."""
     raw = spec.get("secretSelector")
     if origin == FROM_VCLUSTER:
-        for field in ("key", "naming"):
+        for field in ("key", "naming", "contexts"):
             if field in spec:
                 return (
                     Reason.INVALID_SPEC,
@@ -169,7 +173,20 @@ def parse_shape(origin: object, spec: Mapping[str, Any]) -> Shape | tuple[Reason
     naming = _naming(spec.get("naming", {}))
     if isinstance(naming, str):
         return Reason.INVALID_SPEC, naming
-    return Shape(selector, key, naming)
+    contexts = spec.get("contexts", CURRENT)
+    if contexts not in (CURRENT, ALL):
+        return (
+            Reason.INVALID_SPEC,
+            f"spec.contexts {contexts!r} is not Current or All: Current reads the kubeconfig's "
+            "current context, All makes one Cluster per context",
+        )
+    if contexts == ALL and "naming" in spec:
+        return (
+            Reason.INVALID_SPEC,
+            "spec.naming is for contexts Current: with contexts All each Cluster is named after "
+            "its context; remove spec.naming",
+        )
+    return Shape(selector, key, naming, all_contexts=contexts == ALL)
 
 
 def _naming(raw: object) -> Naming | str:
@@ -225,6 +242,18 @@ def cluster_name(
             "rename the Secret or change spec.naming",
         )
     return name
+
+
+def context_cluster(context: str) -> str | tuple[Reason, str]:
+    """With contexts All: the Cluster a context is, named after it, or why it cannot be one."""
+    problem = name_problem(context)
+    if problem is None:
+        return context
+    return (
+        Reason.INVALID_CLUSTER_NAME,
+        f"its context {quoted(context)} would name a Cluster, and {problem}: rename the context "
+        "(kubectl config rename-context), or use contexts Current",
+    )
 
 
 def name_problem(name: str) -> str | None:
