@@ -35,7 +35,10 @@ Invariants after every step:
 ClusterSources (one per workspace at most, no selector) make Clusters from Cluster API-shaped
 Secrets (``<name>-kubeconfig``, labelled, controlled by their Cluster API cluster, which the fake
 serves) that rules create, break, strip of their owner and delete; the rule that deletes a source
-deletes its Clusters as the garbage collector would (the fake has none).
+deletes its Clusters as the garbage collector would (the fake has none). A second kind of source,
+``from: Secrets`` (``team``, over Secrets ``<name>-team`` labelled ``kokumi.dev/kubeconfig``, key
+``kubeconfig``), follows Secrets that rules write, rotate, break, unlabel and delete, beside the
+Cluster API one and in conflict with it over the same names.
 
 At convergence: exactly the servers wanted and not blocked have a Secret, held by one of their
 wanters with its current connection; every other wanter reports ClusterConflict; holders carry the
@@ -43,7 +46,7 @@ finalizer and Clusters that want no server do not (a waiter keeps one it had); n
 stuck terminating; each Cluster's Ready reason is the one its objects and its spoke call for; in
 each workspace with a source, every Cluster API Secret its cluster controls has the source's
 Cluster unless another Cluster of its name is in the way, the source has no Cluster without such
-a Secret, and its status counts say so.
+a Secret, and its status counts say so; the same for each team source and its labelled Secrets.
 
 ``MODEL_EXAMPLES`` sets the number of examples and ``MODEL_MIN_STEPS`` the steps a run must
 count (the soak session runs 2,200 examples and asserts 50,000 steps).
@@ -114,6 +117,16 @@ WORKSPACES = ("ws1", "ws2")
 NAMES = ("a", "b", "c")
 SERVERS = ("https://s0.example:6443", "https://s1.example:6443", "https://s2.example:6443/")
 TIERS = ("gold", "iron")
+TEAM_MARK = {"kokumi.dev/kubeconfig": "true"}
+
+
+def cs_parse(obj: dict[str, Any]) -> Any:
+    """The team source's shape, as the manager reads it."""
+    parsed = clustersource.parse_source(obj)
+    assert isinstance(parsed, clustersource.ClusterSource), parsed
+    return parsed.shape
+
+
 HUB = "https://hub.example:6443"
 
 # Counted across all examples of one test: rules run, and what the convergence checks saw.
@@ -127,6 +140,7 @@ SEEN = {
     "sourced": 0,
     "source_conflicts": 0,
     "source_unowned": 0,
+    "team_sourced": 0,
 }
 EXAMPLES = int(os.environ.get("MODEL_EXAMPLES", "90"))
 MIN_STEPS = int(os.environ.get("MODEL_MIN_STEPS", "2000"))
@@ -537,12 +551,14 @@ class ManagerMachine(RuleBasedStateMachine):
         ),
         before=st.booleans(),
         sourced=st.lists(st.tuples(st.sampled_from(NAMES), st.sampled_from(SERVERS)), max_size=3),
+        team=st.lists(st.tuples(st.sampled_from(NAMES), st.sampled_from(SERVERS)), max_size=3),
     )
     def start(
         self,
         layout: list[tuple[str, str, str]],
         before: bool,
         sourced: list[tuple[str, str]] = [],  # noqa: B006 (never mutated)
+        team: list[tuple[str, str]] = [],  # noqa: B006 (never mutated)
     ) -> None:
         """Environments that select every Cluster and a few Clusters sharing servers, so that
         each example starts with holders and waiters; created before or after the manager."""
@@ -575,6 +591,11 @@ class ManagerMachine(RuleBasedStateMachine):
             )
             for name, server in sourced:
                 self._put_capi_secret("ws2", name, server, None)
+        if team:
+            # A team's source of labelled Secrets in ws1, beside its hand-made Clusters.
+            self.put_team_source("ws1", TIERS[0])
+            for name, server in team:
+                self.put_team_secret("ws1", name, server, True, None)
         if before:
             self.world.arun(self.world.start_manager)
         self._step()
@@ -760,6 +781,67 @@ class ManagerMachine(RuleBasedStateMachine):
     @rule(ns=st.sampled_from(WORKSPACES), name=st.sampled_from(NAMES))
     def delete_capi_secret(self, ns: str, name: str) -> None:
         self._delete(SECRETS, f"{name}-kubeconfig", ns)
+        self._step()
+
+    @rule(ns=st.sampled_from(WORKSPACES), tier=st.sampled_from(TIERS))
+    def put_team_source(self, ns: str, tier: str) -> None:
+        """A from: Secrets source of a team's labelled Secrets <name>-team, key kubeconfig."""
+        existing = self._object(clustersource.CLUSTER_SOURCES, "team", ns)
+        body = existing or {
+            "apiVersion": api.API_VERSION,
+            "kind": "ClusterSource",
+            "metadata": {"name": "team", "namespace": ns},
+        }
+        body["spec"] = {
+            "from": "Secrets",
+            "secretSelector": {"matchLabels": TEAM_MARK},
+            "key": "kubeconfig",
+            "naming": {"trimSuffix": "-team"},
+            "labels": {"tier": tier},
+        }
+        self._put(body)
+        self._step()
+
+    @rule(ns=st.sampled_from(WORKSPACES))
+    def delete_team_source(self, ns: str) -> None:
+        if self._object(clustersource.CLUSTER_SOURCES, "team", ns) is not None:
+            self._delete(clustersource.CLUSTER_SOURCES, "team", ns)
+        self._step()
+
+    @rule(
+        ns=st.sampled_from(WORKSPACES),
+        name=st.sampled_from(NAMES),
+        server=st.sampled_from(SERVERS),
+        labelled=st.sampled_from([True, True, False]),
+        broken=st.sampled_from([None, None, "exec"]),
+    )
+    def put_team_secret(
+        self, ns: str, name: str, server: str, labelled: bool, broken: str | None
+    ) -> None:
+        """A team writes, rotates or unlabels its kubeconfig Secret <name>-team."""
+        self.tokens += 1
+        text = kubeconfig_text(server, f"token-{self.tokens}")
+        if broken == "exec":
+            document = s.kubeconfig(cluster={"server": server})
+            document["users"][0]["user"] = {"exec": {"command": "aws", "apiVersion": "x"}}
+            text = s.dump(document)
+        self._put(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {
+                    "name": f"{name}-team",
+                    "namespace": ns,
+                    "labels": dict(TEAM_MARK) if labelled else {},
+                },
+                "data": {"kubeconfig": base64.b64encode(text.encode()).decode()},
+            }
+        )
+        self._step()
+
+    @rule(ns=st.sampled_from(WORKSPACES), name=st.sampled_from(NAMES))
+    def delete_team_secret(self, ns: str, name: str) -> None:
+        self._delete(SECRETS, f"{name}-team", ns)
         self._step()
 
     @rule(ns=st.sampled_from(WORKSPACES), tier=st.sampled_from((None, *TIERS)))
@@ -1233,7 +1315,11 @@ class ManagerMachine(RuleBasedStateMachine):
                     if name in uids and controllers == [("Cluster", name, uids[name])]:
                         owned.add(name)
             orphans = (
-                [n for n, c in clusters.items() if clustersource.source_of(c) is not None]
+                [
+                    n
+                    for n, c in clusters.items()
+                    if (clustersource.source_of(c) or ("",))[0] == "capi"
+                ]
                 if source is None
                 else sorted(mine - owned)
             )
@@ -1277,8 +1363,43 @@ class ManagerMachine(RuleBasedStateMachine):
             # (owned) before the example's end, so some runs of 90 examples converge on none.
             SEEN["source_unowned"] += len(set(capi) - owned)
 
+    def check_team_sources_converged(self) -> None:
+        """Each labelled usable <name>-team Secret has the team source's Cluster <name> unless
+        another Cluster of that name is in the way; the source has no Cluster without one."""
+        for ns in WORKSPACES:
+            source = self._object(clustersource.CLUSTER_SOURCES, "team", ns)
+            clusters = {c["metadata"]["name"]: c for c in self._objects(api.CLUSTERS, ns)}
+            owners = {n: clustersource.source_of(c) for n, c in clusters.items()}
+            if source is None:
+                left = [n for n, o in owners.items() if o is not None and o[0] == "team"]
+                assert not left, f"{ns}: Clusters of a deleted team source: {left}"
+                continue
+            uid = source["metadata"]["uid"]
+            mine = {n for n, o in owners.items() if o is not None and o[1] == uid}
+            shape = cs_parse(source)
+            matched = {}
+            for secret in self._objects(SECRETS, ns):
+                meta = secret["metadata"]
+                if meta["name"].endswith("-team") and meta.get("labels") == TEAM_MARK:
+                    matched[meta["name"][: -len("-team")]] = clustersource.kubeconfig_problem(
+                        secret, shape
+                    )
+            assert mine <= set(matched), f"{ns}: team Clusters without their Secret: {mine}"
+            for name, problem in matched.items():
+                if name in clusters and name not in mine:
+                    continue  # in the way: a conflict
+                if problem is None:
+                    assert name in mine, f"{ns}/{name}: a usable team Secret, no Cluster"
+                if name in mine:
+                    ref = clusters[name]["spec"]["kubeconfig"]["secretRef"]
+                    assert ref == {"name": f"{name}-team", "key": "kubeconfig"}, ref
+            status = source.get("status") or {}
+            assert (status.get("matched"), status.get("made")) == (len(matched), len(mine)), status
+            SEEN["team_sourced"] += len(mine)
+
     def check_converged(self) -> None:
         self.check_sources_converged()
+        self.check_team_sources_converged()
         counts = prediction.check_converged(self.objects(), SERVERS, self.probe)
         SEEN["holders"] += counts.holders
         SEEN["waiters"] += counts.waiters
@@ -1311,7 +1432,15 @@ def test_the_manager_survives_faults_and_converges() -> None:
     if EXAMPLES >= 50:
         assert all(
             SEEN[k] > 0
-            for k in ("holders", "waiters", "blocked", "restarts", "sourced", "source_conflicts")
+            for k in (
+                "holders",
+                "waiters",
+                "blocked",
+                "restarts",
+                "sourced",
+                "source_conflicts",
+                "team_sourced",
+            )
         ), SEEN
 
 

@@ -9,6 +9,7 @@ newest state.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import random
@@ -343,7 +344,7 @@ class ClusterActor:
             return None
         ref = cluster.secret_ref
         version = self._context.secret_versions.get((cluster.metadata.namespace, ref.name))
-        return f"{ref.name}/{ref.key}@{version}"
+        return f"{ref.name}/{ref.key}/{cluster.kubeconfig_context or ''}@{version}"
 
     async def _seed_check(self, cluster: api.Cluster, now: float) -> bool:
         """Take the status's last finding as this actor's first check; whether it could.
@@ -454,15 +455,16 @@ class ClusterActor:
             refused = SecretRead(ref.name, ref.key, namespace, readable=False)
             return _Read(version, now, None, self._outcome(cluster, refused))
         # The version read, not the one the watch last saw: the watch may not have listed yet.
-        version = f"{ref.name}/{ref.key}@{resource_version(secret)}"
+        context = cluster.kubeconfig_context
+        version = f"{ref.name}/{ref.key}/{context or ''}@{resource_version(secret)}"
         text = secret_data(secret, ref.key)
         parsed: Connection | Refusal | None = None
         if text is not None and len(text) > INLINE_PARSE_LIMIT:
             # A huge kubeconfig takes YAML seconds to read: off the event loop, so that one
             # Cluster's odd Secret never stalls every other actor.
-            parsed = await trio.to_thread.run_sync(parse, text)
+            parsed = await trio.to_thread.run_sync(functools.partial(parse, text, context=context))
         elif text is not None:
-            parsed = parse(text)
+            parsed = parse(text, context=context)
         read = SecretRead(ref.name, ref.key, namespace, keys=secret_keys(secret), kubeconfig=parsed)
         outcome = self._outcome(cluster, read)
         connection = parsed if isinstance(parsed, Connection) else None

@@ -70,6 +70,7 @@ class Dispatcher:
             scope=context.options.secrets_scope,
             own_namespace=context.options.namespace,
             keep_labels=KEEP_LABELS,
+            keep_labelled=True,
             on_listing=self._secrets_listed,
         )
         watches = self.secret_watches

@@ -19,12 +19,14 @@ Secret is what is refused). Once the binding exists, the first list wakes them.
 
 The ClusterSources follow Secrets through these same watches (a source holds its namespace as a
 Cluster does): they need the labels of Cluster API's kubeconfig Secrets, which the metadata
-carries, so the watches keep the labels of the Secrets that carry a label of ``keep_labels``, and
-their ownerReferences (a source imports only a Secret its Cluster API cluster controls), and
-say when a namespace's Secrets have been listed or refused (``on_listing``). What a source needs
-of the data (is the kubeconfig usable?) it reads with one GET per new version of a matched
-Secret, as a Cluster reads its own: a full watch would hold every Secret of the namespace in
-memory, kubeconfigs and all, to learn what one GET per change tells.
+carries, so the watches keep the labels of the Secrets that carry a label of ``keep_labels`` (or,
+with ``keep_labelled``, of every Secret that carries a label: a ``from: Secrets`` source selects
+Secrets by labels of its author's choice), and their ownerReferences (a source imports only a
+Secret its Cluster API cluster controls), and say when a namespace's Secrets have been listed
+or refused (``on_listing``). What a source needs of the data (is the kubeconfig usable?) it reads
+with one GET per new version of a matched Secret, as a Cluster reads its own: a full watch would
+hold every Secret of the namespace in memory, kubeconfigs and all, to learn what one GET per
+change tells.
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ class SecretWatches:
         own_namespace: str = "kokumi",
         forbidden_backoff_max: float = 300.0,
         keep_labels: frozenset[str] = frozenset(),
+        keep_labelled: bool = False,
         on_listing: Callable[[str | None], None] | None = None,
     ) -> None:
         self._client = client
@@ -122,6 +125,7 @@ class SecretWatches:
         self._nursery: trio.Nursery | None = None
         self.username: str | None = None
         self._keep_labels = keep_labels
+        self._keep_labelled = keep_labelled
         #: (namespace, name) -> labels, of the Secrets followed that carry a ``keep_labels`` key.
         self.labels: dict[Key, dict[str, str]] = {}
         #: (namespace, name) -> ownerReferences, of the same Secrets.
@@ -277,7 +281,7 @@ class SecretWatches:
             for key in mine - set(fresh):
                 del versions[key]
             versions.update(fresh)
-            if self._keep_labels:
+            if self._keep_labels or self._keep_labelled:
                 for key in [k for k in self.labels if namespace is None or k[0] == namespace]:
                     del self.labels[key]
                     self.owners.pop(key, None)
@@ -300,7 +304,7 @@ class SecretWatches:
     def _keep(self, key: Key, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata", {})
         labels = meta.get("labels") or {}
-        if self._keep_labels.intersection(labels):
+        if (self._keep_labelled and labels) or self._keep_labels.intersection(labels):
             self.labels[key] = {str(k): str(v) for k, v in labels.items()}
             refs = meta.get("ownerReferences") or []
             self.owners[key] = [dict(r) for r in refs if isinstance(r, dict)]

@@ -1,4 +1,8 @@
-"""The ClusterSources actor: keeps one Cluster per Cluster API kubeconfig Secret a source matches.
+"""The ClusterSources actor: keeps one Cluster per kubeconfig Secret a source matches.
+
+A source follows Cluster API's Secrets (``from: ClusterAPI``), or labelled Secrets of any tool
+(``from: Secrets``, and the preset ``from: VCluster``): the same loop, the same writes, the same
+rules (:mod:`kokumi.core.cluster.clustersource`), over what the Secret watches keep.
 
 It follows, with watches only (never a periodic list):
 
@@ -33,7 +37,7 @@ import attrs
 import trio
 
 from kokumi.core import api
-from kokumi.core.cluster import clustersource
+from kokumi.core.cluster import clustersource, secretplan, secretsource
 from kokumi.core.cluster.clustersource import (
     CAPI_CLUSTER_NAME,
     CAPI_CLUSTERS,
@@ -41,6 +45,8 @@ from kokumi.core.cluster.clustersource import (
     CapiView,
     SecretView,
 )
+from kokumi.core.cluster.secretplan import Labelled, plan_secrets
+from kokumi.core.cluster.secretsource import Shape
 from kokumi.core.reasons import Reason
 from kokumi.core.secretaccess import not_listable_message, not_readable_message
 from kokumi.core.text import one_line
@@ -58,6 +64,8 @@ KEEP_LABELS = frozenset({CAPI_CLUSTER_NAME})
 """The Secret labels the sources need the Secret watches to keep."""
 
 Key = tuple[str, str]
+Contexts = tuple[tuple[str, tuple[Reason, str] | None], ...]
+VerdictKey = tuple[str, str, str, str]  # namespace, name, key, tool: a verdict depends on all
 
 
 @attrs.frozen
@@ -79,6 +87,8 @@ class SecretsView:
 class _Verdict:
     version: str
     problem: tuple[Reason, str] | None
+    #: With contexts All: each context's verdict; names and verdicts only, never the data.
+    contexts: tuple[tuple[str, tuple[Reason, str] | None], ...] = ()
 
 
 class SourcesActor:
@@ -109,7 +119,7 @@ class SourcesActor:
         self.sources = Store()
         self.capi = Store()
         self.capi_readable: bool | None = None  # None: not known yet
-        self._verdicts: dict[Key, _Verdict] = {}
+        self._verdicts: dict[VerdictKey, _Verdict] = {}
         self._dirty: set[str] = set()
         self._wake = trio.Event()
         self._retry: dict[str, Backoff] = {}
@@ -269,10 +279,10 @@ class SourcesActor:
 
     async def _reconcile(self, namespace: str) -> None:
         listable = self._secrets.listable(namespace)
-        if self.capi_readable is None or listable is None or not self.writes():
+        if listable is None or not self.writes():
             return  # not known yet: a restart must not write a passing state
         self.passes += 1
-        views = await self._secret_views(namespace)
+        views: list[SecretView] | None = None  # Cluster API's, read once for all its sources
         capis = self.capi.in_namespace(namespace)
         capi = CapiView(
             bool(self.capi_readable),
@@ -284,22 +294,34 @@ class SourcesActor:
         )
         clusters = self._clusters.named_in_namespace(namespace)
         existing = {name: clustersource.existing_of(obj) for name, obj in clusters.items()}
+        message = not_listable_message(namespace, self._secrets.username(), self._own_namespace)
         failed_any = False
         for obj in sorted(self.sources.in_namespace(namespace), key=_name):
             source = clustersource.parse_source(obj)
             decided = None
             failed: dict[str, str] = {}
             if isinstance(source, clustersource.ClusterSource):
-                decided = clustersource.plan(
-                    source,
-                    views,
-                    capi,
-                    existing,
-                    secrets_listable=listable,
-                    not_listable_message=not_listable_message(
-                        namespace, self._secrets.username(), self._own_namespace
-                    ),
-                )
+                if source.shape is not None:
+                    decided = plan_secrets(
+                        source,
+                        await self._labelled(namespace, source.shape),
+                        existing,
+                        secrets_listable=listable,
+                        not_listable_message=message,
+                    )
+                elif self.capi_readable is None:
+                    continue  # not known yet: a restart must not write a passing state
+                else:
+                    if views is None:
+                        views = await self._secret_views(namespace)
+                    decided = clustersource.plan(
+                        source,
+                        views,
+                        capi,
+                        existing,
+                        secrets_listable=listable,
+                        not_listable_message=message,
+                    )
                 failed = await self._write(source, decided, clusters)
             status = clustersource.status_of(source, decided, failed)
             failed_any |= bool(failed)
@@ -307,65 +329,105 @@ class SourcesActor:
         self._schedule_retry(namespace, failed_any)
 
     async def _secret_views(self, namespace: str) -> list[SecretView]:
-        """The namespace's Cluster API kubeconfig Secrets, each read once per new version.
+        """The namespace's Cluster API kubeconfig Secrets, each read once per new version."""
+        found: dict[str, str] = {}
+        for (ns, name), labels in list(self._secrets.labels.items()):
+            if ns != namespace:
+                continue
+            cluster = clustersource.capi_cluster_of(name, labels)
+            if cluster is not None:
+                found[name] = cluster
+        verdicts = await self._verdicts_of(namespace, found, None)
+        views = []
+        for name, verdict in verdicts.items():
+            controller = clustersource.controller_of(self._secrets.owners.get((namespace, name)))
+            views.append(SecretView(name, found[name], verdict.problem, controller))
+        return views
+
+    async def _labelled(self, namespace: str, shape: Shape) -> list[Labelled]:
+        """The namespace's Secrets ``shape`` matches, those that name a Cluster with a verdict.
+
+        A matched Secret whose name makes no Cluster name needs no read: it gets no Cluster.
+        """
+        named: dict[str, Mapping[str, str]] = {}
+        unnamed: list[Labelled] = []
+        for (ns, name), labels in list(self._secrets.labels.items()):
+            if ns != namespace:
+                continue
+            cluster = secretsource.cluster_name(shape, name, labels)
+            if isinstance(cluster, str):
+                named[name] = labels
+            elif cluster is not None:
+                unnamed.append(Labelled(name, labels))
+        verdicts = await self._verdicts_of(namespace, named, shape)
+        return unnamed + [
+            Labelled(n, named[n], verdict.problem, verdict.contexts)
+            for n, verdict in verdicts.items()
+        ]
+
+    async def _verdicts_of(
+        self, namespace: str, names: Iterable[str], shape: Shape | None
+    ) -> dict[str, _Verdict]:
+        """Each Secret's verdict, read once per new version (those gone meanwhile left out).
 
         The reads run side by side, as many as the limiter lets (eight, shared with the
         Clusters' own reads): 1,000 new Secrets one after another held the first pass for
         tens of seconds.
         """
-        found: dict[str, tuple[str, _Verdict | None]] = {}
-        for (ns, name), labels in list(self._secrets.labels.items()):
-            if ns != namespace:
-                continue
-            cluster = clustersource.capi_cluster_of(name, labels)
-            if cluster is None:
-                continue
-            version = self._secrets.versions.get((ns, name), "")
-            verdict = self._verdicts.get((ns, name))
-            found[name] = (cluster, verdict if verdict and verdict.version == version else None)
+        where = (
+            (clustersource.CAPI_KEY, "")
+            if shape is None
+            else (shape.key, f"{shape.tool}/{'all' if shape.all_contexts else 'current'}")
+        )
+        found: dict[str, _Verdict | None] = {}
+        for name in names:
+            version = self._secrets.versions.get((namespace, name), "")
+            verdict = self._verdicts.get((namespace, name, *where))
+            found[name] = verdict if verdict and verdict.version == version else None
 
         async def read(name: str) -> None:
             version = self._secrets.versions.get((namespace, name), "")
-            problem = await self._read(namespace, name)
-            if problem is False:
+            read = await self._read(namespace, name, shape)
+            if read is False:
                 del found[name]  # deleted meanwhile: the watch says so next
                 return
-            verdict = _Verdict(version, problem)
+            problem, contexts = read
+            verdict = _Verdict(version, problem, contexts)
             if problem is None or problem[0] is not Reason.SECRET_NOT_READABLE:
-                self._verdicts[(namespace, name)] = verdict
-            found[name] = (found[name][0], verdict)
+                self._verdicts[(namespace, name, *where)] = verdict
+            found[name] = verdict
 
         async with trio.open_nursery() as nursery:
-            for name, (_, verdict) in list(found.items()):
+            for name, verdict in list(found.items()):
                 if verdict is None:
                     nursery.start_soon(read, name)
-        views = []
-        for name, (cluster, verdict) in found.items():
+        result = {}
+        for name, verdict in found.items():
             assert verdict is not None
-            controller = clustersource.controller_of(self._secrets.owners.get((namespace, name)))
-            views.append(SecretView(name, cluster, verdict.problem, controller))
-        return views
+            result[name] = verdict
+        return result
 
-    async def _read(self, namespace: str, name: str) -> tuple[Reason, str] | Literal[False] | None:
-        """The Secret's verdict (None: usable), or False when it is gone. Its data dies here."""
+    async def _read(
+        self, namespace: str, name: str, shape: Shape | None
+    ) -> tuple[tuple[Reason, str] | None, Contexts] | Literal[False]:
+        """The Secret's verdict (None: usable) and, with contexts All, each context's; or False
+        when it is gone. Its data dies here."""
         try:
             async with self._reads:
                 secret = await self._client.get(SECRETS, name, namespace=namespace)
         except errors.NotFound:
             return False
         except errors.Forbidden:
-            return (
-                Reason.SECRET_NOT_READABLE,
-                not_readable_message(
-                    name, namespace, self._secrets.username(), self._own_namespace
-                ),
+            refused = not_readable_message(
+                name, namespace, self._secrets.username(), self._own_namespace
             )
+            return (Reason.SECRET_NOT_READABLE, refused), ()
         except errors.KubeError as exc:
-            return (
-                Reason.SECRET_NOT_READABLE,
-                f"reading Secret {name} failed ({type(exc).__name__}); Kokumi retries",
-            )
-        return clustersource.kubeconfig_problem(secret)
+            failed = f"reading Secret {name} failed ({type(exc).__name__}); Kokumi retries"
+            return (Reason.SECRET_NOT_READABLE, failed), ()
+        if shape is not None and shape.all_contexts:
+            return secretplan.context_verdicts(secret, shape)
+        return clustersource.kubeconfig_problem(secret, shape), ()
 
     async def _write(
         self,

@@ -76,6 +76,7 @@ class SecretRef:
 @attrs.frozen
 class KubeconfigSource:
     secret_ref: SecretRef
+    context: str | None = None  # None: the kubeconfig's current context
 
 
 @attrs.frozen
@@ -113,6 +114,13 @@ class Cluster:
     def secret_ref(self) -> SecretRef | None:
         if self.spec.connection == "Kubeconfig" and self.spec.kubeconfig is not None:
             return self.spec.kubeconfig.secret_ref
+        return None
+
+    @property
+    def kubeconfig_context(self) -> str | None:
+        """The context the Cluster reads of its kubeconfig; None: the current one."""
+        if self.spec.connection == "Kubeconfig" and self.spec.kubeconfig is not None:
+            return self.spec.kubeconfig.context
         return None
 
     @property

@@ -58,6 +58,8 @@ class Reason(enum.StrEnum):
     CLUSTER_API_NOT_READABLE = "ClusterAPINotReadable"
     CLUSTER_WRITE_FAILED = "ClusterWriteFailed"
     """The API server refused the source's create or update of a Cluster; retried with backoff."""
+    INVALID_CLUSTER_NAME = "InvalidClusterName"
+    """A matched Secret's name (or naming label) makes no valid Cluster name."""
     SECRET_NOT_OWNED = "SecretNotOwned"
     """No Cluster API cluster of the Secret's name controls it: whoever may write Secrets could
     have written it, so it lends no credential to the namespace's Environments."""

@@ -1009,3 +1009,63 @@ def test_no_command_writes_in_argocds_namespace(
     # The same commands with the default Argo CD namespace write the workspace as ever.
     made = kokumi("cluster", "add", "spoke", "-n", namespace, *flags, hub=hub.admin_kubeconfig)
     assert made.code == 0, made.err
+
+
+def labelled_secret(
+    hub: APIServer, kubectl: Kubectl, namespace: str, name: str, labels: dict[str, str],
+    key: str, value: str,
+) -> None:  # fmt: skip
+    body = {"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "stringData": {key: value}}  # fmt: skip
+    kubectl(hub, "create", "-f", "-", input=json.dumps(body))
+
+
+def test_import_from_vcluster_and_from_labelled_secrets_by_the_sources_rules(
+    hub: APIServer, crds: object, namespace: str, kubectl: Kubectl, spoke_kubeconfig: Registration
+) -> None:
+    reg = spoke_kubeconfig
+    vc = {"app": "vcluster"}
+    labelled_secret(hub, kubectl, namespace, "vc-dev", {**vc, "vcluster-name": "dev"}, "config",
+                    reg.kubeconfig)  # fmt: skip
+    labelled_secret(hub, kubectl, namespace, "dev-certs", vc, "ca.crt", "not a kubeconfig")
+    imported = kokumi("cluster", "import", "--from", "vcluster", "-n", namespace,
+                      hub=hub.admin_kubeconfig)  # fmt: skip
+    assert imported.code == 0, imported.err
+    assert imported.out.splitlines() == [
+        f"{namespace}/vc-dev: imported as Cluster {namespace}/dev: it reads Secret vc-dev"
+        " key config"
+    ]
+    spec = json.loads(kubectl(hub, "get", "kcl", "dev", "-n", namespace, "-o", "json").stdout)
+    assert spec["spec"]["kubeconfig"] == {"secretRef": {"name": "vc-dev", "key": "config"}}
+
+    # One Secret, a context per cluster: one Cluster per context; a refused one is listed.
+    doc = yaml.safe_load(reg.kubeconfig)
+    (context,) = doc["contexts"]
+    doc["contexts"] = [{"name": n, "context": dict(context["context"])} for n in ("e-1", "e-2")]
+    doc["users"].append({"name": "plugin", "user": {"exec": {"command": "x"}}})
+    doc["contexts"][1]["context"]["user"] = "plugin"
+    mark = {"kokumi.dev/kubeconfig": "true"}
+    labelled_secret(hub, kubectl, namespace, "fleet", mark, "kubeconfig", yaml.safe_dump(doc))
+    command = ("cluster", "import", "--from", "secrets", "-l", "kokumi.dev/kubeconfig=true",
+               "--key", "kubeconfig", "--contexts", "All", "-n", namespace)  # fmt: skip
+    dry = kokumi(*command, "--dry-run", hub=hub.admin_kubeconfig)
+    assert dry.code == 0, dry.err
+    assert f"{namespace}/fleet: would be imported as Cluster {namespace}/e-1" in dry.out
+    imported = kokumi(*command, hub=hub.admin_kubeconfig)
+    assert imported.code == 0, imported.err
+    lines = imported.out.splitlines()
+    assert lines[0] == (
+        f"{namespace}/fleet: imported as Cluster {namespace}/e-1: it reads Secret fleet key "
+        "kubeconfig context e-1"
+    )
+    assert lines[1].startswith(f"{namespace}/fleet: not importable: ") and "exec" in lines[1]
+    spec = json.loads(kubectl(hub, "get", "kcl", "e-1", "-n", namespace, "-o", "json").stdout)
+    assert spec["spec"]["kubeconfig"]["context"] == "e-1"
+    again = kokumi(*command, hub=hub.admin_kubeconfig)
+    assert f"exists: Cluster {namespace}/e-1 already reads it" in again.out
+
+    # Flags that no source would take are refused with the fix, before anything is read.
+    bad = kokumi("cluster", "import", "--from", "secrets", "-n", namespace,
+                 hub=hub.admin_kubeconfig)  # fmt: skip
+    assert bad.code == 2 and "--selector is required with from: Secrets" in bad.out, bad.out

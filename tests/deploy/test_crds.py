@@ -209,6 +209,10 @@ def test_samples_are_accepted(hub: APIServer, namespace: str) -> None:
         "cluster.delivery.kokumi.dev/in-cluster",
         "cluster.delivery.kokumi.dev/spoke",
         "clustersource.delivery.kokumi.dev/capi",
+        "clustersource.delivery.kokumi.dev/crossplane",
+        "clustersource.delivery.kokumi.dev/kamaji",
+        "clustersource.delivery.kokumi.dev/team-kubeconfigs",
+        "clustersource.delivery.kokumi.dev/vclusters",
         "environment.delivery.kokumi.dev/edge-eu",
     ]
     # A ClusterSource left in a namespace being deleted would hold a later manager's Secret

@@ -759,3 +759,56 @@ def test_secret_roles_may_be_bound_in_workspaces_and_manager_secrets_cluster_wid
         "--dry-run=server",
     )
     assert "created (server dry run)" in opt_in.stdout
+
+
+SECRETS_SOURCE = """
+apiVersion: delivery.kokumi.dev/v1alpha1
+kind: ClusterSource
+metadata: {name: team}
+spec:
+  from: Secrets
+  secretSelector: {matchLabels: {kokumi.dev/kubeconfig: "true"}}
+  key: kubeconfig
+"""
+
+VCLUSTER_SOURCE = """
+apiVersion: delivery.kokumi.dev/v1alpha1
+kind: ClusterSource
+metadata: {name: vclusters}
+spec: {from: VCluster}
+"""
+
+
+def test_sources_of_labelled_and_vcluster_secrets_need_list_and_get_too(
+    hub: APIServer, namespace: str, source_author: Kubectl
+) -> None:
+    for body in (SECRETS_SOURCE, VCLUSTER_SOURCE):
+        created = source_author("-n", namespace, "create", "-f", "-", input=body, check=False)
+        assert source_refused(created, namespace), created.stderr
+    grant_secrets(hub, source_author, namespace, "get,list")
+    for body in (SECRETS_SOURCE, VCLUSTER_SOURCE):
+        source_author("-n", namespace, "create", "-f", "-", input=body)
+
+
+HEAD = "apiVersion: delivery.kokumi.dev/v1alpha1\nkind: ClusterSource\nmetadata: {name: s}\n"
+
+
+def test_the_schema_refuses_a_secrets_source_without_a_selector_and_mixed_fields(
+    hub: APIServer, namespace: str
+) -> None:
+    cases = {
+        "{from: Secrets}": "from Secrets needs spec.secretSelector",
+        "{from: VCluster, selector: {}}": "spec.selector is over Cluster API clusters' labels",
+        "{from: ClusterAPI, key: kubeconfig}": "are for from Secrets or VCluster",
+        "{from: VCluster, key: kubeconfig}": "are vcluster's own with from VCluster",
+        "{from: Secrets, secretSelector: {matchLabels: {a: b}}, naming: {label: x, trimPrefix: v}}"
+        "": "set one or the other",
+        "{from: Secrets, secretSelector: {matchLabels: {a: b}}, contexts: All, naming: {label: x}}"
+        "": "with contexts All each Cluster is named after its context",
+        "{from: VCluster, contexts: All}": "are vcluster's own with from VCluster",
+    }
+    for spec, text in cases.items():
+        body = f"{HEAD}spec: {spec}"
+        created = run(hub.admin_kubeconfig, "-n", namespace, "create", "-f", "-", input=body,
+                      check=False)  # fmt: skip
+        assert created.returncode != 0 and text in created.stderr, (spec, created.stderr)

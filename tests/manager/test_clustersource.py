@@ -14,12 +14,19 @@ from kokumi.core import api
 from kokumi.core.cluster.clustersource import CAPI_CLUSTER_NAME, CAPI_CLUSTERS, CLUSTER_SOURCES
 from kokumi.kube import errors
 from kokumi.kube.client import CONFIG_MAPS, SECRETS
-from kokumi.manager import Manager
 from kokumi.testing import canary
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
 from tests.support.deploy import run, wait_until
 from tests.support.manager import Workspace, manager, ready_of, wait_for, workspace
+from tests.support.sources import (
+    cleanup,
+    get_source,
+    gone,
+    passes_beyond,
+    wait_reason,
+    wait_source,
+)
 
 REFUSE_WORK = """
 apiVersion: admissionregistration.k8s.io/v1
@@ -130,71 +137,6 @@ async def source(
         "spec": spec,
     }
     return await ws.client.create(CLUSTER_SOURCES, body, namespace=ns)
-
-
-async def get_source(ws: Workspace, ns: str, name: str = "capi") -> dict[str, Any]:
-    return await ws.client.get(CLUSTER_SOURCES, name, namespace=ns)
-
-
-async def wait_source(
-    ws: Workspace, ns: str, reason: str, name: str = "capi", **counts: int
-) -> dict[str, Any]:
-    def fits(obj: dict[str, Any]) -> bool:
-        status = obj.get("status") or {}
-        return ready_of(obj).get("reason") == reason and all(
-            status.get(k) == v for k, v in counts.items()
-        )
-
-    result: dict[str, Any] = await wait_for(
-        lambda: get_source(ws, ns, name), fits, f"ClusterSource {ns}/{name}: {reason} {counts}"
-    )
-    return result
-
-
-async def wait_reason(
-    ws: Workspace, ns: str, name: str, reason: str, timeout: float = 30.0
-) -> dict[str, Any]:
-    """The Cluster once it reports ``reason``; it may not exist yet (the source makes it)."""
-
-    async def read() -> dict[str, Any]:
-        try:
-            return await ws.get_cluster(ns, name)
-        except errors.NotFound:
-            return {}
-
-    result: dict[str, Any] = await wait_for(
-        read,
-        lambda c: ready_of(c).get("reason") == reason,
-        f"Cluster {ns}/{name}: {reason}",
-        timeout,
-    )
-    return result
-
-
-async def passes_beyond(running: Manager, count: int) -> None:
-    async def read() -> int:
-        await trio.sleep(0.1)
-        return running.dispatcher.sources_actor.passes
-
-    await wait_for(read, lambda n: n > count, f"the sources actor to pass {count} times")
-
-
-async def gone(ws: Workspace, ns: str, name: str) -> None:
-    async def read() -> bool:
-        try:
-            await ws.get_cluster(ns, name)
-        except errors.NotFound:
-            return True
-        return False
-
-    await wait_for(read, bool, f"Cluster {ns}/{name} to be deleted")
-
-
-async def cleanup(ws: Workspace) -> None:
-    """The sources first, or they make again the Clusters the cleanup deletes."""
-    for ns in ws.namespaces:
-        await ws.client.delete_collection(CLUSTER_SOURCES, namespace=ns)
-    await ws.cleanup()
 
 
 pytestmark = pytest.mark.usefixtures("crds", "capi_crd")

@@ -74,6 +74,9 @@ def describe_text(
     connection = str(spec.get("connection", ""))
     if ref.get("name"):
         connection += f", Secret {ref['name']} key {ref.get('key', SECRET_KEY)}"
+        context = (spec.get("kubeconfig") or {}).get("context")
+        if context:
+            connection += f" context {context}"
     lines = [
         ("Name", str(meta.get("name", ""))),
         ("Namespace", str(meta.get("namespace", ""))),
@@ -84,10 +87,16 @@ def describe_text(
     made_by = clustersource.source_of(cluster)
     if made_by is not None:
         # Edits to a sourced Cluster's labels or spec are undone: the source is where to edit.
+        # Cluster API's sources describe their Clusters as "Cluster API cluster <name>".
+        whose = (
+            "Cluster API's Secret"
+            if str(spec.get("description") or "").startswith("Cluster API cluster ")
+            else "Secret"
+        )
         lines.append(
             (
                 "Source",
-                f"ClusterSource {made_by[0]} (from Cluster API's Secret {ref.get('name', '-')});"
+                f"ClusterSource {made_by[0]} (from {whose} {ref.get('name', '-')});"
                 " edit the source, not this Cluster",
             )
         )

@@ -1,8 +1,11 @@
-"""``kokumi cluster import``: Cluster API's and Argo CD's clusters become Clusters.
+"""``kokumi cluster import``: Cluster API's, labelled Secrets', vcluster's and Argo CD's clusters.
 
 Argo CD's become a ``<name>-kubeconfig`` Secret and a Cluster through
-:mod:`kokumi.workspace.newcluster`, as ``add`` would make them; Cluster API's Secrets stay where
-Cluster API rotates them, and the Cluster reads them there.
+:mod:`kokumi.workspace.newcluster`, as ``add`` would make them; Cluster API's Secrets, and the
+labelled Secrets of ``--from secrets`` and ``--from vcluster``, stay where their tool rotates
+them, and the Cluster reads them there. Which Secrets, their names and their verdicts are the
+ClusterSource's own rules (:mod:`kokumi.core.cluster.secretsource`), once instead of for as long
+as a source exists.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import attrs
 from kokumi.cmd.cluster.command import OneLineParser, examples, hub_client, hub_flags, runner
 from kokumi.cmd.cluster.errors import api_error
 from kokumi.core import api
-from kokumi.core.cluster import clustersource
+from kokumi.core.cluster import clustersource, secretplan, secretsource
+from kokumi.core.cluster.secretsource import Shape
 from kokumi.core.kubeconfig.connection import Connection, KubeconfigRefused
 from kokumi.core.kubeconfig.reader import minimise, render
 from kokumi.core.registry import argocd
@@ -42,6 +46,8 @@ __all__ = [
     "cluster_name_for",
     "import_argocd",
     "import_cluster_api",
+    "import_secrets",
+    "shape_from_flags",
 ]
 
 
@@ -129,7 +135,12 @@ async def _capi_clusters(hub: Client, namespace: str) -> clustersource.CapiView:
 
 
 async def _in_the_way(
-    hub: Client, namespace: str, name: str, secret: str
+    hub: Client,
+    namespace: str,
+    name: str,
+    secret: str,
+    key: str = SECRET_KEY,
+    context: str | None = None,
 ) -> tuple[bool, str | None]:
     """Whether the Cluster ``name`` exists, and why an import may not write it (None: it may).
 
@@ -143,8 +154,13 @@ async def _in_the_way(
         return False, None
     except KubeError as exc:
         return False, str(api_error(f"cannot read Cluster {where}", exc))
-    ref = ((existing.get("spec") or {}).get("kubeconfig") or {}).get("secretRef") or {}
-    if ref.get("name") == secret and ref.get("key", SECRET_KEY) == SECRET_KEY:
+    kubeconfig = (existing.get("spec") or {}).get("kubeconfig") or {}
+    ref = kubeconfig.get("secretRef") or {}
+    if (
+        ref.get("name") == secret
+        and ref.get("key", SECRET_KEY) == key
+        and kubeconfig.get("context") == context
+    ):
         return True, None
     return True, (
         f"Cluster {where} exists and reads another Secret: rename or delete it to import this one"
@@ -152,24 +168,169 @@ async def _in_the_way(
 
 
 async def _import_reference(
-    hub: Client, namespace: str, name: str, secret: str, dry_run: bool
+    hub: Client,
+    namespace: str,
+    name: str,
+    secret: str,
+    dry_run: bool,
+    *,
+    key: str = SECRET_KEY,
+    context: str | None = None,
+    description: str = "",
 ) -> ImportResult:
     source = f"{namespace}/{secret}"
     where = f"{namespace}/{name}"
-    exists, blocked = await _in_the_way(hub, namespace, name, secret)
+    exists, blocked = await _in_the_way(hub, namespace, name, secret, key, context)
     if blocked is not None:
         return ImportResult(source, where, "failed", blocked)
     if exists:
         return ImportResult(source, where, "exists", f"Cluster {where} already reads it")
-    body = cluster_object(name, namespace, secret=secret, description=f"Cluster API cluster {name}")
+    body = cluster_object(
+        name, namespace, secret=secret, description=description or f"Cluster API cluster {name}"
+    )
+    reads = f"it reads Secret {secret}"
+    if key != SECRET_KEY:
+        body["spec"]["kubeconfig"]["secretRef"]["key"] = key
+        reads += f" key {key}"
+    if context is not None:
+        body["spec"]["kubeconfig"]["context"] = context
+        reads += f" context {context}"
     if dry_run:
-        return ImportResult(source, where, "imported", f"it reads Secret {secret}")
+        return ImportResult(source, where, "imported", reads)
     try:
         await hub.create(api.CLUSTERS, body, namespace=namespace)
     except KubeError as exc:
         error = api_error(f"cannot create Cluster {where}", exc)
         return ImportResult(source, where, "failed", str(error))
-    return ImportResult(source, where, "imported", f"it reads Secret {secret}")
+    return ImportResult(source, where, "imported", reads)
+
+
+def shape_from_flags(
+    origin: str,
+    selector: str | None,
+    key: str | None,
+    name_label: str | None,
+    trim_prefix: str | None,
+    trim_suffix: str | None,
+    contexts: str | None,
+) -> Shape | str:
+    """The Secrets ``--from secrets`` or ``--from vcluster`` takes: a ClusterSource's spec, read
+    by the source's own parser, so that the import and a source never disagree; or why not."""
+    spec: dict[str, Any] = {}
+    if selector:
+        parsed = _selector(selector)
+        if isinstance(parsed, str):
+            return parsed
+        spec["secretSelector"] = parsed
+    for field, value in (("key", key), ("contexts", contexts)):
+        if value is not None:
+            spec[field] = value
+    naming = {
+        k: v
+        for k, v in (
+            ("label", name_label),
+            ("trimPrefix", trim_prefix),
+            ("trimSuffix", trim_suffix),
+        )
+        if v is not None
+    }
+    if naming:
+        spec["naming"] = naming
+    from_ = secretsource.FROM_VCLUSTER if origin == "vcluster" else secretsource.FROM_SECRETS
+    shape = secretsource.parse_shape(from_, spec)
+    if isinstance(shape, tuple):
+        # The source's words name its fields; the flags are what the user typed.
+        return (
+            shape[1]
+            .replace("spec.secretSelector", "--selector")
+            .replace("spec.key", "--key")
+            .replace("spec.naming.label", "--name-label")
+            .replace("spec.naming", "--name-label or --trim-prefix/--trim-suffix")
+            .replace("spec.contexts", "--contexts")
+        )
+    return shape
+
+
+def _selector(text: str) -> dict[str, Any] | str:
+    """``key=value`` and ``key`` (the label is set) terms, comma-separated, as a selector."""
+    labels: dict[str, str] = {}
+    exists: list[dict[str, str]] = []
+    for term in (t.strip() for t in text.split(",")):
+        key, sep, value = term.partition("=")
+        if not key or "!" in key or (sep and "=" in value):
+            return (
+                f"--selector term {term!r} is not key=value or key: write labels the Secrets "
+                "carry, such as kokumi.dev/kubeconfig=true"
+            )
+        if sep:
+            labels[key] = value
+        else:
+            exists.append({"key": key, "operator": "Exists"})
+    return {"matchLabels": labels, "matchExpressions": exists}
+
+
+async def import_secrets(
+    hub: Client, namespace: str, shape: Shape, *, dry_run: bool, label_selector: str = ""
+) -> list[ImportResult]:
+    """Each Secret ``shape`` matches (or each of its contexts) becomes a Cluster that reads it.
+
+    The same rules as a ``from: Secrets`` or ``from: VCluster`` source: which Secrets, the
+    Cluster's name, each kubeconfig's verdict (only one the manager can use makes a Cluster),
+    and two Secrets that name one Cluster: the first by name has it. ``label_selector`` lets the
+    server leave out the Secrets no rule would take: their data never leaves it.
+    """
+    try:
+        listing = await hub.list(SECRETS, namespace=namespace, label_selector=label_selector)
+    except KubeError as exc:
+        raise api_error(f"cannot list Secrets in namespace {namespace}", exc) from None
+    outcomes = []
+    taken: dict[str, str] = {}
+    for secret in sorted(listing["items"], key=lambda s: s["metadata"]["name"]):
+        meta = secret["metadata"]
+        name = str(meta["name"])
+        source = f"{namespace}/{name}"
+        named = secretsource.cluster_name(shape, name, meta.get("labels") or {})
+        if named is None:
+            continue
+        if isinstance(named, tuple):
+            outcomes.append(ImportResult(source, None, "not importable", named[1]))
+            continue
+        wanted: list[tuple[str | tuple[Any, str], str | None, tuple[Any, str] | None]]
+        if shape.all_contexts:
+            whole, each = secretplan.context_verdicts(secret, shape)
+            if whole is not None:
+                outcomes.append(ImportResult(source, None, "not importable", whole[1]))
+                continue
+            wanted = [(secretsource.context_cluster(c), c, problem) for c, problem in each]
+        else:
+            wanted = [(named, None, clustersource.kubeconfig_problem(secret, shape))]
+        for cluster, context, problem in wanted:
+            if isinstance(cluster, tuple):
+                outcomes.append(ImportResult(source, None, "not importable", cluster[1]))
+                continue
+            where = f"{namespace}/{cluster}"
+            if problem is not None:
+                outcomes.append(ImportResult(source, where, "not importable", problem[1]))
+                continue
+            if cluster in taken:
+                first = f"Secret {taken[cluster]} names Cluster {cluster} too, and comes first"
+                outcomes.append(ImportResult(source, where, "not importable", first))
+                continue
+            taken[cluster] = name
+            what = f"{shape.tool} {cluster}" if shape.tool else f"kubeconfig Secret {name}"
+            outcomes.append(
+                await _import_reference(
+                    hub,
+                    namespace,
+                    cluster,
+                    name,
+                    dry_run,
+                    key=shape.key,
+                    context=context,
+                    description=f"{what}, imported",
+                )
+            )
+    return outcomes
 
 
 _ARGOCD_LABELS: Final = "argocd.argoproj.io/"
@@ -310,6 +471,26 @@ async def _cmd_import(args: argparse.Namespace) -> int:
         if args.source == "cluster-api":
             outcomes = await import_cluster_api(hub, namespace, dry_run=args.dry_run)
             where = f"Secrets labeled {CAPI_CLUSTER_NAME} in namespace {namespace}"
+        elif args.source in ("secrets", "vcluster"):
+            shape = shape_from_flags(
+                args.source,
+                args.selector,
+                args.key,
+                args.name_label,
+                args.trim_prefix,
+                args.trim_suffix,
+                args.contexts,
+            )
+            if isinstance(shape, str):
+                print(f"error: {shape}")
+                return 2
+            terms = [t for t in (args.selector or "").split(",") if t]
+            if args.source == "vcluster":
+                terms = ["app=vcluster", secretsource.VCLUSTER_NAME_LABEL, *terms]
+            outcomes = await import_secrets(
+                hub, namespace, shape, dry_run=args.dry_run, label_selector=",".join(terms)
+            )
+            where = f"{shape.describe()} matched in namespace {namespace}"
         else:
             outcomes = await import_argocd(
                 hub, namespace, args.argocd_namespace, dry_run=args.dry_run
@@ -330,12 +511,16 @@ def add_parser(sub: argparse._SubParsersAction[OneLineParser]) -> None:
     formatter = argparse.RawDescriptionHelpFormatter
     import_cmd = sub.add_parser(
         "import",
-        help="turn Cluster API or Argo CD clusters into Clusters",
+        help="turn Cluster API, vcluster, labelled Secrets' or Argo CD clusters into Clusters",
         description=textwrap.dedent(
             """\
             --from cluster-api: each Secret <cluster>-kubeconfig labeled
             cluster.x-k8s.io/cluster-name and controlled by its Cluster API cluster, as Cluster
             API writes it, becomes a Cluster of that name that reads it.
+            --from secrets: each Secret --selector selects becomes a Cluster that reads it
+            (under --key, default value), named after the Secret, --name-label's value or the
+            name without --trim-prefix/--trim-suffix; --contexts All: one per context.
+            --from vcluster: each vcluster's Secret vc-<name> becomes the Cluster <name>.
             --from argocd: each cluster Secret of Argo CD's that Kokumi did not write becomes a
             Secret <name>-kubeconfig and a Cluster; then delete the old Argo CD Secret so Kokumi
             can take the server over. Clusters that sign in with exec plugins or AWS IAM are
@@ -344,13 +529,29 @@ def add_parser(sub: argparse._SubParsersAction[OneLineParser]) -> None:
         epilog=examples(
             """
             kokumi cluster import --from cluster-api -n platform
+            kokumi cluster import --from secrets -l kokumi.dev/kubeconfig=true --key kubeconfig
+            kokumi cluster import --from vcluster -n team-a
             kokumi cluster import --from argocd -n platform --dry-run
             """
         ),
         formatter_class=formatter,
     )
     import_cmd.add_argument(
-        "--from", dest="source", required=True, choices=("cluster-api", "argocd"), help="where from"
+        "--from",
+        dest="source",
+        required=True,
+        choices=("cluster-api", "secrets", "vcluster", "argocd"),
+        help="where from",
+    )
+    import_cmd.add_argument(
+        "-l", "--selector", help="secrets, vcluster: labels of the Secrets, such as a=b,c"
+    )
+    import_cmd.add_argument("--key", help="secrets: the key of the kubeconfig (default value)")
+    import_cmd.add_argument("--name-label", help="secrets: the label that names each Cluster")
+    import_cmd.add_argument("--trim-prefix", help="secrets: taken off the Secret's name")
+    import_cmd.add_argument("--trim-suffix", help="secrets: taken off the Secret's name")
+    import_cmd.add_argument(
+        "--contexts", choices=("Current", "All"), help="secrets: Current (default) or All"
     )
     import_cmd.add_argument(
         "-n", "--namespace", help="the workspace namespace (default: the context's)"

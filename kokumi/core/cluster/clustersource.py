@@ -35,6 +35,8 @@ from typing import Any, Final
 import attrs
 
 from kokumi.core import api
+from kokumi.core.cluster import secretsource
+from kokumi.core.cluster.secretsource import FROM_SECRETS, FROM_VCLUSTER, Shape
 from kokumi.core.environments import selectors
 from kokumi.core.kubeconfig.connection import Refusal
 from kokumi.core.kubeconfig.reader import parse
@@ -51,6 +53,7 @@ __all__ = [
     "KIND",
     "MAX_LISTED",
     "SOURCE_LABEL",
+    "Candidate",
     "CapiView",
     "ClusterSource",
     "Desired",
@@ -66,12 +69,15 @@ __all__ = [
     "controller_of",
     "existing_of",
     "kubeconfig_problem",
+    "mine_of",
     "owner_problem",
     "parse_source",
     "plan",
+    "settle",
     "source_of",
     "status_of",
     "status_patch",
+    "waiting_on",
 ]
 
 KIND: Final = "ClusterSource"
@@ -92,6 +98,7 @@ _NOT_USABLE: Final = frozenset(
         Reason.SECRET_KEY_NOT_FOUND,
         Reason.SECRET_NOT_READABLE,
         Reason.SECRET_NOT_OWNED,
+        Reason.INVALID_CLUSTER_NAME,
     }
 )
 
@@ -107,6 +114,23 @@ class ClusterSource:
     generation: int
     selector: selectors.Selector
     labels: Mapping[str, str]
+    shape: Shape | None = None  # None: from ClusterAPI; else the Secrets it takes, and how
+
+    @property
+    def origin(self) -> str:
+        """``spec.from``, as the source was read."""
+        if self.shape is None:
+            return FROM_CLUSTER_API
+        return FROM_VCLUSTER if self.shape.tool == "vcluster" else FROM_SECRETS
+
+    @property
+    def key(self) -> str:
+        """The Secret key that holds the kubeconfig."""
+        return CAPI_KEY if self.shape is None else self.shape.key
+
+    def noun(self) -> str:
+        """The Secrets it matches, in a few words, for its status."""
+        return "Cluster API kubeconfig Secrets" if self.shape is None else self.shape.describe()
 
 
 @attrs.frozen
@@ -136,13 +160,33 @@ def parse_source(obj: Mapping[str, Any]) -> ClusterSource | SourceInvalid:
     if not isinstance(spec, Mapping):
         return invalid(Reason.INVALID_SPEC, "spec is missing: set spec.from to ClusterAPI")
     origin = spec.get("from")
-    if origin != FROM_CLUSTER_API:
+    if origin not in _ORIGINS:
         return invalid(
             Reason.INVALID_SPEC,
-            f"spec.from {origin!r} is not supported: ClusterAPI is the only source today",
+            f"spec.from {origin!r} is not supported: write ClusterAPI, Secrets or VCluster",
         )
-    raw_selector = spec.get("selector", {})
-    selector = selectors.parse(raw_selector, "spec.selector")
+    shape: Shape | None = None
+    selector: selectors.Selector | selectors.SelectorError = selectors.EVERYTHING
+    if origin == FROM_CLUSTER_API:
+        for field in _SECRETS_FIELDS:
+            if field in spec:
+                return invalid(
+                    Reason.INVALID_SPEC,
+                    f"spec.{field} is for from: Secrets or VCluster: a ClusterAPI source takes "
+                    "Cluster API's Secrets as Cluster API writes them; remove it",
+                )
+        selector = selectors.parse(spec.get("selector", {}), "spec.selector")
+    else:
+        if "selector" in spec:
+            return invalid(
+                Reason.INVALID_SPEC,
+                "spec.selector is over Cluster API clusters' labels, for from: ClusterAPI; "
+                "select the Secrets by their labels with spec.secretSelector",
+            )
+        parsed = secretsource.parse_shape(origin, spec)
+        if isinstance(parsed, tuple):
+            return invalid(*parsed)
+        shape = parsed
     if isinstance(selector, selectors.SelectorError):
         return invalid(Reason.INVALID_SELECTOR, selector.message)
     labels = spec.get("labels", {})
@@ -155,7 +199,11 @@ def parse_source(obj: Mapping[str, Any]) -> ClusterSource | SourceInvalid:
     problem = _label_problem(labels)
     if problem is not None:
         return invalid(Reason.INVALID_SPEC, problem)
-    return ClusterSource(name, namespace, uid, gen, selector, dict(labels))
+    return ClusterSource(name, namespace, uid, gen, selector, dict(labels), shape)
+
+
+_ORIGINS: Final = frozenset({FROM_CLUSTER_API, FROM_SECRETS, FROM_VCLUSTER})
+_SECRETS_FIELDS: Final = ("secretSelector", "key", "naming", "contexts")
 
 
 def _label_problem(labels: Mapping[str, str]) -> str | None:
@@ -193,19 +241,28 @@ def capi_cluster_of(name: str, labels: Mapping[str, str]) -> str | None:
     return cluster
 
 
-def kubeconfig_problem(secret: Mapping[str, Any]) -> tuple[Reason, str] | None:
-    """Why the manager cannot use a Cluster API kubeconfig Secret, or None when it can.
+def kubeconfig_problem(
+    secret: Mapping[str, Any], shape: Shape | None = None
+) -> tuple[Reason, str] | None:
+    """Why the manager cannot use a kubeconfig Secret, or None when it can.
 
     The same check as a Cluster's own (``parse``), so that the source never makes a
     Cluster that would only report ``InvalidKubeconfig``; ``kokumi cluster import`` uses it too.
+    ``shape`` is a ``from: Secrets`` source's (None: Cluster API's, key ``value``).
     """
-    text = secret_data(secret, CAPI_KEY)
+    key = CAPI_KEY if shape is None else shape.key
+    text = secret_data(secret, key)
     if text is None:
         keys = ", ".join(secret_keys(secret)) or "none"
+        if shape is None:
+            hint = "Cluster API writes the kubeconfig there once the cluster's control plane is up"
+        elif shape.tool:
+            hint = f"{shape.tool} writes the kubeconfig there once the cluster is up"
+        else:
+            hint = "put the kubeconfig there, or set spec.key to the key that holds it"
         return (
             Reason.SECRET_KEY_NOT_FOUND,
-            f"it has no key {CAPI_KEY} (its keys: {keys}): Cluster API writes the kubeconfig "
-            "there once the cluster's control plane is up",
+            f"it has no key {key} (its keys: {keys}): {hint}",
         )
     checked = parse(text)
     if isinstance(checked, Refusal):
@@ -319,7 +376,9 @@ class Existing:
     name: str
     owner: tuple[str, str] | None  # (name, uid) of its controlling ClusterSource
     labels: Mapping[str, str]
-    secret: str | None  # the Secret a Kubeconfig Cluster reads (key value), else None
+    secret: str | None  # the Secret a Kubeconfig Cluster reads, else None
+    key: str = CAPI_KEY  # and its key
+    context: str | None = None  # and the context it reads (None: the current one)
 
 
 def existing_of(obj: Mapping[str, Any]) -> Existing:
@@ -328,14 +387,18 @@ def existing_of(obj: Mapping[str, Any]) -> Existing:
     assert isinstance(spec, Mapping)
     ref = ((spec.get("kubeconfig") or {}).get("secretRef")) or {}
     secret = None
-    if spec.get("connection") == "Kubeconfig" and ref.get("key", CAPI_KEY) == CAPI_KEY:
+    if spec.get("connection") == "Kubeconfig":
         secret = ref.get("name")
+    key = ref.get("key", CAPI_KEY)
+    context = (spec.get("kubeconfig") or {}).get("context")
     labels = meta.get("labels") or {}
     return Existing(
         str(meta.get("name", "")),
         source_of(obj),
         {str(k): str(v) for k, v in labels.items()},
         secret if isinstance(secret, str) else None,
+        key if isinstance(key, str) else "",
+        context if isinstance(context, str) else None,
     )
 
 
@@ -346,13 +409,35 @@ class Desired:
     name: str
     secret: str
     labels: Mapping[str, str]
+    key: str = CAPI_KEY
+    context: str | None = None
 
 
-def _desired(source: ClusterSource, secret: SecretView, capi: Mapping[str, str]) -> Desired:
-    labels = {k: v for k, v in capi.items() if not k.startswith(_OURS)}
+def _desired(
+    source: ClusterSource,
+    secret: str,
+    cluster: str,
+    own: Mapping[str, str],
+    context: str | None = None,
+) -> Desired:
+    """``own``: the Cluster API cluster's labels, or the Secret's own for a Secrets source."""
+    labels = {k: v for k, v in own.items() if not k.startswith(_OURS)}
     labels.update(source.labels)
     labels[SOURCE_LABEL] = source.name
-    return Desired(secret.cluster, secret.name, labels)
+    return Desired(cluster, secret, labels, source.key, context)
+
+
+def _description(source: ClusterSource, desired: Desired) -> str:
+    if source.shape is None:
+        return f"Cluster API cluster {desired.name}, from ClusterSource {source.name}"
+    if source.shape.tool:
+        return f"{source.shape.tool} {desired.name}, from ClusterSource {source.name}"
+    if desired.context is not None:
+        return (
+            f"context {desired.context} of kubeconfig Secret {desired.secret}, from ClusterSource "
+            f"{source.name}"
+        )
+    return f"kubeconfig Secret {desired.secret}, from ClusterSource {source.name}"
 
 
 def cluster_body(source: ClusterSource, desired: Desired) -> dict[str, Any]:
@@ -376,8 +461,11 @@ def cluster_body(source: ClusterSource, desired: Desired) -> dict[str, Any]:
         },
         "spec": {
             "connection": "Kubeconfig",
-            "kubeconfig": {"secretRef": {"name": desired.secret, "key": CAPI_KEY}},
-            "description": f"Cluster API cluster {desired.name}, from ClusterSource {source.name}",
+            "kubeconfig": {
+                "secretRef": {"name": desired.secret, "key": desired.key},
+                **({"context": desired.context} if desired.context is not None else {}),
+            },
+            "description": _description(source, desired),
         },
     }
 
@@ -432,16 +520,11 @@ def plan(
     needs, to tell Cluster API's Secrets from others), the plan writes nothing: a missing
     permission must not delete Clusters.
     """
-    mine = {n: e for n, e in existing.items() if e.owner is not None and e.owner[1] == source.uid}
+    mine = mine_of(source, existing)
     kept_all = tuple(sorted(mine))
-    if secrets_listable is None:
-        waiting = (
-            "the manager has not listed the Secrets of this namespace yet; its Clusters stay as "
-            "they are meanwhile"
-        )
-        return Plan(kept=kept_all, blocked=(Reason.SECRET_NOT_READABLE, waiting))
-    if not secrets_listable:
-        return Plan(kept=kept_all, blocked=(Reason.SECRET_NOT_READABLE, not_listable_message))
+    waiting = waiting_on(secrets_listable, not_listable_message)
+    if waiting is not None:
+        return Plan(kept=kept_all, blocked=waiting)
     if not capi.readable:
         over = (
             ""
@@ -458,39 +541,101 @@ def plan(
                 "Clusters stay as they are meanwhile",
             ),
         )
+    candidates = []
+    for secret in secrets:
+        labels = capi.labels.get(secret.cluster, {})
+        if not source.selector.matches(labels):
+            continue
+        # Not Cluster API's: as a Secret that stops matching, its Cluster (if ours) goes.
+        unowned = owner_problem(secret, capi)
+        candidates.append(
+            Candidate(secret.name, secret.cluster, labels, unowned or secret.problem, unowned)
+        )
+    return settle(source, candidates, existing, mine)
+
+
+def mine_of(source: ClusterSource, existing: Mapping[str, Existing]) -> dict[str, Existing]:
+    return {n: e for n, e in existing.items() if e.owner is not None and e.owner[1] == source.uid}
+
+
+def waiting_on(listable: bool | None, not_listable_message: str) -> tuple[Reason, str] | None:
+    if listable is None:
+        return (
+            Reason.SECRET_NOT_READABLE,
+            "the manager has not listed the Secrets of this namespace yet; its Clusters stay as "
+            "they are meanwhile",
+        )
+    if not listable:
+        return Reason.SECRET_NOT_READABLE, not_listable_message
+    return None
+
+
+@attrs.frozen
+class Candidate:
+    """A matched Secret, before the Clusters that exist are looked at."""
+
+    secret: str
+    cluster: str
+    labels: Mapping[str, str]  # what the Cluster carries of its own
+    problem: tuple[Reason, str] | None  # not usable (now)
+    refused: tuple[Reason, str] | None  # not to be imported at all: no Cluster, and ours goes
+    context: str | None = None  # with contexts All: the context the Cluster reads
+
+
+def settle(
+    source: ClusterSource,
+    candidates: Iterable[Candidate],
+    existing: Mapping[str, Existing],
+    mine: Mapping[str, Existing],
+) -> Plan:
+    """The writes and findings for the matched Secrets: the rules every kind of source shares."""
     create: list[Desired] = []
     update: list[Desired] = []
     kept: list[str] = []
     problems: list[NotImported] = []
-    wanted: set[str] = set()
+    wanted: dict[str, str] = {}  # Cluster -> the Secret that has it
+    claimed: dict[str, str] = {}  # Cluster -> the first Secret by name that names it
     matched = 0
-    for secret in sorted(secrets, key=lambda s: s.name):
-        labels = capi.labels.get(secret.cluster, {})
-        if not source.selector.matches(labels):
-            continue
+    for secret in sorted(candidates, key=lambda c: (c.secret, c.context or "")):
         matched += 1
-        target = _desired(source, secret, labels)
-        there = existing.get(secret.cluster)
-        unowned = owner_problem(secret, capi)
-        if unowned is not None:
-            # Not Cluster API's: as a Secret that stops matching, its Cluster (if ours) goes.
-            problems.append(NotImported(secret.name, secret.cluster, *unowned))
+        if secret.refused is not None:
+            problems.append(NotImported(secret.secret, secret.cluster, *secret.refused))
             continue
+        target = _desired(source, secret.secret, secret.cluster, secret.labels, secret.context)
+        there = existing.get(secret.cluster)
+        if secret.cluster in claimed:
+            problems.append(
+                NotImported(
+                    secret.secret,
+                    secret.cluster,
+                    Reason.CLUSTER_CONFLICT,
+                    f"Secret {claimed[secret.cluster]} of this source names Cluster "
+                    f"{secret.cluster} too, and comes first by name: rename one of them, or "
+                    "change spec.naming",
+                )
+            )
+            continue
+        claimed[secret.cluster] = secret.secret
         if there is not None and secret.cluster not in mine:
-            problems.append(NotImported(secret.name, secret.cluster, *_conflict(there)))
+            problems.append(NotImported(secret.secret, secret.cluster, *_conflict(there)))
             continue
         if secret.problem is not None:
-            problems.append(NotImported(secret.name, secret.cluster, *secret.problem))
+            problems.append(NotImported(secret.secret, secret.cluster, *secret.problem))
             if there is None:
                 continue
-        wanted.add(secret.cluster)
+        wanted[secret.cluster] = secret.secret
         if there is None:
             create.append(target)
-        elif there.secret != target.secret or dict(there.labels) != dict(target.labels):
+        elif (
+            there.secret != target.secret
+            or there.key != target.key
+            or there.context != target.context
+            or dict(there.labels) != dict(target.labels)
+        ):
             update.append(target)
         else:
             kept.append(target.name)
-    delete = tuple(sorted(set(mine) - wanted))
+    delete = tuple(sorted(set(mine) - set(wanted)))
     return Plan(tuple(create), tuple(update), delete, tuple(kept), matched, tuple(problems), None)
 
 
@@ -571,18 +716,18 @@ def status_of(
     entries.sort(key=lambda e: (e.secret, e.reason))
     conflicts = sum(1 for e in entries if e.reason is Reason.CLUSTER_CONFLICT)
     not_usable = sum(1 for e in entries if e.reason in _NOT_USABLE)
+    noun = source.noun()
     if not entries:
         message = (
-            f"{decided.matched} Cluster API kubeconfig Secrets matched, each with its Cluster"
+            f"{decided.matched} {noun} matched, each with its Cluster"
             if decided.matched
-            else "no Cluster API kubeconfig Secret of this namespace matches: Clusters appear "
-            "here as Cluster API writes <cluster>-kubeconfig Secrets"
+            else (_NONE_CAPI if source.shape is None else source.shape.none_matched())
         )
         return SourceStatus(
             generation, True, Reason.READY, message, decided.matched, made, not_usable, conflicts
         )
     message = (
-        f"{len(entries)} of {decided.matched} matched Cluster API kubeconfig Secrets have no "
+        f"{len(entries)} of {decided.matched} matched {noun} have no "
         f"usable Cluster of this source ({conflicts} in conflict, {not_usable} not usable): "
         "see status.notImported"
     )
@@ -597,6 +742,12 @@ def status_of(
         conflicts,
         tuple(entries),
     )
+
+
+_NONE_CAPI: Final = (
+    "no Cluster API kubeconfig Secret of this namespace matches: Clusters appear here as Cluster "
+    "API writes <cluster>-kubeconfig Secrets"
+)
 
 
 def status_patch(current: object, new: SourceStatus, now: str) -> dict[str, Any] | None:

@@ -124,8 +124,8 @@ def _kubeconfig_objection(
     if not secret.found:
         message = (
             f"Secret {name} not found in namespace {namespace}: create it with the kubeconfig "
-            f"under key value (kubectl create secret generic {name} -n {namespace}"
-            " --from-file=value=...)"
+            f"under key {key} (kubectl create secret generic {name} -n {namespace}"
+            f" --from-file={key}=...)"
         )
         return Outcome(False, Reason.SECRET_NOT_FOUND, message, None, None)
     if not secret.readable:

@@ -328,7 +328,7 @@ def test_a_refused_create_is_listed_and_not_counted() -> None:
 def test_invalid_specs_say_what_to_fix() -> None:
     base = {"metadata": {"name": "s", "namespace": "n"}}
     cases = [
-        ({"from": "Rancher"}, Reason.INVALID_SPEC, "ClusterAPI is the only source"),
+        ({"from": "Rancher"}, Reason.INVALID_SPEC, "write ClusterAPI, Secrets or VCluster"),
         ({"from": "ClusterAPI", "selector": 3}, Reason.INVALID_SELECTOR, "spec.selector"),
         ({"from": "ClusterAPI", "labels": {"a": 1}}, Reason.INVALID_SPEC, "spec.labels"),
         (

@@ -1,0 +1,138 @@
+"""How a ``from: Secrets`` source's Secrets become candidates for its plan, contexts and all.
+
+The plan's shared rules (conflicts, rotations, deletions, the status) are
+:mod:`kokumi.core.cluster.clustersource`'s; the shapes (which Secrets, their key, the Clusters'
+names) :mod:`kokumi.core.cluster.secretsource`'s. Here: what the actor read of each matched Secret
+(:class:`Labelled`, with each context's verdict when the source takes every context) and the plan
+over it. Pure functions, for Hypothesis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from kokumi.core.cluster import clustersource, secretsource
+from kokumi.core.cluster.clustersource import ClusterSource, Existing, Plan, kubeconfig_problem
+from kokumi.core.cluster.secretsource import Shape
+from kokumi.core.kubeconfig.connection import Refusal
+from kokumi.core.kubeconfig.reader import examine, parse
+from kokumi.core.reasons import Reason
+from kokumi.objects import secret_data
+
+__all__ = ["Labelled", "context_verdicts", "plan_secrets"]
+
+
+@attrs.frozen
+class Labelled:
+    """A Secret of the namespace as a ``from: Secrets`` source sees it: name, labels, verdict.
+
+    ``problem`` is the verdict on its kubeconfig under the source's key (None: usable); the
+    actor reads only the Secrets the source's shape matches.
+    """
+
+    name: str
+    labels: Mapping[str, str]
+    problem: tuple[Reason, str] | None = None
+    #: With contexts All: each context's verdict (``problem`` is then the Secret's as a whole).
+    contexts: tuple[tuple[str, tuple[Reason, str] | None], ...] = ()
+
+
+def plan_secrets(
+    source: ClusterSource,
+    secrets: Iterable[Labelled],
+    existing: Mapping[str, Existing],
+    *,
+    secrets_listable: bool | None = True,
+    not_listable_message: str = "",
+) -> Plan:
+    """:func:`plan` for a ``from: Secrets`` or ``from: VCluster`` source.
+
+    The same rules as Cluster API's, over the Secrets' own labels: a Secret the shape matches
+    keeps a Cluster named as ``spec.naming`` says, with the Secret's labels and the source's; a
+    Secret that stops matching takes its Cluster with it; while the Secrets cannot be listed
+    nothing is created or deleted. Two Secrets that name the same Cluster: the first by name
+    has it, the other is a conflict.
+    """
+    assert source.shape is not None
+    mine = clustersource.mine_of(source, existing)
+    waiting = clustersource.waiting_on(secrets_listable, not_listable_message)
+    if waiting is not None:
+        return Plan(kept=tuple(sorted(mine)), blocked=waiting)
+    candidates = []
+    for secret in secrets:
+        named = secretsource.cluster_name(source.shape, secret.name, secret.labels)
+        if named is None:
+            continue
+        if isinstance(named, tuple):
+            candidates.append(clustersource.Candidate(secret.name, "", secret.labels, named, named))
+        elif source.shape.all_contexts:
+            candidates += _per_context(secret, mine)
+        else:
+            candidates.append(
+                clustersource.Candidate(secret.name, named, secret.labels, secret.problem, None)
+            )
+    return clustersource.settle(source, candidates, existing, mine)
+
+
+def _per_context(secret: Labelled, mine: Mapping[str, Existing]) -> list[clustersource.Candidate]:
+    """With contexts All: a candidate per context of the Secret, named after it.
+
+    A Secret that cannot be read as a whole (its key gone, its YAML broken by a rotation) tells
+    no contexts: the Clusters the source made of it stay, each with the Secret's problem, as a
+    bad rotation never deletes a Cluster; a context removed from a good kubeconfig takes its
+    Cluster with it.
+    """
+    if secret.problem is not None:
+        kept = [
+            clustersource.Candidate(
+                secret.name, e.name, secret.labels, secret.problem, None, e.context
+            )
+            for e in mine.values()
+            if e.secret == secret.name and e.context is not None
+        ]
+        return kept or [
+            clustersource.Candidate(secret.name, "", secret.labels, secret.problem, secret.problem)
+        ]
+    found = []
+    for context, problem in secret.contexts:
+        named = secretsource.context_cluster(context)
+        if isinstance(named, tuple):
+            found.append(
+                clustersource.Candidate(secret.name, "", secret.labels, named, named, context)
+            )
+        else:
+            found.append(
+                clustersource.Candidate(secret.name, named, secret.labels, problem, None, context)
+            )
+    return found
+
+
+def context_verdicts(
+    secret: Mapping[str, Any], shape: Shape
+) -> tuple[tuple[Reason, str] | None, tuple[tuple[str, tuple[Reason, str] | None], ...]]:
+    """With contexts All: why the Secret as a whole cannot be read, or each context's verdict.
+
+    Each context is held to the same check as a Cluster's own, read with that context.
+    """
+    text = secret_data(secret, shape.key)
+    if text is None:
+        return kubeconfig_problem(secret, shape), ()
+    names, first = examine(text)
+    if not names:
+        if isinstance(first, Refusal):
+            return (Reason.INVALID_KUBECONFIG, first.message), ()
+        return (
+            Reason.INVALID_KUBECONFIG,
+            "the kubeconfig has no contexts: with contexts All each context is a Cluster",
+        ), ()
+    verdicts = []
+    for name in names:
+        checked = parse(text, context=name)
+        problem = (
+            (Reason.INVALID_KUBECONFIG, checked.message) if isinstance(checked, Refusal) else None
+        )
+        verdicts.append((name, problem))
+    return None, tuple(verdicts)

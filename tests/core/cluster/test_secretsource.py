@@ -1,0 +1,410 @@
+"""A ``from: Secrets`` (and ``from: VCluster``) source's rules without a server."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import hypothesis.strategies as st
+from hypothesis import given
+
+from kokumi.core.cluster import clustersource as cs
+from kokumi.core.cluster import secretplan as sp
+from kokumi.core.cluster import secretsource as ss
+from kokumi.core.reasons import Reason
+from kokumi.testing import canary
+from tests.support.strategies import dump, kubeconfig
+
+UID = "uid-team"
+MARK = {"kokumi.dev/kubeconfig": "true"}
+
+
+def source(**spec: Any) -> cs.ClusterSource:
+    body = {"from": "Secrets", "secretSelector": {"matchLabels": MARK}, **spec}
+    parsed = cs.parse_source(
+        {"metadata": {"name": "team", "namespace": "p", "uid": UID, "generation": 2}, "spec": body}
+    )
+    assert isinstance(parsed, cs.ClusterSource), parsed
+    return parsed
+
+
+def vcluster(**spec: Any) -> cs.ClusterSource:
+    parsed = cs.parse_source(
+        {
+            "metadata": {"name": "vc", "namespace": "p", "uid": UID},
+            "spec": {"from": "VCluster", **spec},
+        }
+    )
+    assert isinstance(parsed, cs.ClusterSource), parsed
+    return parsed
+
+
+def invalid(**spec: Any) -> cs.SourceInvalid:
+    parsed = cs.parse_source({"metadata": {"name": "s", "namespace": "p"}, "spec": spec})
+    assert isinstance(parsed, cs.SourceInvalid), parsed
+    return parsed
+
+
+def made(name: str, secret: str, labels: dict[str, str], key: str = "value") -> cs.Existing:
+    return cs.Existing(name, ("team", UID), labels, secret, key)
+
+
+def test_naming_by_label_by_trimmed_name_or_by_the_secret_name() -> None:
+    assert ss.cluster_name(source().shape, "edge-1", MARK) == "edge-1"  # type: ignore[arg-type]
+    trimmed = source(naming={"trimPrefix": "kc-", "trimSuffix": "-admin-kubeconfig"}).shape
+    assert trimmed is not None
+    assert ss.cluster_name(trimmed, "kc-edge-admin-kubeconfig", MARK) == "edge"
+    assert ss.cluster_name(trimmed, "edge", MARK) == "edge"  # trimmed only where present
+    labelled = source(naming={"label": "crossplane.io/claim-name"}).shape
+    assert labelled is not None
+    assert ss.cluster_name(labelled, "x", {**MARK, "crossplane.io/claim-name": "db"}) == "db"
+    missing = ss.cluster_name(labelled, "x", MARK)
+    assert isinstance(missing, tuple) and missing[0] is Reason.INVALID_CLUSTER_NAME
+    assert "label it crossplane.io/claim-name=<cluster>" in missing[1]
+    assert ss.cluster_name(labelled, "x", {}) is None  # not matched at all
+
+
+def test_a_name_that_makes_no_cluster_name_says_how_to_fix_it() -> None:
+    shape = source().shape
+    assert shape is not None
+    for name in ("Edge_1", "a" * 64):
+        problem = ss.cluster_name(shape, name, MARK)
+        assert isinstance(problem, tuple) and problem[0] is Reason.INVALID_CLUSTER_NAME, name
+        assert "rename the Secret or change spec.naming" in problem[1]
+        assert "\n" not in problem[1]
+
+
+def test_the_vcluster_preset_is_vc_name_labelled_key_config() -> None:
+    shape = vcluster().shape
+    assert shape is not None and shape.key == "config"
+    labels = {"app": "vcluster", "vcluster-name": "dev"}
+    assert ss.cluster_name(shape, "vc-dev", labels) == "dev"
+    # vcluster's other Secrets, and a look-alike of another name, are not its kubeconfig.
+    assert ss.cluster_name(shape, "vc-config-dev", labels) is None
+    assert ss.cluster_name(shape, "dev-certs", {"app": "vcluster"}) is None
+    assert ss.cluster_name(shape, "vc-dev", {"vcluster-name": "dev"}) is None
+    narrowed = vcluster(secretSelector={"matchLabels": {"team": "a"}}).shape
+    assert narrowed is not None
+    assert ss.cluster_name(narrowed, "vc-dev", labels) is None
+    assert ss.cluster_name(narrowed, "vc-dev", {**labels, "team": "a"}) == "dev"
+
+
+def test_invalid_secrets_specs_say_what_to_fix() -> None:
+    cases: list[tuple[dict[str, Any], Reason, str]] = [
+        ({"from": "Secrets"}, Reason.INVALID_SELECTOR, "spec.secretSelector is required"),
+        ({"from": "Secrets", "secretSelector": {}}, Reason.INVALID_SELECTOR, "must select"),
+        (
+            {"from": "Secrets", "secretSelector": {"matchLabels": MARK}, "key": "a b"},
+            Reason.INVALID_SPEC,
+            "is not a Secret key",
+        ),
+        (
+            {
+                "from": "Secrets",
+                "secretSelector": {"matchLabels": MARK},
+                "naming": {"label": "x", "trimSuffix": "-k"},
+            },
+            Reason.INVALID_SPEC,
+            "set one or the other",
+        ),
+        ({"from": "VCluster", "key": "x"}, Reason.INVALID_SPEC, "vcluster's own"),
+        ({"from": "VCluster", "selector": {}}, Reason.INVALID_SPEC, "spec.secretSelector"),
+        ({"from": "ClusterAPI", "key": "x"}, Reason.INVALID_SPEC, "remove it"),
+    ]
+    for spec, reason, text in cases:
+        parsed = invalid(**spec)
+        assert parsed.reason is reason, spec
+        assert text in parsed.message and "\n" not in parsed.message, parsed.message
+
+
+def test_a_secret_becomes_a_cluster_with_its_labels_and_key() -> None:
+    src = source(key="kubeconfig", labels={"fleet": "edge"})
+    secret = sp.Labelled("edge-1", {**MARK, "env": "prod", "delivery.kokumi.dev/x": "y"})
+    decided = sp.plan_secrets(src, [secret], {})
+    (desired,) = decided.create
+    assert (desired.name, desired.secret, desired.key) == ("edge-1", "edge-1", "kubeconfig")
+    body = cs.cluster_body(src, desired)
+    assert body["metadata"]["labels"] == {
+        **MARK,
+        "env": "prod",
+        "fleet": "edge",
+        cs.SOURCE_LABEL: "team",
+    }
+    assert body["spec"]["kubeconfig"]["secretRef"] == {"name": "edge-1", "key": "kubeconfig"}
+    assert body["spec"]["description"] == "kubeconfig Secret edge-1, from ClusterSource team"
+    status = cs.status_of(src, decided, {})
+    assert (status.ready, status.message) == (
+        True,
+        "1 kubeconfig Secrets matched, each with its Cluster",
+    )
+    vc = vcluster()
+    vdesired = sp.plan_secrets(
+        vc, [sp.Labelled("vc-dev", {"app": "vcluster", "vcluster-name": "dev"})], {}
+    ).create[0]
+    assert cs.cluster_body(vc, vdesired)["spec"]["kubeconfig"]["secretRef"] == {
+        "name": "vc-dev",
+        "key": "config",
+    }
+    assert (
+        "no vcluster kubeconfig Secret" in cs.status_of(vc, sp.plan_secrets(vc, [], {}), {}).message
+    )
+
+
+def test_a_secret_that_stops_matching_deletes_its_cluster_and_a_hand_made_one_stays() -> None:
+    src = source()
+    existing = {
+        "edge-1": made("edge-1", "edge-1", {**MARK, cs.SOURCE_LABEL: "team"}),
+        "hand": cs.Existing("hand", None, {}, "mine"),
+    }
+    decided = sp.plan_secrets(src, [sp.Labelled("edge-1", {}), sp.Labelled("hand", MARK)], existing)
+    assert decided.delete == ("edge-1",)
+    assert decided.create == () and decided.update == ()
+    (entry,) = decided.not_imported
+    assert (entry.secret, entry.cluster, entry.reason) == ("hand", "hand", Reason.CLUSTER_CONFLICT)
+    assert "not made by this ClusterSource" in entry.message
+
+
+def test_secrets_not_listable_change_nothing() -> None:
+    src = source()
+    existing = {"edge-1": made("edge-1", "edge-1", {**MARK, cs.SOURCE_LABEL: "team"})}
+    for listable in (None, False):
+        decided = sp.plan_secrets(
+            src, [], existing, secrets_listable=listable, not_listable_message="bind it"
+        )
+        assert (decided.create, decided.update, decided.delete) == ((), (), ())
+        assert decided.kept == ("edge-1",)
+        status = cs.status_of(src, decided, {})
+        assert (status.reason, status.made) == (Reason.SECRET_NOT_READABLE, 1)
+
+
+def test_a_rotation_to_another_key_or_a_broken_kubeconfig_keeps_the_cluster() -> None:
+    src = source(key="kubeconfig")
+    labels = {**MARK, cs.SOURCE_LABEL: "team"}
+    existing = {"edge-1": made("edge-1", "edge-1", labels)}  # key value: a spec.key change
+    broken = (Reason.INVALID_KUBECONFIG, "an exec plugin")
+    decided = sp.plan_secrets(src, [sp.Labelled("edge-1", MARK, broken)], existing)
+    assert [d.key for d in decided.update] == ["kubeconfig"]
+    assert decided.delete == ()
+    assert [e.reason for e in decided.not_imported] == [Reason.INVALID_KUBECONFIG]
+
+
+def test_two_secrets_naming_one_cluster_the_first_has_it() -> None:
+    src = source(naming={"trimSuffix": "-kubeconfig"})
+    decided = sp.plan_secrets(
+        src, [sp.Labelled("edge-kubeconfig", MARK), sp.Labelled("edge", MARK)], {}
+    )
+    assert [(d.name, d.secret) for d in decided.create] == [("edge", "edge")]
+    (entry,) = decided.not_imported
+    assert (entry.secret, entry.reason) == ("edge-kubeconfig", Reason.CLUSTER_CONFLICT)
+    assert "Secret edge of this source names Cluster edge too, and comes first" in entry.message
+
+
+def test_usability_reads_the_sources_key() -> None:
+    good = dump(kubeconfig(user={"token": canary.token("team-admin")}))
+    data = {"kubeconfig": base64.b64encode(good.encode()).decode()}
+    shape = source(key="kubeconfig").shape
+    assert cs.kubeconfig_problem({"data": data}, shape) is None
+    missing = cs.kubeconfig_problem({"data": data}, source().shape)
+    assert missing is not None and missing[0] is Reason.SECRET_KEY_NOT_FOUND
+    assert "its keys: kubeconfig" in missing[1] and "set spec.key" in missing[1]
+    vc = cs.kubeconfig_problem({"data": data}, vcluster().shape)
+    assert vc is not None and "vcluster writes the kubeconfig there" in vc[1]
+
+
+# --- properties ---------------------------------------------------------------------------------
+
+names = st.sampled_from(["a", "b", "c", "d"])
+World = tuple[cs.ClusterSource, list[sp.Labelled], dict[str, cs.Existing], bool | None]
+
+
+@st.composite
+def worlds(draw: st.DrawFn) -> World:
+    naming = draw(
+        st.sampled_from([{}, {"trimSuffix": "-kc"}, {"label": "name"}, {"trimPrefix": "x"}])
+    )
+    src = source(naming=naming, labels=draw(st.sampled_from([{}, {"fleet": "edge"}])))
+    secrets = []
+    for n in draw(st.sets(st.sampled_from(["a", "b", "a-kc", "b-kc", "xc", "X", "d"]))):
+        labels = draw(st.sampled_from([{}, MARK, {**MARK, "env": "prod"}]))
+        if draw(st.booleans()):
+            labels = {**labels, "name": draw(names)}
+        problem = draw(st.sampled_from([None, (Reason.INVALID_KUBECONFIG, "bad")]))
+        secrets.append(sp.Labelled(n, labels, problem))
+    existing = {}
+    for n in draw(st.sets(names)):
+        owner = draw(st.sampled_from([None, ("team", UID), ("other", "uid-o")]))
+        labels = draw(st.sampled_from([{}, {**MARK, cs.SOURCE_LABEL: "team"}]))
+        existing[n] = cs.Existing(n, owner, labels, draw(st.sampled_from([n, "a", "b-kc"])))
+    return src, secrets, existing, draw(st.sampled_from([True, True, True, None, False]))
+
+
+def apply(
+    src: cs.ClusterSource, decided: cs.Plan, existing: dict[str, cs.Existing]
+) -> dict[str, cs.Existing]:
+    after = {n: e for n, e in existing.items() if n not in decided.delete}
+    for d in (*decided.create, *decided.update):
+        after[d.name] = cs.existing_of(cs.cluster_body(src, d))
+    return after
+
+
+@given(worlds())
+def test_the_plan_touches_only_the_sources_clusters_and_settles_in_one_step(world: World) -> None:
+    src, secrets, existing, listable = world
+    decided = sp.plan_secrets(src, secrets, existing, secrets_listable=listable)
+    touched = {d.name for d in (*decided.create, *decided.update)} | set(decided.delete)
+    for name in touched:
+        there = existing.get(name)
+        assert there is None or there.owner == ("team", UID)
+    if listable is not True:
+        # A missing permission, or not listed yet: nothing is created or deleted.
+        assert touched == set() and decided.blocked is not None
+        return
+    after = apply(src, decided, existing)
+    again = sp.plan_secrets(src, secrets, after)
+    assert (again.create, again.update, again.delete) == ((), (), ())
+    assert cs.status_of(src, decided, {}) == cs.status_of(src, again, {})
+
+
+@given(worlds())
+def test_every_matched_secret_has_its_cluster_or_a_reason_and_no_other_keeps_one(
+    world: World,
+) -> None:
+    src, secrets, existing, _ = world
+    assert src.shape is not None
+    decided = sp.plan_secrets(src, secrets, existing)
+    after = apply(src, decided, existing)
+    listed = {e.secret for e in decided.not_imported}
+    kept_for: dict[str, str] = {}
+    for s in secrets:
+        named = ss.cluster_name(src.shape, s.name, s.labels)
+        if named is None:
+            continue
+        if isinstance(named, tuple):
+            assert s.name in listed
+            continue
+        ours = named in after and after[named].owner == ("team", UID)
+        if ours and after[named].secret == s.name:
+            kept_for[named] = s.name
+        assert (ours and after[named].secret == s.name) or s.name in listed
+        assert s.problem is None or s.name in listed
+    # Every Cluster of the source reads a Secret that matches and names it.
+    for name, there in after.items():
+        if there.owner == ("team", UID):
+            assert kept_for.get(name) == there.secret, (name, there)
+
+
+# --- contexts All -------------------------------------------------------------------------------
+
+
+def merged(*contexts: str, exec_in: str = "") -> str:
+    """A kubeconfig with these contexts, each its own cluster and user (``exec_in``'s an exec)."""
+    docs = [
+        kubeconfig(
+            context=c,
+            cluster_name=f"{c}-cluster",
+            user_name=f"{c}-user",
+            user={"exec": {"command": "x"}} if c == exec_in else None,
+        )
+        for c in contexts
+    ]
+    first = docs[0]
+    for other in docs[1:]:
+        for field in ("clusters", "contexts", "users"):
+            first[field] = first[field] + other[field]
+    return dump(first)
+
+
+def all_contexts() -> cs.ClusterSource:
+    return source(key="kubeconfig", contexts="All")
+
+
+def test_each_context_has_its_verdict_and_a_broken_secret_has_one() -> None:
+    shape = all_contexts().shape
+    assert shape is not None and shape.all_contexts
+    text = merged("edge-1", "edge-2", exec_in="edge-2")
+    data = {"kubeconfig": base64.b64encode(text.encode()).decode()}
+    whole, each = sp.context_verdicts({"data": data}, shape)
+    assert whole is None
+    assert [c for c, _ in each] == ["edge-1", "edge-2"]
+    assert each[0][1] is None
+    problem = each[1][1]
+    assert problem is not None and problem[0] is Reason.INVALID_KUBECONFIG
+    assert "exec" in problem[1]
+    broken = {"kubeconfig": base64.b64encode(b"{{{ not yaml").decode()}
+    whole, each = sp.context_verdicts({"data": broken}, shape)
+    assert whole is not None and whole[0] is Reason.INVALID_KUBECONFIG and each == ()
+    whole, _ = sp.context_verdicts({"data": {}}, shape)
+    assert whole is not None and whole[0] is Reason.SECRET_KEY_NOT_FOUND
+
+
+def test_one_cluster_per_context_named_after_it_and_a_context_removed_goes() -> None:
+    src = all_contexts()
+    both = sp.Labelled("fleet", MARK, None, (("edge-1", None), ("edge-2", None)))
+    decided = sp.plan_secrets(src, [both], {})
+    assert [(d.name, d.secret, d.context) for d in decided.create] == [
+        ("edge-1", "fleet", "edge-1"),
+        ("edge-2", "fleet", "edge-2"),
+    ]
+    body = cs.cluster_body(src, decided.create[0])
+    assert body["spec"]["kubeconfig"] == {
+        "secretRef": {"name": "fleet", "key": "kubeconfig"},
+        "context": "edge-1",
+    }
+    assert cs.status_of(src, decided, {}).matched == 2
+    after = {d.name: cs.existing_of(cs.cluster_body(src, d)) for d in decided.create}
+    assert after["edge-2"].context == "edge-2"
+    # A third context appears: a third Cluster. One goes: its Cluster goes.
+    three = sp.Labelled("fleet", MARK, None, (("edge-1", None), ("edge-3", None)))
+    again = sp.plan_secrets(src, [three], after)
+    assert [d.name for d in again.create] == ["edge-3"]
+    assert again.delete == ("edge-2",)
+    # The whole kubeconfig broken by a rotation: every Cluster of it stays.
+    broken = sp.Labelled("fleet", MARK, (Reason.INVALID_KUBECONFIG, "not YAML"))
+    kept = sp.plan_secrets(src, [broken], after)
+    assert (kept.create, kept.delete) == ((), ())
+    assert sorted(e.cluster for e in kept.not_imported) == ["edge-1", "edge-2"]
+    # A context that makes no Cluster name is listed, and makes none.
+    odd = sp.Labelled("fleet", MARK, None, (("kind-Edge_1", None),))
+    listed = sp.plan_secrets(src, [odd], {})
+    assert listed.create == ()
+    (entry,) = listed.not_imported
+    assert entry.reason is Reason.INVALID_CLUSTER_NAME
+    assert "kubectl config rename-context" in entry.message
+
+
+def test_contexts_takes_current_or_all_and_not_naming_beside_all() -> None:
+    base = {"from": "Secrets", "secretSelector": {"matchLabels": MARK}}
+    assert "not Current or All" in invalid(**base, contexts="Some").message
+    assert "remove spec.naming" in invalid(**base, contexts="All", naming={"label": "x"}).message
+    assert "vcluster's own" in invalid(**{"from": "VCluster", "contexts": "All"}).message
+    assert source(contexts="Current").shape == source().shape
+
+
+contexts_drawn = st.lists(st.sampled_from(["a", "b", "c", "Bad_1"]), unique=True, max_size=3)
+
+
+@given(st.lists(contexts_drawn, min_size=1, max_size=3), st.booleans())
+def test_contexts_all_settles_in_one_step_and_keeps_only_present_contexts(
+    rounds: list[list[str]], broken_last: bool
+) -> None:
+    """Contexts come and go over rotations: each plan settles at once, and the source's
+    Clusters are exactly the present, nameable contexts (all kept while the Secret is broken)."""
+    src = all_contexts()
+    existing: dict[str, cs.Existing] = {}
+    for i, names in enumerate(rounds):
+        broken = broken_last and i == len(rounds) - 1 and i > 0
+        secret = (
+            sp.Labelled("fleet", MARK, (Reason.INVALID_KUBECONFIG, "bad"))
+            if broken
+            else sp.Labelled("fleet", MARK, None, tuple((n, None) for n in sorted(names)))
+        )
+        before = set(existing)
+        decided = sp.plan_secrets(src, [secret], existing)
+        existing = apply(src, decided, existing)
+        again = sp.plan_secrets(src, [secret], existing)
+        assert (again.create, again.update, again.delete) == ((), (), ())
+        if broken:
+            assert set(existing) == before
+        else:
+            assert set(existing) == {n for n in names if ss.name_problem(n) is None}
+            assert all(e.context == e.name for e in existing.values())

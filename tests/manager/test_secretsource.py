@@ -1,0 +1,249 @@
+"""Sources of labelled kubeconfig Secrets on the real hub: from Secrets, and from VCluster."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+import yaml
+
+from kokumi.cmd.cluster.describe import describe_text
+from kokumi.core import api
+from kokumi.core.cluster.clustersource import CLUSTER_SOURCES
+from kokumi.kube import errors
+from kokumi.kube.client import SECRETS
+from kokumi.testing import canary
+from kokumi.testing.controlplane import APIServer
+from kokumi.testing.spoke import Registration
+from tests.support.manager import Workspace, manager, ready_of, wait_for, workspace
+from tests.support.sources import (
+    cleanup,
+    get_source,
+    gone,
+    passes_beyond,
+    wait_reason,
+    wait_source,
+)
+
+MARK = {"kokumi.dev/kubeconfig": "true"}
+
+
+async def labelled_secret(
+    ws: Workspace, ns: str, name: str, labels: Mapping[str, str], key: str, kubeconfig: str
+) -> dict[str, Any]:
+    body = {
+        "metadata": {"name": name, "namespace": ns, "labels": dict(labels)},
+        "data": {key: base64.b64encode(kubeconfig.encode()).decode()},
+    }
+    return await ws.client.create(SECRETS, body, namespace=ns)
+
+
+async def rotate(ws: Workspace, ns: str, name: str, key: str, kubeconfig: str) -> None:
+    data = {key: base64.b64encode(kubeconfig.encode()).decode()}
+    await ws.client.patch_merge(SECRETS, name, {"data": data}, namespace=ns)
+
+
+async def source(ws: Workspace, ns: str, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    body = {
+        "apiVersion": api.API_VERSION,
+        "kind": "ClusterSource",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": dict(spec),
+    }
+    return await ws.client.create(CLUSTER_SOURCES, body, namespace=ns)
+
+
+pytestmark = pytest.mark.usefixtures("crds")
+
+
+async def test_a_labelled_secret_becomes_a_registered_cluster_and_goes_when_unlabelled(
+    hub: APIServer, spoke: APIServer, spoke_kubeconfig: Registration
+) -> None:
+    reg = spoke_kubeconfig
+    async with workspace(hub) as ws, manager(hub, ws.options()):
+        ns = await ws.namespace()
+        spec = {
+            "from": "Secrets",
+            "secretSelector": {"matchLabels": MARK},
+            "key": "admin.conf",
+            "naming": {"trimSuffix": "-admin-kubeconfig"},
+            "labels": {"fleet": "edge"},
+        }
+        await source(ws, ns, "team", spec)
+        ready = await wait_source(ws, ns, "Ready", "team", matched=0, made=0)
+        assert (
+            "no Secret of this namespace matches spec.secretSelector"
+            in (ready_of(ready)["message"])
+        )
+        await ws.environment(ns, "edge", {"fleet": "edge"})
+        # Another Secret of the namespace, labelled otherwise: not the source's.
+        await labelled_secret(ws, ns, "other", {"team": "a"}, "admin.conf", reg.kubeconfig)
+
+        # The Secret appears: a Cluster named after it, Ready, registered with Argo CD.
+        name = "edge-1-admin-kubeconfig"
+        await labelled_secret(ws, ns, name, {**MARK, "env": "prod"}, "admin.conf", reg.kubeconfig)
+        cluster = await wait_reason(ws, ns, "edge-1", "Ready")
+        assert cluster["metadata"]["labels"] == {
+            **MARK,
+            "env": "prod",
+            "fleet": "edge",
+            "delivery.kokumi.dev/cluster-source": "team",
+        }
+        assert cluster["spec"]["kubeconfig"]["secretRef"] == {"name": name, "key": "admin.conf"}
+        assert cluster["status"]["server"] == spoke.url
+        described = describe_text(cluster, [cluster], [], None, [])
+        assert f"ClusterSource team (from Secret {name}); edit the source" in described
+        status = (await wait_source(ws, ns, "Ready", "team", matched=1, made=1))["status"]
+        assert status["notImported"] == []
+        secrets = await wait_for(ws.argocd_secrets, lambda s: len(s) == 1, "an Argo CD Secret")
+        assert base64.b64decode(secrets[0]["data"]["server"]).decode() == spoke.url
+
+        # Rotated: the Cluster follows (a broken token, then the good one again).
+        await rotate(ws, ns, name, "admin.conf", reg.variant(token=canary.token("rotated-away")))
+        await wait_reason(ws, ns, "edge-1", "Unauthorized", timeout=15)
+        await rotate(ws, ns, name, "admin.conf", reg.kubeconfig)
+        await wait_reason(ws, ns, "edge-1", "Ready", timeout=15)
+        # Rotated to a kubeconfig Kokumi refuses: the Cluster stays, the source says why.
+        await rotate(ws, ns, name, "admin.conf", reg.variant(exec_plugin=True))
+        listed = await wait_source(ws, ns, "NotAllImported", "team", notUsable=1, made=1)
+        entry = listed["status"]["notImported"][0]
+        assert (entry["secret"], entry["cluster"], entry["reason"]) == (
+            name,
+            "edge-1",
+            "InvalidKubeconfig",
+        )
+        await ws.get_cluster(ns, "edge-1")
+        await rotate(ws, ns, name, "admin.conf", reg.kubeconfig)
+        await wait_source(ws, ns, "Ready", "team", matched=1, made=1)
+
+        # The Secret stops matching (its label taken off): the Cluster goes, and Argo CD's too.
+        await ws.client.patch_merge(
+            SECRETS, name, {"metadata": {"labels": {"kokumi.dev/kubeconfig": None}}}, namespace=ns
+        )
+        await gone(ws, ns, "edge-1")
+        await wait_for(ws.argocd_secrets, lambda s: s == [], "the Argo CD Secret to be released")
+        await wait_source(ws, ns, "Ready", "team", matched=0, made=0)
+        # The Secret itself is the team's: Kokumi never writes or deletes it.
+        assert (await ws.client.get(SECRETS, name, namespace=ns))["data"]
+        await cleanup(ws)
+
+
+async def test_vclusters_secret_becomes_a_cluster_and_a_hand_made_one_is_left_alone(
+    hub: APIServer, spoke_kubeconfig: Registration
+) -> None:
+    reg = spoke_kubeconfig
+    vc = {"app": "vcluster"}
+    async with workspace(hub) as ws, manager(hub, ws.options()) as running:
+        ns = await ws.namespace()
+        await ws.kubeconfig_secret(ns, "mine", reg.kubeconfig)
+        hand = await ws.cluster(ns, "taken", secret="mine", labels={"team": "a"})
+        await source(ws, ns, "vclusters", {"from": "VCluster"})
+        await labelled_secret(
+            ws, ns, "vc-dev", {**vc, "vcluster-name": "dev"}, "config", reg.kubeconfig
+        )
+        await labelled_secret(
+            ws, ns, "vc-taken", {**vc, "vcluster-name": "taken"}, "config", reg.kubeconfig
+        )
+        # vcluster's other Secrets carry app: vcluster too, and are not kubeconfigs.
+        await labelled_secret(ws, ns, "dev-certs", vc, "ca.crt", "not a kubeconfig")
+        dev = await wait_reason(ws, ns, "dev", "Ready")
+        assert dev["spec"]["kubeconfig"]["secretRef"] == {"name": "vc-dev", "key": "config"}
+        assert dev["spec"]["description"] == "vcluster dev, from ClusterSource vclusters"
+        status = await wait_source(
+            ws, ns, "NotAllImported", "vclusters", matched=2, made=1, conflicts=1
+        )
+        entry = status["status"]["notImported"][0]
+        assert (entry["secret"], entry["cluster"], entry["reason"]) == (
+            "vc-taken",
+            "taken",
+            "ClusterConflict",
+        )
+        assert "not made by this ClusterSource: the source leaves it alone" in entry["message"]
+        assert "1 of 2 matched vcluster kubeconfig Secrets" in ready_of(status)["message"]
+        # News that changes nothing (vcluster's other Secret relabelled): nothing is written.
+        before = status["metadata"]["resourceVersion"]
+        passes = running.dispatcher.sources_actor.passes
+        await ws.client.patch_merge(
+            SECRETS, "dev-certs", {"metadata": {"labels": {"x": "y"}}}, namespace=ns
+        )
+        await passes_beyond(running, passes)
+        assert (await get_source(ws, ns, "vclusters"))["metadata"]["resourceVersion"] == before
+        still = await ws.get_cluster(ns, "taken")
+        assert still["metadata"]["uid"] == hand["metadata"]["uid"]
+        assert still["metadata"]["labels"] == {"team": "a"}
+        assert still["spec"]["kubeconfig"]["secretRef"]["name"] == "mine"
+        assert "ownerReferences" not in still["metadata"]
+
+        # The hand-made Cluster deleted: the source makes its own.
+        await ws.client.delete(api.CLUSTERS, "taken", namespace=ns)
+        await wait_source(ws, ns, "Ready", "vclusters", matched=2, made=2, conflicts=0)
+        taken = await ws.get_cluster(ns, "taken")
+        assert taken["spec"]["kubeconfig"]["secretRef"]["name"] == "vc-taken"
+        # The vcluster deleted: its Secret goes, and so does its Cluster.
+        await ws.client.delete(SECRETS, "vc-dev", namespace=ns)
+        await gone(ws, ns, "dev")
+        with pytest.raises(errors.NotFound):
+            await ws.get_cluster(ns, "dev")
+        await wait_source(ws, ns, "Ready", "vclusters", matched=1, made=1)
+        await cleanup(ws)
+
+
+def with_contexts(kubeconfig: str, *names: str) -> str:
+    """The spoke's kubeconfig with its one context under each of ``names`` (current: the first)."""
+    doc = yaml.safe_load(kubeconfig)
+    (context,) = doc["contexts"]
+    doc["contexts"] = [{"name": n, "context": dict(context["context"])} for n in names]
+    doc["current-context"] = names[0]
+    return yaml.safe_dump(doc)
+
+
+async def test_every_context_of_a_secret_is_a_cluster_and_follows_the_contexts(
+    hub: APIServer, spoke: APIServer, spoke_kubeconfig: Registration
+) -> None:
+    reg = spoke_kubeconfig
+    async with workspace(hub) as ws, manager(hub, ws.options()):
+        ns = await ws.namespace()
+        spec = {
+            "from": "Secrets",
+            "secretSelector": {"matchLabels": MARK},
+            "key": "kubeconfig",
+            "contexts": "All",
+        }
+        await source(ws, ns, "fleet", spec)
+        text = with_contexts(reg.kubeconfig, "edge-1", "edge-2")
+        await labelled_secret(ws, ns, "fleet-kubeconfigs", MARK, "kubeconfig", text)
+        for name in ("edge-1", "edge-2"):
+            cluster = await wait_reason(ws, ns, name, "Ready")
+            assert cluster["spec"]["kubeconfig"] == {
+                "secretRef": {"name": "fleet-kubeconfigs", "key": "kubeconfig"},
+                "context": name,
+            }
+            assert cluster["status"]["server"] == spoke.url
+        await wait_source(ws, ns, "Ready", "fleet", matched=2, made=2)
+
+        # A third context appears, edge-1 goes: a Cluster appears, edge-1's goes.
+        await rotate(ws, ns, "fleet-kubeconfigs", "kubeconfig",
+                     with_contexts(reg.kubeconfig, "edge-2", "edge-3"))  # fmt: skip
+        await wait_reason(ws, ns, "edge-3", "Ready")
+        await gone(ws, ns, "edge-1")
+        await wait_source(ws, ns, "Ready", "fleet", matched=2, made=2)
+        # One context's credential rotated away: that Cluster says so, the other is Ready.
+        broken = yaml.safe_load(with_contexts(reg.kubeconfig, "edge-2", "edge-3"))
+        broken["users"].append({"name": "rotated", "user": {"token": canary.token("gone")}})
+        broken["contexts"][1]["context"]["user"] = "rotated"
+        await rotate(ws, ns, "fleet-kubeconfigs", "kubeconfig", yaml.safe_dump(broken))
+        await wait_reason(ws, ns, "edge-3", "Unauthorized", timeout=15)
+        await wait_reason(ws, ns, "edge-2", "Ready")
+        # The whole kubeconfig broken by a rotation: both Clusters stay.
+        await rotate(ws, ns, "fleet-kubeconfigs", "kubeconfig", "{{{ not yaml")
+        await wait_source(ws, ns, "NotAllImported", "fleet", made=2, notUsable=2)
+        await ws.get_cluster(ns, "edge-2")
+        await ws.get_cluster(ns, "edge-3")
+        # The Secret deleted: both go.
+        await ws.client.delete(SECRETS, "fleet-kubeconfigs", namespace=ns)
+        await gone(ws, ns, "edge-2")
+        await gone(ws, ns, "edge-3")
+        await wait_source(ws, ns, "Ready", "fleet", matched=0, made=0)
+        await cleanup(ws)
