@@ -57,6 +57,14 @@ class Check:
     connection: Connection | None = attrs.field(default=None, repr=False)
 
 
+def _version_of(cluster: api.Cluster, version: str | None) -> str:
+    """What a read or a check of ``cluster``'s kubeconfig is of: the Secret's key and version and
+    the context read, in one spelling, so that a read is reused exactly while all three hold."""
+    ref = cluster.secret_ref
+    assert ref is not None
+    return f"{ref.name}/{ref.key}/{cluster.kubeconfig_context or ''}@{version}"
+
+
 INLINE_PARSE_LIMIT = 64 * 1024  # a typical kubeconfig is 2-10 KiB and parses in ~0.1-1 ms
 
 SECRET_REREAD = 600.0
@@ -342,9 +350,10 @@ class ClusterActor:
         cluster = self._cluster
         if not isinstance(cluster, api.Cluster) or cluster.secret_ref is None:
             return None
-        ref = cluster.secret_ref
-        version = self._context.secret_versions.get((cluster.metadata.namespace, ref.name))
-        return f"{ref.name}/{ref.key}/{cluster.kubeconfig_context or ''}@{version}"
+        version = self._context.secret_versions.get(
+            (cluster.metadata.namespace, cluster.secret_ref.name)
+        )
+        return _version_of(cluster, version)
 
     async def _seed_check(self, cluster: api.Cluster, now: float) -> bool:
         """Take the status's last finding as this actor's first check; whether it could.
@@ -434,7 +443,7 @@ class ClusterActor:
         if read is None or ref is None or now - read.at >= read.keep:
             return None
         watched = self._context.secret_versions.get((cluster.metadata.namespace, ref.name))
-        if watched is None or read.version != f"{ref.name}/{ref.key}@{watched}":
+        if watched is None or read.version != _version_of(cluster, watched):
             return None
         return read
 
@@ -456,7 +465,7 @@ class ClusterActor:
             return _Read(version, now, None, self._outcome(cluster, refused))
         # The version read, not the one the watch last saw: the watch may not have listed yet.
         context = cluster.kubeconfig_context
-        version = f"{ref.name}/{ref.key}/{context or ''}@{resource_version(secret)}"
+        version = _version_of(cluster, resource_version(secret))
         text = secret_data(secret, ref.key)
         parsed: Connection | Refusal | None = None
         if text is not None and len(text) > INLINE_PARSE_LIMIT:
