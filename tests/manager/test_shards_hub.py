@@ -24,7 +24,7 @@ from kokumi.core.fleet.shards import Sharding, lease_name, preference, shard_of
 from kokumi.core.registry import argocd
 from kokumi.core.registry.handover import ANNOTATION_WAITING, waiting_of
 from kokumi.core.registry.ownership import ClusterRef
-from kokumi.kube import LEASES
+from kokumi.kube import LEASES, Conflict
 from kokumi.kube.client import EVENTS, NAMESPACES, SECRETS, Client
 from kokumi.kube.config import Config
 from kokumi.kube.watch import Resync, WatchEvent, watch
@@ -288,11 +288,18 @@ async def test_a_replica_that_loses_a_shard_lease_writes_nothing_for_it(
                 await watching.start(follow, ws.client, api.CLUSTERS, ns, writes)
                 await watching.start(follow, ws.client, SECRETS, ws.argocd, writes)
 
-                # Somebody else takes the shard's Lease: replica a must stop at once.
-                lease = await ws.client.get(LEASES, lease_name(shard, SHARDS), namespace=ws.own)
-                lease["spec"]["holderIdentity"] = "intruder"
-                lease["spec"]["leaseDurationSeconds"] = 30
-                await ws.client.replace(LEASES, lease, namespace=ws.own)
+                # Somebody else takes the shard's Lease: replica a must stop at once. A renewal
+                # of a's between the read and the write makes the write a 409; a thief reads
+                # again and tries again, as every client of a Lease does.
+                while True:
+                    lease = await ws.client.get(LEASES, lease_name(shard, SHARDS), namespace=ws.own)
+                    lease["spec"]["holderIdentity"] = "intruder"
+                    lease["spec"]["leaseDurationSeconds"] = 30
+                    try:
+                        await ws.client.replace(LEASES, lease, namespace=ws.own)
+                    except Conflict:
+                        continue
+                    break
                 await wait_for(
                     lambda: _async(a.manager.held_shards()),
                     lambda held: not held,
