@@ -4,8 +4,9 @@ Its templates are generated from the pieces of install.yaml (deploy/helm/build-c
 default values it renders install.yaml's objects exactly (but the Namespace, which
 ``helm install --create-namespace`` makes), each value changes what it says, and values.schema.json
 refuses a typo. Installed, upgraded and uninstalled on a control plane of its own (uninstalling
-deletes the CRDs, which the session's shared hub must keep), the chart's objects run the manager
-as its ServiceAccount, which then registers the spoke with Argo CD.
+deletes the CRDs, which the session's shared hub must keep), once per helm major on the same API
+server (so the second install is a reinstall), the chart's objects run the manager as its
+ServiceAccount, which then registers the spoke with Argo CD.
 """
 
 from __future__ import annotations
@@ -220,15 +221,12 @@ def test_the_templates_are_generated_from_the_pieces(tmp_path: Path) -> None:
         build["_template"]("a: '{{ x }}'\n", ("ConfigMap", "kokumi", "x"), "x")
 
 
-@pytest.fixture
-def chart_plane(tmp_path: Path) -> Iterator[ControlPlane]:
-    """A control plane of its own: helm uninstall deletes the CRDs the shared hub keeps.
-
-    One per helm version: after an uninstall and a new install on the same API server, the
-    recreated integrity policy's binding was seen to find no parameter for longer than the test
-    waits (the registrations were refused with "no params found"), so each install starts clean.
-    """
-    plane = ControlPlane.start(tmp_path / "plane")
+@pytest.fixture(scope="module")
+def chart_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A control plane of its own (helm uninstall deletes the CRDs the shared hub keeps), one for
+    both helm majors: the second installs where the first uninstalled, as a user who reinstalls
+    does, and its manager's registrations must pass the integrity policy made again."""
+    plane = ControlPlane.start(tmp_path_factory.mktemp("chart") / "plane")
     try:
         yield plane
     finally:

@@ -26,7 +26,17 @@ import httpx
 import pytest
 
 from kokumi.testing.controlplane import APIServer
-from tests.support.deploy import ensure_namespace, kubectl_as, run, wait_until
+from tests.support.deploy import (
+    DEPLOY,
+    POLICIES,
+    apply,
+    ensure_namespace,
+    install_admission_policies,
+    kubectl_as,
+    run,
+    wait_secret_integrity_enforced,
+    wait_until,
+)
 
 pytestmark = pytest.mark.usefixtures("admission_policies")
 
@@ -621,10 +631,14 @@ def test_another_server_on_kubernetes_is_not_argocd_own(manager: httpx.Client) -
     assert manager.delete(f"{SECRETS}/{name}").status_code == 200
 
 
-def test_a_non_default_installation_is_protected_through_the_parameter(
+INTEGRITY = "kokumi-argocd-secret-integrity"
+INTEGRITY_FILE = DEPLOY / "policies" / f"{INTEGRITY}.yaml"
+
+
+def test_a_non_default_installation_names_its_manager_in_the_policy(
     hub: APIServer, admin: httpx.Client, namespace: str
 ) -> None:
-    """Another ServiceAccount as the manager: the parameter names it, and the policy follows."""
+    """Another ServiceAccount as the manager: the policy's variable names it, and it follows."""
     sa = "kokumi-alt"
     admin_kc = hub.admin_kubeconfig
     run(admin_kc, "-n", namespace, "create", "serviceaccount", sa)
@@ -641,25 +655,31 @@ def test_a_non_default_installation_is_protected_through_the_parameter(
     )
     token = run(admin_kc, "-n", namespace, "create", "token", sa, "--duration=10m").stdout.strip()
     headers = {"Authorization": f"Bearer {token}"}
-    original = run(
-        admin_kc,
-        "-n",
-        "kokumi",
-        "get",
-        "configmap",
-        "kokumi-admission",
-        "-o",
-        "jsonpath={.data.manager}",
-    ).stdout
-    assert original == MANAGER
+    policy = json.loads(
+        run(admin_kc, "get", "validatingadmissionpolicy", INTEGRITY, "-o", "json").stdout
+    )
+    variable = policy["spec"]["variables"][0]
+    assert variable == {
+        "name": "manager",
+        "expression": f"request.userInfo.username == '{MANAGER}'",
+    }, "the manager is named where deploy/README.md says an installation edits it"
     try:
         with httpx.Client(base_url=hub.url, verify=tls(hub), headers=headers, timeout=30) as alt:
             before = alt.post(SECRETS, json=secret(unique("unlabeled"), {}))
             assert before.status_code == 201, "not the manager yet: RBAC alone decides"
             alt.delete(f"{SECRETS}/{before.json()['metadata']['name']}")
             manager_name = f"system:serviceaccount:{namespace}:{sa}"
-            patch = json.dumps({"data": {"manager": manager_name}})
-            run(admin_kc, "-n", "kokumi", "patch", "configmap", "kokumi-admission", "-p", patch)
+            edit = [
+                {
+                    "op": "replace",
+                    "path": "/spec/variables/0/expression",
+                    "value": f"request.userInfo.username == '{manager_name}'",
+                }
+            ]
+            run(
+                admin_kc, "patch", "validatingadmissionpolicy", INTEGRITY, "--type=json",
+                "-p", json.dumps(edit),
+            )  # fmt: skip
 
             def refused() -> bool | None:
                 name = unique("unlabeled")
@@ -670,11 +690,51 @@ def test_a_non_default_installation_is_protected_through_the_parameter(
                 refused_by_integrity(answer)
                 return True
 
-            wait_until(refused, "the policy applies to the ServiceAccount the parameter names")
+            wait_until(refused, "the policy applies to the ServiceAccount its variable names")
     finally:
-        patch = json.dumps({"data": {"manager": original}})
-        run(admin_kc, "-n", "kokumi", "patch", "configmap", "kokumi-admission", "-p", patch)
+        apply(hub, INTEGRITY_FILE)
+        wait_secret_integrity_enforced(hub)
         run(admin_kc, "-n", "argocd", "delete", "rolebinding", binding, check=False)
+
+
+def test_the_integrity_policy_holds_again_after_an_uninstall_and_a_reinstall(
+    hub: APIServer, manager: httpx.Client
+) -> None:
+    """Every policy deleted and applied again on one API server, as ``helm uninstall`` and
+    ``helm install`` do: the manager writes its Secrets again, and only those.
+
+    With the manager named by a ConfigMap parameter (deleted with the rest), the API server
+    stopped reading ConfigMaps for the policy once no binding named that kind
+    (kubernetes#130887), and every write was refused with "no params found" until the API
+    server restarted.
+    """
+    admin_kc = hub.admin_kubeconfig
+    for path in sorted(POLICIES.glob("*.yaml")):
+        run(admin_kc, "delete", "-f", str(path), "--wait=true")
+    try:
+
+        def unenforced() -> bool | None:
+            name = unique("unlabeled")
+            answer = manager.post(SECRETS, json=secret(name, {}))
+            if answer.status_code != 201:
+                return None
+            manager.delete(f"{SECRETS}/{name}")
+            return True
+
+        wait_until(unenforced, "the API server has dropped the deleted policies")
+    finally:
+        install_admission_policies(hub)
+
+    def accepted() -> bool | None:
+        name = unique("kokumi")
+        answer = manager.post(SECRETS, json=kokumi_secret(name))
+        if answer.status_code != 201:
+            return None
+        assert manager.delete(f"{SECRETS}/{name}").status_code == 200
+        return True
+
+    wait_until(accepted, "the manager may write its own Secrets again")
+    refused_by_integrity(manager.post(SECRETS, json=secret(unique("unlabeled"), {})))
 
 
 # kokumi-secret-role-bindings: where kokumi-cluster-credentials may never be bound

@@ -174,7 +174,14 @@ def admission_policies(control_plane: ControlPlane, crds: tuple[str, ...]) -> tu
     Also the namespaces kokumi and argocd, the manager's ServiceAccount kokumi:kokumi and the
     registrar role bound to it in argocd: what the policies are about.
     """
-    hub = control_plane.hub
+    return install_admission_policies(control_plane.hub)
+
+
+POLICIES = DEPLOY / "policies"
+
+
+def install_admission_policies(hub: APIServer) -> tuple[str, ...]:
+    """Apply deploy/policies/ (and what they are about) and wait until each is enforced."""
     ensure_namespace(hub, "kokumi")
     ensure_namespace(hub, "argocd")
     ensure_namespace(hub, PROBE_NAMESPACE)
@@ -184,11 +191,11 @@ def admission_policies(control_plane: ControlPlane, crds: tuple[str, ...]) -> tu
         rbac / "service-account.yaml",
         rbac / "argocd-cluster-registrar.yaml",
         rbac / "argocd-cluster-registrar-binding.yaml",
-        *sorted((DEPLOY / "policies").glob("*.yaml")),
+        *sorted(POLICIES.glob("*.yaml")),
     )
     _wait_secret_access_enforced(hub)
     _wait_source_access_enforced(hub)
-    _wait_secret_integrity_enforced(hub)
+    wait_secret_integrity_enforced(hub)
     _wait_role_bindings_enforced(hub)
     return (
         "kokumi-cluster-secret-access",
@@ -286,7 +293,7 @@ def _wait_source_access_enforced(hub: APIServer) -> None:
     wait_until(refused, "kokumi-cluster-source-access refuses ClusterSources", timeout=90)
 
 
-def _wait_secret_integrity_enforced(hub: APIServer) -> None:
+def wait_secret_integrity_enforced(hub: APIServer) -> None:
     """Until the manager's dry-run create of an unlabeled Secret in argocd is refused."""
     token = run(
         hub.admin_kubeconfig, "-n", "kokumi", "create", "token", "kokumi", "--duration=10m"
