@@ -43,6 +43,7 @@ from tests.support.deploy import (
     run,
     service_account_kubeconfig,
     unreachable_kubeconfig,
+    wait_until,
 )
 
 MANAGER = "system:serviceaccount:kokumi:kokumi"
@@ -436,6 +437,98 @@ async def test_cluster_sources_work_with_the_installed_rbac_and_policies(
                 )  # fmt: skip
                 await wait_for(clusters, lambda names: names == [], "the Cluster is deleted")
                 await admin.delete(CLUSTER_SOURCES, "capi", namespace=workspace)
+                nursery.cancel_scope.cancel()
+        finally:
+            for name in (own, workspace):
+                try:
+                    await admin.delete(NAMESPACES, name)
+                except errors.KubeError:
+                    pass
+
+
+async def test_a_secrets_source_keeps_its_clusters_while_the_manager_may_not_list_secrets(
+    hub: APIServer, admission_policies: object, spoke_kubeconfig: Registration
+) -> None:
+    """As kokumi:kokumi, a ``from: Secrets`` source's Cluster, then a restart without the
+    RoleBinding: the source says how to bind it and its Cluster stays, the same object; bound
+    again, the source is Ready with that Cluster, not a new one.
+
+    A missing permission is somebody's mistake or a change half made, never a sign the Secrets
+    went: deleting the Cluster would take its registration from Argo CD.
+    """
+    kubeconfig = manager_kubeconfig(hub)
+    suffix = uuid.uuid4().hex[:8]
+    own, workspace = f"kokumi-own-{suffix}", f"sources-{suffix}"
+    bind = (
+        f"-n {workspace} create rolebinding kokumi-manager-secrets"
+        " --clusterrole=kokumi-manager-secrets --serviceaccount=kokumi:kokumi"
+    )
+    async with admin_client(hub) as admin:
+        for name in (own, workspace):
+            await admin.create(NAMESPACES, {"metadata": {"name": name}})
+        run(hub.admin_kubeconfig, *shlex.split(bind))
+        secret = {
+            "metadata": {"name": "edge-1", "labels": {"kokumi.dev/kubeconfig": "true"}},
+            "data": secret_data(spoke_kubeconfig.kubeconfig),
+        }
+        await admin.create(SECRETS, secret, namespace=workspace)
+        source = {
+            "apiVersion": api.API_VERSION,
+            "kind": "ClusterSource",
+            "metadata": {"name": "team"},
+            "spec": {
+                "from": "Secrets",
+                "secretSelector": {"matchLabels": {"kokumi.dev/kubeconfig": "true"}},
+            },
+        }
+        await admin.create(CLUSTER_SOURCES, source, namespace=workspace)
+
+        async def get_source() -> dict[str, Any]:
+            found: dict[str, Any] = await admin.get(CLUSTER_SOURCES, "team", namespace=workspace)
+            return found
+
+        async def uids() -> dict[str, str]:
+            listing = await admin.list(api.CLUSTERS, namespace=workspace)
+            return {c["metadata"]["name"]: c["metadata"]["uid"] for c in listing["items"]}
+
+        def made_one(s: dict[str, Any]) -> bool:
+            return ready(s).get("reason") == "Ready" and s["status"].get("made") == 1
+
+        options = Options(namespace=own, argocd_namespace="argocd", keep_in_cluster=False)
+        config = Config.from_kubeconfig(kubeconfig)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(run_manager, config, options)
+                await wait_for(get_source, made_one, "the source makes its Cluster")
+                before = await uids()
+                assert list(before) == ["edge-1"]
+                nursery.cancel_scope.cancel()
+
+            run(hub.admin_kubeconfig, "-n", workspace, "delete", "rolebinding",
+                "kokumi-manager-secrets")  # fmt: skip
+
+            def may_not_list() -> bool | None:
+                answer = run(
+                    hub.admin_kubeconfig, "auth", "can-i", "list", "secrets", "-n", workspace,
+                    f"--as={MANAGER}", check=False,
+                )  # fmt: skip
+                return True if answer.stdout.strip() == "no" else None
+
+            wait_until(may_not_list, "the manager may no longer list the workspace's Secrets")
+            async with trio.open_nursery() as nursery:
+                await nursery.start(run_manager, config, options)
+                refused = await wait_for(
+                    get_source,
+                    lambda s: "may not list Secrets" in ready(s).get("message", ""),
+                    "the source says the manager may not list Secrets",
+                )
+                assert ready(refused)["status"] == "False"
+                assert ready(refused)["message"].endswith("its Clusters stay as they are meanwhile")
+                assert await uids() == before
+                run(hub.admin_kubeconfig, *shlex.split(bind))
+                await wait_for(get_source, made_one, "the source is Ready again once bound")
+                assert await uids() == before, "the same Cluster, neither deleted nor made again"
+                await admin.delete(CLUSTER_SOURCES, "team", namespace=workspace)
                 nursery.cancel_scope.cancel()
         finally:
             for name in (own, workspace):
