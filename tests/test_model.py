@@ -1411,12 +1411,29 @@ class ManagerMachine(RuleBasedStateMachine):
         return "Ready" if state == "ok" else "Unreachable"
 
 
+class OneReplicaMachine(ManagerMachine):
+    """The one-replica test's machine: at the start of about half its examples, a foreign
+    Secret on one of the servers.
+
+    Hypothesis turns a random set of rules off in each example (swarm testing), and
+    ``plant_foreign`` is one rule among thirty: 1 run in 30 (seed 1030) went through its 90
+    examples without ever converging on a blocked server, and failed the count below. An
+    initial rule is never turned off. The two-replica machine derives from
+    :class:`ManagerMachine` and is not changed by this.
+    """
+
+    @initialize(server=st.none() | st.sampled_from(SERVERS))
+    def foreign_from_the_start(self, server: str | None) -> None:
+        if server is not None:
+            self.plant_foreign(server, by_name=False)
+
+
 def test_the_manager_survives_faults_and_converges() -> None:
     """At least 2,000 steps per run, counted: a run that did fewer proves less than it claims."""
     SEEN.update(dict.fromkeys(SEEN, 0))
     started = time.monotonic()
     run_state_machine_as_test(
-        ManagerMachine,
+        OneReplicaMachine,
         settings=settings(
             max_examples=EXAMPLES,
             stateful_step_count=STEPS_PER_EXAMPLE,
