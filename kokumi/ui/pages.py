@@ -22,6 +22,7 @@ import trio
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 
+from kokumi.core import sessioncookie
 from kokumi.core.registry import argocd
 from kokumi.kube.client import Client
 from kokumi.ui.incluster import ProxyRefusal, ProxyTrust
@@ -68,7 +69,9 @@ class UI:
     acts through as its user: without credentials of its own when users sign in with a token,
     the UI's ServiceAccount (which impersonates) when ``proxy`` names an authenticating proxy.
     ``limits`` bound what a connection may send (the server and the app read them both);
-    ``parsers`` is how many New Cluster forms' credentials are read at once.
+    ``parsers`` is how many New Cluster forms' credentials are read at once. ``namespaces`` are
+    the operator's (``--namespaces``): where a user who may not list every namespace is looked
+    for, beside their ServiceAccount's own and the ones they typed (:func:`known_namespaces`).
     """
 
     hub: Client
@@ -80,6 +83,7 @@ class UI:
     parsers: trio.CapacityLimiter = attrs.field(
         factory=lambda: trio.CapacityLimiter(PARSERS), repr=False
     )
+    namespaces: tuple[str, ...] = ()
 
     def __attrs_post_init__(self) -> None:
         # Every request the pages make, as whichever user: never a write in Argo CD's
@@ -97,6 +101,16 @@ class UI:
 
     def client_for(self, session: Session) -> Client:
         return self.hub if session.identity is None else self.hub.acting_as(session.identity)
+
+    def known_namespaces(self, session: Session) -> list[str]:
+        """Where to look for the user's Clusters when they may list neither every namespace nor
+        the Namespaces: their ServiceAccount's own, the operator's, the ones they typed (the
+        latest first), and locally the kubeconfig's. Each is tried as the user: RBAC decides."""
+        found = [sessioncookie.service_account_namespace(session.user) or ""]
+        found += [*self.namespaces, *reversed(session.namespaces)]
+        if self.mode == "local":
+            found.append(self.hub.namespace)
+        return list(dict.fromkeys(n for n in found if n))
 
 
 # --- sessions ---------------------------------------------------------------------------------
@@ -157,6 +171,7 @@ def _signed_in(ui: UI, handler: Handler) -> Endpoint:
                 return _signin_page(ui)
             session = looked_up
         hub = ui.client_for(session)
+        looked_in = session.namespaces
         if request.method != "POST":
             response = await handler(request, session, hub)
         else:
@@ -178,6 +193,8 @@ def _signed_in(ui: UI, handler: Handler) -> Endpoint:
                 response = await handler(request, session, hub)
             finally:
                 await form.close()
+        if session.namespaces != looked_in:
+            fresh = ui.sessions.updated(session, secure=_secure(request)) or fresh
         if fresh is not None:
             response.headers.append("set-cookie", fresh)
         return response

@@ -110,6 +110,11 @@ class Session:
     identity: Identity | None = None
     base: str = attrs.field(default="", repr=False)
     """The path the session's pages are under: ``/s/<secret>`` locally, ``""`` in a cluster."""
+    namespaces: tuple[str, ...] = ()
+    """The namespaces the user typed and may list Clusters in, the latest last: where the list
+    looks when they may not list every namespace (:func:`sessioncookie.remembered`)."""
+    sealed: sessioncookie.Sealed | None = attrs.field(default=None, repr=False)
+    """In a cluster, what the cookie holds: what a changed session is sealed again from."""
 
 
 @attrs.define
@@ -191,6 +196,10 @@ class Sessions:
     def cookie_header(self, value: str, *, secure: bool = False) -> str:
         return _cookie(value, int(self.lifetime), self.secure or secure)
 
+    def updated(self, session: Session, *, secure: bool = False) -> str | None:
+        """The cookie of a session whose namespaces changed: none, it is kept here."""
+        return None
+
     def csrf_ok(self, session: Session, given: str) -> bool:
         return hmac.compare_digest(session.csrf.encode(), given.encode())
 
@@ -254,7 +263,22 @@ class SealedSessions:
             expires=float(sealed.expires),
             user=sealed.user,
             identity=identity,
+            namespaces=sealed.namespaces,
+            sealed=sealed,
         )
+
+    def updated(self, session: Session, *, secure: bool = False) -> str | None:
+        """The ``Set-Cookie`` of ``session`` sealed again with its namespaces (the same id, so
+        the same CSRF token); the oldest are forgotten until the cookie fits a browser's."""
+        if session.sealed is None:
+            return None
+        namespaces = session.namespaces
+        while True:
+            sealed = attrs.evolve(session.sealed, namespaces=namespaces)
+            value = self.keys.seal(sealed, secrets.token_bytes(sessioncookie.NONCE_BYTES))
+            if len(value) <= sessioncookie.MAX_COOKIE or not namespaces:
+                return self.cookie_header(value, secure=secure)
+            namespaces = namespaces[1:]
 
     def end(self, cookie: str | None) -> None:
         now = self.clock()

@@ -115,6 +115,7 @@ async def in_cluster_app(
     proxy: ProxyTrust | None = None,
     base_url: str = "http://kokumi-ui.kokumi.svc",
     client: tuple[str, int] = ("10.1.2.3", 40000),
+    namespaces: tuple[str, ...] = (),
 ) -> AsyncIterator[App]:
     """A replica as serve_in_cluster builds it, the session key read from (or made in) its
     Secret by the UI's own account; ``client`` is the address requests come from."""
@@ -122,14 +123,14 @@ async def in_cluster_app(
         keys = Keys(await session_key(account))
         sessions = SealedSessions(keys)
         if proxy is not None:
-            ui = UI(account, sessions, proxy=proxy)
+            ui = UI(account, sessions, proxy=proxy, namespaces=namespaces)
             async with _browser(ui, base_url, client) as browser:
                 yield App(sessions, browser)
             return
         bare = attrs.evolve(own, token=None, client_certificate=None, client_key=None)
         async with (
             Client(bare, field_manager=FIELD_MANAGER) as users,
-            _browser(UI(users, sessions), base_url, client) as browser,
+            _browser(UI(users, sessions, namespaces=namespaces), base_url, client) as browser,
         ):
             yield App(sessions, browser)
 

@@ -499,8 +499,9 @@ async def test_in_cluster_a_bearer_token_signs_in_and_shows_the_clusters(
             await browser.fill("token", alice)
             await browser.submit()
             assert browser.url == f"{browser.base}/clusters", await browser.text()
+            # Her ServiceAccount's own namespace is where the list looks: no namespace to type.
             listed = await browser.until(
-                f"/clusters?namespace={ns}", lambda t: "in-cluster" in t and "True" in t, "Ready"
+                "/clusters", lambda t: "in-cluster" in t and "True" in t, "Ready"
             )
             assert f"system:serviceaccount:{ns}:alice" in listed
             cookie = await browser._run(lambda: browser.driver.get_cookie("kokumi_session"))
@@ -517,3 +518,47 @@ async def test_in_cluster_a_bearer_token_signs_in_and_shows_the_clusters(
             assert alice not in source
             assert canary.found(source) == []
         assert alice not in caplog.text
+
+
+CLUSTER = """apiVersion: delivery.kokumi.dev/v1alpha1
+kind: Cluster
+metadata: {{name: {name}, namespace: {namespace}}}
+spec: {{connection: InCluster}}
+"""
+
+
+async def test_in_cluster_a_namespace_user_is_asked_for_their_namespace_and_it_is_remembered(
+    hub: APIServer, crds: object, namespace: str, kubectl: Kubectl
+) -> None:
+    other = f"{namespace}-team"
+    kubectl(hub, "create", "namespace", other)
+    try:
+        kubectl(hub, "apply", "-f", "-", input=CLUSTER.format(name="far", namespace=other))
+        # bob's ServiceAccount is in the test's namespace; his Role, and his Clusters, elsewhere.
+        kubectl(hub, "-n", namespace, "create", "serviceaccount", "bob")
+        kubectl(hub, "-n", other, "create", "role", "bob", "--verb=get,list",
+                "--resource=clusters.delivery.kokumi.dev")  # fmt: skip
+        kubectl(hub, "-n", other, "create", "rolebinding", "bob", "--role=bob",
+                f"--serviceaccount={namespace}:bob")  # fmt: skip
+        bob = kubectl(hub, "-n", namespace, "create", "token", "bob").stdout.strip()
+        own = install_ui_account(hub)
+        async with running_in_cluster_ui(own, "argocd") as browser:
+            await browser.fill("token", bob)
+            await browser.submit()
+            empty = await browser.text()
+            assert "No Clusters" not in empty
+            assert f"None you may list in namespace {namespace}" in empty
+            assert "0 in the namespace looked in" in empty
+            await browser.shot("in-cluster-namespace-user-empty", narrow=True)
+            await browser.fill("empty-namespace", other)
+            await browser.submit("#empty button[type=submit]")
+            assert "far" in await browser.text()
+            # Remembered in his session: the plain list finds it from now on.
+            listed = await browser.open("/clusters")
+            assert f"cluster-{other}-far" in listed
+            assert f"1 in namespaces {other}" in await browser.text()
+            await browser.shot("in-cluster-namespace-user-remembered")
+        for source in browser.sources:
+            assert bob not in source
+    finally:
+        kubectl(hub, "delete", "namespace", other, "--wait=false", check=False)

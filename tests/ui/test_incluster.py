@@ -349,3 +349,68 @@ async def test_a_ui_account_without_deploy_uis_role_says_what_to_apply(
     said = str(refused.value)
     assert said.startswith(f"cannot read the session key Secret {KEY_NAMESPACE}/{KEY_SECRET}: ")
     assert "Forbidden" in said and "apply deploy/ui/" in said and "\n" not in said
+
+
+async def test_a_namespace_user_finds_their_clusters_where_they_may_list_them(
+    hub: APIServer, crds: object, namespace: str, kubectl: Kubectl
+) -> None:
+    alice = user(hub, namespace, "alice", verbs="get,list")
+    _cluster(kubectl, hub, namespace, "edge")
+    other = f"{namespace}-team"
+    kubectl(hub, "create", "namespace", other)
+    try:
+        _cluster(kubectl, hub, other, "far")
+        # bob's ServiceAccount lives in the test's namespace, his Clusters in the other one.
+        kubectl(hub, "-n", namespace, "create", "serviceaccount", "bob")
+        kubectl(hub, "-n", other, "create", "role", "bob", "--verb=get,list",
+                "--resource=clusters.delivery.kokumi.dev")  # fmt: skip
+        kubectl(hub, "-n", other, "create", "rolebinding", "bob", "--role=bob",
+                f"--serviceaccount={namespace}:bob")  # fmt: skip
+        bob = token(hub, namespace, "bob")
+        own = install_ui_account(hub)
+        async with in_cluster_app(own) as app, in_cluster_app(own) as second:
+            # alice may list neither every namespace nor the Namespaces: her ServiceAccount's
+            # own namespace is where she is looked for, with her token.
+            await _sign_in(app, alice)
+            listed = await app.browser.get("/clusters")
+            assert f"cluster-{namespace}-edge" in listed.text
+            assert f"1 in namespaces {namespace} " in listed.text
+            await app.browser.post("/signout", data={"csrf": _csrf(listed.text)},
+                                   headers=SAME_ORIGIN)  # fmt: skip
+
+            await _sign_in(app, bob)
+            empty = await app.browser.get("/clusters")
+            assert empty.status_code == 200
+            assert "No Clusters" not in empty.text and "cluster-" not in empty.text
+            looked = _error_line(empty.text, 'id="looked">')
+            assert looked.startswith(f'None you may list in namespace <a href="/clusters'
+                                     f'?namespace={namespace}">{namespace}</a>:')  # fmt: skip
+            assert 'id="empty-namespace" name="namespace"' in empty.text
+            # He types his namespace: listed as him, and remembered in his (sealed) session.
+            typed = await app.browser.get(f"/clusters?namespace={other}")
+            assert f"cluster-{other}-far" in typed.text
+            assert COOKIE in typed.headers["set-cookie"]
+            again = await app.browser.get("/clusters")
+            assert f"cluster-{other}-far" in again.text
+            assert f"1 in namespaces {other} " in again.text
+            # The cookie carries it, so another replica remembers it too; the form still holds.
+            second.browser.cookies.set(COOKIE, app.browser.cookies[COOKIE])
+            there = await second.browser.get("/clusters")
+            assert f"cluster-{other}-far" in there.text
+            assert _csrf(there.text) == _csrf(again.text)
+            # A namespace he may not list is not remembered, and says so in one line.
+            refused = await app.browser.get("/clusters?namespace=kube-system")
+            assert "cannot list Clusters in namespace kube-system: Forbidden" in refused.text
+            assert "set-cookie" not in refused.headers
+        # The operator's --namespaces: bob finds his Clusters at once, with his own rights.
+        async with in_cluster_app(own, namespaces=(other, "kube-system")) as named:
+            await _sign_in(named, bob)
+            found = await named.browser.get("/clusters")
+            assert f"cluster-{other}-far" in found.text
+            assert f"1 in namespaces {other} " in found.text
+            await _sign_in(named, alice)
+            hers = await named.browser.get("/clusters")
+            assert f"cluster-{namespace}-edge" in hers.text
+            assert f"cluster-{other}-far" not in hers.text
+    finally:
+        kubectl(hub, "delete", "namespace", other, "--wait=false", check=False)
