@@ -13,11 +13,13 @@ from contextlib import asynccontextmanager
 
 import attrs
 import httpx
+import trio
 
+from kokumi.core import api
 from kokumi.core.sessioncookie import Keys
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config, StaticToken
-from kokumi.kube.errors import NotFound
+from kokumi.kube.errors import Forbidden, NotFound, Unauthorized
 from kokumi.testing import run_kubectl
 from kokumi.testing.controlplane import APIServer
 from kokumi.ui.app import create_app
@@ -149,3 +151,17 @@ async def delete_session_key(admin: Client) -> None:
         await admin.delete(SECRETS, KEY_SECRET, namespace=KEY_NAMESPACE)
     except NotFound:
         pass
+
+
+async def refused_by_the_hub(hub: APIServer, bearer: str) -> None:
+    """Until the API server refuses ``bearer`` (its ServiceAccount deleted): 401, not 403."""
+    async with Client(config_for(hub, bearer)) as theirs:
+        with trio.fail_after(60):
+            while True:
+                try:
+                    await theirs.list(api.CLUSTERS, namespace="default")
+                except Unauthorized:
+                    return
+                except Forbidden:
+                    pass
+                await trio.sleep(0.2)

@@ -32,11 +32,12 @@ from kokumi.kube.errors import NotFound
 from kokumi.testing import Kubectl, canary
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
+from kokumi.ui.pages import REVOKED_LINE
 from kokumi.ui.serve import serve_in_cluster, serve_ui
 from tests.support.cli import user_with
 from tests.support.manager import Workspace, manager, ready_of, wait_for, wait_reason, workspace
 from tests.support.paths import REPO
-from tests.support.ui import install_ui_account, user
+from tests.support.ui import install_ui_account, refused_by_the_hub, user
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -527,7 +528,7 @@ spec: {{connection: InCluster}}
 """
 
 
-async def test_in_cluster_a_namespace_user_is_asked_for_their_namespace_and_it_is_remembered(
+async def test_in_cluster_a_namespace_user_finds_their_clusters_until_their_token_is_revoked(
     hub: APIServer, crds: object, namespace: str, kubectl: Kubectl
 ) -> None:
     other = f"{namespace}-team"
@@ -558,6 +559,15 @@ async def test_in_cluster_a_namespace_user_is_asked_for_their_namespace_and_it_i
             assert f"cluster-{other}-far" in listed
             assert f"1 in namespaces {other}" in await browser.text()
             await browser.shot("in-cluster-namespace-user-remembered")
+            # His ServiceAccount deleted mid-session: the next page is the sign-in, in one line.
+            kubectl(hub, "-n", namespace, "delete", "serviceaccount", "bob")
+            await refused_by_the_hub(hub, bob)
+            await browser.open("/clusters")
+            back = await browser.text()
+            assert REVOKED_LINE in back and "Unauthorized" not in back
+            assert "Paste a Kubernetes bearer token" in back
+            assert await browser._run(lambda: browser.driver.get_cookie("kokumi_session")) is None
+            await browser.shot("in-cluster-token-revoked")
         for source in browser.sources:
             assert bob not in source
     finally:

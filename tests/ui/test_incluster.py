@@ -25,6 +25,7 @@ from kokumi.kube.errors import Forbidden
 from kokumi.testing import Kubectl, canary
 from kokumi.testing.controlplane import APIServer
 from kokumi.ui.incluster import KEY_NAMESPACE, KEY_SECRET, ProxyTrust, SessionKeyError, session_key
+from kokumi.ui.pages import REVOKED_LINE
 from kokumi.ui.security import COOKIE
 from tests.support.deploy import apply, wait_until
 from tests.support.ui import (
@@ -34,6 +35,7 @@ from tests.support.ui import (
     delete_session_key,
     in_cluster_app,
     install_ui_account,
+    refused_by_the_hub,
     token,
     user,
 )
@@ -414,3 +416,48 @@ async def test_a_namespace_user_finds_their_clusters_where_they_may_list_them(
             assert f"cluster-{other}-far" not in hers.text
     finally:
         kubectl(hub, "delete", "namespace", other, "--wait=false", check=False)
+
+
+async def test_a_token_revoked_mid_session_ends_it_back_at_the_sign_in_in_one_line(
+    hub: APIServer, crds: object, namespace: str, kubectl: Kubectl, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    own = install_ui_account(hub)
+    carol = user(hub, namespace, "carol")
+    _cluster(kubectl, hub, namespace, "edge")
+    async with in_cluster_app(own) as app, in_cluster_app(own) as second:
+        cookies = []
+        for _ in range(3):  # three sessions of hers, each ended on its own below
+            await _sign_in(app, carol)
+            cookies.append(app.browser.cookies[COOKIE])
+        listed = await app.browser.get("/clusters")
+        assert f"cluster-{namespace}-edge" in listed.text
+        kubectl(hub, "-n", namespace, "delete", "serviceaccount", "carol")
+        await refused_by_the_hub(hub, carol)
+        for path, cookie in (
+            ("/clusters", cookies[0]),
+            (f"/clusters/{namespace}/edge", cookies[1]),
+        ):
+            app.browser.cookies.set(COOKIE, cookie)
+            page = await app.browser.get(path)
+            assert page.status_code == 401
+            assert 'name="token" type="password"' in page.text
+            assert _error_line(page.text) == REVOKED_LINE
+            assert "Unauthorized" not in page.text
+            assert page.headers["set-cookie"].startswith(f"{COOKIE}=; ")
+            assert "Max-Age=0" in page.headers["set-cookie"]
+        # A form posted with the refused token ends the same way, and creates nothing.
+        second.browser.cookies.set(COOKIE, cookies[2])
+        form = {"csrf": _csrf(listed.text), "namespace": namespace, "name": "late",
+                "how": "incluster"}  # fmt: skip
+        posted = await second.browser.post("/clusters/new", data=form, headers=SAME_ORIGIN)
+        assert posted.status_code == 401 and _error_line(posted.text) == REVOKED_LINE
+        # Ended: the cookie opens nothing here any more, not even a page that asks nothing.
+        app.browser.cookies.set(COOKIE, cookies[0])
+        again = await app.browser.get("/clusters")
+        assert again.status_code == 401 and REVOKED_LINE not in again.text
+    assert kubectl(hub, "get", "kcl", "-n", namespace, "-o", "name").stdout.split() == [
+        "cluster.delivery.kokumi.dev/edge"
+    ]
+    assert "no longer accepts its token" in caplog.text
+    assert carol not in caplog.text and carol.split(".")[1] not in caplog.text
