@@ -28,10 +28,14 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 __all__ = [
     "KEY_BYTES",
     "MAX_COOKIE",
+    "MAX_ENDED",
     "MAX_REMEMBERED",
     "NONCE_BYTES",
     "Keys",
     "Sealed",
+    "ended_of",
+    "ended_text",
+    "ended_with",
     "remembered",
     "service_account_namespace",
     "token_expiry",
@@ -47,6 +51,11 @@ MAX_COOKIE: Final = 4000
 MAX_REMEMBERED: Final = 8
 """The namespaces a session remembers its user typed, the latest last: enough for a team's few,
 small enough for a cookie that also carries a token."""
+
+MAX_ENDED: Final = 4000
+"""The signed-out sessions every replica is told of, each kept until its cookie would have
+expired: about 200 KiB in the session key's Secret, read by each replica about once a second.
+Past it the ones that expire soonest are dropped first."""
 
 _AAD: Final = b"kokumi-ui-session/1"
 
@@ -176,3 +185,36 @@ def token_expiry(token: str) -> int | None:
     if isinstance(exp, int | float) and not isinstance(exp, bool) and 0 < exp < 2**62:
         return int(exp)
     return None
+
+
+def ended_of(text: str | bytes | None) -> dict[str, int]:
+    """The signed-out sessions (id -> when its cookie expires) a replica wrote as JSON; anything
+    else in it is left out, so a hand-edited list refuses fewer cookies, never more."""
+    if not text:
+        return {}
+    try:
+        data: Any = json.loads(text)
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {
+        str(sid): until
+        for sid, until in data.items()
+        if isinstance(until, int) and not isinstance(until, bool)
+    }
+
+
+def ended_with(
+    ended: dict[str, int], session_id: str, until: int, now: float, most: int = MAX_ENDED
+) -> dict[str, int]:
+    """``ended`` with ``session_id`` signed out until ``until``: the expired dropped, and at most
+    ``most`` kept, the ones that expire latest (the newest is kept in any case)."""
+    kept = {sid: at for sid, at in ended.items() if at > now and sid != session_id}
+    latest = sorted(kept.items(), key=lambda item: (-item[1], item[0]))[: max(most - 1, 0)]
+    return {**dict(latest), session_id: until}
+
+
+def ended_text(ended: dict[str, int]) -> str:
+    """The list as the Secret keeps it: compact JSON, in a stable order."""
+    return json.dumps(dict(sorted(ended.items())), separators=(",", ":"))

@@ -28,7 +28,7 @@ from kokumi.core import sessioncookie
 from kokumi.core.registry import argocd
 from kokumi.kube.client import Client, Observer
 from kokumi.kube.errors import Unauthorized
-from kokumi.ui.incluster import ProxyRefusal, ProxyTrust
+from kokumi.ui.incluster import ProxyRefusal, ProxyTrust, SignOuts
 from kokumi.ui.security import (
     COOKIE,
     SESSION_PATH,
@@ -76,6 +76,7 @@ class UI:
     ``parsers`` is how many New Cluster forms' credentials are read at once. ``namespaces`` are
     the operator's (``--namespaces``): where a user who may not list every namespace is looked
     for, beside their ServiceAccount's own and the ones they typed (:func:`known_namespaces`).
+    ``sign_outs``, in a cluster, is where the replicas tell each other of sessions signed out.
     """
 
     hub: Client
@@ -88,6 +89,7 @@ class UI:
         factory=lambda: trio.CapacityLimiter(PARSERS), repr=False
     )
     namespaces: tuple[str, ...] = ()
+    sign_outs: SignOuts | None = None
 
     def __attrs_post_init__(self) -> None:
         # Every request the pages make, as whichever user: never a write in Argo CD's
@@ -158,6 +160,7 @@ def _proxy_session(ui: UI, request: Request) -> tuple[Session, str | None] | Res
 def _signed_in(ui: UI, handler: Handler) -> Endpoint:
     async def endpoint(request: Request) -> Response:
         fresh = None
+        await _heed_sign_outs(ui)
         if ui.proxy is not None:
             found = _proxy_session(ui, request)
             if isinstance(found, Response):
@@ -242,8 +245,18 @@ REVOKED_LINE: Final = (
 
 
 async def end_session(ui: UI, request: Request) -> None:
-    """End the session of ``request``'s cookie (signing out, or a token no longer accepted)."""
-    ui.sessions.end(request.cookies.get(COOKIE))
+    """End the session of ``request``'s cookie (signing out, or a token no longer accepted), at
+    every replica."""
+    ended = ui.sessions.end(request.cookies.get(COOKIE))
+    if ended is not None and ui.sign_outs is not None:
+        await ui.sign_outs.add(*ended)
+
+
+async def _heed_sign_outs(ui: UI) -> None:
+    """The sessions signed out at other replicas, as recently read as :class:`SignOuts` keeps
+    them, before a cookie is believed."""
+    if ui.sign_outs is not None and isinstance(ui.sessions, SealedSessions):
+        ui.sessions.elsewhere = await ui.sign_outs.ended()
 
 
 async def _token_refused(ui: UI, request: Request, session: Session) -> Response:

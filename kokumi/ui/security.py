@@ -29,7 +29,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -184,14 +184,16 @@ class Sessions:
             return None
         return session
 
-    def end(self, cookie: str | None) -> None:
+    def end(self, cookie: str | None) -> tuple[str, int] | None:
+        """Forget the session of ``cookie``: kept here only, nobody else is to be told."""
         if not cookie:
-            return
+            return None
         try:
             session_id = self._signer.unsign(cookie).decode("ascii")
         except BadSignature:
-            return
+            return None
         self._sessions.pop(session_id, None)
+        return None
 
     def cookie_header(self, value: str, *, secure: bool = False) -> str:
         return _cookie(value, int(self.lifetime), self.secure or secure)
@@ -218,11 +220,12 @@ def clear_cookie(*, secure: bool = False) -> str:
 class SealedSessions:
     """Sessions in their cookies, sealed with the key the UI keeps in a Secret (in a cluster).
 
-    Nothing is kept here but the ids of sessions signed out at this replica, until they expire:
-    a cookie copied before its user signed out still works at another replica until it expires,
-    as any stateless session does; ``lifetime`` bounds that. ``secure`` marks every cookie
-    Secure; without it a cookie is Secure when its request came over TLS (or a proxy says so).
-    ``clock`` is wall-clock time, which the replicas share.
+    Nothing is kept here but the ids of sessions signed out at this replica, until they expire,
+    and ``elsewhere``: those signed out at any replica, as the UI last read them from the hub
+    (:class:`kokumi.ui.incluster.SignOuts`), so that a cookie copied before its user signed out
+    is refused at every replica, not only at the one that answered. ``secure`` marks every
+    cookie Secure; without it a cookie is Secure when its request came over TLS (or a proxy
+    says so). ``clock`` is wall-clock time, which the replicas share.
     """
 
     keys: sessioncookie.Keys
@@ -230,6 +233,7 @@ class SealedSessions:
     secure: bool = False
     clock: Callable[[], float] = time.time
     _ended: dict[str, float] = attrs.field(factory=dict)
+    elsewhere: Mapping[str, int] = attrs.field(factory=dict)
 
     def start(
         self, user: str, *, token: str | None = None, groups: Sequence[str] = ()
@@ -253,6 +257,8 @@ class SealedSessions:
         now = self.clock()
         sealed = self.keys.open(cookie, now)
         if sealed is None or sealed.session_id in self._ended:
+            return None
+        if sealed.session_id in self.elsewhere:
             return None
         return self._session(sealed)
 
@@ -280,12 +286,15 @@ class SealedSessions:
                 return self.cookie_header(value, secure=secure)
             namespaces = namespaces[1:]
 
-    def end(self, cookie: str | None) -> None:
+    def end(self, cookie: str | None) -> tuple[str, int] | None:
+        """End the session of ``cookie`` here; its id and expiry, for the other replicas."""
         now = self.clock()
         self._ended = {sid: until for sid, until in self._ended.items() if until > now}
         sealed = self.keys.open(cookie or "", now)
-        if sealed is not None:
-            self._ended[sealed.session_id] = sealed.expires
+        if sealed is None:
+            return None
+        self._ended[sealed.session_id] = sealed.expires
+        return sealed.session_id, sealed.expires
 
     def cookie_header(self, value: str, *, secure: bool = False) -> str:
         sealed = self.keys.open(value, self.clock())

@@ -23,7 +23,7 @@ from kokumi.kube.errors import Forbidden, NotFound, Unauthorized
 from kokumi.testing import run_kubectl
 from kokumi.testing.controlplane import APIServer
 from kokumi.ui.app import create_app
-from kokumi.ui.incluster import KEY_NAMESPACE, KEY_SECRET, ProxyTrust, session_key
+from kokumi.ui.incluster import KEY_NAMESPACE, KEY_SECRET, ProxyTrust, SignOuts, session_key
 from kokumi.ui.pages import UI
 from kokumi.ui.security import SealedSessions
 from kokumi.workspace.newcluster import FIELD_MANAGER
@@ -124,15 +124,18 @@ async def in_cluster_app(
     async with Client(own, field_manager=FIELD_MANAGER) as account:
         keys = Keys(await session_key(account))
         sessions = SealedSessions(keys)
+        shared = SignOuts(account)
         if proxy is not None:
-            ui = UI(account, sessions, proxy=proxy, namespaces=namespaces)
+            ui = UI(account, sessions, proxy=proxy, namespaces=namespaces, sign_outs=shared)
             async with _browser(ui, base_url, client) as browser:
                 yield App(sessions, browser)
             return
         bare = attrs.evolve(own, token=None, client_certificate=None, client_key=None)
         async with (
             Client(bare, field_manager=FIELD_MANAGER) as users,
-            _browser(UI(users, sessions, namespaces=namespaces), base_url, client) as browser,
+            _browser(
+                UI(users, sessions, namespaces=namespaces, sign_outs=shared), base_url, client
+            ) as browser,
         ):
             yield App(sessions, browser)
 

@@ -572,3 +572,37 @@ async def test_in_cluster_a_namespace_user_finds_their_clusters_until_their_toke
             assert bob not in source
     finally:
         kubectl(hub, "delete", "namespace", other, "--wait=false", check=False)
+
+
+async def test_in_cluster_sign_out_at_one_replica_is_refused_at_the_other(
+    hub: APIServer, crds: object, namespace: str
+) -> None:
+    own = install_ui_account(hub)
+    alice = user(hub, namespace, "alice", verbs="get,list")
+    async with running_in_cluster_ui(own, "argocd") as browser, trio.open_nursery() as nursery:
+        other = await nursery.start(
+            functools.partial(serve_in_cluster, own, bind="127.0.0.1:0", argocd_namespace="argocd")
+        )
+        first = browser.base
+        await browser.fill("token", alice)
+        await browser.submit()
+        # A browser sends one host's cookie to each of its ports: both replicas serve her.
+        browser.base = other
+        assert f"system:serviceaccount:{namespace}:alice" in await browser.open("/clusters")
+        copied = await browser._run(lambda: browser.driver.get_cookie("kokumi_session"))
+        assert copied is not None
+        browser.base = first
+        await browser.open("/clusters")
+        await browser.submit("form.signout button")
+        assert "Signed out" in await browser.text()
+        # The cookie put back, as a copy taken before the sign-out would be: the other
+        # replica refuses it too, once it has read the list again (about a second).
+        await browser._run(lambda: browser.driver.add_cookie(copied))
+        assert await browser._run(lambda: browser.driver.get_cookie("kokumi_session")) is not None
+        browser.base = other
+        back = await browser.until(
+            "/clusters", lambda t: "Paste a Kubernetes bearer token" in t, "the sign-in page"
+        )
+        assert "alice" not in back
+        await browser.shot("in-cluster-signed-out-at-the-other-replica")
+        nursery.cancel_scope.cancel()

@@ -11,12 +11,14 @@ every call made as the user, so that their RBAC refuses what they may not do.
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import re
 import time
 
 import httpx
 import pytest
+import trio
 
 from kokumi.core import api
 from kokumi.kube.client import SECRETS, Client
@@ -461,3 +463,67 @@ async def test_a_token_revoked_mid_session_ends_it_back_at_the_sign_in_in_one_li
     ]
     assert "no longer accepts its token" in caplog.text
     assert carol not in caplog.text and carol.split(".")[1] not in caplog.text
+
+
+async def _refused_within(app: App, path: str, seconds: float = 30) -> httpx.Response:
+    """``path`` until the replica refuses the cookie: it reads the signed-out list again about
+    once a second, on a request that needs it."""
+    with trio.fail_after(seconds):
+        while True:
+            page = await app.browser.get(path)
+            if page.status_code == 401:
+                return page
+            await trio.sleep(0.1)
+
+
+async def test_sign_out_at_one_replica_is_honoured_at_every_other(
+    hub: APIServer, crds: object, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    own = install_ui_account(hub)
+    alice = user(hub, namespace, "alice")
+    async with Client(Config.from_kubeconfig(hub.admin_kubeconfig)) as admin:
+        async with in_cluster_app(own) as first, in_cluster_app(own) as second:
+            page = await _sign_in(first, alice)
+            cookie = first.browser.cookies[COOKIE]
+            sealed = first.sessions.keys.open(cookie, time.time())
+            assert sealed is not None
+            second.browser.cookies.set(COOKIE, cookie)
+            listed = await second.browser.get("/clusters")
+            assert listed.status_code == 200
+            out = await first.browser.post(
+                "/signout", data={"csrf": _csrf(listed.text)}, headers=SAME_ORIGIN
+            )
+            assert out.status_code == 200 and "Signed out" in out.text
+            refused = await _refused_within(second, "/clusters")
+            assert 'name="token" type="password"' in refused.text
+            # Kept beside the key, as the session's id and its cookie's expiry, nothing more.
+            secret = await admin.get(SECRETS, KEY_SECRET, namespace=KEY_NAMESPACE)
+            ended = json.loads(base64.b64decode(secret["data"]["ended"]))
+            assert ended[sealed.session_id] == sealed.expires
+            assert alice not in json.dumps(secret) and alice.split(".")[1] not in json.dumps(secret)
+            # Signing in again is a new session, honoured at both.
+            second.browser.cookies.clear()
+            await _sign_in(second, alice)
+            first.browser.cookies.set(COOKIE, second.browser.cookies[COOKIE])
+            assert (await first.browser.get("/clusters")).status_code == 200
+        # A replica started after the sign-out refuses the cookie at its first request.
+        async with in_cluster_app(own) as third:
+            third.browser.cookies.set(COOKIE, cookie)
+            assert (await third.browser.get("/clusters")).status_code == 401
+            assert page.status_code == 303
+
+            # The Secret gone meanwhile: the sign-out still ends the session here, and says in
+            # the log that the others are not told.
+            third.browser.cookies.clear()
+            await _sign_in(third, alice)
+            form = await third.browser.get("/clusters")
+            await delete_session_key(admin)
+            caplog.set_level(logging.WARNING)
+            out = await third.browser.post(
+                "/signout", data={"csrf": _csrf(form.text)}, headers=SAME_ORIGIN
+            )
+            assert out.status_code == 200 and "Signed out" in out.text
+            assert out.headers["set-cookie"].startswith(f"{COOKIE}=; ")
+            assert (await third.browser.get("/clusters")).status_code == 401
+    said = [r.getMessage() for r in caplog.records if "not shared" in r.getMessage()]
+    assert len(said) == 1 and "apply deploy/ui/" in said[0] and "\n" not in said[0]

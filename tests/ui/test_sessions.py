@@ -252,3 +252,39 @@ def test_remembered_namespaces_are_sealed_again_the_oldest_dropped_to_fit_a_cook
     assert 0 < len(again.namespaces) < sessioncookie.MAX_REMEMBERED
     assert again.namespaces == session.namespaces[-len(again.namespaces) :]
     assert store.get(cookie) is not None  # the old cookie is the same session, still valid
+
+
+@given(
+    st.dictionaries(st.text("abcdef", min_size=1, max_size=4), st.integers(0, 100), max_size=30),
+    st.integers(0, 100),
+    st.integers(1, 10),
+)
+def test_the_signed_out_list_keeps_the_newest_and_those_expiring_latest_and_no_more(
+    ended: dict[str, int], now: int, most: int
+) -> None:
+    kept = sessioncookie.ended_with(ended, "new", now + 50, now, most)
+    assert kept["new"] == now + 50
+    assert len(kept) <= most
+    assert all(at > now for at in kept.values())
+    # Whatever was dropped (besides the expired) expires no later than anything kept.
+    dropped = [at for sid, at in ended.items() if at > now and sid not in kept and sid != "new"]
+    others = [at for sid, at in kept.items() if sid != "new"]
+    assert not dropped or not others or max(dropped) <= min(others)
+    assert sessioncookie.ended_of(sessioncookie.ended_text(kept)) == kept
+
+
+def test_a_signed_out_list_that_is_not_one_refuses_nothing_more() -> None:
+    for text in (None, b"", b"[1]", b"not json", b'"x"'):
+        assert sessioncookie.ended_of(text) == {}
+    assert sessioncookie.ended_of(b'{"a": 5, "b": "5", "c": true, "d": 1.5}') == {"a": 5}
+
+
+def test_a_session_signed_out_elsewhere_is_refused_here() -> None:
+    store = SealedSessions(Keys(KEY))
+    cookie, _ = store.start("alice")
+    other = SealedSessions(Keys(KEY))
+    assert other.get(cookie) is not None
+    ended = store.end(cookie)
+    assert ended is not None and store.get(cookie) is None
+    other.elsewhere = dict([ended])
+    assert other.get(cookie) is None
