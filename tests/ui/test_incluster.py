@@ -11,10 +11,13 @@ every call made as the user, so that their RBAC refuses what they may not do.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
 import re
+import ssl
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -25,10 +28,11 @@ from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config
 from kokumi.kube.errors import Forbidden
 from kokumi.testing import Kubectl, canary
-from kokumi.testing.controlplane import APIServer
+from kokumi.testing.controlplane import APIServer, CertificateAuthority
 from kokumi.ui.incluster import KEY_NAMESPACE, KEY_SECRET, ProxyTrust, SessionKeyError, session_key
 from kokumi.ui.pages import REVOKED_LINE
 from kokumi.ui.security import COOKIE
+from kokumi.ui.serve import serve_in_cluster
 from tests.support.deploy import apply, wait_until
 from tests.support.ui import (
     UI_FILES,
@@ -527,3 +531,45 @@ async def test_sign_out_at_one_replica_is_honoured_at_every_other(
             assert (await third.browser.get("/clusters")).status_code == 401
     said = [r.getMessage() for r in caplog.records if "not shared" in r.getMessage()]
     assert len(said) == 1 and "apply deploy/ui/" in said[0] and "\n" not in said[0]
+
+
+async def test_served_over_https_with_its_certificate_every_cookie_secure(
+    hub: APIServer, crds: object, namespace: str, kubectl: Kubectl, tmp_path: Path
+) -> None:
+    own = install_ui_account(hub)
+    alice = user(hub, namespace, "alice")
+    _cluster(kubectl, hub, namespace, "edge")
+    authority = CertificateAuthority.create("kokumi-ui-test-ca")
+    cert, key = authority.issue("kokumi-ui", server_names=["127.0.0.1"])
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+    tls = (str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"))
+    verified = ssl.create_default_context(cadata=authority.pem.decode())
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(
+            functools.partial(serve_in_cluster, own, bind="127.0.0.1:0", tls=tls)
+        )
+        assert url.startswith("https://127.0.0.1:")
+        async with httpx.AsyncClient(base_url=url, verify=verified) as browser:
+            assert 'name="token" type="password"' in (await browser.get("/signin")).text
+            signed = await browser.post("/signin", data={"token": alice}, headers=SAME_ORIGIN)
+            assert signed.status_code == 303
+            cookie = signed.headers["set-cookie"]
+            assert cookie.endswith("; Secure") and "HttpOnly; SameSite=Strict" in cookie
+            listed = await browser.get("/clusters")
+            assert listed.status_code == 200 and f"cluster-{namespace}-edge" in listed.text
+        # The certificate is the one given: a client trusting other CAs refuses it, and plain
+        # HTTP on the port gets no page.
+        async with httpx.AsyncClient(base_url=url, verify=ssl.create_default_context()) as other:
+            with pytest.raises(httpx.ConnectError) as unverified:
+                await other.get("/healthz")
+            causes = []
+            cause: BaseException | None = unverified.value
+            while cause is not None:
+                causes.append(cause)
+                cause = cause.__cause__ or cause.__context__
+            assert any(isinstance(c, ssl.SSLCertVerificationError) for c in causes), causes
+        async with httpx.AsyncClient(base_url=url.replace("https://", "http://")) as plain:
+            with pytest.raises(httpx.TransportError):
+                await plain.get("/healthz")
+        nursery.cancel_scope.cancel()
