@@ -47,6 +47,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ui.add_argument(
         "--argocd-namespace", default=argocd.ARGOCD_NAMESPACE, help="Argo CD's namespace"
     )
+    ui.add_argument(
+        "--namespaces", default="", metavar="NS,NS",
+        help="where to look for a user's Clusters when they may not list every namespace (as "
+        "well as their ServiceAccount's own and those they typed); each is tried as the user",
+    )  # fmt: skip
     cluster = ui.add_argument_group(
         "in a cluster",
         "Serve many users, each signed in with their own bearer token (checked with a "
@@ -91,6 +96,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run(args: argparse.Namespace) -> int:
+    args.namespaces = _namespaces(args.namespaces)
     if args.in_cluster:
         return _run_in_cluster(args)
     if args.trusted_proxy:
@@ -111,16 +117,40 @@ def _run(args: argparse.Namespace) -> int:
                     f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror}: choose another "
                     "--port, or 0 for a free one"
                 ) from None
-    trio.run(until_signalled, functools.partial(_serve, config, args.port, args.argocd_namespace))
+    trio.run(
+        until_signalled,
+        functools.partial(_serve, config, args.port, args.argocd_namespace, args.namespaces),
+    )
     return DONE
 
 
-async def _serve(config: Config, port: int, argocd_namespace: str) -> None:
+def _namespaces(given: str) -> tuple[str, ...]:
+    """The namespaces of ``--namespaces a,b``, each checked to be a namespace's name."""
+    from kokumi.workspace.newcluster import Refused, check_namespace  # noqa: PLC0415
+
+    names = tuple(dict.fromkeys(n.strip() for n in given.split(",") if n.strip()))
+    for name in names:
+        try:
+            check_namespace(name)
+        except Refused as refused:
+            raise UsageError(f"--namespaces: {refused}") from None
+    return names
+
+
+async def _serve(
+    config: Config, port: int, argocd_namespace: str, namespaces: tuple[str, ...]
+) -> None:
     from kokumi.ui.serve import serve_ui  # noqa: PLC0415 - the web stack loads for this command only
 
     async with trio.open_nursery() as nursery:
         running = await nursery.start(
-            functools.partial(serve_ui, config, port=port, argocd_namespace=argocd_namespace)
+            functools.partial(
+                serve_ui,
+                config,
+                port=port,
+                argocd_namespace=argocd_namespace,
+                namespaces=namespaces,
+            )
         )
         print(
             f"Kokumi UI on {running.url}, acting as the user of your kubeconfig.\n"
@@ -168,6 +198,7 @@ def _run_in_cluster(args: argparse.Namespace) -> int:
         secure_cookies=args.secure_cookies,
         tls=(args.tls_cert_file, args.tls_key_file) if args.tls_cert_file else None,
         argocd_namespace=args.argocd_namespace,
+        namespaces=args.namespaces,
     )
     try:
         trio.run(until_signalled, serve)

@@ -25,7 +25,21 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-__all__ = ["KEY_BYTES", "MAX_COOKIE", "NONCE_BYTES", "Keys", "Sealed", "token_expiry"]
+__all__ = [
+    "KEY_BYTES",
+    "MAX_COOKIE",
+    "MAX_ENDED",
+    "MAX_REMEMBERED",
+    "NONCE_BYTES",
+    "Keys",
+    "Sealed",
+    "ended_of",
+    "ended_text",
+    "ended_with",
+    "remembered",
+    "service_account_namespace",
+    "token_expiry",
+]
 
 KEY_BYTES: Final = 32
 """The shared key's length: 256 random bits, from which the cookie and CSRF keys are derived."""
@@ -34,18 +48,29 @@ NONCE_BYTES: Final = 12
 MAX_COOKIE: Final = 4000
 """The longest cookie value browsers keep for sure (RFC 6265 asks them for 4096 with the name)."""
 
+MAX_REMEMBERED: Final = 8
+"""The namespaces a session remembers its user typed, the latest last: enough for a team's few,
+small enough for a cookie that also carries a token."""
+
+MAX_ENDED: Final = 4000
+"""The signed-out sessions every replica is told of, each kept until its cookie would have
+expired: about 200 KiB in the session key's Secret, read by each replica about once a second.
+Past it the ones that expire soonest are dropped first."""
+
 _AAD: Final = b"kokumi-ui-session/1"
 
 
 @attrs.frozen
 class Sealed:
-    """What a session cookie holds: who, until when (Unix seconds), and the user's token if any."""
+    """What a session cookie holds: who, until when (Unix seconds), the user's token if any, and
+    the namespaces the user looked in (where to look again when they may not list them all)."""
 
     session_id: str
     expires: int
     user: str
     groups: tuple[str, ...] = ()
     token: str | None = attrs.field(default=None, repr=False)
+    namespaces: tuple[str, ...] = ()
 
 
 def _derive(master: bytes, purpose: bytes) -> bytes:
@@ -76,6 +101,8 @@ class Keys:
         }
         if session.token is not None:
             payload["t"] = session.token
+        if session.namespaces:
+            payload["n"] = list(session.namespaces)
         plain = json.dumps(payload, separators=(",", ":")).encode()
         sealed = nonce + self._cookie.encrypt(nonce, plain, _AAD)
         return base64.urlsafe_b64encode(sealed).rstrip(b"=").decode("ascii")
@@ -111,7 +138,7 @@ def _session(plain: bytes) -> Sealed | None:
     if not isinstance(data, dict):
         return None
     session_id, expires, user = data.get("s"), data.get("e"), data.get("u")
-    groups, token = data.get("g", []), data.get("t")
+    groups, token, namespaces = data.get("g", []), data.get("t"), data.get("n", [])
     if not (isinstance(session_id, str) and isinstance(user, str)):
         return None
     if not isinstance(expires, int) or isinstance(expires, bool):
@@ -120,7 +147,25 @@ def _session(plain: bytes) -> Sealed | None:
         return None
     if token is not None and not isinstance(token, str):
         return None
-    return Sealed(session_id, expires, user, tuple(groups), token)
+    if not (isinstance(namespaces, list) and all(isinstance(n, str) for n in namespaces)):
+        return None
+    return Sealed(session_id, expires, user, tuple(groups), token, tuple(namespaces))
+
+
+def remembered(namespaces: tuple[str, ...], namespace: str) -> tuple[str, ...]:
+    """``namespaces`` with ``namespace`` as the latest, at most :data:`MAX_REMEMBERED` of them:
+    the oldest is forgotten first."""
+    kept = (*(n for n in namespaces if n != namespace), namespace)
+    return kept[-MAX_REMEMBERED:]
+
+
+def service_account_namespace(user: str) -> str | None:
+    """The namespace of a ServiceAccount's username (``system:serviceaccount:NS:NAME``), else
+    None: where a ServiceAccount's own objects usually are, and so where to look first."""
+    parts = user.split(":")
+    if len(parts) == 4 and parts[:2] == ["system", "serviceaccount"] and parts[2] and parts[3]:
+        return parts[2]
+    return None
 
 
 def token_expiry(token: str) -> int | None:
@@ -140,3 +185,36 @@ def token_expiry(token: str) -> int | None:
     if isinstance(exp, int | float) and not isinstance(exp, bool) and 0 < exp < 2**62:
         return int(exp)
     return None
+
+
+def ended_of(text: str | bytes | None) -> dict[str, int]:
+    """The signed-out sessions (id -> when its cookie expires) a replica wrote as JSON; anything
+    else in it is left out, so a hand-edited list refuses fewer cookies, never more."""
+    if not text:
+        return {}
+    try:
+        data: Any = json.loads(text)
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {
+        str(sid): until
+        for sid, until in data.items()
+        if isinstance(until, int) and not isinstance(until, bool)
+    }
+
+
+def ended_with(
+    ended: dict[str, int], session_id: str, until: int, now: float, most: int = MAX_ENDED
+) -> dict[str, int]:
+    """``ended`` with ``session_id`` signed out until ``until``: the expired dropped, and at most
+    ``most`` kept, the ones that expire latest (the newest is kept in any case)."""
+    kept = {sid: at for sid, at in ended.items() if at > now and sid != session_id}
+    latest = sorted(kept.items(), key=lambda item: (-item[1], item[0]))[: max(most - 1, 0)]
+    return {**dict(latest), session_id: until}
+
+
+def ended_text(ended: dict[str, int]) -> str:
+    """The list as the Secret keeps it: compact JSON, in a stable order."""
+    return json.dumps(dict(sorted(ended.items())), separators=(",", ":"))

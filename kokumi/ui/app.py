@@ -22,9 +22,16 @@ from kokumi.kube.errors import ConfigError, KubeError, Unauthorized
 from kokumi.ui.clusters import cluster_routes
 from kokumi.ui.environments import environment_routes
 from kokumi.ui.incluster import Who, who_is
-from kokumi.ui.pages import _FILES, UI, Endpoint, _secure, _signed_in, _signin_page
+from kokumi.ui.pages import (
+    _FILES,
+    UI,
+    Endpoint,
+    _secure,
+    _signed_in,
+    _signin_page,
+    end_session,
+)
 from kokumi.ui.security import (
-    COOKIE,
     MAX_TOKEN,
     SESSION_PATH,
     Guard,
@@ -128,7 +135,7 @@ def _sign_in_routes(ui: UI) -> tuple[BaseRoute, BaseRoute]:
         return RedirectResponse("/clusters", status_code=303)
 
     async def sign_out(request: Request, session: Session, hub: Client) -> Response:
-        ui.sessions.end(request.cookies.get(COOKIE))
+        await end_session(ui, request)
         response = _signin_page(ui, status=200, title="Signed out", out=True)
         response.headers.append("set-cookie", clear_cookie(secure=_secure(request)))
         return response

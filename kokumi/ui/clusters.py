@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from kokumi.core import api, clusterview
+from kokumi.core import api, clusterview, sessioncookie
 from kokumi.core.kubeconfig.connection import Code, Refusal
 from kokumi.core.registry.ownership import IN_CLUSTER_SERVER
 from kokumi.core.text import one_line
@@ -51,7 +51,10 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
         reason = request.query_params.get("reason", "").strip()
         if (refused := _listed_namespace(session, namespace)) is not None:
             return refused
-        items, scope, error = await _clusters(hub, namespace or None, selector)
+        known = ui.known_namespaces(session)
+        items, scope, error, looked = await _clusters(hub, namespace or None, selector, known)
+        if namespace and not error:
+            session.namespaces = sessioncookie.remembered(session.namespaces, namespace)
         now = ui.clock()
         rows = sorted((clusterview.row(c, now) for c in items), key=lambda r: (r.namespace, r.name))
         reasons = sorted({r.reason for r in rows})
@@ -68,6 +71,7 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
                 "reason": reason,
                 "reasons": reasons,
                 "scope": scope,
+                "looked": looked,
                 "error": error,
                 "refresh": REFRESH,
                 "checking": clusterview.CHECKING,
@@ -212,12 +216,13 @@ def _text(form: FormData, key: str) -> str:
 
 
 async def _clusters(
-    hub: Client, namespace: str | None, selector: str
-) -> tuple[list[dict[str, Any]], str, str]:
-    """The Clusters the user may list, where from, and why some may be missing (one line).
+    hub: Client, namespace: str | None, selector: str, known: Sequence[str] = ()
+) -> tuple[list[dict[str, Any]], str, str, list[str]]:
+    """The Clusters the user may list, where from, why some may be missing (one line), and the
+    namespaces looked in when the user may not list all of them.
 
-    All namespaces when the user may list them so; else each namespace they may see; else the
-    kubeconfig's own namespace.
+    All namespaces when the user may list them so; else each namespace they may see; else each
+    of ``known`` (:meth:`UI.known_namespaces`), each tried as the user.
     """
     label_selector = selector or None
     if namespace:
@@ -230,20 +235,21 @@ async def _clusters(
                 [],
                 f"namespace {namespace}",
                 str(newcluster.api_error(f"cannot list Clusters in namespace {namespace}", exc)),
+                [namespace],
             )
-        return list(listing["items"]), f"namespace {namespace}", ""
+        return list(listing["items"]), f"namespace {namespace}", "", [namespace]
     try:
         listing = await hub.list(api.CLUSTERS, label_selector=label_selector)
     except Forbidden:
         pass
     except KubeError as exc:
-        return [], "all namespaces", str(newcluster.api_error("cannot list Clusters", exc))
+        return [], "all namespaces", str(newcluster.api_error("cannot list Clusters", exc)), []
     else:
-        return list(listing["items"]), "all namespaces", ""
+        return list(listing["items"]), "all namespaces", "", []
     try:
         names = [n["metadata"]["name"] for n in (await hub.list(NAMESPACES))["items"]]
     except KubeError:
-        names = [hub.namespace]
+        names = list(known)
     found: list[dict[str, Any]] = []
     seen: list[str] = []
     for name in names:
@@ -252,11 +258,18 @@ async def _clusters(
         except Forbidden:
             continue
         except KubeError as exc:
-            return found, "", str(newcluster.api_error(f"cannot list Clusters in {name}", exc))
+            return (
+                found, "", str(newcluster.api_error(f"cannot list Clusters in {name}", exc)), names
+            )  # fmt: skip
         seen.append(name)
         found.extend(listing["items"])
-    scope = "namespaces " + ", ".join(seen) if seen else "no namespace you may list"
-    return found, scope, ""
+    if seen:
+        scope = "namespaces " + ", ".join(seen)
+    elif names:
+        scope = "the namespace looked in" if len(names) == 1 else f"the {len(names)} looked in"
+    else:
+        scope = "no namespace you may list"
+    return found, scope, "", names
 
 
 def _cluster_context(

@@ -14,7 +14,8 @@ Two ways to sign in, both acting as the user for every Kubernetes call:
 The session key is a Secret in ``kokumi-signing``, the namespace the spec keeps signing keys in
 and where nobody is granted Secret access: the UI's ServiceAccount may get and update that one
 Secret by name and create Secrets there (RBAC cannot narrow a create to a name; the admission
-policy of deploy/ui/ does).
+policy of deploy/ui/ does). The same Secret keeps the sessions signed out (:class:`SignOuts`), so
+that a sign-out at one replica is honoured at every other without a grant more.
 """
 
 from __future__ import annotations
@@ -23,11 +24,14 @@ import base64
 import binascii
 import ipaddress
 import logging
+import math
 import secrets
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
+import trio
 from starlette.requests import Request
 
 from kokumi.core import sessioncookie
@@ -42,6 +46,7 @@ __all__ = [
     "ProxyRefusal",
     "ProxyTrust",
     "SessionKeyError",
+    "SignOuts",
     "Who",
     "session_key",
     "who_is",
@@ -52,6 +57,9 @@ log = logging.getLogger("kokumi.ui")
 KEY_NAMESPACE: Final = "kokumi-signing"
 KEY_SECRET: Final = "kokumi-clusters-ui-session"  # noqa: S105 - a name, not its value
 KEY_FIELD: Final = "key"
+ENDED_FIELD: Final = "ended"
+SIGN_OUTS_SECONDS: Final = 1.0
+"""How long a replica trusts its copy of the signed-out sessions before it reads them again."""
 
 SELF_SUBJECT_REVIEWS: Final = Resource(
     "authentication.k8s.io", "v1", "selfsubjectreviews", "SelfSubjectReview", namespaced=False
@@ -144,7 +152,91 @@ def _b64(data: bytes) -> str:
 
 
 def _key_of(secret: dict[str, Any]) -> bytes | None:
-    value = (secret.get("data") or {}).get(KEY_FIELD)
+    return _field(secret, KEY_FIELD)
+
+
+@attrs.define
+class SignOuts:
+    """The sessions signed out at any replica, kept beside the session key, in its Secret.
+
+    Sessions live in their cookies, so a sign-out at one replica alone would leave a copy of the
+    cookie working at the others until it expired. Each sign-out is written into the Secret's
+    ``data.ended`` (session id -> when its cookie expires; the expired dropped, at most
+    :data:`~kokumi.core.sessioncookie.MAX_ENDED`), with the resourceVersion it was read at, so
+    that two replicas signing out at once both keep theirs. Each replica reads the list again
+    when its copy is older than ``seconds``, on the next request that needs it: a signed-out
+    cookie is refused everywhere within about that long. A list that cannot be read keeps the
+    last one read (and says so once in the log): the pages themselves need the hub anyway.
+    """
+
+    own: Client
+    namespace: str = KEY_NAMESPACE
+    name: str = KEY_SECRET
+    seconds: float = SIGN_OUTS_SECONDS
+    clock: Callable[[], float] = time.time
+    _ended: dict[str, int] = attrs.field(factory=dict)
+    _read_at: float = -math.inf
+    _failing: bool = False
+    _lock: trio.Lock = attrs.field(factory=trio.Lock)
+
+    @property
+    def where(self) -> str:
+        return f"Secret {self.namespace}/{self.name}"
+
+    async def ended(self) -> Mapping[str, int]:
+        """The signed-out sessions, read again if the copy is older than ``seconds``."""
+        if trio.current_time() - self._read_at < self.seconds:
+            return self._ended
+        async with self._lock:
+            if trio.current_time() - self._read_at >= self.seconds:
+                try:
+                    secret = await self.own.get(SECRETS, self.name, namespace=self.namespace)
+                except KubeError as exc:
+                    self._said(f"cannot read the sessions signed out from {self.where}: {exc}")
+                else:
+                    self._ended = sessioncookie.ended_of(_field(secret, ENDED_FIELD))
+                    self._failing = False
+                self._read_at = trio.current_time()
+        return self._ended
+
+    async def add(self, session_id: str, until: int) -> bool:
+        """Tell every replica that ``session_id`` is signed out; False if it could not (said in
+        the log: the replica that answered has ended it anyway)."""
+        for _ in range(5):
+            try:
+                secret = await self.own.get(SECRETS, self.name, namespace=self.namespace)
+                ended = sessioncookie.ended_with(
+                    sessioncookie.ended_of(_field(secret, ENDED_FIELD)),
+                    session_id,
+                    until,
+                    self.clock(),
+                )
+                data = {**(secret.get("data") or {}), ENDED_FIELD: _b64(
+                    sessioncookie.ended_text(ended).encode()
+                )}  # fmt: skip
+                await self.own.replace(SECRETS, {**secret, "data": data}, namespace=self.namespace)
+            except Conflict:
+                continue
+            except KubeError as exc:
+                log.warning(
+                    "a sign-out is not shared with the other replicas: cannot write it into "
+                    "%s: %s: apply deploy/ui/ (its Role lets the UI update that Secret)",
+                    self.where, exc,
+                )  # fmt: skip
+                return False
+            self._ended, self._read_at = ended, trio.current_time()
+            return True
+        log.warning("a sign-out is not shared: %s kept changing while it was written", self.where)
+        return False
+
+    def _said(self, line: str) -> None:
+        if not self._failing:
+            log.warning("%s: the last list read is used meanwhile", line)
+        self._failing = True
+
+
+def _field(secret: dict[str, Any], field: str) -> bytes | None:
+    value = (secret.get("data") or {}).get(field)
     if not isinstance(value, str) or not value:
         return None
     try:

@@ -4,7 +4,9 @@ Server-rendered HTML (Jinja2, autoescaped) and no script, so the Content-Securit
 forbid all of it. A refusal is one line under the field it is about; a kubeconfig, a token or a
 key is never put back into a page, not even into the form after a failed attempt. Every page but
 the sign-in's goes through :func:`_signed_in`, which finds the session, checks the CSRF token of
-an unsafe request, and hands the page the client that acts as the session's user. Apart from the
+an unsafe request, and hands the page the client that acts as the session's user; a page whose
+calls the API server answers 401 for the user's own token ends the session instead, back at the
+sign-in with one line, since every other page would be refused too. Apart from the
 routes so that the Clusters' and the Environments' pages share it without knowing each other.
 """
 
@@ -22,9 +24,11 @@ import trio
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 
+from kokumi.core import sessioncookie
 from kokumi.core.registry import argocd
-from kokumi.kube.client import Client
-from kokumi.ui.incluster import ProxyRefusal, ProxyTrust
+from kokumi.kube.client import Client, Observer
+from kokumi.kube.errors import Unauthorized
+from kokumi.ui.incluster import ProxyRefusal, ProxyTrust, SignOuts
 from kokumi.ui.security import (
     COOKIE,
     SESSION_PATH,
@@ -32,6 +36,7 @@ from kokumi.ui.security import (
     SealedSessions,
     Session,
     Sessions,
+    clear_cookie,
     shown_path,
 )
 from kokumi.workspace import newcluster
@@ -68,7 +73,10 @@ class UI:
     acts through as its user: without credentials of its own when users sign in with a token,
     the UI's ServiceAccount (which impersonates) when ``proxy`` names an authenticating proxy.
     ``limits`` bound what a connection may send (the server and the app read them both);
-    ``parsers`` is how many New Cluster forms' credentials are read at once.
+    ``parsers`` is how many New Cluster forms' credentials are read at once. ``namespaces`` are
+    the operator's (``--namespaces``): where a user who may not list every namespace is looked
+    for, beside their ServiceAccount's own and the ones they typed (:func:`known_namespaces`).
+    ``sign_outs``, in a cluster, is where the replicas tell each other of sessions signed out.
     """
 
     hub: Client
@@ -80,6 +88,8 @@ class UI:
     parsers: trio.CapacityLimiter = attrs.field(
         factory=lambda: trio.CapacityLimiter(PARSERS), repr=False
     )
+    namespaces: tuple[str, ...] = ()
+    sign_outs: SignOuts | None = None
 
     def __attrs_post_init__(self) -> None:
         # Every request the pages make, as whichever user: never a write in Argo CD's
@@ -97,6 +107,16 @@ class UI:
 
     def client_for(self, session: Session) -> Client:
         return self.hub if session.identity is None else self.hub.acting_as(session.identity)
+
+    def known_namespaces(self, session: Session) -> list[str]:
+        """Where to look for the user's Clusters when they may list neither every namespace nor
+        the Namespaces: their ServiceAccount's own, the operator's, the ones they typed (the
+        latest first), and locally the kubeconfig's. Each is tried as the user: RBAC decides."""
+        found = [sessioncookie.service_account_namespace(session.user) or ""]
+        found += [*self.namespaces, *reversed(session.namespaces)]
+        if self.mode == "local":
+            found.append(self.hub.namespace)
+        return list(dict.fromkeys(n for n in found if n))
 
 
 # --- sessions ---------------------------------------------------------------------------------
@@ -140,6 +160,7 @@ def _proxy_session(ui: UI, request: Request) -> tuple[Session, str | None] | Res
 def _signed_in(ui: UI, handler: Handler) -> Endpoint:
     async def endpoint(request: Request) -> Response:
         fresh = None
+        await _heed_sign_outs(ui)
         if ui.proxy is not None:
             found = _proxy_session(ui, request)
             if isinstance(found, Response):
@@ -157,32 +178,95 @@ def _signed_in(ui: UI, handler: Handler) -> Endpoint:
                 return _signin_page(ui)
             session = looked_up
         hub = ui.client_for(session)
-        if request.method != "POST":
-            response = await handler(request, session, hub)
-        else:
-            # Parsed once, here, with its limits; the handler's request.form() returns it.
-            form = await request.form(max_files=1, max_fields=40)
-            try:
-                given = form.get("csrf")
-                if not isinstance(given, str) or not ui.sessions.csrf_ok(session, given):
-                    log.warning(
-                        "refused %s %s: no valid CSRF token",
-                        request.method,
-                        shown_path(request.url.path),
-                    )
-                    return _refused(
-                        "Refused: the form is not from this session: reload the page and try "
-                        "again.",
-                        403,
-                    )
-                response = await handler(request, session, hub)
-            finally:
-                await form.close()
+        refused = _Refusals(hub.observer)
+        if session.identity is not None and session.identity.token is not None:
+            # The user's own token: a 401 means the API server stopped accepting it.
+            hub.observer = refused
+        looked_in = session.namespaces
+        try:
+            response = await _handle(ui, handler, request, session, hub)
+        except Unauthorized:
+            if not refused.unauthorized:
+                raise
+            return await _token_refused(ui, request, session)
+        if refused.unauthorized:
+            return await _token_refused(ui, request, session)
+        if session.namespaces != looked_in:
+            fresh = ui.sessions.updated(session, secure=_secure(request)) or fresh
         if fresh is not None:
             response.headers.append("set-cookie", fresh)
         return response
 
     return endpoint
+
+
+async def _handle(
+    ui: UI, handler: Handler, request: Request, session: Session, hub: Client
+) -> Response:
+    """``handler``'s answer; a POST's form parsed once, here, and its CSRF token checked."""
+    if request.method != "POST":
+        return await handler(request, session, hub)
+    # Parsed once, here, with its limits; the handler's request.form() returns it.
+    form = await request.form(max_files=1, max_fields=40)
+    try:
+        given = form.get("csrf")
+        if not isinstance(given, str) or not ui.sessions.csrf_ok(session, given):
+            log.warning(
+                "refused %s %s: no valid CSRF token", request.method, shown_path(request.url.path)
+            )
+            return _refused(
+                "Refused: the form is not from this session: reload the page and try again.", 403
+            )
+        return await handler(request, session, hub)
+    finally:
+        await form.close()
+
+
+@attrs.define
+class _Refusals:
+    """The observer of one request's calls as its user: whether the API server answered 401."""
+
+    inner: Observer
+    unauthorized: bool = False
+
+    def request(self, verb: str, code: str) -> None:
+        if code == "401":
+            self.unauthorized = True
+        self.inner.request(verb, code)
+
+    def watch_restarted(self, resource: str, reason: str) -> None:
+        self.inner.watch_restarted(resource, reason)
+
+
+REVOKED_LINE: Final = (
+    "Signed out: the API server no longer accepts your token (it expired or was revoked). Sign "
+    "in again with a new one, e.g. from kubectl create token NAME -n NAMESPACE --duration=8h."
+)
+
+
+async def end_session(ui: UI, request: Request) -> None:
+    """End the session of ``request``'s cookie (signing out, or a token no longer accepted), at
+    every replica."""
+    ended = ui.sessions.end(request.cookies.get(COOKIE))
+    if ended is not None and ui.sign_outs is not None:
+        await ui.sign_outs.add(*ended)
+
+
+async def _heed_sign_outs(ui: UI) -> None:
+    """The sessions signed out at other replicas, as recently read as :class:`SignOuts` keeps
+    them, before a cookie is believed."""
+    if ui.sign_outs is not None and isinstance(ui.sessions, SealedSessions):
+        ui.sessions.elsewhere = await ui.sign_outs.ended()
+
+
+async def _token_refused(ui: UI, request: Request, session: Session) -> Response:
+    """The sign-in page, in one line, for a session whose token the API server refused: the
+    session ends and its cookie is cleared, rather than every page saying Unauthorized."""
+    await end_session(ui, request)
+    log.warning("ended the session of %s: the API server no longer accepts its token", session.user)
+    response = _signin_page(ui, status=401, message=REVOKED_LINE)
+    response.headers.append("set-cookie", clear_cookie(secure=_secure(request)))
+    return response
 
 
 # --- shared by the pages ----------------------------------------------------------------------

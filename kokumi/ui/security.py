@@ -29,7 +29,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -110,6 +110,11 @@ class Session:
     identity: Identity | None = None
     base: str = attrs.field(default="", repr=False)
     """The path the session's pages are under: ``/s/<secret>`` locally, ``""`` in a cluster."""
+    namespaces: tuple[str, ...] = ()
+    """The namespaces the user typed and may list Clusters in, the latest last: where the list
+    looks when they may not list every namespace (:func:`sessioncookie.remembered`)."""
+    sealed: sessioncookie.Sealed | None = attrs.field(default=None, repr=False)
+    """In a cluster, what the cookie holds: what a changed session is sealed again from."""
 
 
 @attrs.define
@@ -179,17 +184,23 @@ class Sessions:
             return None
         return session
 
-    def end(self, cookie: str | None) -> None:
+    def end(self, cookie: str | None) -> tuple[str, int] | None:
+        """Forget the session of ``cookie``: kept here only, nobody else is to be told."""
         if not cookie:
-            return
+            return None
         try:
             session_id = self._signer.unsign(cookie).decode("ascii")
         except BadSignature:
-            return
+            return None
         self._sessions.pop(session_id, None)
+        return None
 
     def cookie_header(self, value: str, *, secure: bool = False) -> str:
         return _cookie(value, int(self.lifetime), self.secure or secure)
+
+    def updated(self, session: Session, *, secure: bool = False) -> str | None:
+        """The cookie of a session whose namespaces changed: none, it is kept here."""
+        return None
 
     def csrf_ok(self, session: Session, given: str) -> bool:
         return hmac.compare_digest(session.csrf.encode(), given.encode())
@@ -209,11 +220,12 @@ def clear_cookie(*, secure: bool = False) -> str:
 class SealedSessions:
     """Sessions in their cookies, sealed with the key the UI keeps in a Secret (in a cluster).
 
-    Nothing is kept here but the ids of sessions signed out at this replica, until they expire:
-    a cookie copied before its user signed out still works at another replica until it expires,
-    as any stateless session does; ``lifetime`` bounds that. ``secure`` marks every cookie
-    Secure; without it a cookie is Secure when its request came over TLS (or a proxy says so).
-    ``clock`` is wall-clock time, which the replicas share.
+    Nothing is kept here but the ids of sessions signed out at this replica, until they expire,
+    and ``elsewhere``: those signed out at any replica, as the UI last read them from the hub
+    (:class:`kokumi.ui.incluster.SignOuts`), so that a cookie copied before its user signed out
+    is refused at every replica, not only at the one that answered. ``secure`` marks every
+    cookie Secure; without it a cookie is Secure when its request came over TLS (or a proxy
+    says so). ``clock`` is wall-clock time, which the replicas share.
     """
 
     keys: sessioncookie.Keys
@@ -221,6 +233,7 @@ class SealedSessions:
     secure: bool = False
     clock: Callable[[], float] = time.time
     _ended: dict[str, float] = attrs.field(factory=dict)
+    elsewhere: Mapping[str, int] = attrs.field(factory=dict)
 
     def start(
         self, user: str, *, token: str | None = None, groups: Sequence[str] = ()
@@ -245,6 +258,8 @@ class SealedSessions:
         sealed = self.keys.open(cookie, now)
         if sealed is None or sealed.session_id in self._ended:
             return None
+        if sealed.session_id in self.elsewhere:
+            return None
         return self._session(sealed)
 
     def _session(self, sealed: sessioncookie.Sealed) -> Session:
@@ -254,14 +269,32 @@ class SealedSessions:
             expires=float(sealed.expires),
             user=sealed.user,
             identity=identity,
+            namespaces=sealed.namespaces,
+            sealed=sealed,
         )
 
-    def end(self, cookie: str | None) -> None:
+    def updated(self, session: Session, *, secure: bool = False) -> str | None:
+        """The ``Set-Cookie`` of ``session`` sealed again with its namespaces (the same id, so
+        the same CSRF token); the oldest are forgotten until the cookie fits a browser's."""
+        if session.sealed is None:
+            return None
+        namespaces = session.namespaces
+        while True:
+            sealed = attrs.evolve(session.sealed, namespaces=namespaces)
+            value = self.keys.seal(sealed, secrets.token_bytes(sessioncookie.NONCE_BYTES))
+            if len(value) <= sessioncookie.MAX_COOKIE or not namespaces:
+                return self.cookie_header(value, secure=secure)
+            namespaces = namespaces[1:]
+
+    def end(self, cookie: str | None) -> tuple[str, int] | None:
+        """End the session of ``cookie`` here; its id and expiry, for the other replicas."""
         now = self.clock()
         self._ended = {sid: until for sid, until in self._ended.items() if until > now}
         sealed = self.keys.open(cookie or "", now)
-        if sealed is not None:
-            self._ended[sealed.session_id] = sealed.expires
+        if sealed is None:
+            return None
+        self._ended[sealed.session_id] = sealed.expires
+        return sealed.session_id, sealed.expires
 
     def cookie_header(self, value: str, *, secure: bool = False) -> str:
         sealed = self.keys.open(value, self.clock())

@@ -21,7 +21,7 @@ from kokumi.core.sessioncookie import Keys
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
 from kokumi.ui.app import create_app
-from kokumi.ui.incluster import KEY_NAMESPACE, KEY_SECRET, ProxyTrust, session_key
+from kokumi.ui.incluster import KEY_NAMESPACE, KEY_SECRET, ProxyTrust, SignOuts, session_key
 from kokumi.ui.pages import UI
 from kokumi.ui.security import CLUSTER_SESSION_SECONDS, SealedSessions, Sessions
 from kokumi.workspace.newcluster import FIELD_MANAGER
@@ -46,6 +46,7 @@ async def serve_ui(
     *,
     port: int = 0,
     argocd_namespace: str = argocd.ARGOCD_NAMESPACE,
+    namespaces: tuple[str, ...] = (),
     task_status: trio.TaskStatus[Running] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled, as the user of ``config``; started() gives the sign-in link."""
@@ -54,7 +55,7 @@ async def serve_ui(
         Client(config, field_manager=FIELD_MANAGER) as hub,
         trio.open_nursery() as nursery,
     ):
-        ui = UI(hub, sessions, argocd_namespace)
+        ui = UI(hub, sessions, argocd_namespace, namespaces=namespaces)
         url = await nursery.start(serve_app, ui, f"{HOST}:{port}")
         task_status.started(Running(url, f"{url}/signin?token={sessions.sign_in_token}"))
 
@@ -96,23 +97,28 @@ async def serve_in_cluster(
     secure_cookies: bool = False,
     tls: tuple[str, str] | None = None,
     argocd_namespace: str = argocd.ARGOCD_NAMESPACE,
+    namespaces: tuple[str, ...] = (),
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled, every page as its signed-in user; started() gives the URL.
 
-    ``own`` is the UI's own identity (its ServiceAccount): it reads the session key, and with a
-    ``proxy`` it impersonates the users the proxy names. Without one, users sign in with a bearer
-    token, sent on a connection that carries no credentials of the UI's. ``tls`` is a
+    ``own`` is the UI's own identity (its ServiceAccount): it reads the session key, keeps the
+    sessions signed out beside it, and with a ``proxy`` it impersonates the users the proxy
+    names. Without one, users sign in with a bearer token, sent on a connection that carries no
+    credentials of the UI's. ``tls`` is a
     (certificate file, key file) pair to serve HTTPS with; cookies are then always Secure.
+    ``namespaces`` are where to look for a user's Clusters besides their own (``--namespaces``).
     """
     async with Client(own, field_manager=FIELD_MANAGER) as ui_account:
         keys = Keys(await session_key(ui_account, *key_secret))
         sessions = SealedSessions(keys, lifetime=lifetime, secure=secure_cookies or tls is not None)
+        shared = SignOuts(ui_account, *key_secret)
         if proxy is not None:
-            ui = UI(ui_account, sessions, argocd_namespace, proxy=proxy)
+            ui = UI(ui_account, sessions, argocd_namespace, proxy=proxy, namespaces=namespaces,
+                    sign_outs=shared)  # fmt: skip
             await serve_app(ui, bind, tls=tls, task_status=task_status)
             return
         bare = attrs.evolve(own, token=None, client_certificate=None, client_key=None)
         async with Client(bare, field_manager=FIELD_MANAGER) as users:
-            ui = UI(users, sessions, argocd_namespace)
+            ui = UI(users, sessions, argocd_namespace, namespaces=namespaces, sign_outs=shared)
             await serve_app(ui, bind, tls=tls, task_status=task_status)

@@ -118,3 +118,39 @@ def test_proxy_mode_impersonates_users_and_the_named_groups_only(
     assert can("serviceaccounts/kokumi") == "no"
     assert kubectl(hub, "auth", "can-i", "impersonate", "serviceaccounts", "-n", "kokumi",
                    f"--as={UI_ACCOUNT}", check=False).stdout.strip() == "no"  # fmt: skip
+
+
+def test_the_oauth2_proxy_example_is_deploy_uis_pod_with_the_sidecar_in_front() -> None:
+    (plain,) = yaml.safe_load_all((UI_FILES / "deployment.yaml").read_text())
+    (service,) = yaml.safe_load_all((UI_FILES / "service.yaml").read_text())
+    example, fronted = yaml.safe_load_all((UI_FILES / "optional" / "oauth2-proxy.yaml").read_text())
+    pod = example["spec"]["template"]["spec"]
+    ui, proxy = pod["containers"]
+    # The UI listens where only the sidecar reaches it, and believes only the sidecar.
+    assert ui["args"] == ["--in-cluster", "--listen=127.0.0.1:8080", "--trusted-proxy=127.0.0.1"]
+    assert "--upstream=http://127.0.0.1:8080/" in proxy["args"]
+    for flag in ("--pass-user-headers=true", "--skip-auth-strip-headers=true",
+                 "--pass-access-token=false", "--skip-auth-route=GET=^/healthz$"):  # fmt: skip
+        assert flag in proxy["args"]
+    assert "ports" not in ui and proxy["ports"][0]["name"] == "proxy"
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert ui[probe]["httpGet"] == {"path": "/healthz", "port": "proxy"}
+    assert {e["valueFrom"]["secretKeyRef"]["name"] for e in proxy["env"]} == {
+        "kokumi-clusters-ui-oauth2-proxy"
+    }
+    # Otherwise deploy/ui/'s own objects, so that it replaces them and drifts from nothing.
+    changed = ("args", "ports", "livenessProbe", "readinessProbe")
+    mine = plain["spec"]["template"]["spec"]["containers"][0]
+    assert {k: v for k, v in ui.items() if k not in changed} == {
+        k: v for k, v in mine.items() if k not in changed
+    }
+    pod_rest = {k: v for k, v in pod.items() if k != "containers"}
+    assert pod_rest == {k: v for k, v in plain["spec"]["template"]["spec"].items()
+                        if k != "containers"}  # fmt: skip
+    assert {k: v for k, v in example.items() if k != "spec"} == {
+        k: v for k, v in plain.items() if k != "spec"
+    }
+    assert fronted["spec"]["ports"] == [{**service["spec"]["ports"][0], "targetPort": "proxy"}]
+    assert {k: v for k, v in fronted.items() if k != "spec"} == {
+        k: v for k, v in service.items() if k != "spec"
+    }

@@ -13,15 +13,17 @@ from contextlib import asynccontextmanager
 
 import attrs
 import httpx
+import trio
 
+from kokumi.core import api
 from kokumi.core.sessioncookie import Keys
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config, StaticToken
-from kokumi.kube.errors import NotFound
+from kokumi.kube.errors import Forbidden, NotFound, Unauthorized
 from kokumi.testing import run_kubectl
 from kokumi.testing.controlplane import APIServer
 from kokumi.ui.app import create_app
-from kokumi.ui.incluster import KEY_NAMESPACE, KEY_SECRET, ProxyTrust, session_key
+from kokumi.ui.incluster import KEY_NAMESPACE, KEY_SECRET, ProxyTrust, SignOuts, session_key
 from kokumi.ui.pages import UI
 from kokumi.ui.security import SealedSessions
 from kokumi.workspace.newcluster import FIELD_MANAGER
@@ -115,21 +117,25 @@ async def in_cluster_app(
     proxy: ProxyTrust | None = None,
     base_url: str = "http://kokumi-ui.kokumi.svc",
     client: tuple[str, int] = ("10.1.2.3", 40000),
+    namespaces: tuple[str, ...] = (),
 ) -> AsyncIterator[App]:
     """A replica as serve_in_cluster builds it, the session key read from (or made in) its
     Secret by the UI's own account; ``client`` is the address requests come from."""
     async with Client(own, field_manager=FIELD_MANAGER) as account:
         keys = Keys(await session_key(account))
         sessions = SealedSessions(keys)
+        shared = SignOuts(account)
         if proxy is not None:
-            ui = UI(account, sessions, proxy=proxy)
+            ui = UI(account, sessions, proxy=proxy, namespaces=namespaces, sign_outs=shared)
             async with _browser(ui, base_url, client) as browser:
                 yield App(sessions, browser)
             return
         bare = attrs.evolve(own, token=None, client_certificate=None, client_key=None)
         async with (
             Client(bare, field_manager=FIELD_MANAGER) as users,
-            _browser(UI(users, sessions), base_url, client) as browser,
+            _browser(
+                UI(users, sessions, namespaces=namespaces, sign_outs=shared), base_url, client
+            ) as browser,
         ):
             yield App(sessions, browser)
 
@@ -148,3 +154,17 @@ async def delete_session_key(admin: Client) -> None:
         await admin.delete(SECRETS, KEY_SECRET, namespace=KEY_NAMESPACE)
     except NotFound:
         pass
+
+
+async def refused_by_the_hub(hub: APIServer, bearer: str) -> None:
+    """Until the API server refuses ``bearer`` (its ServiceAccount deleted): 401, not 403."""
+    async with Client(config_for(hub, bearer)) as theirs:
+        with trio.fail_after(60):
+            while True:
+                try:
+                    await theirs.list(api.CLUSTERS, namespace="default")
+                except Unauthorized:
+                    return
+                except Forbidden:
+                    pass
+                await trio.sleep(0.2)

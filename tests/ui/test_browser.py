@@ -32,11 +32,12 @@ from kokumi.kube.errors import NotFound
 from kokumi.testing import Kubectl, canary
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
+from kokumi.ui.pages import REVOKED_LINE
 from kokumi.ui.serve import serve_in_cluster, serve_ui
 from tests.support.cli import user_with
 from tests.support.manager import Workspace, manager, ready_of, wait_for, wait_reason, workspace
 from tests.support.paths import REPO
-from tests.support.ui import install_ui_account, user
+from tests.support.ui import install_ui_account, refused_by_the_hub, user
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -499,8 +500,9 @@ async def test_in_cluster_a_bearer_token_signs_in_and_shows_the_clusters(
             await browser.fill("token", alice)
             await browser.submit()
             assert browser.url == f"{browser.base}/clusters", await browser.text()
+            # Her ServiceAccount's own namespace is where the list looks: no namespace to type.
             listed = await browser.until(
-                f"/clusters?namespace={ns}", lambda t: "in-cluster" in t and "True" in t, "Ready"
+                "/clusters", lambda t: "in-cluster" in t and "True" in t, "Ready"
             )
             assert f"system:serviceaccount:{ns}:alice" in listed
             cookie = await browser._run(lambda: browser.driver.get_cookie("kokumi_session"))
@@ -517,3 +519,90 @@ async def test_in_cluster_a_bearer_token_signs_in_and_shows_the_clusters(
             assert alice not in source
             assert canary.found(source) == []
         assert alice not in caplog.text
+
+
+CLUSTER = """apiVersion: delivery.kokumi.dev/v1alpha1
+kind: Cluster
+metadata: {{name: {name}, namespace: {namespace}}}
+spec: {{connection: InCluster}}
+"""
+
+
+async def test_in_cluster_a_namespace_user_finds_their_clusters_until_their_token_is_revoked(
+    hub: APIServer, crds: object, namespace: str, kubectl: Kubectl
+) -> None:
+    other = f"{namespace}-team"
+    kubectl(hub, "create", "namespace", other)
+    try:
+        kubectl(hub, "apply", "-f", "-", input=CLUSTER.format(name="far", namespace=other))
+        # bob's ServiceAccount is in the test's namespace; his Role, and his Clusters, elsewhere.
+        kubectl(hub, "-n", namespace, "create", "serviceaccount", "bob")
+        kubectl(hub, "-n", other, "create", "role", "bob", "--verb=get,list",
+                "--resource=clusters.delivery.kokumi.dev")  # fmt: skip
+        kubectl(hub, "-n", other, "create", "rolebinding", "bob", "--role=bob",
+                f"--serviceaccount={namespace}:bob")  # fmt: skip
+        bob = kubectl(hub, "-n", namespace, "create", "token", "bob").stdout.strip()
+        own = install_ui_account(hub)
+        async with running_in_cluster_ui(own, "argocd") as browser:
+            await browser.fill("token", bob)
+            await browser.submit()
+            empty = await browser.text()
+            assert "No Clusters" not in empty
+            assert f"None you may list in namespace {namespace}" in empty
+            assert "0 in the namespace looked in" in empty
+            await browser.shot("in-cluster-namespace-user-empty", narrow=True)
+            await browser.fill("empty-namespace", other)
+            await browser.submit("#empty button[type=submit]")
+            assert "far" in await browser.text()
+            # Remembered in his session: the plain list finds it from now on.
+            listed = await browser.open("/clusters")
+            assert f"cluster-{other}-far" in listed
+            assert f"1 in namespaces {other}" in await browser.text()
+            await browser.shot("in-cluster-namespace-user-remembered")
+            # His ServiceAccount deleted mid-session: the next page is the sign-in, in one line.
+            kubectl(hub, "-n", namespace, "delete", "serviceaccount", "bob")
+            await refused_by_the_hub(hub, bob)
+            await browser.open("/clusters")
+            back = await browser.text()
+            assert REVOKED_LINE in back and "Unauthorized" not in back
+            assert "Paste a Kubernetes bearer token" in back
+            assert await browser._run(lambda: browser.driver.get_cookie("kokumi_session")) is None
+            await browser.shot("in-cluster-token-revoked")
+        for source in browser.sources:
+            assert bob not in source
+    finally:
+        kubectl(hub, "delete", "namespace", other, "--wait=false", check=False)
+
+
+async def test_in_cluster_sign_out_at_one_replica_is_refused_at_the_other(
+    hub: APIServer, crds: object, namespace: str
+) -> None:
+    own = install_ui_account(hub)
+    alice = user(hub, namespace, "alice", verbs="get,list")
+    async with running_in_cluster_ui(own, "argocd") as browser, trio.open_nursery() as nursery:
+        other = await nursery.start(
+            functools.partial(serve_in_cluster, own, bind="127.0.0.1:0", argocd_namespace="argocd")
+        )
+        first = browser.base
+        await browser.fill("token", alice)
+        await browser.submit()
+        # A browser sends one host's cookie to each of its ports: both replicas serve her.
+        browser.base = other
+        assert f"system:serviceaccount:{namespace}:alice" in await browser.open("/clusters")
+        copied = await browser._run(lambda: browser.driver.get_cookie("kokumi_session"))
+        assert copied is not None
+        browser.base = first
+        await browser.open("/clusters")
+        await browser.submit("form.signout button")
+        assert "Signed out" in await browser.text()
+        # The cookie put back, as a copy taken before the sign-out would be: the other
+        # replica refuses it too, once it has read the list again (about a second).
+        await browser._run(lambda: browser.driver.add_cookie(copied))
+        assert await browser._run(lambda: browser.driver.get_cookie("kokumi_session")) is not None
+        browser.base = other
+        back = await browser.until(
+            "/clusters", lambda t: "Paste a Kubernetes bearer token" in t, "the sign-in page"
+        )
+        assert "alice" not in back
+        await browser.shot("in-cluster-signed-out-at-the-other-replica")
+        nursery.cancel_scope.cancel()

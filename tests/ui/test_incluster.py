@@ -11,21 +11,28 @@ every call made as the user, so that their RBAC refuses what they may not do.
 from __future__ import annotations
 
 import base64
+import functools
+import json
 import logging
 import re
+import ssl
 import time
+from pathlib import Path
 
 import httpx
 import pytest
+import trio
 
 from kokumi.core import api
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config
 from kokumi.kube.errors import Forbidden
 from kokumi.testing import Kubectl, canary
-from kokumi.testing.controlplane import APIServer
+from kokumi.testing.controlplane import APIServer, CertificateAuthority
 from kokumi.ui.incluster import KEY_NAMESPACE, KEY_SECRET, ProxyTrust, SessionKeyError, session_key
+from kokumi.ui.pages import REVOKED_LINE
 from kokumi.ui.security import COOKIE
+from kokumi.ui.serve import serve_in_cluster
 from tests.support.deploy import apply, wait_until
 from tests.support.ui import (
     UI_FILES,
@@ -34,6 +41,7 @@ from tests.support.ui import (
     delete_session_key,
     in_cluster_app,
     install_ui_account,
+    refused_by_the_hub,
     token,
     user,
 )
@@ -349,3 +357,219 @@ async def test_a_ui_account_without_deploy_uis_role_says_what_to_apply(
     said = str(refused.value)
     assert said.startswith(f"cannot read the session key Secret {KEY_NAMESPACE}/{KEY_SECRET}: ")
     assert "Forbidden" in said and "apply deploy/ui/" in said and "\n" not in said
+
+
+async def test_a_namespace_user_finds_their_clusters_where_they_may_list_them(
+    hub: APIServer, crds: object, namespace: str, kubectl: Kubectl
+) -> None:
+    alice = user(hub, namespace, "alice", verbs="get,list")
+    _cluster(kubectl, hub, namespace, "edge")
+    other = f"{namespace}-team"
+    kubectl(hub, "create", "namespace", other)
+    try:
+        _cluster(kubectl, hub, other, "far")
+        # bob's ServiceAccount lives in the test's namespace, his Clusters in the other one.
+        kubectl(hub, "-n", namespace, "create", "serviceaccount", "bob")
+        kubectl(hub, "-n", other, "create", "role", "bob", "--verb=get,list",
+                "--resource=clusters.delivery.kokumi.dev")  # fmt: skip
+        kubectl(hub, "-n", other, "create", "rolebinding", "bob", "--role=bob",
+                f"--serviceaccount={namespace}:bob")  # fmt: skip
+        bob = token(hub, namespace, "bob")
+        own = install_ui_account(hub)
+        async with in_cluster_app(own) as app, in_cluster_app(own) as second:
+            # alice may list neither every namespace nor the Namespaces: her ServiceAccount's
+            # own namespace is where she is looked for, with her token.
+            await _sign_in(app, alice)
+            listed = await app.browser.get("/clusters")
+            assert f"cluster-{namespace}-edge" in listed.text
+            assert f"1 in namespaces {namespace} " in listed.text
+            await app.browser.post("/signout", data={"csrf": _csrf(listed.text)},
+                                   headers=SAME_ORIGIN)  # fmt: skip
+
+            await _sign_in(app, bob)
+            empty = await app.browser.get("/clusters")
+            assert empty.status_code == 200
+            assert "No Clusters" not in empty.text and "cluster-" not in empty.text
+            looked = _error_line(empty.text, 'id="looked">')
+            assert looked.startswith(f'None you may list in namespace <a href="/clusters'
+                                     f'?namespace={namespace}">{namespace}</a>:')  # fmt: skip
+            assert 'id="empty-namespace" name="namespace"' in empty.text
+            # He types his namespace: listed as him, and remembered in his (sealed) session.
+            typed = await app.browser.get(f"/clusters?namespace={other}")
+            assert f"cluster-{other}-far" in typed.text
+            assert COOKIE in typed.headers["set-cookie"]
+            again = await app.browser.get("/clusters")
+            assert f"cluster-{other}-far" in again.text
+            assert f"1 in namespaces {other} " in again.text
+            # The cookie carries it, so another replica remembers it too; the form still holds.
+            second.browser.cookies.set(COOKIE, app.browser.cookies[COOKIE])
+            there = await second.browser.get("/clusters")
+            assert f"cluster-{other}-far" in there.text
+            assert _csrf(there.text) == _csrf(again.text)
+            # A namespace he may not list is not remembered, and says so in one line.
+            refused = await app.browser.get("/clusters?namespace=kube-system")
+            assert "cannot list Clusters in namespace kube-system: Forbidden" in refused.text
+            assert "set-cookie" not in refused.headers
+        # The operator's --namespaces: bob finds his Clusters at once, with his own rights.
+        async with in_cluster_app(own, namespaces=(other, "kube-system")) as named:
+            await _sign_in(named, bob)
+            found = await named.browser.get("/clusters")
+            assert f"cluster-{other}-far" in found.text
+            assert f"1 in namespaces {other} " in found.text
+            await _sign_in(named, alice)
+            hers = await named.browser.get("/clusters")
+            assert f"cluster-{namespace}-edge" in hers.text
+            assert f"cluster-{other}-far" not in hers.text
+    finally:
+        kubectl(hub, "delete", "namespace", other, "--wait=false", check=False)
+
+
+async def test_a_token_revoked_mid_session_ends_it_back_at_the_sign_in_in_one_line(
+    hub: APIServer, crds: object, namespace: str, kubectl: Kubectl, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    own = install_ui_account(hub)
+    carol = user(hub, namespace, "carol")
+    _cluster(kubectl, hub, namespace, "edge")
+    async with in_cluster_app(own) as app, in_cluster_app(own) as second:
+        cookies = []
+        for _ in range(3):  # three sessions of hers, each ended on its own below
+            await _sign_in(app, carol)
+            cookies.append(app.browser.cookies[COOKIE])
+        listed = await app.browser.get("/clusters")
+        assert f"cluster-{namespace}-edge" in listed.text
+        kubectl(hub, "-n", namespace, "delete", "serviceaccount", "carol")
+        await refused_by_the_hub(hub, carol)
+        for path, cookie in (
+            ("/clusters", cookies[0]),
+            (f"/clusters/{namespace}/edge", cookies[1]),
+        ):
+            app.browser.cookies.set(COOKIE, cookie)
+            page = await app.browser.get(path)
+            assert page.status_code == 401
+            assert 'name="token" type="password"' in page.text
+            assert _error_line(page.text) == REVOKED_LINE
+            assert "Unauthorized" not in page.text
+            assert page.headers["set-cookie"].startswith(f"{COOKIE}=; ")
+            assert "Max-Age=0" in page.headers["set-cookie"]
+        # A form posted with the refused token ends the same way, and creates nothing.
+        second.browser.cookies.set(COOKIE, cookies[2])
+        form = {"csrf": _csrf(listed.text), "namespace": namespace, "name": "late",
+                "how": "incluster"}  # fmt: skip
+        posted = await second.browser.post("/clusters/new", data=form, headers=SAME_ORIGIN)
+        assert posted.status_code == 401 and _error_line(posted.text) == REVOKED_LINE
+        # Ended: the cookie opens nothing here any more, not even a page that asks nothing.
+        app.browser.cookies.set(COOKIE, cookies[0])
+        again = await app.browser.get("/clusters")
+        assert again.status_code == 401 and REVOKED_LINE not in again.text
+    assert kubectl(hub, "get", "kcl", "-n", namespace, "-o", "name").stdout.split() == [
+        "cluster.delivery.kokumi.dev/edge"
+    ]
+    assert "no longer accepts its token" in caplog.text
+    assert carol not in caplog.text and carol.split(".")[1] not in caplog.text
+
+
+async def _refused_within(app: App, path: str, seconds: float = 30) -> httpx.Response:
+    """``path`` until the replica refuses the cookie: it reads the signed-out list again about
+    once a second, on a request that needs it."""
+    with trio.fail_after(seconds):
+        while True:
+            page = await app.browser.get(path)
+            if page.status_code == 401:
+                return page
+            await trio.sleep(0.1)
+
+
+async def test_sign_out_at_one_replica_is_honoured_at_every_other(
+    hub: APIServer, crds: object, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    own = install_ui_account(hub)
+    alice = user(hub, namespace, "alice")
+    async with Client(Config.from_kubeconfig(hub.admin_kubeconfig)) as admin:
+        async with in_cluster_app(own) as first, in_cluster_app(own) as second:
+            page = await _sign_in(first, alice)
+            cookie = first.browser.cookies[COOKIE]
+            sealed = first.sessions.keys.open(cookie, time.time())
+            assert sealed is not None
+            second.browser.cookies.set(COOKIE, cookie)
+            listed = await second.browser.get("/clusters")
+            assert listed.status_code == 200
+            out = await first.browser.post(
+                "/signout", data={"csrf": _csrf(listed.text)}, headers=SAME_ORIGIN
+            )
+            assert out.status_code == 200 and "Signed out" in out.text
+            refused = await _refused_within(second, "/clusters")
+            assert 'name="token" type="password"' in refused.text
+            # Kept beside the key, as the session's id and its cookie's expiry, nothing more.
+            secret = await admin.get(SECRETS, KEY_SECRET, namespace=KEY_NAMESPACE)
+            ended = json.loads(base64.b64decode(secret["data"]["ended"]))
+            assert ended[sealed.session_id] == sealed.expires
+            assert alice not in json.dumps(secret) and alice.split(".")[1] not in json.dumps(secret)
+            # Signing in again is a new session, honoured at both.
+            second.browser.cookies.clear()
+            await _sign_in(second, alice)
+            first.browser.cookies.set(COOKIE, second.browser.cookies[COOKIE])
+            assert (await first.browser.get("/clusters")).status_code == 200
+        # A replica started after the sign-out refuses the cookie at its first request.
+        async with in_cluster_app(own) as third:
+            third.browser.cookies.set(COOKIE, cookie)
+            assert (await third.browser.get("/clusters")).status_code == 401
+            assert page.status_code == 303
+
+            # The Secret gone meanwhile: the sign-out still ends the session here, and says in
+            # the log that the others are not told.
+            third.browser.cookies.clear()
+            await _sign_in(third, alice)
+            form = await third.browser.get("/clusters")
+            await delete_session_key(admin)
+            caplog.set_level(logging.WARNING)
+            out = await third.browser.post(
+                "/signout", data={"csrf": _csrf(form.text)}, headers=SAME_ORIGIN
+            )
+            assert out.status_code == 200 and "Signed out" in out.text
+            assert out.headers["set-cookie"].startswith(f"{COOKIE}=; ")
+            assert (await third.browser.get("/clusters")).status_code == 401
+    said = [r.getMessage() for r in caplog.records if "not shared" in r.getMessage()]
+    assert len(said) == 1 and "apply deploy/ui/" in said[0] and "\n" not in said[0]
+
+
+async def test_served_over_https_with_its_certificate_every_cookie_secure(
+    hub: APIServer, crds: object, namespace: str, kubectl: Kubectl, tmp_path: Path
+) -> None:
+    own = install_ui_account(hub)
+    alice = user(hub, namespace, "alice")
+    _cluster(kubectl, hub, namespace, "edge")
+    authority = CertificateAuthority.create("kokumi-ui-test-ca")
+    cert, key = authority.issue("kokumi-ui", server_names=["127.0.0.1"])
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+    tls = (str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"))
+    verified = ssl.create_default_context(cadata=authority.pem.decode())
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(
+            functools.partial(serve_in_cluster, own, bind="127.0.0.1:0", tls=tls)
+        )
+        assert url.startswith("https://127.0.0.1:")
+        async with httpx.AsyncClient(base_url=url, verify=verified) as browser:
+            assert 'name="token" type="password"' in (await browser.get("/signin")).text
+            signed = await browser.post("/signin", data={"token": alice}, headers=SAME_ORIGIN)
+            assert signed.status_code == 303
+            cookie = signed.headers["set-cookie"]
+            assert cookie.endswith("; Secure") and "HttpOnly; SameSite=Strict" in cookie
+            listed = await browser.get("/clusters")
+            assert listed.status_code == 200 and f"cluster-{namespace}-edge" in listed.text
+        # The certificate is the one given: a client trusting other CAs refuses it, and plain
+        # HTTP on the port gets no page.
+        async with httpx.AsyncClient(base_url=url, verify=ssl.create_default_context()) as other:
+            with pytest.raises(httpx.ConnectError) as unverified:
+                await other.get("/healthz")
+            causes = []
+            cause: BaseException | None = unverified.value
+            while cause is not None:
+                causes.append(cause)
+                cause = cause.__cause__ or cause.__context__
+            assert any(isinstance(c, ssl.SSLCertVerificationError) for c in causes), causes
+        async with httpx.AsyncClient(base_url=url.replace("https://", "http://")) as plain:
+            with pytest.raises(httpx.TransportError):
+                await plain.get("/healthz")
+        nursery.cancel_scope.cancel()

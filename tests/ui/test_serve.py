@@ -24,6 +24,7 @@ from kokumi.kube.config import Config
 from kokumi.ui.pages import UI
 from kokumi.ui.security import Limits, SealedSessions
 from kokumi.ui.serve import serve_app
+from tests.support.cli import kokumi, one_error_line
 
 LIMITS = Limits(idle_seconds=1, read_seconds=1, body_seconds=2)
 WAIT = 15.0
@@ -128,3 +129,10 @@ async def test_a_sign_in_body_over_its_limit_is_refused_before_it_is_read() -> N
     assert refused.text == (
         "Refused: the request is larger than 32 KiB: a bearer token is at most 16 KiB."
     )
+
+
+def test_namespaces_that_no_namespace_can_have_are_refused_before_anything_starts() -> None:
+    for flags in (["--in-cluster"], []):
+        run = kokumi("ui", *flags, "--namespaces", "team-a, Team_B")
+        line = one_error_line(run)
+        assert line.startswith('kokumi: --namespaces: namespace "Team_B" is not a DNS label')

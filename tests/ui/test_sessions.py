@@ -17,7 +17,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kokumi.core import sessioncookie
-from kokumi.core.sessioncookie import Keys, Sealed, token_expiry
+from kokumi.core.sessioncookie import (
+    Keys,
+    Sealed,
+    remembered,
+    service_account_namespace,
+    token_expiry,
+)
 from kokumi.kube.client import Client, Identity
 from kokumi.kube.config import Config, StaticToken
 from kokumi.kube.errors import ConfigError
@@ -38,6 +44,7 @@ sessions = st.builds(
     user=names,
     groups=st.lists(names, max_size=4).map(tuple),
     token=st.none() | names,
+    namespaces=st.lists(names, max_size=sessioncookie.MAX_REMEMBERED).map(tuple),
 )
 
 
@@ -211,3 +218,73 @@ async def test_a_request_naming_two_users_through_the_proxy_is_refused() -> None
             one = await browser.get("/clusters", headers={"X-Forwarded-User": "alice"})
             assert one.status_code == 200
     assert [r.headers["impersonate-user"] for r in asked] == ["alice"]
+
+
+@given(st.lists(st.sampled_from("abcdefghijkl"), max_size=30))
+def test_a_session_remembers_the_latest_namespaces_typed_and_no_more(typed: list[str]) -> None:
+    kept: tuple[str, ...] = ()
+    for namespace in typed:
+        kept = remembered(kept, namespace)
+        assert kept[-1] == namespace
+    assert len(kept) == len(set(kept)) <= sessioncookie.MAX_REMEMBERED
+    latest = list(dict.fromkeys(reversed(typed)))[: sessioncookie.MAX_REMEMBERED]
+    assert kept == tuple(reversed(latest))
+
+
+def test_a_service_accounts_namespace_is_read_from_its_username_only() -> None:
+    assert service_account_namespace("system:serviceaccount:team-a:alice") == "team-a"
+    for other in ("alice", "system:serviceaccount:team-a", "system:serviceaccounts:team-a",
+                  "system:serviceaccount::alice", "system:serviceaccount:a:b:c",
+                  "oidc:system:serviceaccount:a"):  # fmt: skip
+        assert service_account_namespace(other) is None
+
+
+def test_remembered_namespaces_are_sealed_again_the_oldest_dropped_to_fit_a_cookie() -> None:
+    store = SealedSessions(Keys(KEY))
+    cookie, session = store.start("alice", token="t" * 2700)
+    session.namespaces = tuple(f"{'n' * 60}-{i}" for i in range(sessioncookie.MAX_REMEMBERED))
+    header = store.updated(session)
+    assert header is not None
+    value = header.split(";")[0].split("=", 1)[1]
+    assert len(value) <= sessioncookie.MAX_COOKIE
+    again = store.get(value)
+    assert again is not None and again.csrf == session.csrf
+    assert 0 < len(again.namespaces) < sessioncookie.MAX_REMEMBERED
+    assert again.namespaces == session.namespaces[-len(again.namespaces) :]
+    assert store.get(cookie) is not None  # the old cookie is the same session, still valid
+
+
+@given(
+    st.dictionaries(st.text("abcdef", min_size=1, max_size=4), st.integers(0, 100), max_size=30),
+    st.integers(0, 100),
+    st.integers(1, 10),
+)
+def test_the_signed_out_list_keeps_the_newest_and_those_expiring_latest_and_no_more(
+    ended: dict[str, int], now: int, most: int
+) -> None:
+    kept = sessioncookie.ended_with(ended, "new", now + 50, now, most)
+    assert kept["new"] == now + 50
+    assert len(kept) <= most
+    assert all(at > now for at in kept.values())
+    # Whatever was dropped (besides the expired) expires no later than anything kept.
+    dropped = [at for sid, at in ended.items() if at > now and sid not in kept and sid != "new"]
+    others = [at for sid, at in kept.items() if sid != "new"]
+    assert not dropped or not others or max(dropped) <= min(others)
+    assert sessioncookie.ended_of(sessioncookie.ended_text(kept)) == kept
+
+
+def test_a_signed_out_list_that_is_not_one_refuses_nothing_more() -> None:
+    for text in (None, b"", b"[1]", b"not json", b'"x"'):
+        assert sessioncookie.ended_of(text) == {}
+    assert sessioncookie.ended_of(b'{"a": 5, "b": "5", "c": true, "d": 1.5}') == {"a": 5}
+
+
+def test_a_session_signed_out_elsewhere_is_refused_here() -> None:
+    store = SealedSessions(Keys(KEY))
+    cookie, _ = store.start("alice")
+    other = SealedSessions(Keys(KEY))
+    assert other.get(cookie) is not None
+    ended = store.end(cookie)
+    assert ended is not None and store.get(cookie) is None
+    other.elsewhere = dict([ended])
+    assert other.get(cookie) is None
