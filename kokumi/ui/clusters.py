@@ -26,7 +26,17 @@ from kokumi.core.registry.ownership import IN_CLUSTER_SERVER
 from kokumi.core.text import one_line
 from kokumi.kube.client import NAMESPACES, Client
 from kokumi.kube.errors import Conflict, Forbidden, KubeError, NotFound
-from kokumi.ui.pages import REFRESH, UI, _error, _listed_namespace, _named, _page, _signed_in
+from kokumi.kube.paths import resource_path
+from kokumi.ui.pages import (
+    REFRESH,
+    UI,
+    Listed,
+    _error,
+    _listed_namespace,
+    _named,
+    _page,
+    _signed_in,
+)
 from kokumi.ui.security import MAX_TOKEN, Session
 from kokumi.workspace import inspect, newcluster
 
@@ -46,29 +56,29 @@ intermediates are a few KiB."""
 
 def cluster_routes(ui: UI) -> list[BaseRoute]:
     async def clusters(request: Request, session: Session, hub: Client) -> Response:
-        namespace = request.query_params.get("namespace", "").strip()
-        selector = request.query_params.get("selector", "").strip()
-        reason = request.query_params.get("reason", "").strip()
-        if (refused := _listed_namespace(session, namespace)) is not None:
+        query = clusterview.parse_query(request.query_params)
+        if isinstance(query, str):
+            return _error(session, newcluster.Refused(query), status=400)
+        if (refused := _listed_namespace(session, query.namespace)) is not None:
             return refused
-        items, scope, error = await _clusters(hub, namespace or None, selector)
-        now = ui.clock()
-        rows = sorted((clusterview.row(c, now) for c in items), key=lambda r: (r.namespace, r.name))
-        reasons = sorted({r.reason for r in rows})
-        if reason:
-            rows = [r for r in rows if r.reason == reason]
+        shown, scope, error, age = await _list_page(ui, session, hub, query)
         return _page(
             "clusters.html",
             {
                 "title": "Clusters",
                 "session": session,
-                "rows": rows,
-                "namespace": namespace,
-                "selector": selector,
-                "reason": reason,
-                "reasons": reasons,
+                "shown": shown,
+                "rows": shown.rows,
+                "q": query,
+                "namespace": query.namespace,
+                "selector": query.selector,
+                "reason": query.reason,
+                "reasons": clusterview.READY_REASONS,
+                "readies": clusterview.READIES,
+                "sorts": clusterview.SORTS,
                 "scope": scope,
                 "error": error,
+                "age": age,
                 "refresh": REFRESH,
                 "checking": clusterview.CHECKING,
             },
@@ -118,6 +128,7 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
             except newcluster.Refused as refused:
                 error = str(refused)
             else:
+                ui.lists.forget(session)
                 return RedirectResponse(
                     f"{session.base}/clusters/{namespace}/{name}", status_code=303
                 )
@@ -145,6 +156,7 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
                         newcluster.api_error(f"cannot delete Cluster {namespace}/{name}", exc)
                     )
                 else:
+                    ui.lists.forget(session)
                     return RedirectResponse(
                         f"{session.base}/clusters?namespace={namespace}", status_code=303
                     )
@@ -174,6 +186,7 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
                 values[key] = _text(form, key).strip()
             outcome = await _add(ui, hub, form, values)
             if isinstance(outcome, str):
+                ui.lists.forget(session)
                 return RedirectResponse(session.base + outcome, status_code=303)
             errors, contexts = outcome
         return _page(
@@ -209,6 +222,83 @@ def _missing(session: Session, namespace: str, name: str) -> HTMLResponse:
 def _text(form: FormData, key: str) -> str:
     value = form.get(key)
     return value if isinstance(value, str) else ""
+
+
+async def _list_page(
+    ui: UI, session: Session, hub: Client, query: clusterview.Query
+) -> tuple[clusterview.Window, str, str, float | None]:
+    """The page of the list ``query`` asks for, where from, why some may be missing, and how
+    many seconds old the list is (None: read for this view).
+
+    The first page in the API's order is one request of a page of Clusters, whatever the fleet's
+    size (:func:`_first_page`); any other page, order or status filter needs every Cluster, read
+    as the user by :func:`_clusters` and kept for the session for ``LIST_TTL`` seconds
+    (:class:`kokumi.ui.pages.Lists`), so that paging, sorting and reloading read them once.
+    """
+    if query.in_api_order and query.page == 1 and not query.selector:
+        first = await _first_page(hub, query.namespace)
+        if isinstance(first, str):
+            return clusterview.window([], 1), _scope_of(query.namespace), first, None
+        if first is not None:
+            items, total = first
+            now = ui.clock()
+            rows = tuple(clusterview.row(c, now) for c in items)
+            shown = clusterview.Window(rows, total, 1, clusterview.pages_of(total))
+            return shown, _scope_of(query.namespace), "", None
+    listed, error, age = await _every(ui, session, hub, query.namespace, query.selector)
+    chosen = clusterview.select(listed.ordered(query.sort, query.descending), query)
+    return clusterview.window(chosen, query.page), listed.scope, error, age
+
+
+async def _every(
+    ui: UI, session: Session, hub: Client, namespace: str, selector: str
+) -> tuple[Listed, str, float | None]:
+    """Every Cluster the user may list there, from the session's recent lists or read now (see
+    :class:`kokumi.ui.pages.Lists`); why some may be missing; how many seconds old (None: now)."""
+    listed = ui.lists.get(session, namespace, selector)
+    if listed is not None:
+        return listed, "", ui.lists.clock() - listed.at
+    items, scope, error = await _clusters(hub, namespace or None, selector)
+    now = ui.clock()
+    every = [clusterview.row(c, now) for c in items]
+    if error:
+        return Listed(tuple(every), scope, 0.0), error, None
+    return ui.lists.put(session, namespace, selector, every, scope), "", None
+
+
+def _scope_of(namespace: str) -> str:
+    return f"namespace {namespace}" if namespace else "all namespaces"
+
+
+async def _first_page(hub: Client, namespace: str) -> tuple[list[dict[str, Any]], int] | str | None:
+    """The first :data:`~kokumi.core.clusterview.PAGE_SIZE` Clusters in the API's order and how
+    many there are in all, in one request, or why they cannot be listed (one line); None when
+    the API server cannot say so in one request (the user may not list every namespace, or it
+    leaves out the count), and every Cluster is read instead.
+
+    The API server lists in its keys' order, namespace then name, which is the list's default
+    order, and counts what it left out (``remainingItemCount``) when no selector is given.
+    """
+    path = resource_path(api.CLUSTERS, namespace=namespace or None)
+    try:
+        page = await hub.request("GET", path, params={"limit": str(clusterview.PAGE_SIZE)})
+    except KubeError as exc:
+        if isinstance(exc, Forbidden) and not namespace:
+            return None  # the full read finds the namespaces the user may list
+        what = (
+            f"cannot list Clusters in namespace {namespace}"
+            if namespace
+            else "cannot list Clusters"
+        )
+        return str(newcluster.api_error(what, exc))
+    items = [i for i in page.get("items") or () if isinstance(i, dict)]
+    meta = page.get("metadata") or {}
+    if not meta.get("continue"):
+        return items, len(items)
+    remaining = meta.get("remainingItemCount")
+    if not isinstance(remaining, int) or remaining < 0:
+        return None
+    return items, len(items) + remaining
 
 
 async def _clusters(

@@ -10,9 +10,12 @@ routes so that the Clusters' and the Environments' pages share it without knowin
 
 from __future__ import annotations
 
+import collections
 import datetime
+import hashlib
 import importlib.resources
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
@@ -22,6 +25,7 @@ import trio
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 
+from kokumi.core import clusterview
 from kokumi.core.registry import argocd
 from kokumi.kube.client import Client
 from kokumi.ui.incluster import ProxyRefusal, ProxyTrust
@@ -36,7 +40,7 @@ from kokumi.ui.security import (
 )
 from kokumi.workspace import newcluster
 
-__all__ = ["PARSERS", "REFRESH", "UI"]
+__all__ = ["LIST_TTL", "PARSERS", "REFRESH", "UI", "Listed", "Lists"]
 
 log = logging.getLogger("kokumi.ui")
 
@@ -48,6 +52,19 @@ PARSERS: Final = 1
 mostly Python, so a second thread would add no speed under the GIL, only take more of it from
 the event loop that serves every other page."""
 
+LIST_TTL: Final = 30.0
+"""Seconds a session's list of every Cluster is reused for a sorted, filtered or later page.
+
+Sorting by a column or filtering by a status needs every Cluster, and at 10,000 Clusters that is
+20 requests and a second of decoding: reading them again on each 10 s reload of each viewer
+would cost the hub more than the manager's own checks. A Cluster's status changes at most once a
+check, about once a minute, so half a minute old is as fresh as the status it shows; the page
+says how old. The first page in the API's order never comes from here: it is one request of
+:data:`~kokumi.core.clusterview.PAGE_SIZE` Clusters, as fresh as the hub."""
+
+LISTS: Final = 64
+"""Lists kept at once, across sessions: the oldest is dropped first (10,000 rows are ~10 MB)."""
+
 _FILES = importlib.resources.files("kokumi.ui")
 _ENV: Final = jinja2.Environment(
     loader=jinja2.FunctionLoader(lambda name: (_FILES / "templates" / name).read_text("utf-8")),
@@ -57,6 +74,73 @@ _ENV: Final = jinja2.Environment(
 
 Handler = Callable[[Request, Session, Client], Awaitable[Response]]
 Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+@attrs.frozen
+class Listed:
+    """The rows of every Cluster one session listed with one namespace and selector, and when."""
+
+    rows: tuple[clusterview.Row, ...]
+    scope: str
+    at: float
+    orders: dict[tuple[str, bool], list[clusterview.Row]] = attrs.field(factory=dict, eq=False)
+
+    def ordered(self, sort: str, descending: bool) -> list[clusterview.Row]:
+        """Sorted once per order while the list is kept: a reload or the next page sorts nothing."""
+        key = (sort, descending)
+        if key not in self.orders:
+            self.orders[key] = clusterview.ordered(self.rows, sort, descending)
+        return self.orders[key]
+
+
+@attrs.define
+class Lists:
+    """Each session's recent lists of Clusters, never shared: RBAC decides what each user sees.
+
+    A list is keyed by a digest of the session (its CSRF token, its own) and of whom its requests
+    act for, so that no other session, and no other user behind the same session, is answered
+    from it; a write by the session (New Cluster, an edit, a delete) forgets its lists, so that
+    it sees what it did at once.
+    """
+
+    ttl: float = LIST_TTL
+    size: int = LISTS
+    clock: Callable[[], float] = time.monotonic
+    _kept: collections.OrderedDict[tuple[str, str, str], Listed] = attrs.field(
+        factory=collections.OrderedDict, repr=False
+    )
+
+    @staticmethod
+    def owner(session: Session) -> str:
+        identity = session.identity
+        parts = [session.csrf, session.user]
+        if identity is not None:
+            parts += [identity.token or "", identity.user or "", *identity.groups]
+        return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+    def get(self, session: Session, namespace: str, selector: str) -> Listed | None:
+        key = (self.owner(session), namespace, selector)
+        found = self._kept.get(key)
+        if found is None or self.clock() - found.at >= self.ttl:
+            self._kept.pop(key, None)
+            return None
+        self._kept.move_to_end(key)
+        return found
+
+    def put(
+        self, session: Session, namespace: str, selector: str, rows: list[clusterview.Row],
+        scope: str,
+    ) -> Listed:  # fmt: skip
+        listed = Listed(tuple(rows), scope, self.clock())
+        self._kept[(self.owner(session), namespace, selector)] = listed
+        while len(self._kept) > self.size:
+            self._kept.popitem(last=False)
+        return listed
+
+    def forget(self, session: Session) -> None:
+        owner = self.owner(session)
+        for key in [k for k in self._kept if k[0] == owner]:
+            del self._kept[key]
 
 
 @attrs.define
@@ -80,6 +164,7 @@ class UI:
     parsers: trio.CapacityLimiter = attrs.field(
         factory=lambda: trio.CapacityLimiter(PARSERS), repr=False
     )
+    lists: Lists = attrs.field(factory=Lists, repr=False)
 
     def __attrs_post_init__(self) -> None:
         # Every request the pages make, as whichever user: never a write in Argo CD's

@@ -255,7 +255,7 @@ async def test_add_from_a_pasted_kubeconfig_turns_ready_then_edit_and_delete(
 
             await ws.environment(ns, "edge", {"fleet": "edge"})
             listed = await browser.until(
-                f"/clusters?namespace={ns}", lambda t: "Ready" in t and "True" in t, "Ready"
+                f"/clusters?namespace={ns}", lambda t: "True Ready" in t, "Ready"
             )
             assert spoke_kubeconfig.server.rstrip("/") in listed
             assert "fleet=edge" in listed
@@ -334,7 +334,7 @@ async def test_add_from_server_ca_and_token_and_the_cluster_kokumi_runs_in(
 
             await browser.until(
                 f"/clusters?namespace={ns}",
-                lambda t: t.count("True") >= 2 and "Checking…" not in t,
+                lambda t: t.count("True Ready") >= 2,
                 "both Ready",
             )
             listed = await browser.open(f"/clusters?namespace={ns}&reason=Ready")
@@ -500,7 +500,9 @@ async def test_in_cluster_a_bearer_token_signs_in_and_shows_the_clusters(
             await browser.submit()
             assert browser.url == f"{browser.base}/clusters", await browser.text()
             listed = await browser.until(
-                f"/clusters?namespace={ns}", lambda t: "in-cluster" in t and "True" in t, "Ready"
+                f"/clusters?namespace={ns}",
+                lambda t: "in-cluster" in t and "True Ready" in t,
+                "Ready",
             )
             assert f"system:serviceaccount:{ns}:alice" in listed
             cookie = await browser._run(lambda: browser.driver.get_cookie("kokumi_session"))
