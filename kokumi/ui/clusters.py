@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -21,6 +21,8 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from kokumi.core import api, clusterview
+from kokumi.core.cluster.clustersource import CLUSTER_SOURCES, SOURCE_LABEL
+from kokumi.core.environments import selectors
 from kokumi.core.kubeconfig.connection import Code, Refusal
 from kokumi.core.registry.ownership import IN_CLUSTER_SERVER
 from kokumi.core.text import one_line
@@ -83,6 +85,30 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
                 "checking": clusterview.CHECKING,
             },
         )
+
+    async def overview(request: Request, session: Session, hub: Client) -> Response:
+        params = request.query_params
+        query = clusterview.parse_query(
+            {"namespace": params.get("namespace", ""), "selector": params.get("selector", "")}
+        )
+        keys = [k.strip() for k in params.get("labels", "").split(",") if k.strip()]
+        refused = query if isinstance(query, str) else _label_key_problem(keys)
+        if refused:
+            return _error(session, newcluster.Refused(refused), status=400)
+        assert isinstance(query, clusterview.Query)
+        if (wrong := _listed_namespace(session, query.namespace)) is not None:
+            return wrong
+        listed, error, age = await _every(ui, session, hub, query.namespace, query.selector)
+        sources, note = await _sources(hub, query.namespace, listed.rows)
+        view = clusterview.overview(
+            listed.rows, sources, label_keys=keys, source_label=SOURCE_LABEL
+        )
+        return _page(
+            "overview.html",
+            {"title": "Overview", "session": session, "view": view, "q": query,
+             "labels": ",".join(keys), "scope": listed.scope, "error": error, "note": note,
+             "age": age, "refresh": REFRESH, "checking": clusterview.CHECKING},
+        )  # fmt: skip
 
     async def cluster(request: Request, session: Session, hub: Client) -> Response:
         namespace, name = request.path_params["namespace"], request.path_params["name"]
@@ -200,6 +226,7 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
     limit = newcluster.MAX_CLUSTER_NAME
     return [
         Route("/clusters", _signed_in(ui, clusters)),
+        Route("/overview", _signed_in(ui, overview)),
         Route("/clusters/new", _signed_in(ui, new), methods=both),
         Route("/clusters/{namespace}/{name}", _signed_in(ui, _named("Cluster", cluster, limit))),
         Route("/clusters/{namespace}/{name}/edit", _signed_in(ui, _named("Cluster", edit, limit)),
@@ -264,6 +291,52 @@ async def _every(
     if error:
         return Listed(tuple(every), scope, 0.0), error, None
     return ui.lists.put(session, namespace, selector, every, scope), "", None
+
+
+def _label_key_problem(keys: list[str]) -> str:
+    """Why ``?labels=`` cannot be counted (one line), or ``""``: each must be a label key."""
+    if len(keys) > 20:
+        return "labels names at most 20 label keys to count: name the ones to see"
+    for key in keys:
+        parsed = selectors.parse(
+            {"matchExpressions": [{"key": key, "operator": "Exists"}]}, "labels"
+        )
+        if isinstance(parsed, selectors.SelectorError):
+            return f"{parsed}: name label keys such as region or topology.kubernetes.io/zone"
+    return ""
+
+
+async def _sources(
+    hub: Client, namespace: str, rows: Sequence[clusterview.Row]
+) -> tuple[list[dict[str, Any]], str]:
+    """The ClusterSources the user may list where the Clusters are, and a line on any missing.
+
+    All namespaces (or the one asked for) when the user may list them so; else each namespace
+    the Clusters listed are in, since a source makes its Clusters in its own namespace.
+    """
+    try:
+        listing = await hub.list(CLUSTER_SOURCES, namespace=namespace or None)
+    except NotFound:
+        return [], "ClusterSources are not installed on this hub (no clustersources resource)"
+    except Forbidden:
+        if namespace:
+            return [], f"you may not list ClusterSources in namespace {namespace}"
+    except KubeError as exc:
+        return [], str(newcluster.api_error("cannot list ClusterSources", exc))
+    else:
+        return list(listing["items"]), ""
+    found: list[dict[str, Any]] = []
+    refused: list[str] = []
+    for name in sorted({r.namespace for r in rows}):
+        try:
+            found.extend((await hub.list(CLUSTER_SOURCES, namespace=name))["items"])
+        except Forbidden:
+            refused.append(name)
+        except KubeError as exc:
+            return found, str(newcluster.api_error(f"cannot list ClusterSources in {name}", exc))
+    if refused:
+        return found, "you may not list ClusterSources in " + ", ".join(refused)
+    return found, ""
 
 
 def _scope_of(namespace: str) -> str:

@@ -192,3 +192,138 @@ def _cluster(name: str, **status: Any) -> dict[str, Any]:
 
 def _row(name: str) -> Row:
     return clusterview.row(_cluster(name), NOW)
+
+
+# --- the overview -------------------------------------------------------------------------------
+
+_label_values = st.sampled_from(
+    ["", "eu", "us", "prod", "dev", "a.b-c_d"] + [f"v{i}" for i in range(60)]
+)
+
+
+@st.composite
+def many_valued_rows(draw: st.DrawFn) -> Row:
+    """Rows whose ``id`` label has up to 60 values: more than an overview shows on their own."""
+    base = draw(rows())
+    labels = dict(base.labels)
+    if draw(st.booleans()):
+        labels["id"] = draw(_label_values)
+    return attrs.evolve(base, labels=tuple(sorted(labels.items())))
+
+
+def _groups(view: clusterview.Overview) -> list[tuple[str, tuple[clusterview.Count, ...]]]:
+    return [
+        ("ready", view.ready), ("reasons", view.reasons), ("namespaces", view.namespaces),
+        *((f"label {lc.key}", lc.counts) for lc in view.labels),
+    ]  # fmt: skip
+
+
+scopes = st.builds(
+    Query,
+    namespace=st.sampled_from(["", "platform"]),
+    selector=st.sampled_from(["", "fleet=edge", "tier!=dev"]),
+)
+
+
+@given(
+    st.lists(many_valued_rows(), max_size=160).map(unique),
+    st.lists(st.sampled_from(["region", "tier", "id", "absent"]), max_size=3),
+    scopes,
+)
+def test_each_group_of_counts_sums_to_the_total_and_each_link_lists_exactly_what_it_counts(
+    fleet: list[Row], keys: list[str], scope: Query
+) -> None:
+    view = clusterview.overview(fleet, label_keys=keys)
+    assert view.total == len(fleet)
+    assert view.ready_count == sum(1 for r in fleet if r.ready == "True")
+    if keys:
+        assert [lc.key for lc in view.labels] == list(dict.fromkeys(keys))
+    for group, counts in _groups(view):
+        assert sum(c.count for c in counts) == len(fleet), group
+        seen: set[tuple[str, str]] = set()
+        for c in counts:
+            assert c.count > 0, (group, c)
+            chosen = {(r.namespace, r.name) for r in fleet if c.filter.matches(r)}
+            assert len(chosen) == c.count, (group, c)
+            assert not chosen & seen, (group, c)  # no Cluster counted twice in a group
+            seen |= chosen
+            # The link is the filter and the overview's scope, and reads back as that Query.
+            linked = parsed(c.filter.query(scope).link())
+            assert isinstance(linked, Query)
+            assert linked.reason == c.filter.reason and linked.ready == c.filter.ready
+            assert linked.namespace == (c.filter.namespace or scope.namespace)
+            assert linked.selector == ",".join(
+                p for p in (scope.selector, str(c.filter.selector)) if p
+            )
+
+
+@given(st.lists(many_valued_rows(), max_size=160).map(unique))
+def test_unasked_the_overview_counts_the_few_valued_keys_most_used(fleet: list[Row]) -> None:
+    view = clusterview.overview(fleet)
+    assert len(view.labels) <= clusterview.MAX_LABEL_KEYS
+    values: dict[str, set[str]] = {}
+    for r in fleet:
+        for k, v in r.labels:
+            values.setdefault(k, set()).add(v)
+    for counted in view.labels:
+        assert len(values[counted.key]) <= clusterview.MAX_LABEL_VALUES
+        assert len(counted.counts) <= clusterview.MAX_LABEL_VALUES + 1  # its values + without
+    left_out = {k for k, v in values.items() if len(v) > clusterview.MAX_LABEL_VALUES}
+    assert left_out.isdisjoint(lc.key for lc in view.labels)
+
+
+def test_an_asked_key_of_many_values_shows_the_most_used_and_counts_the_rest_together() -> None:
+    fleet = [
+        attrs.evolve(_row(f"c{i:03d}"), labels=(("id", f"v{i % 70:02d}"),)) for i in range(140)
+    ] + [_row("bare")]
+    (ids,) = clusterview.overview(fleet, label_keys=["id"]).labels
+    assert len(ids.counts) == clusterview.MAX_VALUES_SHOWN + 2
+    others, without = ids.counts[-2:]
+    assert (others.title, others.count) == ("20 other values", 40)
+    assert (without.title, without.count) == ("without id", 1)
+    assert str(without.filter.selector) == "!id"
+    assert str(others.filter.selector).startswith("id,id notin (v00,")
+    assert ids.counts[0].title == "v00" and str(ids.counts[0].filter.selector) == "id=v00"
+
+
+def test_an_empty_label_value_is_counted_apart_from_no_label() -> None:
+    fleet = [attrs.evolve(_row("a"), labels=(("tier", ""),)), _row("b")]
+    (tier,) = clusterview.overview(fleet, label_keys=["tier"]).labels
+    assert [(c.title, c.count, str(c.filter.selector)) for c in tier.counts] == [
+        ('""', 1, "tier="), ("without tier", 1, "!tier"),
+    ]  # fmt: skip
+
+
+def test_a_cluster_source_is_read_from_its_status_whatever_it_holds() -> None:
+    source = {
+        "metadata": {"name": "capi", "namespace": "platform"},
+        "spec": {"from": "Secrets"},
+        "status": {
+            "matched": 3, "made": 1, "notUsable": 1, "conflicts": 1, "more": 4,
+            "notImported": [
+                {"secret": "a-kubeconfig", "cluster": "a", "reason": "InvalidKubeconfig",
+                 "message": "the kubeconfig\nhas no current context"},
+                "not an entry",
+            ],
+            "conditions": [{"type": "Ready", "status": "False", "reason": "NotAllImported",
+                            "message": "2 of 3 Secrets have no Cluster"}],
+        },
+    }  # fmt: skip
+    view = clusterview.source_view(source, "delivery.kokumi.dev/cluster-source")
+    assert (view.origin, view.ready, view.reason) == ("Secrets", "False", "NotAllImported")
+    assert (view.matched, view.made, view.not_usable, view.conflicts, view.more) == (3, 1, 1, 1, 4)
+    assert view.not_imported == (
+        ("a-kubeconfig", "a", "InvalidKubeconfig", "the kubeconfig has no current context"),
+    )
+    made = view.made_filter.query(Query())
+    assert (made.namespace, made.selector) == (
+        "platform",
+        "delivery.kokumi.dev/cluster-source=capi",
+    )
+    # A source the manager has not read yet, or one with a status of the wrong shapes.
+    for status in (None, {}, {"matched": "three", "made": -1, "notImported": "x"}):
+        odd = clusterview.source_view({"metadata": {"name": "x"}, "status": status}, "k")
+        assert (odd.reason, odd.matched, odd.made, odd.not_imported) == (
+            clusterview.CHECKING, 0, 0, (),
+        )  # fmt: skip
+        assert odd.origin == "ClusterAPI"

@@ -17,6 +17,7 @@ import httpx
 import trio
 
 from kokumi.core import api
+from kokumi.core.cluster.clustersource import CLUSTER_SOURCES
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
 from kokumi.testing.controlplane import APIServer
@@ -139,3 +140,31 @@ def count_line(page: str) -> str:
     found = re.search(r'<p class="muted" id="count">([^<]*)</p>', page)
     assert found is not None, page[:2000]
     return found.group(1).split(" · ")[0]
+
+
+async def make_source(admin: Client, namespace: str, name: str) -> None:
+    """A ClusterSource with the status a manager writes when it made two Clusters and could not
+    use one Secret of six it matched (listed) and three more (counted in ``more``)."""
+    body = {
+        "apiVersion": api.API_VERSION,
+        "kind": "ClusterSource",
+        "metadata": {"name": name},
+        "spec": {"from": "ClusterAPI"},
+    }
+    await admin.create(CLUSTER_SOURCES, body, namespace=namespace)
+    status = {
+        "observedGeneration": 1, "matched": 6, "made": 2, "notUsable": 4, "conflicts": 0,
+        "notImported": [
+            {"secret": "broken-kubeconfig", "cluster": "broken", "reason": "InvalidKubeconfig",
+             "message": "the kubeconfig has no current context: set current-context"},
+        ],
+        "more": 3,
+        "conditions": [
+            {"type": "Ready", "status": "False", "reason": "NotAllImported",
+             "message": "4 of 6 matched Secrets have no Cluster: see status.notImported",
+             "lastTransitionTime": "2026-12-01T11:00:00Z", "observedGeneration": 1}
+        ],
+    }  # fmt: skip
+    await admin.patch_merge(
+        CLUSTER_SOURCES, name, {"status": status}, namespace=namespace, subresource="status"
+    )

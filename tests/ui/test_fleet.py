@@ -9,17 +9,30 @@ from __future__ import annotations
 
 import datetime
 import html
+import re
 import urllib.parse
 
 import pytest
 
 from kokumi.core import clusterview
+from kokumi.core.cluster.clustersource import SOURCE_LABEL
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
+from kokumi.testing import Kubectl
 from kokumi.testing.controlplane import APIServer
 from kokumi.ui.pages import Lists
 from kokumi.ui.security import Session
-from tests.support.fleet import Member, count_line, listed, local_ui, make_fleet
+from tests.support.fleet import (
+    ORIGIN,
+    LocalUI,
+    Member,
+    count_line,
+    listed,
+    local_ui,
+    make_fleet,
+    make_source,
+)
+from tests.support.ui import in_cluster_app, install_ui_account, user
 
 DASH = "\N{EN DASH}"
 REASONS = ("Ready", "Unreachable", "TLSError", "Ready", "ClusterConflict", None)
@@ -176,3 +189,164 @@ def test_a_sessions_lists_are_its_own_and_end_with_its_writes() -> None:
     for ns in ("a", "b", "c"):
         lists.put(bob, ns, "", [row], ns)
     assert lists.get(bob, "a", "") is None and lists.get(bob, "c", "") is not None
+
+
+def _sections(page: str) -> dict[str, list[tuple[str, int, str]]]:
+    """Each count table of the overview: (title as text, count, the link's path and query)."""
+    found: dict[str, list[tuple[str, int, str]]] = {}
+    for part in page.split('<section class="card tile')[1:]:
+        section = part.split("</section>", 1)[0]
+        head = re.search(r'id="([a-z]+)"', section.split(">", 1)[0])
+        label = re.search(r"<h2>By label <code>([^<]+)</code></h2>", section)
+        name = head.group(1) if head else f"label {label.group(1) if label else '?'}"
+        rows = re.findall(
+            r'<tr><td>(.*?)</td><td class="count"><a href="([^"]+)">([0-9,]+)</a>', section
+        )
+        found[name] = [
+            (re.sub(r"<[^>]+>", "", title).strip(), int(count.replace(",", "")),
+             html.unescape(href))
+            for title, href, count in rows
+        ]  # fmt: skip
+    return found
+
+
+async def _every_listed(app: LocalUI, href: str) -> tuple[list[tuple[str, str]], str]:
+    """The Clusters the list at ``href`` shows over all its pages, and its count line."""
+    names: list[tuple[str, str]] = []
+    first_line = ""
+    assert href.startswith(app.base + "/clusters"), href
+    while True:
+        page, _ = await app.view(ORIGIN + href)
+        first_line = first_line or count_line(page)
+        names.extend(
+            (ns, name)
+            for ns, name in re.findall(
+                r'<tr id="cluster-[^"]*">\s*<td><a href="[^"]*/clusters/([^/"]+)/([^/"]+)">', page
+            )
+        )
+        nxt = re.search(r'<a rel="next" href="([^"]+)">', page)
+        if nxt is None:
+            return names, first_line
+        href = html.unescape(nxt.group(1))
+
+
+async def test_the_overview_counts_what_the_hub_holds_and_each_count_lists_exactly_those(
+    hub: APIServer, crds: object, namespace: str, kubectl: Kubectl
+) -> None:
+    other = f"{namespace}-b"
+    kubectl(hub, "create", "namespace", other)
+    try:
+        run = {"fleet-run": namespace}
+        fleet = [
+            Member(namespace if i % 3 else other, f"c{i:03d}",
+                   {**run, "region": ("eu", "us", "ap", "eu")[i % 4],
+                    **({"tier": "prod"} if i % 5 else {})},
+                   REASONS[i % 6])
+            for i in range(75)
+        ]  # fmt: skip
+        source_made = [Member(namespace, f"s{i}", {**run, SOURCE_LABEL: "capi"}) for i in range(2)]
+        everything = fleet + source_made
+        async with Client(Config.from_kubeconfig(hub.admin_kubeconfig)) as admin:
+            await make_fleet(admin, everything)
+            await make_source(admin, namespace, "capi")
+        scope = urllib.parse.quote(f"fleet-run={namespace}")
+        async with local_ui(hub) as app:
+            page, requests = await app.view(f"/overview?selector={scope}&labels=region,tier")
+            assert requests == 2  # the Clusters (one list), the ClusterSources
+            assert f"{len(everything)} Clusters in all namespaces" in page
+            sections = _sections(page)
+            assert set(sections) == {"ready", "reasons", "namespaces", "label region", "label tier"}
+
+            def expected(group: str, title: str) -> set[tuple[str, str]]:
+                def value(m: Member) -> str:
+                    if group == "ready":
+                        return "Unknown" if m.reason is None else str(m.reason == "Ready")
+                    if group == "reasons":
+                        return m.reason or clusterview.CHECKING
+                    if group == "namespaces":
+                        return m.namespace
+                    key = group.removeprefix("label ")
+                    return m.labels.get(key, f"without {key}")
+
+                return {(m.namespace, m.name) for m in everything if value(m) == title}
+
+            for group, counts in sections.items():
+                assert sum(n for _, n, _ in counts) == len(everything), group
+                for title, count, href in counts:
+                    want = expected(group, title)
+                    assert count == len(want), (group, title)
+                    shown, line = await _every_listed(app, href)
+                    assert set(shown) == want and len(shown) == count, (group, title, href)
+                    assert line.split(" of ")[1].split(" ")[0] == f"{count:,}", line
+            assert [t for t, _, _ in sections["label tier"]] == ["prod", "without tier"]
+            headline = re.search(r'<p class="big"><a href="([^"]+)">([0-9,]+)</a>', page)
+            assert headline is not None
+            ready = {(m.namespace, m.name) for m in everything if m.reason == "Ready"}
+            assert int(headline.group(2)) == len(ready)
+            assert set((await _every_listed(app, html.unescape(headline.group(1))))[0]) == ready
+
+            # The ClusterSource: its counts, what it could not import, and its Clusters.
+            sources = page.split('id="sources"', 1)[1]
+            assert "capi" in sources and "NotAllImported" in sources
+            assert "Secret <code>broken-kubeconfig</code>" in sources
+            assert "the kubeconfig has no current context" in sources
+            assert "and 3 more (status.more)" in sources
+            made = re.search(r'<td><a href="([^"]+)">2</a></td>', sources)
+            assert made is not None
+            shown, _ = await _every_listed(app, html.unescape(made.group(1)))
+            assert set(shown) == {(namespace, "s0"), (namespace, "s1")}
+
+            # Unasked, the few-valued keys are counted: region (3 values), tier, fleet-run.
+            page, requests = await app.view(f"/overview?selector={scope}")
+            assert requests == 1  # the Clusters were listed for this session a moment ago
+            assert {"label region", "label tier", "label fleet-run"} <= set(_sections(page))
+            # One namespace's overview: its counts only, and its links keep it.
+            page, _ = await app.view(f"/overview?namespace={other}&selector={scope}")
+            ours = [m for m in everything if m.namespace == other]
+            assert f"{len(ours)} Clusters in namespace {other}" in page
+            for _, _, href in _sections(page)["reasons"]:
+                assert f"namespace={other}" in href
+    finally:
+        kubectl(hub, "delete", "namespace", other, "--wait=false", check=False)
+
+
+async def test_an_overview_the_page_cannot_count_is_a_one_line_400(
+    hub: APIServer, crds: object
+) -> None:
+    async with local_ui(hub) as app:
+        for query, said in (
+            ("labels=Not%20A%20Key", "labels"),
+            ("labels=" + ",".join(f"k{i}" for i in range(21)), "at most 20 label keys"),
+            ("namespace=..", "namespace"),
+        ):
+            response = await app.browser.get(f"/overview?{query}")
+            assert response.status_code == 400, query
+            assert said in response.text
+        assert app.requests.verbs == []
+
+
+async def test_a_namespace_user_sees_the_overview_of_their_namespace_as_their_rbac_allows(
+    hub: APIServer, crds: object, namespace: str
+) -> None:
+    """A ServiceAccount that may list Clusters, not ClusterSources, in its namespace: its counts,
+    and one line on the sources it may not list, never an error page or another's Clusters."""
+    async with Client(Config.from_kubeconfig(hub.admin_kubeconfig)) as admin:
+        await make_fleet(admin, members(namespace, 7))
+    own = install_ui_account(hub)
+    bearer = user(hub, namespace, "carol", verbs="get,list")
+    async with in_cluster_app(own) as app:
+        signed = await app.browser.post(
+            "/signin", data={"token": bearer}, headers={"Sec-Fetch-Site": "same-origin"}
+        )
+        assert signed.status_code == 303, signed.text
+        page = await app.browser.get(f"/overview?namespace={namespace}")
+        assert page.status_code == 200, page.text[:2000]
+        assert f"7 Clusters in namespace {namespace}" in page.text
+        assert f"you may not list ClusterSources in namespace {namespace}" in page.text
+        counts = _sections(page.text)
+        assert {t: n for t, n, _ in counts["ready"]} == {"True": 3, "False": 3, "Unknown": 1}
+        for _, _, href in counts["reasons"]:
+            listed_page = await app.browser.get(href)
+            assert listed_page.status_code == 200
+            assert f"namespace={namespace}" in href
+    assert bearer not in page.text
