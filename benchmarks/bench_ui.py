@@ -145,11 +145,17 @@ def render_alone(counts: list[int]) -> None:
         rows = sorted((clusterview.row(c, NOW) for c in items), key=lambda r: (r.namespace, r.name))
 
         def render(rows: list[clusterview.Row] = rows) -> Any:
+            # Every row on one page, in any tree: the context of the paged template too.
+            paged: dict[str, Any] = {}
+            if hasattr(clusterview, "Window"):
+                paged = {"shown": clusterview.Window(tuple(rows), len(rows), 1, 1, len(rows)),
+                         "q": clusterview.Query(), "readies": clusterview.READIES,
+                         "sorts": clusterview.SORTS, "age": None}  # fmt: skip
             return _page(
                 "clusters.html",
                 {"title": "Clusters", "session": session, "rows": rows, "namespace": "",
                  "selector": "", "reason": "", "reasons": list(REASONS), "scope": "all",
-                 "error": "", "refresh": 10, "checking": clusterview.CHECKING},
+                 "error": "", "refresh": 10, "checking": clusterview.CHECKING, **paged},
             )  # fmt: skip
 
         try:
