@@ -40,7 +40,7 @@ from kokumi.ui.security import (
 )
 from kokumi.workspace import newcluster
 
-__all__ = ["LIST_TTL", "PARSERS", "REFRESH", "UI", "Listed", "Lists"]
+__all__ = ["LISTS", "LIST_ROWS", "LIST_TTL", "PARSERS", "REFRESH", "UI", "Listed", "Lists"]
 
 log = logging.getLogger("kokumi.ui")
 
@@ -63,7 +63,11 @@ says how old. The first page in the API's order never comes from here: it is one
 :data:`~kokumi.core.clusterview.PAGE_SIZE` Clusters, as fresh as the hub."""
 
 LISTS: Final = 64
-"""Lists kept at once, across sessions: the oldest is dropped first (10,000 rows are ~10 MB)."""
+"""Lists kept at once, across sessions: the least recently used is dropped first."""
+
+LIST_ROWS: Final = 200_000
+"""Rows kept at once, across sessions and lists (10,000 rows are about 5 MB): twenty viewers of
+a 10,000-Cluster fleet, and a bound on the memory however many sign in."""
 
 _FILES = importlib.resources.files("kokumi.ui")
 _ENV: Final = jinja2.Environment(
@@ -105,6 +109,7 @@ class Lists:
 
     ttl: float = LIST_TTL
     size: int = LISTS
+    rows: int = LIST_ROWS
     clock: Callable[[], float] = time.monotonic
     _kept: collections.OrderedDict[tuple[str, str, str], Listed] = attrs.field(
         factory=collections.OrderedDict, repr=False
@@ -131,9 +136,17 @@ class Lists:
         self, session: Session, namespace: str, selector: str, rows: list[clusterview.Row],
         scope: str,
     ) -> Listed:  # fmt: skip
-        listed = Listed(tuple(rows), scope, self.clock())
-        self._kept[(self.owner(session), namespace, selector)] = listed
-        while len(self._kept) > self.size:
+        now = self.clock()
+        for key in [k for k, kept in self._kept.items() if now - kept.at >= self.ttl]:
+            del self._kept[key]  # expired: nobody is answered from it again
+        listed = Listed(tuple(rows), scope, now)
+        key = (self.owner(session), namespace, selector)
+        self._kept.pop(key, None)
+        self._kept[key] = listed
+        # The newest is kept even alone over the bound: its session's next pages read it.
+        while len(self._kept) > 1 and (
+            len(self._kept) > self.size or sum(len(k.rows) for k in self._kept.values()) > self.rows
+        ):
             self._kept.popitem(last=False)
         return listed
 

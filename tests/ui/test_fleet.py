@@ -189,6 +189,19 @@ def test_a_sessions_lists_are_its_own_and_end_with_its_writes() -> None:
     for ns in ("a", "b", "c"):
         lists.put(bob, ns, "", [row], ns)
     assert lists.get(bob, "a", "") is None and lists.get(bob, "c", "") is not None
+    # At most ``rows`` rows in all; the newest list is kept even when it alone is more.
+    lists = Lists(ttl=30, size=10, rows=5, clock=lambda: now[0])
+    lists.put(alice, "a", "", [row] * 3, "a")
+    lists.put(alice, "b", "", [row] * 2, "b")
+    assert lists.get(alice, "a", "") is not None
+    lists.put(alice, "c", "", [row] * 2, "c")  # 7 rows: the least recently used (b) goes
+    assert lists.get(alice, "b", "") is None and lists.get(alice, "a", "") is not None
+    lists.put(bob, "d", "", [row] * 9, "d")
+    assert lists.get(bob, "d", "") is not None and lists.get(alice, "a", "") is None
+    # An expired list is dropped when another is kept, not only when it is asked for.
+    now[0] += 31
+    lists.put(alice, "e", "", [row], "e")
+    assert list(lists._kept) == [(Lists.owner(alice), "e", "")]
 
 
 def _sections(page: str) -> dict[str, list[tuple[str, int, str]]]:
