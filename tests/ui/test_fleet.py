@@ -12,16 +12,18 @@ import html
 import re
 import urllib.parse
 
+import httpx
 import pytest
 
 from kokumi.core import clusterview
 from kokumi.core.cluster.clustersource import SOURCE_LABEL
 from kokumi.kube.client import Client
-from kokumi.kube.config import Config
+from kokumi.kube.config import Config, StaticToken
 from kokumi.testing import Kubectl
 from kokumi.testing.controlplane import APIServer
-from kokumi.ui.pages import Lists
-from kokumi.ui.security import Session
+from kokumi.ui.app import create_app
+from kokumi.ui.pages import UI, Lists
+from kokumi.ui.security import Session, Sessions
 from tests.support.fleet import (
     ORIGIN,
     LocalUI,
@@ -363,3 +365,46 @@ async def test_a_namespace_user_sees_the_overview_of_their_namespace_as_their_rb
             assert listed_page.status_code == 200
             assert f"namespace={namespace}" in href
     assert bearer not in page.text
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (404, "ClusterSources are not installed on this hub (no clustersources resource)"),
+        (403, "you may not list ClusterSources in platform"),
+        (500, "cannot list ClusterSources: "),
+    ],
+)
+async def test_an_overview_without_the_cluster_sources_says_why_in_one_line(
+    code: int, said: str
+) -> None:
+    """The Clusters are counted whatever the ClusterSources' answer: a hub without their CRD, a
+    user who may not list them (then asked in each namespace of the Clusters), a failure."""
+    asked: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path)
+        if request.url.path.endswith("/clustersources"):
+            reason = {404: "NotFound", 403: "Forbidden", 500: "InternalError"}[code]
+            status = {"kind": "Status", "status": "Failure", "reason": reason, "code": code}
+            return httpx.Response(code, json={**status, "message": "no"})
+        item = {"metadata": {"name": "edge", "namespace": "platform"}, "spec": {}}
+        return httpx.Response(200, json={"kind": "ClusterList", "metadata": {}, "items": [item]})
+
+    config = Config(server="https://hub.invalid:6443", token=StaticToken("x"), namespace="p")
+    async with Client(config, transport=httpx.MockTransport(answer), max_retries=0) as client:
+        sessions = Sessions()
+        app = create_app(UI(client, sessions))
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url=ORIGIN) as browser:
+            signed = await browser.get(f"/signin?token={sessions.sign_in_token}")
+            base = signed.headers["location"].removesuffix("/clusters")
+            page = await browser.get(f"{base}/overview")
+    assert page.status_code == 200
+    assert "1 Cluster in all namespaces" in page.text
+    note = page.text.split('<section class="card" id="sources">', 1)[1]
+    line = note.split('<p class="muted">', 1)[1].split("</p>", 1)[0]
+    assert line.startswith(said) and "\n" not in line
+    sources = [p for p in asked if p.endswith("/clustersources")]
+    # Refused everywhere: asked again in the one namespace the Clusters are in.
+    assert len(sources) == (2 if code == 403 else 1)
