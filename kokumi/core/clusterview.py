@@ -9,13 +9,17 @@ objects as the API server returns them. Pure: the caller reads, this decides wha
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping, Sequence
+import math
+import re
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
 
 from kokumi.core import api
 from kokumi.core.environments import selectors, targets
+from kokumi.core.reasons import Reason
 from kokumi.core.registry import argocd
 from kokumi.core.registry.ownership import ClusterRef, normalise_server
 from kokumi.core.text import one_line
@@ -23,15 +27,37 @@ from kokumi.objects import metadata_of
 
 __all__ = [
     "CHECKING",
+    "DEFAULT_SORT",
+    "MAX_LABEL_KEYS",
+    "MAX_LABEL_VALUES",
+    "MAX_VALUES_SHOWN",
+    "PAGE_SIZE",
+    "READIES",
+    "READY_REASONS",
+    "SORTS",
+    "Count",
     "EnvironmentView",
+    "Filter",
+    "LabelCounts",
+    "Overview",
+    "Query",
     "Row",
+    "SourceView",
+    "Window",
     "age",
     "environment_targets",
     "environment_view",
     "label_text",
+    "ordered",
+    "overview",
+    "pages_of",
+    "parse_query",
     "ready_condition",
     "registration",
     "row",
+    "select",
+    "source_view",
+    "window",
 ]
 
 CHECKING: Final = "Checking…"
@@ -79,6 +105,7 @@ class Row:
     labels: tuple[tuple[str, str], ...]
     age: str
     description: str
+    created: str = ""  # creationTimestamp as the API wrote it, which sorts as time does
 
 
 def row(cluster: Mapping[str, Any], now: datetime.datetime) -> Row:
@@ -101,7 +128,188 @@ def row(cluster: Mapping[str, Any], now: datetime.datetime) -> Row:
         labels=tuple(sorted((str(k), str(v)) for k, v in (meta.get("labels") or {}).items())),
         age=age(meta.get("creationTimestamp"), now),
         description=str(spec.get("description") or ""),
+        created=str(meta.get("creationTimestamp") or ""),
     )
+
+
+# --- the list: which Clusters, in which order, which of them on this page ----------------------
+
+PAGE_SIZE: Final = 50
+"""Rows on a page of the list: a screen or two, a few dozen kB of HTML at any fleet's size."""
+
+SORTS: Final = ("name", "namespace", "ready", "reason", "version", "age")
+"""The columns the list sorts by, as ``?sort=`` names them."""
+
+DEFAULT_SORT: Final = "namespace"
+"""Namespace, then name: the order the API server lists in, so a first page is one request."""
+
+READIES: Final = ("True", "False", "Unknown")
+"""The Ready column's values, as ``?ready=`` names them."""
+
+READY_REASONS: Final = (
+    Reason.READY, Reason.UNREACHABLE, Reason.TLS_ERROR, Reason.UNAUTHORIZED, Reason.FORBIDDEN,
+    Reason.SERVER_ERROR, Reason.EGRESS_DENIED, Reason.INVALID_KUBECONFIG,
+    Reason.SECRET_NOT_FOUND, Reason.SECRET_KEY_NOT_FOUND, Reason.SECRET_NOT_READABLE,
+    Reason.CLUSTER_CONFLICT, Reason.REGISTRATION_FAILED, Reason.REGISTRATION_PENDING,
+    Reason.INVALID_SPEC,
+)  # fmt: skip
+"""Every reason a Cluster's Ready condition can have: the filter offers them all, whichever the
+Clusters of one page happen to have."""
+
+_MAX_FILTER: Final = 1024
+"""The longest filter value read from an address: a selector of many labels is a few hundred."""
+
+
+@attrs.frozen
+class Query:
+    """What the list is asked for: filters, order and page, as its address carries them.
+
+    ``namespace`` and ``selector`` are handed to the API server (``selector`` in kubectl's
+    syntax); ``reason`` and ``ready`` are read from each Cluster's status, which no API filter
+    reaches. Every link of the page is made from a Query, so that a sort or a page keeps the
+    filters and a filter keeps the sort.
+    """
+
+    namespace: str = ""
+    selector: str = ""
+    reason: str = ""
+    ready: str = ""
+    sort: str = DEFAULT_SORT
+    descending: bool = False
+    page: int = 1
+
+    @property
+    def in_api_order(self) -> bool:
+        """Whether the API server's own order and filters give this list: no status filter, the
+        default order."""
+        return (
+            self.sort == DEFAULT_SORT and not self.descending and not self.reason and not self.ready
+        )
+
+    @property
+    def filtered(self) -> bool:
+        return bool(self.namespace or self.selector or self.reason or self.ready)
+
+    def link(self, **changes: Any) -> str:
+        """The address's query (``?...``, or ``""``) of this Query with ``changes``; a change of
+        a filter or of the order goes back to the first page."""
+        if changes.keys() - {"page"}:
+            changes.setdefault("page", 1)
+        query = attrs.evolve(self, **changes)
+        params = [
+            ("namespace", query.namespace),
+            ("selector", query.selector),
+            ("reason", query.reason),
+            ("ready", query.ready),
+            ("sort", "" if query.sort == DEFAULT_SORT else query.sort),
+            ("order", "desc" if query.descending else ""),
+            ("page", "" if query.page == 1 else str(query.page)),
+        ]
+        text = urllib.parse.urlencode([(k, v) for k, v in params if v])
+        return f"?{text}" if text else ""
+
+    def sorted_by(self, column: str) -> str:
+        """The link of a column's heading: sorted by it, or the other way when it is already."""
+        if column == self.sort:
+            return self.link(sort=column, descending=not self.descending)
+        return self.link(sort=column, descending=False)
+
+
+def parse_query(params: Mapping[str, str]) -> Query | str:
+    """The Query of an address's parameters, or one line on what is wrong with them and the fix.
+
+    Parameters this page does not know are ignored, as a browser's form may add some.
+    """
+    values = {k: str(params.get(k, "")).strip() for k in
+              ("namespace", "selector", "reason", "ready", "sort", "order", "page")}  # fmt: skip
+    for key in ("namespace", "selector", "reason"):
+        if len(values[key]) > _MAX_FILTER:
+            return f"{key} is longer than {_MAX_FILTER} characters: shorten the filter"
+    sort = values["sort"] or DEFAULT_SORT
+    if sort not in SORTS:
+        return f"sort must be one of {', '.join(SORTS)}, not {sort[:40]!r}"
+    if values["order"] not in ("", "asc", "desc"):
+        return f"order must be asc or desc, not {values['order'][:40]!r}"
+    if values["ready"] not in ("", *READIES):
+        return f"ready must be one of {', '.join(READIES)}, not {values['ready'][:40]!r}"
+    page = values["page"] or "1"
+    if not page.isdigit() or not 1 <= int(page) <= 10**6:
+        return f"page must be a whole number from 1, not {page[:40]!r}"
+    return Query(
+        namespace=values["namespace"], selector=values["selector"], reason=values["reason"],
+        ready=values["ready"], sort=sort, descending=values["order"] == "desc", page=int(page),
+    )  # fmt: skip
+
+
+def select(rows: Sequence[Row], query: Query) -> list[Row]:
+    """The rows the status filters keep (reason, ready); namespace and selector are the API
+    server's, which listed ``rows`` with them already."""
+    return [
+        r
+        for r in rows
+        if (not query.reason or r.reason == query.reason)
+        and (not query.ready or r.ready == query.ready)
+    ]
+
+
+_DIGITS: Final = re.compile(r"(\d+)")
+
+
+def _version_key(version: str) -> tuple[tuple[int, str], ...]:
+    """v1.9.0 before v1.10.0: numbers compare as numbers; an unknown version ("-") last."""
+    if version in ("", "-"):
+        return ((1 << 30, ""),)
+    return tuple(
+        (int(part), "") if part.isdigit() else (-1, part) for part in _DIGITS.split(version) if part
+    )
+
+
+_ORDERS: Final[dict[str, Callable[[Row], Any]]] = {
+    "name": lambda r: (r.name, r.namespace),
+    "namespace": lambda r: (r.namespace, r.name),
+    "ready": lambda r: (r.ready, r.namespace, r.name),
+    "reason": lambda r: (r.reason, r.namespace, r.name),
+    "version": lambda r: (_version_key(r.version), r.namespace, r.name),
+    # Age: the youngest first, as "ascending age" reads; the timestamp sorts the other way.
+    "age": lambda r: (r.created, r.namespace, r.name),
+}
+
+
+def ordered(rows: Sequence[Row], sort: str, descending: bool) -> list[Row]:
+    """``rows`` in the list's order for ``sort``; ties broken by namespace and name."""
+    return sorted(rows, key=_ORDERS[sort], reverse=descending != (sort == "age"))
+
+
+@attrs.frozen
+class Window:
+    """One page of the list: its rows, how many there are in all, and where the page is."""
+
+    rows: tuple[Row, ...]
+    total: int
+    page: int
+    pages: int
+    size: int = PAGE_SIZE
+
+    @property
+    def first(self) -> int:
+        """The number of the page's first row, counted from 1; 0 when there is none."""
+        return (self.page - 1) * self.size + 1 if self.rows else 0
+
+    @property
+    def last(self) -> int:
+        return self.first + len(self.rows) - 1 if self.rows else 0
+
+
+def pages_of(total: int, size: int = PAGE_SIZE) -> int:
+    return max(1, math.ceil(total / size))
+
+
+def window(rows: Sequence[Row], page: int, size: int = PAGE_SIZE) -> Window:
+    """Page ``page`` of ``rows`` (in their order); a page past the last shows the last."""
+    pages = pages_of(len(rows), size)
+    page = min(max(1, page), pages)
+    start = (page - 1) * size
+    return Window(tuple(rows[start : start + size]), len(rows), page, pages, size)
 
 
 def registration(
@@ -226,3 +434,204 @@ def environment_view(
         name, namespace, str(selector) or "(every Cluster)", description, len(rows), deploying,
         rows, "",
     )  # fmt: skip
+
+
+# --- the overview: a fleet's counts, each a link to the Clusters it counts ----------------------
+
+MAX_LABEL_VALUES: Final = 12
+"""A label key is counted on its own, unasked, when its Clusters have at most this many values
+(region, tier, fleet): a key with a value per Cluster (a name, an id) counts nothing."""
+
+MAX_LABEL_KEYS: Final = 6
+"""Label keys counted unasked, the most used first: an overview is read at a glance."""
+
+MAX_VALUES_SHOWN: Final = 50
+"""Values of one asked-for key shown on their own; the rest are counted together."""
+
+
+@attrs.frozen
+class Filter:
+    """What a count's link filters the list by, on top of the overview's own scope.
+
+    ``selector`` is evaluated by the API server when the link is followed (in the form
+    ``str(selector)`` writes, kubectl's); :meth:`matches` is the same rule on a row, by
+    :mod:`kokumi.core.environments.selectors`, which has the API server's semantics.
+    """
+
+    namespace: str = ""
+    selector: selectors.Selector = selectors.EVERYTHING
+    reason: str = ""
+    ready: str = ""
+
+    def matches(self, row: Row) -> bool:
+        return (
+            (not self.namespace or row.namespace == self.namespace)
+            and self.selector.matches(dict(row.labels))
+            and (not self.reason or row.reason == self.reason)
+            and (not self.ready or row.ready == self.ready)
+        )
+
+    def query(self, scope: Query) -> Query:
+        """The list's Query for this count: the overview's scope and this filter, both."""
+        both = ",".join(part for part in (scope.selector, str(self.selector)) if part)
+        return Query(
+            namespace=self.namespace or scope.namespace, selector=both,
+            reason=self.reason, ready=self.ready,
+        )  # fmt: skip
+
+
+@attrs.frozen
+class Count:
+    """How many Clusters one value has (``title``, as the page shows it), and the filter that
+    lists exactly them."""
+
+    title: str
+    count: int
+    filter: Filter
+
+
+@attrs.frozen
+class LabelCounts:
+    """The Clusters of each value of one label key; ``None``'s Count: those without the key."""
+
+    key: str
+    counts: tuple[Count, ...]
+
+
+@attrs.frozen
+class SourceView:
+    """A ClusterSource as the overview shows it: its counts, its Ready, what it did not import."""
+
+    namespace: str
+    name: str
+    origin: str
+    ready: str
+    reason: str
+    message: str
+    matched: int
+    made: int
+    not_usable: int
+    conflicts: int
+    not_imported: tuple[tuple[str, str, str, str], ...]  # (Secret, Cluster, reason, message)
+    more: int
+    made_filter: Filter
+
+
+@attrs.frozen
+class Overview:
+    """The fleet at a glance: every count sums to ``total`` within its group."""
+
+    total: int
+    ready: tuple[Count, ...]
+    reasons: tuple[Count, ...]
+    namespaces: tuple[Count, ...]
+    labels: tuple[LabelCounts, ...]
+    sources: tuple[SourceView, ...]
+
+    @property
+    def ready_count(self) -> int:
+        return sum(c.count for c in self.ready if c.filter.ready == "True")
+
+
+def _counted(values: Sequence[str]) -> list[tuple[str, int]]:
+    tally: dict[str, int] = {}
+    for value in values:
+        tally[value] = tally.get(value, 0) + 1
+    return sorted(tally.items(), key=lambda item: (-item[1], item[0]))
+
+
+def _label_keys(rows: Sequence[Row], asked: Sequence[str]) -> list[str]:
+    """The keys asked for, in their order; else the most used keys with few values."""
+    if asked:
+        return list(dict.fromkeys(asked))
+    values: dict[str, set[str]] = {}
+    used: dict[str, int] = {}
+    for r in rows:
+        for key, value in r.labels:
+            values.setdefault(key, set()).add(value)
+            used[key] = used.get(key, 0) + 1
+    few = [k for k in values if len(values[k]) <= MAX_LABEL_VALUES]
+    return sorted(few, key=lambda k: (-used[k], k))[:MAX_LABEL_KEYS]
+
+
+def _label_counts(rows: Sequence[Row], key: str) -> LabelCounts:
+    Req, Op = selectors.Requirement, selectors.Operator
+    tally = _counted([value for r in rows for k, value in r.labels if k == key])
+    shown, rest = tally[:MAX_VALUES_SHOWN], tally[MAX_VALUES_SHOWN:]
+    counts = [
+        Count(value or '""', n, Filter(selector=selectors.Selector(match_labels=((key, value),))))
+        for value, n in shown
+    ]
+    if rest:
+        others = Filter(selector=selectors.Selector(match_expressions=(
+            Req(key, Op.EXISTS), Req(key, Op.NOT_IN, tuple(v for v, _ in shown)),
+        )))  # fmt: skip
+        counts.append(Count(f"{len(rest)} other values", sum(n for _, n in rest), others))
+    without = sum(1 for r in rows if key not in dict(r.labels))
+    if without:
+        absent = Filter(
+            selector=selectors.Selector(match_expressions=(Req(key, Op.DOES_NOT_EXIST),))
+        )
+        counts.append(Count(f"without {key}", without, absent))
+    return LabelCounts(key, tuple(counts))
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def source_view(source: Mapping[str, Any], source_label: str) -> SourceView:
+    """One ClusterSource from its status as the manager writes it; reading never raises."""
+    meta = metadata_of(source)
+    spec = source.get("spec") if isinstance(source.get("spec"), Mapping) else {}
+    status = source.get("status") if isinstance(source.get("status"), Mapping) else {}
+    assert isinstance(spec, Mapping) and isinstance(status, Mapping)
+    ready = ready_condition(source)
+    checked = bool(ready.get("reason"))
+    listed = []
+    for entry in status.get("notImported") or ():
+        if isinstance(entry, Mapping):
+            listed.append(tuple(one_line(str(entry.get(k) or "")) for k in
+                                ("secret", "cluster", "reason", "message")))  # fmt: skip
+    name = str(meta.get("name", ""))
+    namespace = str(meta.get("namespace", ""))
+    made = selectors.Selector(match_labels=((source_label, name),))
+    return SourceView(
+        namespace=namespace, name=name, origin=str(spec.get("from") or "ClusterAPI"),
+        ready=str(ready.get("status") or "Unknown"),
+        reason=str(ready.get("reason")) if checked else CHECKING,
+        message=one_line(str(ready.get("message") or "")) if checked
+        else "Kokumi has not read this source yet (within a minute while the manager runs)",
+        matched=_int(status.get("matched")), made=_int(status.get("made")),
+        not_usable=_int(status.get("notUsable")), conflicts=_int(status.get("conflicts")),
+        not_imported=tuple(listed),  # type: ignore[arg-type]
+        more=_int(status.get("more")),
+        made_filter=Filter(namespace=namespace, selector=made),
+    )  # fmt: skip
+
+
+def overview(
+    rows: Sequence[Row],
+    sources: Sequence[Mapping[str, Any]] = (),
+    *,
+    label_keys: Sequence[str] = (),
+    source_label: str = "delivery.kokumi.dev/cluster-source",
+) -> Overview:
+    """Counts of ``rows`` (the Clusters in the overview's scope) by Ready, by reason, by
+    namespace and by the values of ``label_keys`` (else of the few-valued keys most used), each
+    with the filter that lists exactly the Clusters it counts; and the ClusterSources."""
+    ready = [
+        Count(value, n, Filter(ready=value))
+        for value, n in sorted(_counted([r.ready for r in rows]), key=lambda i: READIES.index(i[0])
+                               if i[0] in READIES else len(READIES))
+    ]  # fmt: skip
+    reasons = [Count(v, n, Filter(reason=v)) for v, n in _counted([r.reason for r in rows])]
+    namespaces = [
+        Count(v, n, Filter(namespace=v)) for v, n in sorted(_counted([r.namespace for r in rows]))
+    ]
+    labels = [_label_counts(rows, key) for key in _label_keys(rows, label_keys)]
+    views = sorted(
+        (source_view(s, source_label) for s in sources), key=lambda v: (v.namespace, v.name)
+    )
+    return Overview(len(rows), tuple(ready), tuple(reasons), tuple(namespaces), tuple(labels),
+                    tuple(views))  # fmt: skip

@@ -21,12 +21,24 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from kokumi.core import api, clusterview, sessioncookie
+from kokumi.core.cluster.clustersource import CLUSTER_SOURCES, SOURCE_LABEL
+from kokumi.core.environments import selectors
 from kokumi.core.kubeconfig.connection import Code, Refusal
 from kokumi.core.registry.ownership import IN_CLUSTER_SERVER
 from kokumi.core.text import one_line
 from kokumi.kube.client import NAMESPACES, Client
 from kokumi.kube.errors import Conflict, Forbidden, KubeError, NotFound
-from kokumi.ui.pages import REFRESH, UI, _error, _listed_namespace, _named, _page, _signed_in
+from kokumi.kube.paths import resource_path
+from kokumi.ui.pages import (
+    REFRESH,
+    UI,
+    Listed,
+    _error,
+    _listed_namespace,
+    _named,
+    _page,
+    _signed_in,
+)
 from kokumi.ui.security import MAX_TOKEN, Session
 from kokumi.workspace import inspect, newcluster
 
@@ -46,37 +58,60 @@ intermediates are a few KiB."""
 
 def cluster_routes(ui: UI) -> list[BaseRoute]:
     async def clusters(request: Request, session: Session, hub: Client) -> Response:
-        namespace = request.query_params.get("namespace", "").strip()
-        selector = request.query_params.get("selector", "").strip()
-        reason = request.query_params.get("reason", "").strip()
-        if (refused := _listed_namespace(session, namespace)) is not None:
+        query = clusterview.parse_query(request.query_params)
+        if isinstance(query, str):
+            return _error(session, newcluster.Refused(query), status=400)
+        if (refused := _listed_namespace(session, query.namespace)) is not None:
             return refused
-        known = ui.known_namespaces(session)
-        items, scope, error, looked = await _clusters(hub, namespace or None, selector, known)
-        if namespace and not error:
-            session.namespaces = sessioncookie.remembered(session.namespaces, namespace)
-        now = ui.clock()
-        rows = sorted((clusterview.row(c, now) for c in items), key=lambda r: (r.namespace, r.name))
-        reasons = sorted({r.reason for r in rows})
-        if reason:
-            rows = [r for r in rows if r.reason == reason]
+        shown, scope, error, age, looked = await _list_page(ui, session, hub, query)
+        if query.namespace and not error:
+            session.namespaces = sessioncookie.remembered(session.namespaces, query.namespace)
         return _page(
             "clusters.html",
             {
                 "title": "Clusters",
                 "session": session,
-                "rows": rows,
-                "namespace": namespace,
-                "selector": selector,
-                "reason": reason,
-                "reasons": reasons,
+                "shown": shown,
+                "rows": shown.rows,
+                "q": query,
+                "namespace": query.namespace,
+                "selector": query.selector,
+                "reason": query.reason,
+                "reasons": clusterview.READY_REASONS,
+                "readies": clusterview.READIES,
+                "sorts": clusterview.SORTS,
                 "scope": scope,
                 "looked": looked,
                 "error": error,
+                "age": age,
                 "refresh": REFRESH,
                 "checking": clusterview.CHECKING,
             },
         )
+
+    async def overview(request: Request, session: Session, hub: Client) -> Response:
+        params = request.query_params
+        query = clusterview.parse_query(
+            {"namespace": params.get("namespace", ""), "selector": params.get("selector", "")}
+        )
+        keys = [k.strip() for k in params.get("labels", "").split(",") if k.strip()]
+        refused = query if isinstance(query, str) else _label_key_problem(keys)
+        if refused:
+            return _error(session, newcluster.Refused(refused), status=400)
+        assert isinstance(query, clusterview.Query)
+        if (wrong := _listed_namespace(session, query.namespace)) is not None:
+            return wrong
+        listed, error, age = await _every(ui, session, hub, query.namespace, query.selector)
+        sources, note = await _sources(hub, query.namespace, listed.rows)
+        view = clusterview.overview(
+            listed.rows, sources, label_keys=keys, source_label=SOURCE_LABEL
+        )
+        return _page(
+            "overview.html",
+            {"title": "Overview", "session": session, "view": view, "q": query,
+             "labels": ",".join(keys), "scope": listed.scope, "error": error, "note": note,
+             "age": age, "refresh": REFRESH, "checking": clusterview.CHECKING},
+        )  # fmt: skip
 
     async def cluster(request: Request, session: Session, hub: Client) -> Response:
         namespace, name = request.path_params["namespace"], request.path_params["name"]
@@ -122,6 +157,7 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
             except newcluster.Refused as refused:
                 error = str(refused)
             else:
+                ui.lists.forget(session)
                 return RedirectResponse(
                     f"{session.base}/clusters/{namespace}/{name}", status_code=303
                 )
@@ -149,6 +185,7 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
                         newcluster.api_error(f"cannot delete Cluster {namespace}/{name}", exc)
                     )
                 else:
+                    ui.lists.forget(session)
                     return RedirectResponse(
                         f"{session.base}/clusters?namespace={namespace}", status_code=303
                     )
@@ -178,6 +215,7 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
                 values[key] = _text(form, key).strip()
             outcome = await _add(ui, hub, form, values)
             if isinstance(outcome, str):
+                ui.lists.forget(session)
                 return RedirectResponse(session.base + outcome, status_code=303)
             errors, contexts = outcome
         return _page(
@@ -191,6 +229,7 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
     limit = newcluster.MAX_CLUSTER_NAME
     return [
         Route("/clusters", _signed_in(ui, clusters)),
+        Route("/overview", _signed_in(ui, overview)),
         Route("/clusters/new", _signed_in(ui, new), methods=both),
         Route("/clusters/{namespace}/{name}", _signed_in(ui, _named("Cluster", cluster, limit))),
         Route("/clusters/{namespace}/{name}/edit", _signed_in(ui, _named("Cluster", edit, limit)),
@@ -213,6 +252,133 @@ def _missing(session: Session, namespace: str, name: str) -> HTMLResponse:
 def _text(form: FormData, key: str) -> str:
     value = form.get(key)
     return value if isinstance(value, str) else ""
+
+
+async def _list_page(
+    ui: UI, session: Session, hub: Client, query: clusterview.Query
+) -> tuple[clusterview.Window, str, str, float | None, tuple[str, ...]]:
+    """The page of the list ``query`` asks for, where from, why some may be missing, how
+    many seconds old the list is (None: read for this view), and the namespaces looked in when
+    the user may not list all of them.
+
+    The first page in the API's order is one request of a page of Clusters, whatever the fleet's
+    size (:func:`_first_page`); any other page, order or status filter needs every Cluster, read
+    as the user by :func:`_clusters` and kept for the session for ``LIST_TTL`` seconds
+    (:class:`kokumi.ui.pages.Lists`), so that paging, sorting and reloading read them once.
+    """
+    if query.in_api_order and query.page == 1 and not query.selector:
+        first = await _first_page(hub, query.namespace)
+        looked = (query.namespace,) if query.namespace else ()
+        if isinstance(first, str):
+            return clusterview.window([], 1), _scope_of(query.namespace), first, None, looked
+        if first is not None:
+            items, total = first
+            now = ui.clock()
+            rows = tuple(clusterview.row(c, now) for c in items)
+            shown = clusterview.Window(rows, total, 1, clusterview.pages_of(total))
+            return shown, _scope_of(query.namespace), "", None, looked
+    listed, error, age = await _every(ui, session, hub, query.namespace, query.selector)
+    chosen = clusterview.select(listed.ordered(query.sort, query.descending), query)
+    return clusterview.window(chosen, query.page), listed.scope, error, age, listed.looked
+
+
+async def _every(
+    ui: UI, session: Session, hub: Client, namespace: str, selector: str
+) -> tuple[Listed, str, float | None]:
+    """Every Cluster the user may list there, from the session's recent lists or read now (see
+    :class:`kokumi.ui.pages.Lists`); why some may be missing; how many seconds old (None: now)."""
+    known: Sequence[str] = () if namespace else ui.known_namespaces(session)
+    listed = ui.lists.get(session, namespace, selector, known)
+    if listed is not None:
+        return listed, "", ui.lists.clock() - listed.at
+    items, scope, error, looked = await _clusters(hub, namespace or None, selector, known)
+    now = ui.clock()
+    every = [clusterview.row(c, now) for c in items]
+    if error:
+        return Listed(tuple(every), scope, 0.0, tuple(looked)), error, None
+    kept = ui.lists.put(session, namespace, selector, every, scope, known, looked)
+    return kept, "", None
+
+
+def _label_key_problem(keys: list[str]) -> str:
+    """Why ``?labels=`` cannot be counted (one line), or ``""``: each must be a label key."""
+    if len(keys) > 20:
+        return "labels names at most 20 label keys to count: name the ones to see"
+    for key in keys:
+        parsed = selectors.parse(
+            {"matchExpressions": [{"key": key, "operator": "Exists"}]}, "labels"
+        )
+        if isinstance(parsed, selectors.SelectorError):
+            return f"{parsed}: name label keys such as region or topology.kubernetes.io/zone"
+    return ""
+
+
+async def _sources(
+    hub: Client, namespace: str, rows: Sequence[clusterview.Row]
+) -> tuple[list[dict[str, Any]], str]:
+    """The ClusterSources the user may list where the Clusters are, and a line on any missing.
+
+    All namespaces (or the one asked for) when the user may list them so; else each namespace
+    the Clusters listed are in, since a source makes its Clusters in its own namespace.
+    """
+    try:
+        listing = await hub.list(CLUSTER_SOURCES, namespace=namespace or None)
+    except NotFound:
+        return [], "ClusterSources are not installed on this hub (no clustersources resource)"
+    except Forbidden:
+        if namespace:
+            return [], f"you may not list ClusterSources in namespace {namespace}"
+    except KubeError as exc:
+        return [], str(newcluster.api_error("cannot list ClusterSources", exc))
+    else:
+        return list(listing["items"]), ""
+    found: list[dict[str, Any]] = []
+    refused: list[str] = []
+    for name in sorted({r.namespace for r in rows}):
+        try:
+            found.extend((await hub.list(CLUSTER_SOURCES, namespace=name))["items"])
+        except Forbidden:
+            refused.append(name)
+        except KubeError as exc:
+            return found, str(newcluster.api_error(f"cannot list ClusterSources in {name}", exc))
+    if refused:
+        return found, "you may not list ClusterSources in " + ", ".join(refused)
+    return found, ""
+
+
+def _scope_of(namespace: str) -> str:
+    return f"namespace {namespace}" if namespace else "all namespaces"
+
+
+async def _first_page(hub: Client, namespace: str) -> tuple[list[dict[str, Any]], int] | str | None:
+    """The first :data:`~kokumi.core.clusterview.PAGE_SIZE` Clusters in the API's order and how
+    many there are in all, in one request, or why they cannot be listed (one line); None when
+    the API server cannot say so in one request (the user may not list every namespace, or it
+    leaves out the count), and every Cluster is read instead.
+
+    The API server lists in its keys' order, namespace then name, which is the list's default
+    order, and counts what it left out (``remainingItemCount``) when no selector is given.
+    """
+    path = resource_path(api.CLUSTERS, namespace=namespace or None)
+    try:
+        page = await hub.request("GET", path, params={"limit": str(clusterview.PAGE_SIZE)})
+    except KubeError as exc:
+        if isinstance(exc, Forbidden) and not namespace:
+            return None  # the full read finds the namespaces the user may list
+        what = (
+            f"cannot list Clusters in namespace {namespace}"
+            if namespace
+            else "cannot list Clusters"
+        )
+        return str(newcluster.api_error(what, exc))
+    items = [i for i in page.get("items") or () if isinstance(i, dict)]
+    meta = page.get("metadata") or {}
+    if not meta.get("continue"):
+        return items, len(items)
+    remaining = meta.get("remainingItemCount")
+    if not isinstance(remaining, int) or remaining < 0:
+        return None
+    return items, len(items) + remaining
 
 
 async def _clusters(

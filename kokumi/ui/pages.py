@@ -12,10 +12,13 @@ routes so that the Clusters' and the Environments' pages share it without knowin
 
 from __future__ import annotations
 
+import collections
 import datetime
+import hashlib
 import importlib.resources
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -24,7 +27,7 @@ import trio
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 
-from kokumi.core import sessioncookie
+from kokumi.core import clusterview, sessioncookie
 from kokumi.core.registry import argocd
 from kokumi.kube.client import Client, Observer
 from kokumi.kube.errors import Unauthorized
@@ -41,7 +44,7 @@ from kokumi.ui.security import (
 )
 from kokumi.workspace import newcluster
 
-__all__ = ["PARSERS", "REFRESH", "UI"]
+__all__ = ["LISTS", "LIST_ROWS", "LIST_TTL", "PARSERS", "REFRESH", "UI", "Listed", "Lists"]
 
 log = logging.getLogger("kokumi.ui")
 
@@ -53,6 +56,23 @@ PARSERS: Final = 1
 mostly Python, so a second thread would add no speed under the GIL, only take more of it from
 the event loop that serves every other page."""
 
+LIST_TTL: Final = 30.0
+"""Seconds a session's list of every Cluster is reused for a sorted, filtered or later page.
+
+Sorting by a column or filtering by a status needs every Cluster, and at 10,000 Clusters that is
+20 requests and a second of decoding: reading them again on each 10 s reload of each viewer
+would cost the hub more than the manager's own checks. A Cluster's status changes at most once a
+check, about once a minute, so half a minute old is as fresh as the status it shows; the page
+says how old. The first page in the API's order never comes from here: it is one request of
+:data:`~kokumi.core.clusterview.PAGE_SIZE` Clusters, as fresh as the hub."""
+
+LISTS: Final = 64
+"""Lists kept at once, across sessions: the least recently used is dropped first."""
+
+LIST_ROWS: Final = 200_000
+"""Rows kept at once, across sessions and lists (10,000 rows are about 5 MB): twenty viewers of
+a 10,000-Cluster fleet, and a bound on the memory however many sign in."""
+
 _FILES = importlib.resources.files("kokumi.ui")
 _ENV: Final = jinja2.Environment(
     loader=jinja2.FunctionLoader(lambda name: (_FILES / "templates" / name).read_text("utf-8")),
@@ -62,6 +82,93 @@ _ENV: Final = jinja2.Environment(
 
 Handler = Callable[[Request, Session, Client], Awaitable[Response]]
 Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+@attrs.frozen
+class Listed:
+    """The rows of every Cluster one session listed with one namespace and selector, and when."""
+
+    rows: tuple[clusterview.Row, ...]
+    scope: str
+    at: float
+    looked: tuple[str, ...] = ()
+    orders: dict[tuple[str, bool], list[clusterview.Row]] = attrs.field(factory=dict, eq=False)
+
+    def ordered(self, sort: str, descending: bool) -> list[clusterview.Row]:
+        """Sorted once per order while the list is kept: a reload or the next page sorts nothing."""
+        key = (sort, descending)
+        if key not in self.orders:
+            self.orders[key] = clusterview.ordered(self.rows, sort, descending)
+        return self.orders[key]
+
+
+@attrs.define
+class Lists:
+    """Each session's recent lists of Clusters, never shared: RBAC decides what each user sees.
+
+    A list is keyed by a digest of the session (its CSRF token, its own) and of whom its requests
+    act for, so that no other session, and no other user behind the same session, is answered
+    from it; a write by the session (New Cluster, an edit, a delete) forgets its lists, so that
+    it sees what it did at once.
+    """
+
+    ttl: float = LIST_TTL
+    size: int = LISTS
+    rows: int = LIST_ROWS
+    clock: Callable[[], float] = time.monotonic
+    _kept: collections.OrderedDict[tuple[str, str, str, tuple[str, ...]], Listed] = attrs.field(
+        factory=collections.OrderedDict, repr=False
+    )
+
+    @staticmethod
+    def owner(session: Session) -> str:
+        identity = session.identity
+        parts = [session.csrf, session.user]
+        if identity is not None:
+            parts += [identity.token or "", identity.user or "", *identity.groups]
+        return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+    def get(
+        self, session: Session, namespace: str, selector: str, known: Sequence[str] = ()
+    ) -> Listed | None:
+        """The session's list, if recent: one read of every namespace first, else one read
+        where ``known`` said to look (see :meth:`put`)."""
+        for key in {
+            (self.owner(session), namespace, selector, k): None for k in ((), tuple(known))
+        }:
+            found = self._kept.get(key)
+            if found is None or self.clock() - found.at >= self.ttl:
+                self._kept.pop(key, None)
+                continue
+            self._kept.move_to_end(key)
+            return found
+        return None
+
+    def put(
+        self, session: Session, namespace: str, selector: str, rows: list[clusterview.Row],
+        scope: str, known: Sequence[str] = (), looked: Sequence[str] = (),
+    ) -> Listed:  # fmt: skip
+        """Keep a list, read in ``looked`` (nothing: wherever the user may list). A list read
+        where ``known`` said to look (the namespaces of a user who may not list them all, which
+        grow as they type one) is kept for those only; any other for every ``known``."""
+        now = self.clock()
+        for key in [k for k, kept in self._kept.items() if now - kept.at >= self.ttl]:
+            del self._kept[key]  # expired: nobody is answered from it again
+        listed = Listed(tuple(rows), scope, now, tuple(looked))
+        key = (self.owner(session), namespace, selector, tuple(known) if looked else ())
+        self._kept.pop(key, None)
+        self._kept[key] = listed
+        # The newest is kept even alone over the bound: its session's next pages read it.
+        while len(self._kept) > 1 and (
+            len(self._kept) > self.size or sum(len(k.rows) for k in self._kept.values()) > self.rows
+        ):
+            self._kept.popitem(last=False)
+        return listed
+
+    def forget(self, session: Session) -> None:
+        owner = self.owner(session)
+        for key in [k for k in self._kept if k[0] == owner]:
+            del self._kept[key]
 
 
 @attrs.define
@@ -90,6 +197,7 @@ class UI:
     )
     namespaces: tuple[str, ...] = ()
     sign_outs: SignOuts | None = None
+    lists: Lists = attrs.field(factory=Lists, repr=False)
 
     def __attrs_post_init__(self) -> None:
         # Every request the pages make, as whichever user: never a write in Argo CD's

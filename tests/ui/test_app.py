@@ -131,7 +131,7 @@ async def test_every_response_carries_a_strict_csp_and_no_page_has_a_script(
 ) -> None:
     _, sessions, browser = fake_hub
     await signed_in(sessions, browser)
-    for path in ("/clusters", "/clusters/new", "/environments", f"{ORIGIN}/signin",
+    for path in ("/clusters", "/overview", "/clusters/new", "/environments", f"{ORIGIN}/signin",
                  f"{ORIGIN}/static/style.css", "/clusters/platform/nothing"):  # fmt: skip
         response = await browser.get(path)
         assert response.headers["content-security-policy"] == CSP
@@ -148,6 +148,7 @@ async def test_every_response_carries_a_strict_csp_and_no_page_has_a_script(
 
 PAGES = (
     "/clusters",
+    "/overview",
     "/clusters/new",
     "/environments",
     "/clusters/platform/spoke",

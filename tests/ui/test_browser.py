@@ -1,5 +1,7 @@
 """``kokumi ui`` in a real browser (Debian's chromium, driven by Selenium), against the real hub
-and spoke with a manager running: what a person does, and what a forged page cannot.
+and spoke with a manager running: what a person does, and what a forged page cannot. The fleet's
+pages (the overview, a long list) run against Clusters on the hub with statuses written as the
+manager writes them, and no manager, so that their counts hold still while they are checked.
 
 The browser is required: without chromium and chromium-driver these tests fail, saying how to
 install them (`.ci/run` does). Each page visited is saved as a PNG under tests/artifacts/ui/ to
@@ -26,7 +28,8 @@ from selenium.webdriver.chrome.options import Options as ChromeOptions
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
-from kokumi.kube.client import SECRETS
+from kokumi.core.cluster.clustersource import SOURCE_LABEL
+from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config
 from kokumi.kube.errors import NotFound
 from kokumi.testing import Kubectl, canary
@@ -35,6 +38,7 @@ from kokumi.testing.spoke import Registration
 from kokumi.ui.pages import REVOKED_LINE
 from kokumi.ui.serve import serve_in_cluster, serve_ui
 from tests.support.cli import user_with
+from tests.support.fleet import Member, make_fleet, make_source
 from tests.support.manager import Workspace, manager, ready_of, wait_for, wait_reason, workspace
 from tests.support.paths import REPO
 from tests.support.ui import install_ui_account, refused_by_the_hub, user
@@ -256,7 +260,7 @@ async def test_add_from_a_pasted_kubeconfig_turns_ready_then_edit_and_delete(
 
             await ws.environment(ns, "edge", {"fleet": "edge"})
             listed = await browser.until(
-                f"/clusters?namespace={ns}", lambda t: "Ready" in t and "True" in t, "Ready"
+                f"/clusters?namespace={ns}", lambda t: "True Ready" in t, "Ready"
             )
             assert spoke_kubeconfig.server.rstrip("/") in listed
             assert "fleet=edge" in listed
@@ -335,7 +339,7 @@ async def test_add_from_server_ca_and_token_and_the_cluster_kokumi_runs_in(
 
             await browser.until(
                 f"/clusters?namespace={ns}",
-                lambda t: t.count("True") >= 2 and "Checking…" not in t,
+                lambda t: t.count("True Ready") >= 2,
                 "both Ready",
             )
             listed = await browser.open(f"/clusters?namespace={ns}&reason=Ready")
@@ -502,7 +506,7 @@ async def test_in_cluster_a_bearer_token_signs_in_and_shows_the_clusters(
             assert browser.url == f"{browser.base}/clusters", await browser.text()
             # Her ServiceAccount's own namespace is where the list looks: no namespace to type.
             listed = await browser.until(
-                "/clusters", lambda t: "in-cluster" in t and "True" in t, "Ready"
+                "/clusters", lambda t: "in-cluster" in t and "True Ready" in t, "Ready"
             )
             assert f"system:serviceaccount:{ns}:alice" in listed
             cookie = await browser._run(lambda: browser.driver.get_cookie("kokumi_session"))
@@ -606,3 +610,195 @@ async def test_in_cluster_sign_out_at_one_replica_is_refused_at_the_other(
         assert "alice" not in back
         await browser.shot("in-cluster-signed-out-at-the-other-replica")
         nursery.cancel_scope.cancel()
+
+
+def _fleet_members(first: str, second: str) -> list[Member]:
+    """130 Clusters in two namespaces, labelled by region and tier, in the states a fleet has."""
+    reasons = ("Ready",) * 7 + ("Unreachable", "TLSError", "Ready", "Unauthorized",
+                                "ClusterConflict", None)  # fmt: skip
+    regions = ("eu-west", "us-east", "ap-south")
+    return [
+        Member(first if i % 4 else second, f"edge-{regions[i % 3]}-{i:03d}",
+               {"fleet-run": first, "region": regions[i % 3],
+                "tier": "prod" if i % 5 else "staging"},
+               reasons[i % len(reasons)], version=f"v1.{34 + i % 3}.{i % 4}")
+        for i in range(130)
+    ]  # fmt: skip
+
+
+async def test_the_overview_counts_the_fleet_and_each_count_opens_exactly_its_clusters(
+    hub: APIServer, crds: object, namespace: str, kubectl: Kubectl
+) -> None:
+    second = f"{namespace}-b"
+    kubectl(hub, "create", "namespace", second)
+    try:
+        members = _fleet_members(namespace, second)
+        made = [Member(namespace, f"capi-{i}", {"fleet-run": namespace, SOURCE_LABEL: "capi"})
+                for i in range(2)]  # fmt: skip
+        everything = members + made
+        async with Client(Config.from_kubeconfig(hub.admin_kubeconfig)) as admin:
+            await make_fleet(admin, everything)
+            await make_source(admin, namespace, "capi")
+        scope = f"selector=fleet-run%3D{namespace}"
+        config = Config.from_kubeconfig(hub.admin_kubeconfig)
+        async with running_ui(config, "argocd") as browser:
+            await browser.open(f"/overview?{scope}&labels=region,tier")
+            text = await browser.text()
+            ready = [m for m in everything if m.reason == "Ready"]
+            assert f"{len(everything)} Clusters in all namespaces" in text
+            big = await browser._run(
+                lambda: browser.driver.find_element(By.CSS_SELECTOR, "p.big a").text
+            )
+            assert big == str(len(ready))
+            await browser.shot("overview", narrow=True)
+
+            def open_count(heading: str, title: str) -> int:
+                """Click the count of ``title`` under ``heading``, as a person would; its number."""
+                for section in browser.driver.find_elements(By.CSS_SELECTOR, "section.tile"):
+                    if section.find_element(By.TAG_NAME, "h2").text != heading:
+                        continue
+                    for row in section.find_elements(By.TAG_NAME, "tr"):
+                        cells = row.find_elements(By.TAG_NAME, "td")
+                        if cells and cells[0].text.strip() == title:
+                            link = cells[1].find_element(By.TAG_NAME, "a")
+                            count = int(link.text.replace(",", ""))
+                            old = browser.driver.find_element(By.TAG_NAME, "html")
+                            link.click()
+                            _until_stale(old)
+                            return count
+                raise AssertionError(f"no count {title} under {heading}")
+
+            cases: list[tuple[str, str, Callable[[Member], bool]]] = [
+                ("By reason", "TLSError", lambda m: m.reason == "TLSError"),
+                ("By reason", "Checking…", lambda m: m.reason is None),
+                ("Ready", "False", lambda m: m.reason not in (None, "Ready")),
+                ("By namespace", second, lambda m: m.namespace == second),
+                ("By label region", "eu-west", lambda m: m.labels.get("region") == "eu-west"),
+                ("By label tier", "without tier", lambda m: "tier" not in m.labels),
+            ]
+            for heading, title, chosen in cases:
+                await browser.open(f"/overview?{scope}&labels=region,tier")
+                count = await browser._run(functools.partial(open_count, heading, title))
+                want = {(m.namespace, m.name) for m in everything if chosen(m)}
+                assert count == len(want), (heading, title)
+                assert f" of {count:,} " in await browser.text(), (heading, title)
+                if (heading, title) == ("By reason", "TLSError"):
+                    await browser.shot("overview-to-list")
+                assert await _every_row(browser) == want, (heading, title)
+        _no_credentials_at_all(browser)
+    finally:
+        kubectl(hub, "delete", "namespace", second, "--wait=false", check=False)
+
+
+async def test_page_two_of_a_long_list_and_sorting_by_a_column(
+    hub: APIServer, crds: object, namespace: str, kubectl: Kubectl
+) -> None:
+    second = f"{namespace}-b"
+    kubectl(hub, "create", "namespace", second)
+    try:
+        members = _fleet_members(namespace, second)
+        async with Client(Config.from_kubeconfig(hub.admin_kubeconfig)) as admin:
+            await make_fleet(admin, members)
+        config = Config.from_kubeconfig(hub.admin_kubeconfig)
+        async with running_ui(config, "argocd") as browser:
+            await browser.open(f"/clusters?namespace={namespace}")
+            ours = sorted(m.name for m in members if m.namespace == namespace)
+            text = await browser.text()
+            assert f"1{DASH}50 of {len(ours)} in namespace {namespace}" in text
+            assert await _names(browser) == ours[:50]
+            await browser.submit("a[rel=next]")
+            second_page = f"51{DASH}{min(100, len(ours))} of {len(ours)} in namespace {namespace}"
+            assert second_page in await browser.text()
+            assert await _names(browser) == ours[50:100]
+            assert "page=2" in browser.url
+            await browser.shot("clusters-list-page-2", narrow=True)
+            # A heading sorts by its column, keeping the namespace, from the first page.
+            await browser.submit("th a.sort[href*='sort=name']")
+            assert await _names(browser) == ours[:50] and "page=" not in browser.url
+            await browser.submit("th a.sort[href*='sort=name']")  # again: the other way
+            assert await _names(browser) == ours[::-1][:50]
+            assert f"namespace={namespace}" in browser.url and "order=desc" in browser.url
+            await browser.submit("th a.sort[href*='sort=reason']")
+            by_reason = await _names(browser)
+            reason_of = {m.name: m.reason or "Checking…" for m in members}
+            assert [reason_of[n] for n in by_reason] == sorted(reason_of[n] for n in by_reason)
+            # The filters, from the form, keep the order; Next keeps both.
+            await browser.open(
+                f"/clusters?{'selector=fleet-run%3D' + namespace}&sort=version&order=desc"
+            )
+            await browser.shot("clusters-list-sorted")
+            # By version as numbers (v1.9 before v1.10), the unchecked (no version: "-") last.
+            everything_sorted = sorted(
+                members,
+                key=lambda m: (
+                    tuple(int(p) for p in m.version[1:].split(".")) if m.reason else (10**9,),
+                    m.namespace,
+                    m.name,
+                ),
+                reverse=True,
+            )
+            assert await _names(browser) == [m.name for m in everything_sorted[:50]]
+            await browser.submit("a[rel=next]")
+            assert await _names(browser) == [m.name for m in everything_sorted[50:100]]
+            assert "sort=version" in browser.url and "order=desc" in browser.url
+            # Ready only, by name: page 2 of 2, as the docs show it.
+            await browser.open(f"/clusters?selector=fleet-run%3D{namespace}&ready=True&sort=name")
+            ready = sorted(m.name for m in members if m.reason == "Ready")
+            await browser.submit("a[rel=next]")
+            assert await _names(browser) == ready[50:]
+            assert f"51{DASH}{len(ready)} of {len(ready)} matching" in await browser.text()
+            await browser.shot("clusters-list-ready-page-2")
+        _no_credentials_at_all(browser)
+    finally:
+        kubectl(hub, "delete", "namespace", second, "--wait=false", check=False)
+
+
+async def _names(browser: Browser) -> list[str]:
+    found: list[str] = await browser._run(
+        lambda: [
+            a.text
+            for a in browser.driver.find_elements(
+                By.CSS_SELECTOR, "table.clusters tbody tr td:first-child a"
+            )
+        ]
+    )
+    return found
+
+
+async def _every_row(browser: Browser) -> set[tuple[str, str]]:
+    """The (namespace, name) of every row over every page of the list, following Next."""
+    found: set[tuple[str, str]] = set()
+    while True:
+        rows = await browser._run(
+            lambda: [
+                tuple(td.text for td in row.find_elements(By.TAG_NAME, "td")[:2])
+                for row in browser.driver.find_elements(By.CSS_SELECTOR, "table.clusters tbody tr")
+            ]
+        )
+        found |= {(ns, name) for name, ns in rows}
+        has_next = await browser._run(
+            lambda: bool(browser.driver.find_elements(By.CSS_SELECTOR, "a[rel=next]"))
+        )
+        if not has_next:
+            return found
+        await browser.submit("a[rel=next]")
+
+
+DASH = "\N{EN DASH}"
+
+
+def _until_stale(old: Any) -> None:
+    """Wait (in the driver's thread) until the page ``old`` belonged to is replaced."""
+    for _ in range(200):
+        try:
+            old.is_enabled()
+        except Exception:  # the old page is gone
+            return
+        trio.from_thread.check_cancelled()
+        threading.Event().wait(0.05)
+
+
+def _no_credentials_at_all(browser: Browser) -> None:
+    for source in browser.sources:
+        assert canary.found(source) == []
+        assert _PEM_PRIVATE_KEY.search(source) is None
