@@ -1,9 +1,10 @@
 """Tools the tests check Kokumi's deliverables with, built from Go modules beside the control plane.
 
-Argo CD reads a custom kind's health from a Lua script, and users install Kokumi with Helm; the
-tests check both with the real code (Argo CD's ``util/lua``, the ``helm`` CLI of each major the
-chart claims) rather than an imitation. Each is built once, like the control plane's binaries, into
-a folder of the same cache keyed by its version, so that a second run builds nothing.
+Argo CD reads a custom kind's health from a Lua script, users install Kokumi with Helm, and
+Prometheus reads its alerts; the tests check each with the real code (Argo CD's ``util/lua``, the
+``helm`` CLI of each major the chart claims, Prometheus' ``promtool``) rather than an imitation.
+Each is built once, like the control plane's binaries, into a folder of the same cache keyed by
+its version, so that a second run builds nothing.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ __all__ = [
     "HELM_VERSIONS",
     "ensure_argocd_lua_health",
     "ensure_helm",
+    "ensure_promtool",
     "main",
 ]
 
@@ -73,6 +75,31 @@ def ensure_helm(version: str) -> Path:
     return out / "helm"
 
 
+def _module_version(folder: str, module: str) -> str:
+    go_mod = (GO_MODULES / folder / "go.mod").read_text()
+    match = re.search(rf"^\s*(?:require )?{re.escape(module)} (v\S+)$", go_mod, re.MULTILINE)
+    if match is None:
+        raise BuildError(f"kokumi/testing/go/{folder}/go.mod does not require {module}")
+    return match.group(1)
+
+
+def ensure_promtool() -> Path:
+    """Prometheus' ``promtool``, which checks the PrometheusRule's rules as Prometheus reads them.
+
+    The largest of the tools (about 6 minutes of one core to build): the price of having the
+    alerts' and panels' PromQL parsed by Prometheus itself rather than by a pattern of ours.
+    """
+    version = _module_version("promtool", "github.com/prometheus/prometheus")
+    out = cache_root() / f"promtool-{version}"
+    _go_build(
+        GO_MODULES / "promtool",
+        out,
+        [("github.com/prometheus/prometheus/cmd/promtool", "promtool")],
+        "-s -w",
+    )
+    return out / "promtool"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m kokumi.testing build``: build or find everything the suite runs, say where.
 
@@ -88,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         paths = [binaries.kube_apiserver, binaries.kube_controller_manager, binaries.etcd]
         paths.append(ensure_argocd_lua_health())
         paths += [ensure_helm(version) for version in HELM_VERSIONS]
+        paths.append(ensure_promtool())
     except BuildError as exc:
         print(f"kokumi: {exc}", file=sys.stderr)
         return 1

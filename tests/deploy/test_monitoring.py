@@ -4,8 +4,9 @@ A manager runs as install.yaml's ServiceAccount with a Cluster and an Environmen
 metric each alert and panel selects, every label it matches, groups by or shows in a legend,
 and every label value it matches exactly must be in that manager's real /metrics (a Reason
 Kokumi writes, for ``reason``). The expressions are written with a selector in braces on every
-metric, so each one is found; a bare name fails the test. promtool is not built here: the
-expressions' syntax is not checked by Prometheus itself.
+metric, so each one is found; a bare name fails the test. Prometheus' own ``promtool check
+rules`` then parses the rules and every panel's expression (as a recording rule), as Prometheus
+would load them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -221,3 +223,33 @@ def test_the_rule_and_dashboard_are_well_formed() -> None:
     dashboard = json.loads((MONITORING / "grafana-dashboard.json").read_text())
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids)) and dashboard["uid"] == "kokumi-clusters"
+
+
+def promtool_check(promtool: Path, groups: list[dict[str, Any]], path: Path) -> Any:
+    path.write_text(yaml.safe_dump({"groups": groups}))
+    return subprocess.run(
+        [str(promtool), "check", "rules", str(path)],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+
+
+def test_prometheus_parses_every_alert_and_panel(promtool: Path, tmp_path: Path) -> None:
+    """The PrometheusRule's groups as Prometheus loads a rules file, and each dashboard
+    expression as a recording rule beside them: promtool parses every one, and refuses a broken
+    one, naming it."""
+    rule = yaml.safe_load((MONITORING / "prometheus-rule.yaml").read_text())
+    groups: list[dict[str, Any]] = list(rule["spec"]["groups"])
+    panels = [expr for where, expr, _ in expressions() if where.startswith("panel ")]
+    recorded = [{"record": f"kokumi:panel_{i}", "expr": e} for i, e in enumerate(panels)]
+    groups.append({"name": "kokumi-clusters-dashboard", "rules": recorded})
+    checked = promtool_check(promtool, groups, tmp_path / "rules.yaml")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    total = sum(len(g["rules"]) for g in groups)
+    assert f"SUCCESS: {total} rules found" in checked.stdout, checked.stdout
+
+    broken = json.loads(json.dumps(groups))
+    first = broken[0]["rules"][0]
+    first["expr"] = first["expr"].replace(")", "", 1)
+    refused = promtool_check(promtool, broken, tmp_path / "broken.yaml")
+    assert refused.returncode != 0
+    assert first["alert"] in refused.stdout + refused.stderr, refused.stdout + refused.stderr

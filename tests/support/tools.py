@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from kokumi.testing.tools import HELM_VERSIONS, ensure_argocd_lua_health, ensure_helm
+from kokumi.testing.tools import (
+    HELM_VERSIONS,
+    ensure_argocd_lua_health,
+    ensure_helm,
+    ensure_promtool,
+)
 
 
 @pytest.fixture(scope="session")
@@ -26,3 +31,9 @@ def helm(request: pytest.FixtureRequest) -> Path:
     """The helm CLI, once per major the chart claims (each test that uses it runs with both)."""
     version: str = request.param
     return ensure_helm(version)
+
+
+@pytest.fixture(scope="session")
+def promtool() -> Path:
+    """Prometheus' promtool: ``promtool check rules`` parses rules as Prometheus does."""
+    return ensure_promtool()
