@@ -39,6 +39,18 @@ MANAGER_ARGS = """            - --log-format=json
             {{- end }}
 """
 
+# With signIn: proxy the UI listens on loopback, where no kubelet reaches: its probes go through
+# the proxy, which must pass GET /healthz on without sign-in (oauth2-proxy: --skip-auth-route).
+PROBE_TARGET = (
+    '              {{- if eq .Values.ui.signIn "proxy" }}\n'
+    "              path: {{ .Values.ui.proxy.healthPath }}\n"
+    "              port: {{ .Values.ui.proxy.port }}\n"
+    "              {{- else }}\n"
+    "              path: /healthz\n"
+    "              port: http\n"
+    "              {{- end }}\n"
+)
+
 # (kind, namespace, name) → [(exact text of the piece, what the template has instead)].
 SUBSTITUTIONS: dict[tuple[str, str, str], list[tuple[str, str]]] = {
     ("Deployment", "kokumi", "kokumi-clusters"): [
@@ -90,6 +102,16 @@ SUBSTITUTIONS: dict[tuple[str, str, str], list[tuple[str, str]]] = {
             "            {{- else }}\n"
             "            - --listen=0.0.0.0:8080\n"
             "            {{- end }}\n",
+        ),
+        (
+            "          livenessProbe:\n            httpGet:\n              path: /healthz\n"
+            "              port: http\n",
+            "          livenessProbe:\n            httpGet:\n" + PROBE_TARGET,
+        ),
+        (
+            "          readinessProbe:\n            httpGet:\n              path: /healthz\n"
+            "              port: http\n",
+            "          readinessProbe:\n            httpGet:\n" + PROBE_TARGET,
         ),
         (
             "      volumes:\n",

@@ -166,6 +166,14 @@ def test_the_ui_and_its_sign_in_modes(helm: Path) -> None:
         "--trusted-proxy=127.0.0.1",
     ]
     assert [c["name"] for c in ui["containers"]] == ["ui", "oauth2-proxy"]
+    # The UI listens on loopback, which no kubelet reaches: its probes go through the proxy.
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert ui["containers"][0][probe]["httpGet"] == {"path": "/healthz", "port": 4180}
+        on_token = token[("Deployment", "kokumi", "kokumi-clusters-ui")]["spec"]["template"]
+        assert on_token["spec"]["containers"][0][probe]["httpGet"] == {
+            "path": "/healthz",
+            "port": "http",
+        }
     service = proxy[("Service", "kokumi", "kokumi-clusters-ui")]
     assert service["spec"]["ports"][0]["targetPort"] == 4180
     impersonate = {
