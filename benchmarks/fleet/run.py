@@ -70,6 +70,8 @@ from tests.support.deploy import CAPI_CRD  # noqa: E402
 
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 FLEET_NS = "fleet"
+TEAM_MARK = {"kokumi.dev/kubeconfig": "true"}
+"""The label a from: Secrets run's Secrets carry, which its ClusterSource selects."""
 OWN_NS = "kokumi-bench"
 ARGO_NS = "argocd"
 WRITES = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
@@ -756,20 +758,38 @@ async def main_async(
                 created: dict[str, float] = {}
                 limiter = trio.CapacityLimiter(32)
                 if args.sourced:
-                    # One ClusterSource makes every Cluster from Cluster API-shaped Secrets.
+                    # One ClusterSource makes every Cluster: from Cluster API-shaped Secrets, or
+                    # from a team's labelled ones (its kubeconfig under the key kubeconfig).
+                    spec: dict[str, Any] = (
+                        {"from": "ClusterAPI", "labels": {"fleet": "bench"}}
+                        if args.sourced == "capi"
+                        else {"from": "Secrets", "secretSelector": {"matchLabels": TEAM_MARK},
+                              "key": "kubeconfig", "labels": {"fleet": "bench"}}
+                    )  # fmt: skip
                     await client.create(
                         CLUSTER_SOURCES,
                         {
                             "apiVersion": api.API_VERSION,
                             "kind": "ClusterSource",
-                            "metadata": {"name": "capi", "namespace": FLEET_NS},
-                            "spec": {"from": "ClusterAPI", "labels": {"fleet": "bench"}},
+                            "metadata": {"name": args.sourced, "namespace": FLEET_NS},
+                            "spec": spec,
                         },
                         namespace=FLEET_NS,
                     )
 
                 async def create(index: int) -> None:
                     name = f"c{index:05d}"
+                    if args.sourced == "secrets":
+                        async with limiter:
+                            # A team's Secret, named as its Cluster will be, labelled.
+                            value = base64.b64encode(kubeconfig(index, ca_pem).encode()).decode()
+                            team: dict[str, Any] = {"name": name, "labels": dict(TEAM_MARK)}
+                            await client.create(
+                                SECRETS, {"metadata": team, "data": {"kubeconfig": value}},
+                                namespace=FLEET_NS,
+                            )  # fmt: skip
+                            created[name] = time.time()
+                        return
                     if args.sourced:
                         async with limiter:
                             # As Cluster API makes them: the cluster, then its Secret, which it
@@ -1078,8 +1098,11 @@ def main() -> None:
         parser.add_argument(f"--{kind}", type=float, default=0.0, help=f"share of {kind} spokes")
     parser.add_argument(
         "--sourced",
-        action="store_true",
-        help="Cluster API-shaped Secrets and one ClusterSource instead of hand-made Clusters",
+        nargs="?",
+        const="capi",
+        choices=("capi", "secrets"),
+        help="one ClusterSource instead of hand-made Clusters: over Cluster API-shaped Secrets"
+        " (capi, the default) or a team's labelled Secrets (secrets, from: Secrets)",
     )
     parser.add_argument("--output", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args()
@@ -1089,7 +1112,7 @@ def main() -> None:
     print(f"work directory {workdir}; load {load()}", flush=True)
     with ControlPlane.start() as plane:
         run_kubectl(plane.hub, "apply", "--server-side", "-f", str(ROOT / "deploy" / "crds"))
-        if args.sourced:
+        if args.sourced == "capi":
             run_kubectl(plane.hub, "apply", "-f", "-", input=CAPI_CRD)  # Cluster API's clusters
         run_kubectl(plane.hub, "wait", "--for=condition=Established", "crd", "--all")
         result = trio.run(main_async, args, plane, workdir)
