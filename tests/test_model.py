@@ -391,6 +391,26 @@ class World:
         raise AssertionError("time did not advance: something never blocks")
 
 
+def _refused_as_stale(request: httpx.Request, current: dict[str, Any]) -> bool:
+    """Whether a PUT or DELETE names a resourceVersion the object no longer has: the API server
+    (and the fake) refuses it with 409, so it changes nothing, whatever it would have written.
+
+    A replica writes on what it saw last; when another replica wrote meanwhile, its write is
+    refused, it reads again and plans anew. Seed 1007 of the two-replica test: a refused PUT
+    that would have handed a server back was taken for a handover.
+    """
+    body = json.loads(request.content) if request.content else {}
+    meta = current["metadata"]
+    if request.method == "PUT":
+        sent = (body.get("metadata") or {}).get("resourceVersion")
+        return bool(sent) and sent != meta.get("resourceVersion")
+    preconditions = body.get("preconditions") or {}
+    return any(
+        preconditions.get(field) and preconditions[field] != meta.get(field)
+        for field in ("uid", "resourceVersion")
+    )
+
+
 class _Observed(httpx.AsyncBaseTransport):
     """The fake hub, with the model's eye on every request before the fake sees it."""
 
@@ -1191,6 +1211,8 @@ class ManagerMachine(RuleBasedStateMachine):
         server = argocd.server_of(current)
         if holder is None or server is None:
             return
+        if _refused_as_stale(request, current):
+            return  # the fake answers 409 and changes nothing: nobody is let go
         server = normalise_server(server)
         new_holder = None
         if request.method == "PUT":

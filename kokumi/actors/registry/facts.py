@@ -472,10 +472,7 @@ class Facts(Line):
         for cluster in self._table.wanting():
             await pace.tick()
             if self._serves(cluster) is None:
-                self._claims.pop(cluster, None)
-                self._connections.pop(cluster, None)
-                self._told.pop(cluster, None)
-                touched |= self._step(ownership.Disown(cluster))
+                touched |= self._disown(cluster)
         # A Cluster named by several Secrets as last seen (a move this registry has not seen
         # finish) is adopted where it was written last, as after a restart.
         newest: dict[ClusterRef, str] = {}

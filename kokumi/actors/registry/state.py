@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
+import trio
 
 from kokumi.actors.metrics import Metrics
 from kokumi.actors.writes import EventRecorder
@@ -121,6 +122,21 @@ class State:
 
     def _is_served(self, cluster: ClusterRef) -> bool:
         return self._serves(cluster) is not None
+
+    def _disown(self, cluster: ClusterRef) -> set[str | None]:
+        """Forget ``cluster``, served elsewhere now (see :class:`ownership.Disown`)."""
+        self._claims.pop(cluster, None)
+        self._connections.pop(cluster, None)
+        self._told.pop(cluster, None)
+        server = self._table.wanted_by(cluster)
+        held = server is not None and self._table.holder(server) == cluster
+        touched = self._step(ownership.Disown(cluster))
+        if held and server is not None and argocd.secret_name(server) not in self._secrets:
+            # It held the server here before its Secret was written (the write fenced or
+            # refused): kept as the holder elsewhere, it would bar the line for good. Its
+            # replica may still write the Secret; after the grace, the next in line here may.
+            self._pending.setdefault(server, trio.current_time() + self._grace)
+        return touched
 
     def _step(self, event: ownership.Event) -> set[str | None]:
         """Apply one event to the table; the servers whose Secret or line it may change."""
