@@ -1,11 +1,13 @@
 """Live status: what a stream follows and sends (pure), and the stream against the real hub.
 
 The hub tests serve the UI over HTTP (Hypercorn, as ``kokumi ui`` does): an ASGI transport in
-memory answers only once a response is complete, and a live stream never is. A status change
-written to the hub arrives as an event, for the signed-in user and under their RBAC; a user who
-may not list there gets the one event that tells the script to fall back to reloading; no token
-crosses the stream; it needs a session (locally under the session's secret path too), a forged
-write to it is refused by the Guard, and signing out ends it.
+memory answers only once a response is complete, and a live stream lasts seconds. A status
+change written to the hub arrives as an event, for the signed-in user (by token, locally, or the
+trusted proxy's, impersonated) and under their RBAC, also between two responses (resumed from
+the last event id); a user who may not list or watch there gets the one event that tells the
+script to fall back to reloading; no token crosses the stream; it needs a session (locally under
+the session's secret path too), a forged write to it is refused by the Guard, and signing out
+ends it.
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ from kokumi.kube.errors import Gone
 from kokumi.testing import Kubectl, canary
 from kokumi.testing.controlplane import APIServer
 from kokumi.ui import live
+from kokumi.ui.incluster import ProxyTrust
 from kokumi.ui.serve import serve_in_cluster, serve_ui
-from tests.support.deploy import ensure_namespace
-from tests.support.ui import install_ui_account, user
+from tests.support.deploy import apply, ensure_namespace, wait_until
+from tests.support.ui import UI_FILES, install_ui_account, user
 
 SAME_ORIGIN = {"Sec-Fetch-Site": "same-origin"}
 NOW = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.UTC)
@@ -370,4 +373,47 @@ async def test_locally_the_stream_is_under_the_sessions_secret_path(
                     _ready(kubectl, hub, namespace, "edge")
                     kind, data = await events.next()
             assert (kind, data["key"], data["ready"]) == ("status", f"{namespace}/edge", "True")
+        nursery.cancel_scope.cancel()
+
+
+async def test_behind_the_trusted_proxy_the_stream_watches_as_the_proxys_user(
+    hub: APIServer, crds: object, namespace: str, kubectl: Kubectl
+) -> None:
+    own = install_ui_account(hub)
+    apply(hub, UI_FILES / "optional" / "impersonate.yaml")
+    _cluster(kubectl, hub, namespace, "edge")
+    kubectl(hub, "-n", namespace, "create", "role", "bob", "--verb=get,list,watch",
+            "--resource=clusters.delivery.kokumi.dev")  # fmt: skip
+    kubectl(hub, "-n", namespace, "create", "rolebinding", "bob", "--role=bob", "--user=bob")
+
+    def impersonating() -> bool | None:
+        can = kubectl(hub, "auth", "can-i", "watch", "clusters.delivery.kokumi.dev", "-n",
+                      namespace, "--as=bob", check=False)  # fmt: skip
+        return True if can.stdout.strip() == "yes" else None
+
+    wait_until(impersonating, "bob may watch Clusters")
+    proxy = ProxyTrust.parse(["127.0.0.1"], "X-Forwarded-User", "X-Forwarded-Groups")
+    url = f"/clusters/live?c={namespace}/edge"
+    async with trio.open_nursery() as nursery:
+        served = functools.partial(serve_in_cluster, own, bind="127.0.0.1:0", proxy=proxy)
+        base = await nursery.start(served)
+        async with httpx.AsyncClient(base_url=base, timeout=30) as browser:
+            as_bob = {"X-Forwarded-User": "bob"}
+            assert (await browser.get("/clusters", headers=as_bob)).status_code == 200
+            with trio.fail_after(60):
+                async with browser.stream("GET", url, headers=as_bob) as response:
+                    assert response.status_code == 200
+                    events = Events(response)
+                    _ready(kubectl, hub, namespace, "edge")
+                    kind, data = await events.next()
+            assert (kind, data["key"], data["ready"]) == ("status", f"{namespace}/edge", "True")
+            # carol has no Role: her own RBAC applies, never the UI's account's.
+            carol = await browser.get(url, headers={"X-Forwarded-User": "carol"})
+            assert (
+                carol.text
+                == live.sse("fallback", {"reason": "you may not list Clusters there"}).decode()
+            )
+            # Without the proxy's word, nobody.
+            browser.cookies.clear()
+            assert (await browser.get(url)).status_code == 401
         nursery.cancel_scope.cancel()
