@@ -13,7 +13,7 @@ of every namespace). Each response of the stream lasts a few seconds (see :class
 so a watch is one request per watched namespace every few seconds, each resumed from the
 version the last one read (the event id the browser sends back), listed again only when that
 version is gone (410). The events sent carry only what a row shows (Ready, reason, message,
-server, version, age), never a Secret, a token or a kubeconfig.
+server, version), never a Secret, a token or a kubeconfig.
 
 Where the stream cannot be kept it tells the script so, and the script falls back to the
 reload: ``fallback`` (the user may not watch there, too many live pages, the hub failing) or
@@ -122,8 +122,9 @@ def watch_scopes(shown: Sequence[tuple[str, str]]) -> list[tuple[str | None, str
 
 
 def event_of(cluster: Mapping[str, Any], now: datetime.datetime) -> dict[str, str]:
-    """What a row shows of one Cluster, and no more: a Cluster holds no credential, and this
-    sends only its status fields."""
+    """What a row shows of one Cluster's status, and no more: a Cluster holds no credential, and
+    this sends only its status fields. Not its age: written once per change it would go stale
+    beside the others' ages, which the page wrote together."""
     row = clusterview.row(cluster, now)
     return {
         "key": f"{row.namespace}/{row.name}",
@@ -132,7 +133,6 @@ def event_of(cluster: Mapping[str, Any], now: datetime.datetime) -> dict[str, st
         "message": row.message,
         "server": row.server,
         "version": row.version,
-        "age": row.age,
     }
 
 

@@ -117,6 +117,7 @@ async def test_a_cluster_turning_ready_shows_on_the_list_and_its_page_without_a_
         await _until_cell(browser, f"{core} .badge", "TLSError", "core TLSError on the list")
         assert await _cell(browser, f"{core} td.ready") == "False"
         assert await _marked(browser), "the list was reloaded"
+        await browser.shot("live-list-resumed")
 
         await browser.open(f"/clusters/{namespace}/edge")
         await _mark(browser)

@@ -45,7 +45,6 @@
       set(node, ".message, .status-message", status.message);
       set(node, ".server", status.server);
       set(node, ".version", status.version);
-      set(node, ".age", status.age);
       var badges = node.querySelectorAll(".badge");
       for (var j = 0; j < badges.length; j++) {
         var badge = badges[j];
@@ -83,7 +82,7 @@
   source.addEventListener("gone", function (event) {
     var key = JSON.parse(event.data).key;
     update({key: key, ready: "Unknown", reason: "Deleted", message: "deleted on the hub",
-            server: "-", version: "-", age: "-"});
+            server: "-", version: "-"});
   });
   function fallback() { stop(every || 10000, "refreshed every " + (every / 1000 || 10) + " s"); }
   source.addEventListener("fallback", fallback);
