@@ -7,7 +7,7 @@ trusted proxy's, impersonated) and under their RBAC, also between two responses 
 the last event id); a user who may not list or watch there gets the one event that tells the
 script to fall back to reloading; no token crosses the stream; it needs a session (locally under
 the session's secret path too), a forged write to it is refused by the Guard, and signing out
-ends it.
+or a revoked token ends it.
 """
 
 from __future__ import annotations
@@ -32,11 +32,16 @@ from kokumi.testing import Kubectl, canary
 from kokumi.testing.controlplane import APIServer
 from kokumi.ui import live
 from kokumi.ui.incluster import ProxyTrust
+from kokumi.ui.pages import REVOKED_LINE
+from kokumi.ui.security import COOKIE
 from kokumi.ui.serve import serve_in_cluster, serve_ui
 from tests.support.deploy import apply, ensure_namespace, wait_until
-from tests.support.ui import UI_FILES, install_ui_account, user
+from tests.support.ui import UI_FILES, install_ui_account, refused_by_the_hub, user
 
 SAME_ORIGIN = {"Sec-Fetch-Site": "same-origin"}
+FRESH = httpx.Limits(max_keepalive_connections=0)
+"""A connection per request: the server closes one idle for 5 s, which a browser notices and
+httpx, reusing it after a wait, would not."""
 NOW = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.UTC)
 CLUSTER = """apiVersion: delivery.kokumi.dev/v1alpha1
 kind: Cluster
@@ -253,7 +258,7 @@ async def in_cluster(hub: APIServer) -> AsyncIterator[httpx.AsyncClient]:
     own = install_ui_account(hub)
     async with trio.open_nursery() as nursery:
         url = await nursery.start(functools.partial(serve_in_cluster, own, bind="127.0.0.1:0"))
-        async with httpx.AsyncClient(base_url=url, timeout=30) as browser:
+        async with httpx.AsyncClient(base_url=url, timeout=30, limits=FRESH) as browser:
             yield browser
         nursery.cancel_scope.cancel()
 
@@ -359,7 +364,7 @@ async def test_locally_the_stream_is_under_the_sessions_secret_path(
     config = Config.from_kubeconfig(hub.admin_kubeconfig)
     async with trio.open_nursery() as nursery:
         running = await nursery.start(functools.partial(serve_ui, config))
-        async with httpx.AsyncClient(base_url=running.url, timeout=30) as browser:
+        async with httpx.AsyncClient(base_url=running.url, timeout=30, limits=FRESH) as browser:
             signed = await browser.get(running.sign_in_url.removeprefix(running.url))
             base = signed.headers["location"].removesuffix("/clusters")
             path = f"/clusters/live?c={namespace}/edge"
@@ -395,7 +400,7 @@ async def test_behind_the_trusted_proxy_the_stream_watches_as_the_proxys_user(
     async with trio.open_nursery() as nursery:
         served = functools.partial(serve_in_cluster, own, bind="127.0.0.1:0", proxy=proxy)
         base = await nursery.start(served)
-        async with httpx.AsyncClient(base_url=base, timeout=30) as browser:
+        async with httpx.AsyncClient(base_url=base, timeout=30, limits=FRESH) as browser:
             as_bob = {"X-Forwarded-User": "bob"}
             assert (await browser.get("/clusters", headers=as_bob)).status_code == 200
             with trio.fail_after(60):
@@ -415,3 +420,30 @@ async def test_behind_the_trusted_proxy_the_stream_watches_as_the_proxys_user(
             browser.cookies.clear()
             assert (await browser.get(url)).status_code == 401
         nursery.cancel_scope.cancel()
+
+
+async def test_a_token_revoked_mid_session_ends_the_stream_and_then_the_session(
+    hub: APIServer, crds: object, namespace: str, kubectl: Kubectl
+) -> None:
+    dora = user(hub, namespace, "dora", "get,list,watch")
+    _cluster(kubectl, hub, namespace, "edge")
+    url = f"/clusters/live?c={namespace}/edge"
+    async with in_cluster(hub) as browser:
+        await _sign_in(browser, dora)
+        with trio.fail_after(60):
+            async with browser.stream("GET", url) as response:
+                events = Events(response)
+                assert await events.rest() == []
+        kubectl(hub, "-n", namespace, "delete", "serviceaccount", "dora")
+        await refused_by_the_hub(hub, dora)
+        # Resumed, as the browser does: the watch is refused, and the stream says reload.
+        with trio.fail_after(60):
+            resume = {"Last-Event-ID": events.last_id}
+            async with browser.stream("GET", url, headers=resume) as response:
+                assert response.status_code == 200
+                kind, data = await Events(response).next()
+        assert (kind, data) == ("reload", {"reason": "the API server no longer accepts you"})
+        # A fresh one is refused at its first list: the session ends, back at the sign-in.
+        fresh = await browser.get(url)
+        assert fresh.status_code == 401 and REVOKED_LINE in fresh.text
+        assert fresh.headers["set-cookie"].startswith(f"{COOKIE}=; ")
