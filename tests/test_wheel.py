@@ -67,6 +67,9 @@ def test_the_wheel_installs_and_runs_outside_the_checkout(tmp_path: Path) -> Non
     names = zipfile.ZipFile(wheel).namelist()
     assert "kokumi/py.typed" in names
     assert "kokumi/core/fleet/leader.py" in names
+    # The UI's files, its one script (the live status) among them.
+    for ui_file in ("static/style.css", "static/live.js", "templates/base.html"):
+        assert f"kokumi/ui/{ui_file}" in names
     for data in (
         "go/kube/go.mod",
         "go/etcd/go.mod",

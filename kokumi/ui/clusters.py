@@ -29,15 +29,18 @@ from kokumi.core.text import one_line
 from kokumi.kube.client import NAMESPACES, Client
 from kokumi.kube.errors import Conflict, Forbidden, KubeError, NotFound
 from kokumi.kube.paths import resource_path
+from kokumi.ui.live import Streams, live_response, live_url
 from kokumi.ui.pages import (
     REFRESH,
     UI,
     Listed,
+    Lists,
     _error,
     _listed_namespace,
     _named,
     _page,
     _signed_in,
+    still_signed_in,
 )
 from kokumi.ui.security import MAX_TOKEN, Session
 from kokumi.workspace import inspect, newcluster
@@ -57,6 +60,18 @@ intermediates are a few KiB."""
 
 
 def cluster_routes(ui: UI) -> list[BaseRoute]:
+    streams = Streams()
+
+    async def live(request: Request, session: Session, hub: Client) -> Response:
+        async def alive() -> bool:
+            return await still_signed_in(ui, request)
+
+        # Each response ends before Hypercorn closes a connection silent for read_seconds.
+        lifetime = ui.limits.read_seconds * 0.8
+        owner = Lists.owner(session)
+        return await live_response(request, session, hub, streams=streams, owner=owner,
+                                   alive=alive, clock=ui.clock, lifetime=lifetime)  # fmt: skip
+
     async def clusters(request: Request, session: Session, hub: Client) -> Response:
         query = clusterview.parse_query(request.query_params)
         if isinstance(query, str):
@@ -85,6 +100,7 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
                 "error": error,
                 "age": age,
                 "refresh": REFRESH,
+                "live": live_url(session.base, shown.rows),
                 "checking": clusterview.CHECKING,
             },
         )
@@ -125,10 +141,11 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
             )
         except newcluster.Refused as refused:
             return _error(session, refused)
+        context = _cluster_context(facts, ui.argocd_namespace, ui.clock())
         return _page(
             "cluster.html",
             {"title": f"Cluster {name}", "session": session, "refresh": REFRESH,
-             **_cluster_context(facts, ui.argocd_namespace, ui.clock())},
+             "live": live_url(session.base, [context["row"]]), **context},
         )  # fmt: skip
 
     async def edit(request: Request, session: Session, hub: Client) -> Response:
@@ -229,6 +246,7 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
     limit = newcluster.MAX_CLUSTER_NAME
     return [
         Route("/clusters", _signed_in(ui, clusters)),
+        Route("/clusters/live", _signed_in(ui, live)),
         Route("/overview", _signed_in(ui, overview)),
         Route("/clusters/new", _signed_in(ui, new), methods=both),
         Route("/clusters/{namespace}/{name}", _signed_in(ui, _named("Cluster", cluster, limit))),

@@ -10,9 +10,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from kokumi.core import api, clusterview
-from kokumi.kube.client import Client
-from kokumi.kube.errors import KubeError, NotFound
+from kokumi.core import api, clusterview, sessioncookie
+from kokumi.kube.client import NAMESPACES, Client
+from kokumi.kube.errors import Forbidden, KubeError, NotFound
 from kokumi.ui.pages import REFRESH, UI, _error, _listed_namespace, _named, _page, _signed_in
 from kokumi.ui.security import Session
 from kokumi.workspace import newcluster
@@ -27,8 +27,11 @@ def environment_routes(ui: UI) -> list[BaseRoute]:
             return refused
         views: list[clusterview.EnvironmentView] = []
         error = ""
+        looked: list[str] | None = None
         try:
-            envs = (await hub.list(api.ENVIRONMENTS, namespace=namespace or None))["items"]
+            envs, looked = await _environments(hub, namespace, ui.known_namespaces(session))
+            if namespace:
+                session.namespaces = sessioncookie.remembered(session.namespaces, namespace)
             by_namespace: dict[str, list[dict[str, Any]]] = {}
             for env in envs:
                 ns = env["metadata"]["namespace"]
@@ -42,7 +45,7 @@ def environment_routes(ui: UI) -> list[BaseRoute]:
         return _page(
             "environments.html",
             {"title": "Environments", "session": session, "views": views,
-             "namespace": namespace, "error": error},
+             "namespace": namespace, "error": error, "looked": looked},
         )  # fmt: skip
 
     async def environment(request: Request, session: Session, hub: Client) -> Response:
@@ -71,3 +74,32 @@ def environment_routes(ui: UI) -> list[BaseRoute]:
             "/environments/{namespace}/{name}", _signed_in(ui, _named("Environment", environment))
         ),
     ]
+
+
+async def _environments(
+    hub: Client, namespace: str, known: list[str]
+) -> tuple[list[dict[str, Any]], list[str] | None]:
+    """The Environments the user may list, and the namespaces looked in when they may not list
+    them in every namespace (None when they may, or when one was named).
+
+    It looks where the Clusters list looks: each namespace the user may see, else ``known``
+    (:meth:`UI.known_namespaces`), each tried as the user. A namespace named is read alone, and
+    its refusal is the page's error.
+    """
+    if namespace:
+        return list((await hub.list(api.ENVIRONMENTS, namespace=namespace))["items"]), None
+    try:
+        return list((await hub.list(api.ENVIRONMENTS))["items"]), None
+    except Forbidden:
+        pass
+    try:
+        names = [n["metadata"]["name"] for n in (await hub.list(NAMESPACES))["items"]]
+    except KubeError:
+        names = known
+    found: list[dict[str, Any]] = []
+    for name in names:
+        try:
+            found.extend((await hub.list(api.ENVIRONMENTS, namespace=name))["items"])
+        except Forbidden:
+            continue
+    return found, names

@@ -1,13 +1,14 @@
 """What every page shares: the UI's state, the session check, the templates.
 
-Server-rendered HTML (Jinja2, autoescaped) and no script, so the Content-Security-Policy can
-forbid all of it. A refusal is one line under the field it is about; a kubeconfig, a token or a
-key is never put back into a page, not even into the form after a failed attempt. Every page but
-the sign-in's goes through :func:`_signed_in`, which finds the session, checks the CSRF token of
-an unsafe request, and hands the page the client that acts as the session's user; a page whose
-calls the API server answers 401 for the user's own token ends the session instead, back at the
-sign-in with one line, since every other page would be refused too. Apart from the
-routes so that the Clusters' and the Environments' pages share it without knowing each other.
+Server-rendered HTML (Jinja2, autoescaped) that needs no script, so the Content-Security-Policy
+forbids every script but the UI's own live status (:mod:`kokumi.ui.live`). A refusal is one line
+under the field it is about; a kubeconfig, a token or a key is never put back into a page, not
+even into the form after a failed attempt. Every page but the sign-in's goes through
+:func:`_signed_in`, which finds the session, checks the CSRF token of an unsafe request, and
+hands the page the client that acts as the session's user; a page whose calls the API server
+answers 401 for the user's own token ends the session instead, back at the sign-in with one
+line, since every other page would be refused too. Apart from the routes so that the Clusters'
+and the Environments' pages share it without knowing each other.
 """
 
 from __future__ import annotations
@@ -44,7 +45,17 @@ from kokumi.ui.security import (
 )
 from kokumi.workspace import newcluster
 
-__all__ = ["LISTS", "LIST_ROWS", "LIST_TTL", "PARSERS", "REFRESH", "UI", "Listed", "Lists"]
+__all__ = [
+    "LISTS",
+    "LIST_ROWS",
+    "LIST_TTL",
+    "PARSERS",
+    "REFRESH",
+    "UI",
+    "Listed",
+    "Lists",
+    "still_signed_in",
+]
 
 log = logging.getLogger("kokumi.ui")
 
@@ -308,6 +319,20 @@ def _signed_in(ui: UI, handler: Handler) -> Endpoint:
     return endpoint
 
 
+async def still_signed_in(ui: UI, request: Request) -> bool:
+    """Whether ``request``'s session is still signed in, unexpired and not signed out at any
+    replica: asked again and again by a page that stays open (the live status's stream)."""
+    cookie = request.cookies.get(COOKIE)
+    if isinstance(ui.sessions, Sessions):
+        key = request.path_params.get("key")
+        return (
+            ui.sessions.get(cookie, f"{SESSION_PATH}/{key}" if isinstance(key, str) else "")
+            is not None
+        )
+    await _heed_sign_outs(ui)
+    return ui.sessions.get(cookie) is not None
+
+
 async def _handle(
     ui: UI, handler: Handler, request: Request, session: Session, hub: Client
 ) -> Response:
@@ -407,7 +432,7 @@ def _listed_namespace(session: Session, namespace: str) -> HTMLResponse | None:
 
 
 def _page(template: str, context: Mapping[str, Any], *, status: int = 200) -> HTMLResponse:
-    context = {"refresh": 0, "csrf": "", "base": "", **context}
+    context = {"refresh": 0, "csrf": "", "base": "", "live": "", **context}
     session = context.get("session")
     if isinstance(session, Session):
         context["csrf"] = session.csrf

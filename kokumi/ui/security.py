@@ -74,10 +74,12 @@ CLUSTER_SESSION_SECONDS: Final = 8 * 3600
 """In a cluster a session ends after a working day, or when its token expires if that is sooner."""
 
 CSP: Final = (
-    "default-src 'none'; style-src 'self'; img-src 'self'; script-src 'none'; "
-    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    "default-src 'none'; style-src 'self'; img-src 'self'; script-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
-"""No script at all: the pages are plain forms and links, so no injected markup can run."""
+"""No inline script and no script of anyone else's: the pages are plain forms and links, and the
+one script, ``/static/live.js`` (the live status, which only the UI's own origin may feed), is a
+file of ours, so no injected markup can run."""
 
 HEADERS: Final = (
     (b"content-security-policy", CSP.encode()),

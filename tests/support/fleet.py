@@ -127,7 +127,7 @@ async def local_ui(hub: APIServer) -> AsyncIterator[LocalUI]:
             yield LocalUI(ui, browser, requests)
 
 
-_ROW = re.compile(r'<tr id="cluster-[^"]*">\s*<td><a href="[^"]*/clusters/([^/"]+)/([^/"]+)">')
+_ROW = re.compile(r'<tr id="cluster-[^"]*"[^>]*>\s*<td><a href="[^"]*/clusters/([^/"]+)/([^/"]+)">')
 
 
 def listed(page: str) -> list[str]:
@@ -137,9 +137,9 @@ def listed(page: str) -> list[str]:
 
 def count_line(page: str) -> str:
     """The list's line on how many there are and which are shown, as text."""
-    found = re.search(r'<p class="muted" id="count">([^<]*)</p>', page)
+    found = re.search(r'<p class="muted" id="count">(.*?)</p>', page, re.S)
     assert found is not None, page[:2000]
-    return found.group(1).split(" · ")[0]
+    return re.sub(r"<[^>]+>", "", found.group(1)).split(" · ")[0]
 
 
 async def make_source(admin: Client, namespace: str, name: str) -> None:

@@ -236,7 +236,8 @@ async def _every_listed(app: LocalUI, href: str) -> tuple[list[tuple[str, str]],
         names.extend(
             (ns, name)
             for ns, name in re.findall(
-                r'<tr id="cluster-[^"]*">\s*<td><a href="[^"]*/clusters/([^/"]+)/([^/"]+)">', page
+                r'<tr id="cluster-[^"]*"[^>]*>\s*<td><a href="[^"]*/clusters/([^/"]+)/([^/"]+)">',
+                page,
             )
         )
         nxt = re.search(r'<a rel="next" href="([^"]+)">', page)

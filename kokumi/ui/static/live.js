@@ -1,0 +1,90 @@
+// Live status for the Clusters' pages: an enhancement, the pages are whole without it.
+//
+// The page names its stream in <body data-live>, the Server-Sent Events of a watch on the hub
+// made as the signed-in user; each event's fields go into the cells of the Cluster it names, as
+// text (textContent, never markup). Without script the page reloads every data-refresh seconds
+// (<meta http-equiv="refresh"> inside <noscript>); with script and no stream, or once the stream
+// cannot be kept, this reloads it on the same schedule instead.
+(function () {
+  "use strict";
+  var body = document.body;
+  var every = Number(body.getAttribute("data-refresh") || 0) * 1000;
+  var url = body.getAttribute("data-live");
+  var reloading = null;
+
+  function reloadIn(ms) {
+    if (reloading === null) {
+      reloading = window.setTimeout(function () { window.location.reload(); }, ms);
+    }
+  }
+
+  function say(text) {
+    var where = document.querySelectorAll(".refreshing");
+    for (var i = 0; i < where.length; i++) { where[i].textContent = text; }
+  }
+
+  if (!url || !window.EventSource || !window.JSON) {
+    if (every) { reloadIn(every); }
+    return;
+  }
+
+  function set(node, selector, text) {
+    var found = node.querySelectorAll(selector);
+    for (var i = 0; i < found.length; i++) { found[i].textContent = text; }
+  }
+
+  function update(status) {
+    var nodes = document.querySelectorAll("[data-cluster]");
+    for (var i = 0; i < nodes.length; i++) {
+      var node = nodes[i];
+      if (node.getAttribute("data-cluster") !== status.key) { continue; }
+      var readyNow = node.querySelector(".ready");
+      if (readyNow && readyNow.textContent !== status.ready) { set(node, ".since", ""); }
+      set(node, ".ready", status.ready);
+      set(node, ".reason-text", status.reason);
+      set(node, ".message, .status-message", status.message);
+      set(node, ".server", status.server);
+      set(node, ".version", status.version);
+      var badges = node.querySelectorAll(".badge");
+      for (var j = 0; j < badges.length; j++) {
+        var badge = badges[j];
+        badge.textContent = status.reason;
+        badge.title = status.message;
+        badge.className = "badge " + (status.ready === "True" ? "ok" : status.ready === "False" ? "bad" : "wait");
+      }
+    }
+  }
+
+  var source = new EventSource(url);
+  var away = null;
+  var opened = 0;
+  function stop(ms, text) {
+    source.close();
+    body.setAttribute("data-live-state", "off");
+    say(text);
+    reloadIn(ms);
+  }
+  // Open once the hub's collection version is read: every change after it arrives.
+  source.onopen = function () {
+    if (away !== null) { window.clearTimeout(away); away = null; }
+    body.setAttribute("data-live-state", "open");
+    body.setAttribute("data-live-opened", String(++opened));
+    say("updated live");
+  };
+  // Each response of the stream ends after a few seconds and the browser asks again at once,
+  // resuming where it was (Last-Event-ID); a stream closed for good, or not open again within
+  // the reload's interval, falls back to the reload.
+  source.onerror = function () {
+    if (source.readyState === EventSource.CLOSED) { fallback(); return; }
+    if (away === null) { away = window.setTimeout(fallback, every || 10000); }
+  };
+  source.addEventListener("status", function (event) { update(JSON.parse(event.data)); });
+  source.addEventListener("gone", function (event) {
+    var key = JSON.parse(event.data).key;
+    update({key: key, ready: "Unknown", reason: "Deleted", message: "deleted on the hub",
+            server: "-", version: "-"});
+  });
+  function fallback() { stop(every || 10000, "refreshed every " + (every / 1000 || 10) + " s"); }
+  source.addEventListener("fallback", fallback);
+  source.addEventListener("reload", function () { stop(0, "reloading"); });
+})();
