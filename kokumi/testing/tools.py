@@ -39,21 +39,18 @@ ARGOCD_TOOLCHAIN = "go1.27.3"
 HELM_VERSIONS = ("v3.22.0", "v4.3.1")
 
 
-def _argocd_version() -> str:
-    go_mod = (GO_MODULES / "argocd" / "go.mod").read_text()
-    match = re.search(
-        r"^\s*(?:require )?github\.com/argoproj/argo-cd/v3 (v\S+)$", go_mod, re.MULTILINE
-    )
+def _module_version(folder: str, module: str) -> str:
+    go_mod = (GO_MODULES / folder / "go.mod").read_text()
+    match = re.search(rf"^\s*(?:require )?{re.escape(module)} (v\S+)$", go_mod, re.MULTILINE)
     if match is None:
-        raise BuildError(
-            "kokumi/testing/go/argocd/go.mod does not require github.com/argoproj/argo-cd/v3"
-        )
+        raise BuildError(f"kokumi/testing/go/{folder}/go.mod does not require {module}")
     return match.group(1)
 
 
 def ensure_argocd_lua_health() -> Path:
     """The program that runs ``health_test.yaml`` cases through Argo CD's own Lua health code."""
-    out = cache_root() / f"argocd-lua-health-{_argocd_version()}"
+    version = _module_version("argocd", "github.com/argoproj/argo-cd/v3")
+    out = cache_root() / f"argocd-lua-health-{version}"
     _go_build(
         GO_MODULES / "argocd",
         out,
@@ -73,14 +70,6 @@ def ensure_helm(version: str) -> Path:
     module = GO_MODULES / f"helm{major.removeprefix('v')}"
     _go_build(module, out, [(f"helm.sh/helm/{major}/cmd/helm", "helm")], "-s -w")
     return out / "helm"
-
-
-def _module_version(folder: str, module: str) -> str:
-    go_mod = (GO_MODULES / folder / "go.mod").read_text()
-    match = re.search(rf"^\s*(?:require )?{re.escape(module)} (v\S+)$", go_mod, re.MULTILINE)
-    if match is None:
-        raise BuildError(f"kokumi/testing/go/{folder}/go.mod does not require {module}")
-    return match.group(1)
 
 
 def ensure_promtool() -> Path:

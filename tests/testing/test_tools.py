@@ -10,7 +10,7 @@ from kokumi.testing.controlplane import GO_MODULES
 from kokumi.testing.tools import (
     ARGOCD_TOOLCHAIN,
     HELM_VERSIONS,
-    _argocd_version,
+    _module_version,
     ensure_helm,
     main,
 )
@@ -29,7 +29,7 @@ def test_the_toolchain_is_new_enough_for_the_argocd_module() -> None:
     wanted = tuple(int(part or 0) for part in declared.groups())
     toolchain = tuple(int(part) for part in ARGOCD_TOOLCHAIN.removeprefix("go").split("."))
     assert toolchain >= wanted
-    assert _argocd_version() == "v3.6.1"
+    assert _module_version("argocd", "github.com/argoproj/argo-cd/v3") == "v3.6.1"
 
 
 def test_the_argocd_module_keeps_argo_cds_kubernetes_pins() -> None:
