@@ -1035,7 +1035,24 @@ class ManagerMachine(RuleBasedStateMachine):
         return prediction.blocked(self.objects(), SERVERS)
 
     def _note_selected(self) -> None:
-        """Record the Cluster objects an Environment selects now, whatever their kubeconfig."""
+        """Record the Cluster objects an Environment selects now, whatever their kubeconfig: on
+        the hub, and in the view of the manager whose request is being observed.
+
+        A CI run (seed 330208056840248148701741859927561286003): a restarted manager, its
+        watches not yet caught up after the hub restarted, still saw both Environments when
+        they were already deleted; the ClusterSource made ws2/a then, and ws2/a joined s0's
+        line, a claim made while its manager's view selected it. The view caught up, the holder
+        let go first and the registry handed s0 to ws2/a, whose own release was still on its
+        way: selected on the hub at no moment, but in the view at the moment it claimed, which
+        is what a controller acts on (the Secret went at once). A Cluster that inherits its
+        predecessor's selection is selected in no view, and is still caught."""
+        manager = self.world.manager
+        if manager is not None:
+            for obj in manager.dispatcher.clusters.values():
+                uid = obj["metadata"].get("uid")
+                fresh = uid is not None and uid not in self.ever_selected
+                if fresh and _selected_in_view(manager, uid):
+                    self.ever_selected.add(uid)
         environments: dict[str, list[selectors.Selector]] = {}
         for env in self.world.fake.objects(api.ENVIRONMENTS):
             parsed = api.parse_environment(env)
@@ -1815,5 +1832,33 @@ def test_a_claim_made_before_a_deselection_reached_the_actor_may_be_let_go(seed:
         machine.converges_cleanly()
         holders = {argocd.holder_of(s): argocd.server_of(s) for s in machine.ours().values()}
         assert holders == {ClusterRef("ws1", "a"): normalise_server(s1)}, holders
+    finally:
+        machine.close()
+
+
+@pytest.mark.parametrize("seed", [0, 3, 4])
+def test_a_sourced_cluster_made_while_the_view_lags_may_be_handed_its_server(seed: int) -> None:
+    """A CI run's failing example, replayed: a restart, the hub restarted, both Environments
+    deleted while the restarted manager's watches lag; the ClusterSource makes ws2/a, which
+    joins s0's line while its manager's view selects it, and is handed s0 as the holder lets go,
+    before its own release arrives. No Environment on the hub ever selected it; the manager's
+    view did when it claimed, and nothing of Kokumi's may stay once the views catch up (the
+    seeds are those that failed before)."""
+    seed_scheduler(seed)
+    machine = OneReplicaMachine()
+    try:
+        s0 = SERVERS[0]
+        machine.foreign_from_the_start(server=None)
+        machine.start(
+            layout=[("ws1", "a", s0), ("ws1", "a", s0)], before=False, sourced=[("a", s0)]
+        )
+        machine.restart_manager(refused=None)
+        machine.hub(down=False)
+        machine.delete_environment(ns="ws1")
+        machine.delete_environment(ns="ws2")
+        machine.time_passes(seconds=1.0)
+        machine.nothing_let_go_early()
+        machine.converges_cleanly()
+        assert machine.ours() == {}, sorted(machine.ours())
     finally:
         machine.close()
