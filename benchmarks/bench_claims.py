@@ -51,13 +51,13 @@ async def measure(clusters: int, rounds: int) -> tuple[float, int]:
                     )
             for ref, connection in claims:
                 await registry.want(ref, f"uid-{ref.name}", connection)
-            writes = registry._metrics.registry_writes
+            writes = registry._facts.metrics.registry_writes
             started = time.process_time()
             for _ in range(rounds):
                 for ref, connection in claims:
                     await registry.want(ref, f"uid-{ref.name}", connection)
             spent = time.process_time() - started
-            writes = registry._metrics.registry_writes - writes
+            writes = registry._facts.metrics.registry_writes - writes
             nursery.cancel_scope.cancel()
     return spent / (rounds * len(claims)) * 1e6, writes
 

@@ -1078,7 +1078,7 @@ class ManagerMachine(RuleBasedStateMachine):
         if manager is None or obj is None:
             return  # deleted meanwhile: the manager acts on a view a moment old
         uid = obj["metadata"]["uid"]
-        claim = manager.registry._claims.get(holder)
+        claim = manager.registry._memory.claims.get(holder)
         if claim == uid and uid not in self.ever_selected and not _selected_in_view(manager, uid):
             self.violations.append(
                 f"{verb} of Secret {name} registers {holder} (uid {uid}), which no Environment "

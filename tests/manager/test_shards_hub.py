@@ -226,8 +226,8 @@ async def test_each_cluster_has_one_replica_and_a_stopped_replicas_shards_move(
                     f"{ref} to be checked by replica {serving.name}",
                 )
                 assert other.manager.metrics.checks_of(ref) == 0, f"{ref} checked twice"
-                assert ref in serving.manager.registry._table.wanting()
-                assert ref not in other.manager.registry._table.wanting()
+                assert ref in serving.manager.registry._memory.table.wanting()
+                assert ref not in other.manager.registry._memory.table.wanting()
             created = {r.name: r.manager.metrics.registry_writes for r in running.values()}
             served = {r.name: sum(r.serves(ref) for ref in refs) for r in running.values()}
             assert created == served, "each Secret was written once, by its Cluster's replica"
@@ -248,7 +248,7 @@ async def test_each_cluster_has_one_replica_and_a_stopped_replicas_shards_move(
                     lambda n: n > 0,
                     f"{ref} to be checked by replica b",
                 )
-                assert ref in b.manager.registry._table.wanting(), "b's registry acts for it"
+                assert ref in b.manager.registry._memory.table.wanting(), "b's registry acts for it"
             after = await secrets_by_holder(ws)
             assert {k: s["metadata"]["uid"] for k, s in after.items()} == {
                 k: s["metadata"]["uid"] for k, s in before.items()

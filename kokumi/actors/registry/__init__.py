@@ -31,7 +31,7 @@ public face and the loop), ``facts`` (the plans carried out, retried, and the Se
 registry remembers, and the steps they all take).
 """
 
+from kokumi.actors.registry.facts import HANDOVER_REASON
 from kokumi.actors.registry.inbox import Registry
-from kokumi.actors.registry.line import HANDOVER_REASON
 
 __all__ = ["HANDOVER_REASON", "Registry"]

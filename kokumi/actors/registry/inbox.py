@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
 import trio
 
 from kokumi.actors.metrics import Metrics
+from kokumi.actors.registry import line, news
 from kokumi.actors.registry.facts import Facts
-from kokumi.actors.registry.state import Liveness, Serves, log
+from kokumi.actors.registry.state import Liveness, Memory, Serves, log
 from kokumi.actors.writes import EventRecorder
 from kokumi.core.cluster.egress import EgressPolicy, judge
 from kokumi.core.kubeconfig.connection import Connection
@@ -67,7 +68,10 @@ class _Note:
 _Request = _Want | _Release | _Prune | _Note | _Reshard
 
 
-class Registry(Facts):
+class Registry:
+    """The actor: it holds the registry's memory and its writer, and serves one request at a
+    time, so that only its task reads or changes either."""
+
     def __init__(
         self,
         client: Client,
@@ -79,15 +83,19 @@ class Registry(Facts):
         events: EventRecorder | None = None,
         egress: EgressPolicy | None = None,
     ) -> None:
-        super().__init__(
+        self._client = client
+        self._namespace = namespace
+        self._memory = Memory()
+        self._facts = Facts(
+            self._memory,
             client,
             namespace,
-            metrics,
-            backoff_initial=backoff_initial,
-            backoff_max=backoff_max,
+            metrics or Metrics(),
+            backoff=(backoff_initial, backoff_max),
             events=events,
-            egress=egress,
         )
+        # The probe's policy: a server the manager may not connect to, Argo CD may not either.
+        self._egress = egress or EgressPolicy()
         self._reshard_wanted = trio.Event()
         self._inbox_send, self._inbox = trio.open_memory_channel[_Request](64)
 
@@ -96,9 +104,9 @@ class Registry(Facts):
     ) -> None:
         """Let the registry ask which Cluster object is the live one, and whether a Cluster of
         that name exists at all (the dispatcher's watch knows both)."""
-        self._is_current = is_current
+        self._memory.is_current = is_current
         if exists is not None:
-            self._exists = exists
+            self._memory.exists = exists
 
     def follow_shards(self, serves: Serves, grace: float = 30.0) -> None:
         """Act only for the Clusters ``serves`` names (the shards this replica holds).
@@ -108,14 +116,14 @@ class Registry(Facts):
         they may (a dead replica's Cluster wants again once its shard has moved, within a
         lease duration).
         """
-        self._serves = serves
-        self._sharded = True
-        self._grace = grace
+        self._memory.serves = serves
+        self._memory.sharded = True
+        self._memory.grace = grace
 
     def fence_writes(self, may_write: Callable[[], bool]) -> None:
         """Send a write only while ``may_write()`` says so, checked as it goes out (a single
         leader's Lease: a replica that lost it while a write waited sends nothing)."""
-        self._may_write = may_write
+        self._facts.may_write = may_write
 
     async def reshard(self) -> None:
         """The shards served here changed: adopt or disown Secrets and claims; wait till done."""
@@ -127,7 +135,7 @@ class Registry(Facts):
 
     def out_of_step(self) -> frozenset[str]:
         """Servers whose Secret the registry knows to differ from its table, and retries."""
-        return frozenset(self._retries)
+        return frozenset(self._memory.retries)
 
     # --- what Cluster actors call -----------------------------------------------------------------
 
@@ -139,14 +147,14 @@ class Registry(Facts):
         A new listener (a Cluster created again under its name) starts from nothing told, so
         its first answer reaches it even when it equals what its predecessor was told.
         """
-        self._subscribers[cluster] = (uid, notify)
-        self._told.pop(cluster, None)
+        self._memory.subscribers[cluster] = (uid, notify)
+        self._memory.told.pop(cluster, None)
 
     def unsubscribe(self, cluster: ClusterRef, uid: str) -> None:
         """Forget the listener of ``uid``; a newer Cluster's listener of the same name stays."""
-        current = self._subscribers.get(cluster)
+        current = self._memory.subscribers.get(cluster)
         if current is not None and current[0] == uid:
-            del self._subscribers[cluster]
+            del self._memory.subscribers[cluster]
 
     async def want(self, cluster: ClusterRef, uid: str, connection: Connection) -> None:
         """Claim the connection's server for ``cluster``.
@@ -176,12 +184,12 @@ class Registry(Facts):
         """Whether this claim is the last one served for ``cluster`` again, its server in step."""
         server = ownership.normalise_server(connection.server)
         return (
-            self._claims.get(cluster) == uid
-            and self._connections.get(cluster) == connection
-            and self._table.wanted_by(cluster) == server
-            and server not in self._retries
-            and server not in self._pending
-            and cluster not in self._denied
+            self._memory.claims.get(cluster) == uid
+            and self._memory.connections.get(cluster) == connection
+            and self._memory.table.wanted_by(cluster) == server
+            and server not in self._memory.retries
+            and server not in self._memory.pending
+            and cluster not in self._memory.denied
         )
 
     async def _ask(self, make: Callable[[trio.MemorySendChannel[Any]], _Request]) -> Any:
@@ -222,6 +230,10 @@ class Registry(Facts):
                     with contextlib.suppress(trio.BrokenResourceError):
                         request.reply.send_nowait(result)
 
+    async def _rebuild(self, secrets: Iterable[Mapping[str, Any]]) -> None:
+        # Seeded holders have no connection yet: nothing is written for them until they want.
+        await self._facts.settle(await news.rebuild(self._memory, self._facts, secrets))
+
     async def _forward(self, receive: trio.MemoryReceiveChannel[WatchEvent | Resync]) -> None:
         """The Secret watch feeds the same inbox as the Clusters: one order for everything."""
         async for event in receive:
@@ -244,33 +256,33 @@ class Registry(Facts):
 
     def _next_retry(self) -> float:
         return min(
-            min((r.at for r in self._retries.values()), default=math.inf),
-            min(self._pending.values(), default=math.inf),
+            min((r.at for r in self._memory.retries.values()), default=math.inf),
+            min(self._memory.pending.values(), default=math.inf),
         )
 
     async def _retry_due(self) -> None:
         now = trio.current_time()
-        due: set[str | None] = {server for server, r in self._retries.items() if r.at <= now}
-        for server in [s for s, at in self._pending.items() if at <= now]:
-            del self._pending[server]
-            if self._table.remote(server) is not None and not self._secrets.get(
+        due: set[str | None] = {server for server, r in self._memory.retries.items() if r.at <= now}
+        for server in [s for s, at in self._memory.pending.items() if at <= now]:
+            del self._memory.pending[server]
+            if self._memory.table.remote(server) is not None and not self._memory.secrets.get(
                 argocd.secret_name(server)
             ):
                 # The first in line, served elsewhere, never took it: the next ones may now.
                 log.info("registry: nobody took %s in time; the next in line may", server)
-                due |= self._step(ownership.RemoteGone(server))
-        await self._settle(due)
+                due |= self._memory.step(ownership.RemoteGone(server))
+        await self._facts.settle(due)
 
     async def _serve(self, request: _Request) -> Any:
         match request:
             case _Want(cluster=cluster, uid=uid, connection=connection):
-                if not self._is_current(cluster, uid):
+                if not self._memory.is_current(cluster, uid):
                     return None  # a Cluster that no longer exists wants nothing
                 if self._repeats(cluster, uid, connection):
                     # Every check claims again; the same claim on a server in step has
                     # nothing to write. What changes a Secret or a line (a watch event, a
                     # release, a reshard) writes it then, not at the holder's next claim.
-                    self._tell(cluster, asked=True)
+                    self._facts.tell(cluster, asked=True)
                     return None
                 denied = judge(self._egress, connection.server, connection.proxy_url)
                 if denied is not None:
@@ -278,65 +290,70 @@ class Registry(Facts):
                     # registered, and a registration it had is released.
                     _, message = denied
                     server = ownership.normalise_server(connection.server)
-                    self._denied[cluster] = (server, message)
-                    self._claims.pop(cluster, None)
-                    self._connections.pop(cluster, None)
-                    before = self._table.wanted_by(cluster)
-                    await self._settle(self._step(ownership.Release(cluster)) | {before})
-                    self._tell(cluster, asked=True)
+                    self._memory.denied[cluster] = (server, message)
+                    self._memory.forget_claim(cluster)
+                    before = self._memory.table.wanted_by(cluster)
+                    await self._facts.settle(
+                        self._memory.step(ownership.Release(cluster)) | {before}
+                    )
+                    self._facts.tell(cluster, asked=True)
                     return None
-                self._denied.pop(cluster, None)
-                self._claims[cluster] = uid
-                self._connections[cluster] = connection
-                self._let_go.discard(cluster)
-                before = self._table.wanted_by(cluster)
+                self._memory.denied.pop(cluster, None)
+                self._memory.claims[cluster] = uid
+                self._memory.connections[cluster] = connection
+                self._memory.let_go.discard(cluster)
+                before = self._memory.table.wanted_by(cluster)
                 server = ownership.normalise_server(connection.server)
                 # A line of another server that records it loses it now, not at its holder's
                 # next claim (a Cluster wants one server).
                 recorded: set[str | None] = set()
-                if self._sharded:
-                    recorded = self._lines_recording(cluster) - {server}
-                await self._settle(
-                    self._step(ownership.Want(cluster, server)) | {before} | recorded
+                if self._memory.sharded:
+                    recorded = self._memory.lines_recording(cluster) - {server}
+                await self._facts.settle(
+                    self._memory.step(ownership.Want(cluster, server)) | {before} | recorded
                 )
-                self._tell(cluster, asked=True)
+                self._facts.tell(cluster, asked=True)
                 return None
             case _Release(cluster=cluster, uid=uid):
-                claim = self._claims.get(cluster)
-                if claim is not None and claim != uid and self._is_current(cluster, claim):
+                claim = self._memory.claims.get(cluster)
+                if claim is not None and claim != uid and self._memory.is_current(cluster, claim):
                     # The claim is a newer Cluster's of the same name: not the caller's to drop.
                     return True
-                self._claims.pop(cluster, None)
-                self._connections.pop(cluster, None)
-                self._denied.pop(cluster, None)
+                self._memory.forget_claim(cluster)
+                self._memory.denied.pop(cluster, None)
                 recorded = set()
-                if self._sharded:
-                    self._let_go.add(cluster)
+                if self._memory.sharded:
+                    self._memory.let_go.add(cluster)
                     # Every line that records it, even one this table never had it in (a
                     # server held by another replica's Cluster): written now, for it. And every
                     # Secret that names it holder, adopted into this table or not: the release
                     # is done only once none does.
-                    recorded = self._lines_recording(cluster) | self._servers_naming(cluster)
-                before = self._table.wanted_by(cluster)
-                await self._settle(self._step(ownership.Release(cluster)) | {before} | recorded)
-                self._tell(cluster, asked=True)
-                return self._released(cluster)
+                    recorded = self._memory.lines_recording(cluster) | self._memory.servers_naming(
+                        cluster
+                    )
+                before = self._memory.table.wanted_by(cluster)
+                await self._facts.settle(
+                    self._memory.step(ownership.Release(cluster)) | {before} | recorded
+                )
+                self._facts.tell(cluster, asked=True)
+                return self._facts.released(cluster)
             case _Prune(existing=existing):
-                gone = {c for c in self._table.wanting() if c not in existing}
-                for cluster in [c for c in self._denied if c not in existing]:
-                    del self._denied[cluster]
+                gone = {c for c in self._memory.table.wanting() if c not in existing}
+                for cluster in [c for c in self._memory.denied if c not in existing]:
+                    del self._memory.denied[cluster]
                 touched: set[str | None] = set()
                 for cluster in sorted(gone):
-                    self._claims.pop(cluster, None)
-                    self._connections.pop(cluster, None)
-                    touched |= self._step(ownership.Release(cluster))
-                touched |= self._stale_lines()
-                await self._settle(touched)
+                    self._memory.forget_claim(cluster)
+                    touched |= self._memory.step(ownership.Release(cluster))
+                touched |= line.stale_lines(self._memory)
+                await self._facts.settle(touched)
                 return None
             case _Note(event=event):
-                await self._settle(await self._note(event))
+                await self._facts.settle(
+                    await news.note(self._memory, self._client, self._namespace, event)
+                )
                 return None
             case _Reshard():
-                await self._settle(await self._reshard())
+                await self._facts.settle(await news.reshard(self._memory))
                 return None
         raise AssertionError(request)  # pragma: no cover

@@ -44,7 +44,7 @@ class _Steps(trio.abc.Instrument):
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
         if task.name.endswith("Registry.run") and self.registry is not None:
-            self.counts.append(len(self.registry._secrets))
+            self.counts.append(len(self.registry._memory.secrets))
 
 
 @asynccontextmanager
@@ -84,7 +84,7 @@ async def test_the_secrets_are_taken_in_slices(
     trio.lowlevel.add_instrument(steps)
     try:
         async with _registry(fake, steps) as registry:
-            assert len(registry._secrets) == N
+            assert len(registry._memory.secrets) == N
     finally:
         trio.lowlevel.remove_instrument(steps)
     # Taken in one step, the list would leave no count between none and all.
@@ -101,7 +101,7 @@ class _ReshardSteps(trio.abc.Instrument):
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
         if task.name.endswith("Registry.run"):
-            self.remotes.append(len(self.registry._table.remotes()))
+            self.remotes.append(len(self.registry._memory.table.remotes()))
 
 
 async def test_a_reshard_is_taken_in_slices(
@@ -121,7 +121,7 @@ async def test_a_reshard_is_taken_in_slices(
         finally:
             trio.lowlevel.remove_instrument(steps)
         elsewhere = N - N * 3 // 10
-        assert len(registry._table.remotes()) == elsewhere
+        assert len(registry._memory.table.remotes()) == elsewhere
         # Taken in one step, the Secrets held elsewhere would leave no count between none and all.
         partial = {count for count in steps.remotes if 0 < count < elsewhere}
         assert len(partial) >= elsewhere // 2, sorted(partial)
