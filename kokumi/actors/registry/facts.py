@@ -142,6 +142,15 @@ class Facts:
         A refused or failed write leaves the server in ``_retries``; a success removes it."""
         deadline = self._deadline(server)
         if deadline is None:
+            acting = self._acting_for(server)
+            if acting and all(c in self._m.claims for c in acting):
+                # Every Cluster it acts for claimed it here and was not disowned: their shard's
+                # Lease is late in its renewal (still held, past its renew deadline). A renewal
+                # brings no reshard, and their next claim is skipped as the same one on a
+                # server in step, so the write waits here for the renewal, or for the reshard
+                # that disowns them if the Lease is lost.
+                self._fenced(server)
+                return set()
             # Another replica serves this server's holder: nothing here to write, nor retry.
             self._m.retries.pop(server, None)
             return set()
@@ -183,12 +192,12 @@ class Facts:
             retry.failures.recovered()
         return touched
 
-    def _deadline(self, server: str) -> tuple[float, frozenset[ClusterRef]] | None:
-        """Until when the registry may write ``server``'s Secret, and the Clusters the write
-        acts for (each must still be served when it is sent); None: not this replica's.
+    def _acting_for(self, server: str) -> frozenset[ClusterRef] | None:
+        """The Clusters a write of ``server``'s Secret acts for; None: nothing to write here.
 
-        A server held elsewhere is never written here; otherwise the write acts for the holder
-        in the table and for the Cluster the Secret names now, and must end by both deadlines.
+        A server held elsewhere is never written here, but for this replica's waiters' places
+        in its line; otherwise the write acts for the holder in the table and for the Cluster
+        the Secret names now.
         """
         secret = self._m.secrets.get(argocd.secret_name(server))
         if self._m.table.remote(server) is not None:
@@ -201,8 +210,16 @@ class Facts:
                 return None
         else:
             acting = {self._m.table.holder(server), argocd.holder_of(secret) if secret else None}
+        return frozenset(c for c in acting if c is not None)
+
+    def _deadline(self, server: str) -> tuple[float, frozenset[ClusterRef]] | None:
+        """Until when the registry may write ``server``'s Secret, and the Clusters the write
+        acts for (each must still be served when it is sent, so the write ends by the earliest
+        of their deadlines); None: not this replica's, or not this moment."""
+        clusters = self._acting_for(server)
+        if clusters is None:
+            return None
         until = math.inf
-        clusters = frozenset(c for c in acting if c is not None)
         for cluster in clusters:
             served = self._m.serves(cluster)
             if served is None:

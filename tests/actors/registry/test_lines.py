@@ -213,3 +213,36 @@ async def test_a_stray_that_declares_a_server_held_elsewhere_goes_and_the_server
         await registry.reshard()
         await registry.want(WAITER, "uid-c", Connection(SERVER, token="t"))
         assert _line(fake) == (WAITER,)
+
+
+async def test_a_retry_due_while_a_renewal_is_late_is_kept_for_the_claim(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A shard's Lease renewed late: for a moment the replica still leads but is past its renew
+    deadline, so it may write for none of the shard's Clusters. A retry of the holder's create
+    that came due then was dropped as if another replica served the holder; the renewal went
+    through (no shard changed hands, so no reshard), and the holder's next claim, the same as
+    the last, was skipped as one on a server in step. The server was never registered. The
+    retry now waits for the renewal while the Clusters it acts for still claim here."""
+    fake = FakeApi(namespaces=("default", "kokumi", "argocd", "ws1", "ws2"))
+    served = {WAITER}
+    connection = Connection(SERVER, token="t")
+    async with Client(
+        Config(server="https://hub.example:6443"), transport=fake, max_retries=0
+    ) as client:
+        registry = Registry(client, "argocd", backoff_initial=1.0, backoff_max=1.0)
+        registry.follow_shards(lambda ref: math.inf if ref in served else None)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(registry.run)
+            fake.fail(500, verb="create", namespace="argocd")
+            await registry.want(WAITER, "uid-c", connection)
+            assert registry.out_of_step() == {argocd.normalise_server(SERVER)}
+            served.clear()  # past the renew deadline while the retry comes due
+            await trio.sleep(3)
+            served.add(WAITER)  # the renewal went through: the same shard, no reshard
+            await registry.want(WAITER, "uid-c", connection)  # the next check's claim
+            await trio.sleep(5)
+            made = fake.object(SECRETS, argocd.secret_name(SERVER), "argocd")
+            assert made is not None and argocd.holder_of(made) == WAITER
+            assert registry.out_of_step() == frozenset()
+            nursery.cancel_scope.cancel()
