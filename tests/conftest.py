@@ -1,8 +1,8 @@
 """Fixtures for tests against the real control plane: etcd, a hub and a spoke kube-apiserver.
 
-Every test is also held to ``tests.canary``: its captured output, logs and exception text, and
-after a test that used the hub every Event and status there, must not show the canary that the
-credentials tests make up carry.
+Every test is also held to ``kokumi.testing.canary``: its captured output, logs and exception
+text, and after a test that used the hub every Event and status there, must not show the canary
+that the credentials tests make up carry.
 
 The control plane starts once per session (about 5 s once built) and every test gets a fresh
 namespace, so tests do not see each other's objects. When a test that used it fails, the tails of
