@@ -227,21 +227,22 @@ class Facts:
             until = min(until, served)
         return until, clusters
 
-    def _fenced(self, server: str) -> None:
-        """Try the server again after a pause, without a word: see ``_sync``."""
+    def _retry_of(self, server: str) -> Retry:
+        """The server's retry, made on its first failure (its backoff and log start there)."""
         retry = self._m.retries.get(server)
         if retry is None:
             retry = self._m.retries[server] = Retry(
                 Backoff(*self._backoff), FailureLog(log, f"registry: Secret for {server}")
             )
+        return retry
+
+    def _fenced(self, server: str) -> None:
+        """Try the server again after a pause, without a word: see ``_sync``."""
+        retry = self._retry_of(server)
         retry.at = trio.current_time() + retry.backoff.next()
 
     def _failed(self, server: str, exc: errors.KubeError) -> None:
-        retry = self._m.retries.get(server)
-        if retry is None:
-            retry = self._m.retries[server] = Retry(
-                Backoff(*self._backoff), FailureLog(log, f"registry: Secret for {server}")
-            )
+        retry = self._retry_of(server)
         delay = retry.backoff.next()
         retry.at = trio.current_time() + delay
         retry.failures.failed(exc, retry_in=delay)
