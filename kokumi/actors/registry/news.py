@@ -192,12 +192,21 @@ async def reshard(m: Memory) -> set[str | None]:
         kept = newest.get(holder)
         if kept is None or version_of(secret) > version_of(m.secrets[kept]):
             newest[holder] = name
+    # The others after it: each is then a move cut short (its holder wants the newest's server
+    # here), deleted or passed to its line, as at a restart. Left as they were, they stayed
+    # held elsewhere in the table by a Cluster served here, so that nothing wrote them again.
+    older = []
     for name in list(m.secrets):
         await pace.tick()
         if name not in m.secrets:
             continue
         holder = argocd.holder_of(m.secrets[name])
         if holder is not None and newest.get(holder) != name and m.is_served(holder):
+            older.append(name)
             continue
         touched |= line.classify(m, name)
+    for name in older:
+        await pace.tick()
+        if name in m.secrets:
+            touched |= line.classify(m, name)
     return touched | line.stale_lines(m)

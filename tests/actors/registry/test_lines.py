@@ -246,3 +246,26 @@ async def test_a_retry_due_while_a_renewal_is_late_is_kept_for_the_claim(
             assert made is not None and argocd.holder_of(made) == WAITER
             assert registry.out_of_step() == frozenset()
             nursery.cancel_scope.cancel()
+
+
+async def test_a_move_cut_short_is_finished_when_its_shard_comes_here(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The holder moved from one server to another and the old Secret's delete was cut; this
+    replica started meanwhile, without the holder's shard, so both Secrets are held elsewhere
+    in its table. When the shard comes, the newest Secret is where the holder stands; the
+    older one, passed over before (seed 6023 of the two-replica model test), is deleted: Argo
+    CD must not keep a cluster the holder let go of."""
+    old, new = "https://s0.example:6443", SERVER
+    fake = FakeApi(namespaces=("default", "kokumi", "argocd", "ws1", "ws2"))
+    fake.put(argocd.cluster_secret(Connection(old, token="t"), HOLDER, "argocd"))
+    fake.put(argocd.cluster_secret(Connection(new, token="t"), HOLDER, "argocd"))
+    served: set[ClusterRef] = set()
+    async with _registry(fake, served, lambda _ref: True) as registry:
+        assert fake.object(SECRETS, argocd.secret_name(old), "argocd") is not None
+        served.add(HOLDER)
+        await registry.reshard()
+        await trio.sleep(1)
+        assert fake.object(SECRETS, argocd.secret_name(old), "argocd") is None
+        assert _line(fake) == ()  # the newest stays, naming the holder
+        assert registry.out_of_step() == frozenset()
