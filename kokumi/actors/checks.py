@@ -1,6 +1,6 @@
 """The check slots, apart from the context because the schedule meets Trio here: every check
-waits its turn under one :class:`CountingLimiter`, answering Clusters before silent ones, so the
-fleet's lateness shows and is said here; and the in-cluster Clusters share one check.
+waits its turn under one :class:`CountingLimiter`, answering Clusters before new and silent ones,
+so the fleet's lateness shows and is said here; and the in-cluster Clusters share one check.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from kokumi.core.cluster.egress import EgressPolicy
     from kokumi.core.kubeconfig.connection import Connection
 
-__all__ = ["ANSWERING", "SILENT", "CountingLimiter", "InClusterCheck", "Probe"]
+__all__ = ["ANSWERING", "NEW", "SILENT", "CountingLimiter", "InClusterCheck", "Probe"]
 
 log = logging.getLogger(__name__)
 
@@ -46,16 +46,18 @@ class Probe(Protocol):
 
 
 class CountingLimiter:
-    """The shared limit of eight checks at a time, in two classes, counting how close it came.
+    """The shared limit of eight checks at a time, in three classes, counting how close it came.
 
-    Answering Clusters go first and silent ones (:mod:`kokumi.core.cluster.schedule`: their last
-    checks got no answer) take the capacity the answering ones leave: when a slot frees, the first
-    answering check that waits gets it, else the silent one checked longest ago; silent checks never
-    hold the last free slot. Answering checks are served first come, first served; silent ones by
-    the time of their last check, so that each silent Cluster gets its turn even when many of them
-    ask at the same moment. Before the two classes, spokes that never answered held the slots 10 s
-    each and every Cluster queued behind them (with half of 400 spokes hanging, every Cluster was
-    checked every 4 minutes).
+    Answering Clusters go first, then new ones (never answered, first try), and silent ones
+    (:mod:`kokumi.core.cluster.schedule`) take the capacity the others leave: when a slot frees,
+    the first answering check that waits gets it, else the first new one, else the silent one
+    checked longest ago; new and silent checks together never hold the last free slot. Answering
+    and new checks are served first come, first served; silent ones by the time of their last
+    check, so that each silent Cluster gets its turn even when many of them ask at the same
+    moment. Before the classes, spokes that never answered held the slots 10 s each and every
+    Cluster queued behind them (with half of 400 spokes hanging, every Cluster was checked every
+    4 minutes); before the new class, a batch of 100 new Clusters that did not answer yet held
+    every slot for two minutes and the live ones' gaps grew to two minutes with them.
 
     Each Cluster's status still says what its last check found; the limiter is where lateness
     shows, so it says so once when an answering check has waited longer than ``late_after`` (the
@@ -70,11 +72,15 @@ class CountingLimiter:
         self._total = total
         self._silent_max = schedule.silent_slots(total)
         self._metrics = metrics
-        self._running = {ANSWERING: 0, SILENT: 0}
-        self._answering: collections.deque[_Ticket] = collections.deque()
+        self._running = dict.fromkeys(schedule.CLASSES, 0)
+        # First come, first served for the answering and the new; the silent by last check.
+        self._queues: dict[str, collections.deque[_Ticket]] = {
+            ANSWERING: collections.deque(),
+            NEW: collections.deque(),
+        }
         self._silent: list[tuple[float, int, _Ticket]] = []  # a heap: last checked, then asked
         self._asked = itertools.count()
-        self._waiting = {ANSWERING: 0, SILENT: 0}
+        self._waiting = dict.fromkeys(schedule.CLASSES, 0)
         self._started: dict[trio.lowlevel.Task, tuple[float, str]] = {}
         self._late_after = late_after
         self._behind = False
@@ -85,17 +91,17 @@ class CountingLimiter:
         return self._total
 
     def running(self, kind: str) -> int:
-        """Checks of ``kind`` (``answering`` or ``silent``) holding a slot now."""
+        """Checks of ``kind`` (``answering``, ``new`` or ``silent``) holding a slot now."""
         return self._running[kind]
 
     def waiting(self, kind: str) -> int:
         """Checks of ``kind`` waiting for a slot now."""
         return self._waiting[kind]
 
-    def slot(self, *, silent: bool, since: float = -math.inf) -> _Slot:
-        """``async with limiter.slot(silent=..., since=...)``: hold one slot, in the Cluster's
-        class; ``since`` is when its last check was (it orders the silent ones)."""
-        return _Slot(self, SILENT if silent else ANSWERING, since)
+    def slot(self, kind: str = "answering", since: float = -math.inf) -> _Slot:
+        """``async with limiter.slot(kind, since)``: hold one slot, in the Cluster's class;
+        ``since`` is when its last check was (it orders the silent ones)."""
+        return _Slot(self, kind, since)
 
     async def __aenter__(self) -> None:
         await self.acquire(ANSWERING)
@@ -107,15 +113,15 @@ class CountingLimiter:
         m = self._metrics
         asked = trio.current_time()
         await trio.lowlevel.checkpoint_if_cancelled()
-        if self._may_start(kind) and not self._waiting[kind]:
+        if self._may_start(kind) and not self._queued_before(kind):
             self._running[kind] += 1
             await trio.lowlevel.cancel_shielded_checkpoint()
         else:
             ticket = _Ticket(trio.Event())
-            if kind == ANSWERING:
-                self._answering.append(ticket)
-            else:
+            if kind == SILENT:
                 heapq.heappush(self._silent, (since, next(self._asked), ticket))
+            else:
+                self._queues[kind].append(ticket)
             self._waiting[kind] += 1
             m.checks_waiting.labels(kind).inc()
             try:
@@ -154,14 +160,27 @@ class CountingLimiter:
         self._dispatch()
 
     def _may_start(self, kind: str) -> bool:
-        if self._running[ANSWERING] + self._running[SILENT] >= self._total:
+        running = self._running
+        if running[ANSWERING] + running[NEW] + running[SILENT] >= self._total:
             return False
-        return kind == ANSWERING or self._running[SILENT] < self._silent_max
+        return kind == ANSWERING or running[NEW] + running[SILENT] < self._silent_max
+
+    def _queued_before(self, kind: str) -> bool:
+        """Whether a check of ``kind`` or of a class served before it waits: it goes first."""
+        for each in schedule.CLASSES:
+            if self._waiting[each]:
+                return True
+            if each == kind:
+                return False
+        return False
 
     def _dispatch(self) -> None:
-        """Hand free slots on: to the first answering check that waits, else the first silent."""
-        while self._answering and self._may_start(ANSWERING):
-            self._grant(ANSWERING, self._answering.popleft())
+        """Hand free slots on: to the first answering check that waits, else the first new one,
+        else the silent one checked longest ago."""
+        for kind in (ANSWERING, NEW):
+            queue = self._queues[kind]
+            while queue and self._may_start(kind):
+                self._grant(kind, queue.popleft())
         while self._silent and self._may_start(SILENT):
             self._grant(SILENT, heapq.heappop(self._silent)[2])
 
@@ -202,8 +221,9 @@ class CountingLimiter:
             log.info("checks keep up again: the last one waited %.1f s for its slot", waited)
 
 
-ANSWERING = "answering"
-SILENT = "silent"
+ANSWERING = schedule.ANSWERING
+NEW = schedule.NEW
+SILENT = schedule.SILENT
 
 
 @attrs.define

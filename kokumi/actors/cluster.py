@@ -17,7 +17,6 @@ import random
 import attrs
 import trio
 
-from kokumi.actors.checks import ANSWERING, SILENT
 from kokumi.actors.context import Context
 from kokumi.actors.writes import write_status
 from kokumi.core import api
@@ -34,7 +33,7 @@ from kokumi.core.cluster.status import (
 )
 from kokumi.core.kubeconfig.connection import Connection, Refusal
 from kokumi.core.kubeconfig.reader import parse
-from kokumi.core.reasons import Reason
+from kokumi.core.reasons import PROBE_REASONS, Reason
 from kokumi.core.registry.ownership import ClusterRef, is_argocd_own
 from kokumi.core.registry.registration import NOT_REGISTERED, Registration
 from kokumi.kube import errors
@@ -55,6 +54,9 @@ class Check:
     at: float
     secret_version: str | None
     connection: Connection | None = attrs.field(default=None, repr=False)
+    #: When its probe had its slot and began, if it asked the server: the next check is due a
+    #: minute after that, so that the spoke sees a minute between two checks whatever the wait.
+    began: float | None = None
 
 
 def _version_of(cluster: api.Cluster, version: str | None) -> str:
@@ -121,9 +123,11 @@ class ClusterActor:
         # spread evenly over the minute from the first one.
         identity = cluster.metadata.uid or f"{self.ref.namespace}/{self.ref.name}"
         self._offset = schedule.offset_of(identity, context.options.check_interval)
-        # Checks in a row that got no answer: from SILENT_AFTER on, the Cluster's checks take
-        # only the slots that answering Clusters leave.
+        # Checks in a row that got no answer, and whether any check ever got one: they choose
+        # the class of its next check (schedule.check_class); silent checks take only the slots
+        # that answering Clusters leave.
         self._unanswered = 0
+        self._answered = False
         self._retry_at = math.inf
         self._backoffs: dict[str, Backoff] = {}
         self._failures = FailureLog(log, f"Cluster {self.ref}")
@@ -314,14 +318,27 @@ class ClusterActor:
         self._checked_generation = cluster.metadata.generation
         reason = self._check.outcome.reason
         self._context.metrics.check_finished(self.ref, reason)
-        self._unanswered = self._unanswered + 1 if schedule.is_unanswered(reason) else 0
+        if schedule.is_unanswered(reason):
+            self._unanswered += 1
+        elif reason in PROBE_REASONS:  # the server answered (a Secret's finding asked nobody)
+            self._unanswered = 0
+            self._answered = True
         self._secret_dirty = False
-        # The Cluster's next place in the interval, counted from when this check fell due,
-        # so that waiting for a slot or a silent cluster's full 10 s does not stretch "about
-        # once a minute"; then the spec's random lateness on top.
+        # An interval after this check began (the spoke sees the gap between two probes, so a
+        # wait for a slot must not shorten it), moved toward the Cluster's place plus the
+        # spec's random lateness.
         options = self._context.options
-        due = schedule.due_after(now, trio.current_time(), self._offset, options.check_interval)
-        self._plan(due + options.check_lateness())
+        began = self._check.began if self._check.began is not None else now
+        self._plan(
+            schedule.due_after(
+                began,
+                trio.current_time(),
+                self._offset,
+                options.check_interval,
+                lateness=options.check_lateness(),
+                drift=options.check_interval / 10,
+            )
+        )
         self.checked.set()
 
     def _needs_check(self, now: float) -> bool:
@@ -376,16 +393,16 @@ class ClusterActor:
             return False
         self._check = Check(seed, now, read.version, read.connection)
         self._checked_generation = cluster.metadata.generation
+        # Silent before the restart: its first checks must not take the answering Clusters'
+        # slots either (200 dead spokes, two checks each at full priority, would hold all
+        # eight slots for eight minutes). It answered once at least, or it would not be so.
+        self._answered = True
         if schedule.is_unanswered(seed.reason):
-            # Silent before the restart: its first checks must not take the answering
-            # Clusters' slots either (200 dead spokes, two checks each at full priority, would
-            # hold all eight slots for eight minutes).
             self._unanswered = schedule.SILENT_AFTER
         options = self._context.options
         # The first moment of its own place in the interval: the restarted fleet's checks are
         # as evenly spread as they were before it.
-        due = schedule.due_after(now - options.check_interval / 2, now, self._offset,
-                                 options.check_interval)  # fmt: skip
+        due = schedule.first_place(now, self._offset, options.check_interval)
         self._plan(due + options.check_lateness())
         self.checked.set()
         return True
@@ -410,17 +427,18 @@ class ClusterActor:
         if read.outcome is not None:
             return Check(read.outcome, now, version, parsed)
         assert parsed is not None
-        silent = self._unanswered >= schedule.SILENT_AFTER
+        kind = schedule.check_class(self._unanswered, self._answered)
         since = self._check.at if self._check is not None else -math.inf
         limiter = self._context.probe_limiter
         with trio.CancelScope() as waiting:
             self._slot_wait = waiting
             try:
-                await limiter.acquire(SILENT if silent else ANSWERING, since)
+                await limiter.acquire(kind, since)
             finally:
                 self._slot_wait = None
         if waiting.cancelled_caught:
             return None
+        began = trio.current_time()
         try:
             found = await self._context.check(
                 parsed,
@@ -429,7 +447,7 @@ class ClusterActor:
             )
         finally:
             limiter.release()
-        return Check(found, trio.current_time(), version, parsed)
+        return Check(found, trio.current_time(), version, parsed, began)
 
     def _reusable_read(self, cluster: api.Cluster, now: float) -> _Read | None:
         """The kubeconfig last read, while the Secret watch says the Secret is that version.

@@ -59,7 +59,7 @@ class Metrics:
     cluster_checks: dict[tuple[str, str], int] = attrs.field(factory=dict, eq=False, repr=False)
     """Checks per Cluster (namespace, name), for as long as the Cluster watch sees it."""
     running_checks: dict[str, int] = attrs.field(
-        factory=lambda: {"answering": 0, "silent": 0}, eq=False, repr=False
+        factory=lambda: dict.fromkeys(schedule.CLASSES, 0), eq=False, repr=False
     )
     """Checks holding a slot now, by class (the limiter keeps it)."""
     check_due: dict[tuple[str, str], float] = attrs.field(factory=dict, eq=False, repr=False)
@@ -100,11 +100,12 @@ class Metrics:
         self.checks_waiting = Gauge(
             "kokumi_checks_waiting",
             "Checks waiting for one of the check slots, by class: answering Clusters go first,"
-            " silent ones (their last checks got no answer) take the slots the answering leave",
+            " then new ones (never answered, first try); silent ones (their last checks got no"
+            " answer) take the slots the others leave",
             ["class"],
             registry=r,
         )
-        for kind in ("answering", "silent"):
+        for kind in schedule.CLASSES:
             self.checks_waiting.labels(kind)
         self.watch_restarts = Counter(
             "kokumi_watch_restarts",

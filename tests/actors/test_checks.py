@@ -17,7 +17,7 @@ import trio
 import trio.testing
 from prometheus_client.exposition import generate_latest
 
-from kokumi.actors.checks import CountingLimiter
+from kokumi.actors.checks import ANSWERING, NEW, SILENT, CountingLimiter
 from kokumi.actors.metrics import Metrics
 
 LOGGER = "kokumi.actors.checks"
@@ -113,13 +113,13 @@ async def test_an_answering_check_never_waits_for_silent_ones(
 
     async def silent() -> None:
         nonlocal most_silent
-        async with limiter.slot(silent=True):
+        async with limiter.slot(SILENT):
             most_silent = max(most_silent, limiter.running("silent"))
             await trio.sleep(10.0)
 
     async def answering() -> None:
         asked = trio.current_time()
-        async with limiter.slot(silent=False):
+        async with limiter.slot(ANSWERING):
             waits.append(trio.current_time() - asked)
             await trio.sleep(0.005)
 
@@ -150,7 +150,7 @@ async def test_a_freed_slot_goes_to_an_answering_check_before_any_silent_one(
     began: dict[str, float] = {}
 
     async def check(name: str, silent: bool, seconds: float) -> None:
-        async with limiter.slot(silent=silent):
+        async with limiter.slot(SILENT if silent else ANSWERING):
             order.append(name)
             began[name] = trio.current_time()
             await trio.sleep(seconds)
@@ -179,14 +179,14 @@ async def test_silent_checks_take_turns(autojump_clock: trio.testing.MockClock) 
     async def silent(index: int) -> None:
         last = -math.inf
         while True:
-            async with limiter.slot(silent=True, since=last):
+            async with limiter.slot(SILENT, last):
                 last = trio.current_time()
                 times[index].append(last)
                 await trio.sleep(10.0)
 
     async def answering() -> None:
         while True:
-            async with limiter.slot(silent=False):
+            async with limiter.slot(ANSWERING):
                 await trio.sleep(0.5)
             await trio.sleep(0.1)
 
@@ -203,6 +203,56 @@ async def test_silent_checks_take_turns(autojump_clock: trio.testing.MockClock) 
     assert all(len(t) >= 36 for t in times.values())
 
 
+async def test_new_checks_come_after_answering_ones_before_silent_ones_and_leave_a_slot(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A batch of 100 new Clusters whose servers never answer, beside silent ones and live
+    ones: the new and the silent hold seven slots at most between them, every answering check
+    starts at once, and every new Cluster has its first try before any silent one its next."""
+    metrics = Metrics()
+    limiter = CountingLimiter(8, metrics, late_after=60.0)
+    order: list[str] = []
+    waits: list[float] = []
+    most_unproven = 0
+
+    async def hang(kind: str, name: str) -> None:
+        nonlocal most_unproven
+        async with limiter.slot(kind):
+            order.append(name)
+            most_unproven = max(most_unproven, limiter.running(NEW) + limiter.running(SILENT))
+            await trio.sleep(10.0)
+
+    async def answering() -> None:
+        asked = trio.current_time()
+        async with limiter.slot(ANSWERING):
+            waits.append(trio.current_time() - asked)
+            await trio.sleep(0.005)
+
+    async with trio.open_nursery() as nursery:
+        for index in range(5):
+            nursery.start_soon(hang, SILENT, f"silent-{index}")
+        await trio.testing.wait_all_tasks_blocked()
+        for index in range(100):
+            nursery.start_soon(hang, NEW, f"new-{index}")
+        await trio.testing.wait_all_tasks_blocked()
+        assert limiter.running(SILENT) == 5
+        assert limiter.running(NEW) == 2
+        assert limiter.waiting(NEW) == 98
+        scraped = generate_latest(metrics.registry).decode()
+        assert 'kokumi_checks_waiting{class="new"} 98.0' in scraped
+        for index in range(5, 10):
+            nursery.start_soon(hang, SILENT, f"silent-{index}")
+        for _ in range(800):  # every 0.25 s for 200 s: the batch's first tries take 143 s
+            nursery.start_soon(answering)
+            await trio.sleep(0.25)
+    assert most_unproven == 7
+    assert len(waits) == 800
+    assert max(waits) == 0.0
+    firsts = [index for index, name in enumerate(order) if name.startswith("new-")]
+    assert len(firsts) == 100
+    assert order.index("silent-5") > max(firsts)
+
+
 async def test_a_cancelled_wait_gives_up_its_place_and_loses_no_slot(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -212,7 +262,7 @@ async def test_a_cancelled_wait_gives_up_its_place_and_loses_no_slot(
     started: list[str] = []
 
     async def check(name: str, silent: bool) -> None:
-        async with limiter.slot(silent=silent):
+        async with limiter.slot(SILENT if silent else ANSWERING):
             started.append(name)
             await trio.sleep(10.0)
 

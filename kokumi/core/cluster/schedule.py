@@ -13,12 +13,28 @@ it the load is flat from the first minute, and after a restart too.
 **Answering first.** Eight checks run at a time and each has 10 s. A spoke that never answers
 holds its slot for all of them, so 48 silent spokes fill the minute, and in a first-come queue
 every Cluster then waited behind them (with 199 of 400 spokes hanging, healthy ones were checked
-every 4 minutes). A Cluster whose last :data:`SILENT_AFTER` checks got no answer is *silent*, and
-its checks take only what the answering Clusters leave: whenever a slot frees, an answering
-check that waits gets it first, and silent checks never hold the last free slot
-(:func:`silent_slots`), so an answering check never waits for a silent one. Silent checks wait
-in the order they asked, so each silent Cluster is checked in its turn. One answer makes a
-Cluster answering again, from its next check on.
+every 4 minutes). Checks come in three classes (:func:`check_class`), served in this order
+whenever a slot frees:
+
+- *answering*: a Cluster that has answered, and whose last :data:`SILENT_AFTER` checks did not
+  all go unanswered;
+- *new*: a Cluster that has never been checked, or whose every check so far went unanswered
+  and it has had none yet (its first try);
+- *silent*: the rest: a Cluster that answered once but not its last two checks, or one that has
+  never answered and has had its first try.
+
+New and silent checks together never hold the last free slot (:func:`silent_slots`), so an
+answering check never waits for a spoke that may not answer: a batch of new Clusters whose
+servers do not answer yet (Cluster API writes the kubeconfig before the API server is up) costs
+the live ones nothing, and each of them gets one try before the answering ones' leftovers are
+all it has. Silent checks wait in the order of their last check, so each silent Cluster is
+checked in its turn. One answer makes a Cluster answering, from its next check on.
+
+**Every gap about a minute.** A Cluster's first check comes when it appears, anywhere in the
+minute; its next one is due an interval later, moved toward its place plus this check's random
+lateness by at most a tenth of the interval (:func:`due_after`), so that no gap is shorter than
+54 s or longer than 66 s, the first one included, and from its seventh check on the Cluster is
+at its place plus its lateness.
 """
 
 from __future__ import annotations
@@ -29,13 +45,19 @@ import math
 from kokumi.core.reasons import Reason
 
 __all__ = [
+    "ANSWERING",
     "CHECK_INTERVAL",
     "CHECK_JITTER",
     "CHECK_SLOTS",
     "CHECK_TIMEOUT",
+    "CLASSES",
+    "NEW",
     "REUSE_WINDOW",
+    "SILENT",
     "SILENT_AFTER",
+    "check_class",
     "due_after",
+    "first_place",
     "is_unanswered",
     "offset_of",
     "silent_slots",
@@ -59,11 +81,17 @@ REUSE_WINDOW = 30.0
 """A check younger than this (half a minute), with the Secret unchanged, is reused."""
 
 SILENT_AFTER = 2
-"""Unanswered checks in a row that make a Cluster silent.
+"""Unanswered checks in a row that make a Cluster that has answered before silent.
 
 Two, not one: a healthy spoke that misses one check (a node rebooting, a network blip) keeps its
-minute; a dead one costs two checks at full priority before it waits for spare capacity.
+minute. A Cluster that has never answered is silent after its first try (:func:`check_class`).
 """
+
+ANSWERING = "answering"
+NEW = "new"
+SILENT = "silent"
+CLASSES = (ANSWERING, NEW, SILENT)
+"""The classes of checks, in the order a free slot goes to them."""
 
 
 def offset_of(identity: str, interval: float) -> float:
@@ -77,23 +105,41 @@ def offset_of(identity: str, interval: float) -> float:
     return int.from_bytes(digest, "big") / 2**64 * interval
 
 
-def due_after(began: float, finished: float, offset: float, interval: float) -> float:
+def first_place(at: float, offset: float, interval: float) -> float:
+    """The first moment of the Cluster's place (``offset`` plus a whole number of intervals) at
+    or after ``at``."""
+    turns = math.ceil((at - offset) / interval)
+    due = offset + turns * interval
+    if due < at:  # floating point
+        due += interval
+    return due
+
+
+def due_after(
+    began: float,
+    finished: float,
+    offset: float,
+    interval: float,
+    lateness: float = 0.0,
+    drift: float = CHECK_JITTER,
+) -> float:
     """When the check after one that began at ``began`` and ended at ``finished`` falls due.
 
-    The first moment of the Cluster's place (``offset`` plus a whole number of intervals) that is
-    more than half an interval after ``began`` and not before ``finished``. In the steady state
-    a check begins at its place plus some lateness, so the next place is one interval later and
-    the gap is the interval, give or take the two latenesses. A check that ran late (it waited
-    minutes for a slot) is followed at the first place after it ended, never at once; a first
-    check, made whenever the Cluster appeared, is followed within one and a half intervals, and
-    from then on on its place. The caller adds the random lateness.
+    Its aim is the Cluster's place nearest to an interval after ``began``, plus ``lateness``
+    (the spec's random lateness, drawn by the caller for this check); it is due an interval
+    after ``began`` moved toward that aim by at most ``drift`` (a tenth of the interval). In
+    the steady state a check begins at its place plus its lateness, so the next one lands on
+    its aim: the gap is the interval plus the difference of the two latenesses, 54 to 66 s. A
+    first check, made whenever the Cluster appeared, is followed 54 to 66 s later too, and the
+    Cluster is on its aim from its seventh check at the latest. A check that ended more than half
+    an interval after it began (a probe timeout that long) counts from its end; nothing is due
+    before a check ends.
     """
-    earliest = max(began + interval / 2, finished)
-    turns = math.floor((earliest - offset) / interval) + 1
-    due = offset + turns * interval
-    if due - interval > earliest:  # floating point: never skip a place
-        due -= interval
-    return due
+    anchor = finished if finished - began > interval / 2 else began
+    target = anchor + interval
+    aim = offset + round((target - offset) / interval) * interval + lateness
+    due = target + min(drift, max(-drift, aim - target))
+    return max(due, finished)
 
 
 def is_unanswered(reason: str) -> bool:
@@ -106,10 +152,18 @@ def is_unanswered(reason: str) -> bool:
     return reason == Reason.UNREACHABLE
 
 
+def check_class(unanswered: int, answered: bool) -> str:
+    """The class of a Cluster's next check, from its unanswered checks in a row and whether it
+    has ever answered: :data:`ANSWERING`, :data:`NEW` or :data:`SILENT`."""
+    if answered:
+        return SILENT if unanswered >= SILENT_AFTER else ANSWERING
+    return NEW if unanswered == 0 else SILENT
+
+
 def silent_slots(total: int) -> int:
-    """How many of ``total`` check slots silent checks may hold at once: all but one.
+    """How many of ``total`` check slots new and silent checks together may hold: all but one.
 
     The one left is always free for an answering Cluster, so an answering check never waits for
-    a silent one to run out its timeout; with one slot in all, silent checks may take it.
+    a spoke that may not answer to run out its timeout; with one slot in all, they may take it.
     """
     return total - 1 if total > 1 else total

@@ -1,12 +1,12 @@
-"""The check schedule's two rules (kokumi.core.cluster.schedule): each Cluster's own place in the
-minute, and which checks count as silent."""
+"""The check schedule's rules (kokumi.core.cluster.schedule): each Cluster's own place in the
+minute, every gap about a minute on the way to it, and the class of each check."""
 
 from __future__ import annotations
 
 import math
 import uuid
 
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from kokumi.core.cluster import schedule
@@ -39,49 +39,86 @@ def test_places_of_many_clusters_fill_the_minute_evenly() -> None:
     assert max(seconds) < 2 * min(seconds), seconds
 
 
-@given(times, st.floats(min_value=0.0, max_value=3600.0), places)
-def test_the_next_check_is_the_first_place_after_half_an_interval_and_the_check(
+def _from_place(at: float, offset: float) -> float:
+    """How far ``at`` is from the Cluster's nearest place, signed: within half an interval."""
+    return (at - offset + INTERVAL / 2) % INTERVAL - INTERVAL / 2
+
+
+lateness = st.floats(min_value=0.0, max_value=6.0)
+
+
+@given(times, st.floats(min_value=0.0, max_value=INTERVAL / 2), places, lateness)
+def test_the_next_check_is_an_interval_on_moved_toward_its_place_by_a_tenth_at_most(
+    began: float, took: float, offset: float, late: float
+) -> None:
+    """Whenever the check began (a first check comes whenever its Cluster appeared), the next
+    is due 54 to 66 s after it, never before it ends, and 6 s closer to the Cluster's place
+    plus its lateness, or on it."""
+    finished = began + took
+    assume(finished - began <= INTERVAL / 2)  # floating point
+    due = schedule.due_after(began, finished, offset, INTERVAL, lateness=late)
+    assert 54.0 - 1e-6 <= due - began <= 66.0 + 1e-6
+    assert due >= finished
+    target = began + INTERVAL
+    aim = target - _from_place(target, offset) + late  # the nearest place, plus its lateness
+    assert math.isclose(abs(due - aim), max(0.0, abs(target - aim) - 6.0), abs_tol=1e-5)
+
+
+@given(times, st.floats(min_value=INTERVAL / 2, max_value=3600.0, exclude_min=True), places)
+def test_a_check_that_ran_past_half_an_interval_is_followed_a_minute_after_it_ended(
     began: float, took: float, offset: float
 ) -> None:
     finished = began + took
+    assume(finished - began > INTERVAL / 2)  # floating point
     due = schedule.due_after(began, finished, offset, INTERVAL)
-    earliest = max(began + INTERVAL / 2, finished)
-    assert due > began + INTERVAL / 2
-    assert due >= finished
-    assert due - INTERVAL <= earliest + 1e-6  # the first such place, none skipped
-    turns = (due - offset) / INTERVAL
-    assert math.isclose(turns, round(turns), abs_tol=1e-6)
+    assert 54.0 - 1e-6 <= due - finished <= 66.0 + 1e-6
+
+
+@given(
+    places,
+    st.floats(min_value=0.0, max_value=1e5),
+    st.lists(lateness, min_size=12, max_size=12),
+)
+def test_a_first_check_anywhere_reaches_its_place_with_every_gap_about_a_minute(
+    offset: float, appeared: float, lates: list[float]
+) -> None:
+    """A Cluster created anywhere in the minute, each check with the spec's random lateness:
+    every gap between its checks is 54 to 66 s, the first one included, and from its seventh
+    check on each one is at its place plus that check's lateness."""
+    at = appeared
+    for count, late in enumerate(lates, start=2):
+        due = schedule.due_after(at, at + 0.05, offset, INTERVAL, lateness=late)
+        assert 54.0 - 1e-6 <= due - at <= 66.0 + 1e-6
+        if count >= 7:
+            assert abs(_from_place(due - late, offset)) <= 1e-5, (count, due, late)
+        at = due
+
+
+@given(times, places)
+def test_the_first_place_is_at_or_after_the_moment_and_within_an_interval(
+    at: float, offset: float
+) -> None:
+    due = schedule.first_place(at, offset, INTERVAL)
+    assert at <= due < at + INTERVAL + 1e-6
+    assert abs(_from_place(due, offset)) <= 1e-5
 
 
 @given(
     st.integers(min_value=-100_000, max_value=100_000),
     places,
-    st.floats(min_value=0.0, max_value=6.0),
-    st.floats(min_value=0.0, max_value=6.0),
+    lateness,
+    lateness,
     st.floats(min_value=0.0, max_value=10.0),
 )
-def test_in_the_steady_state_the_gap_is_a_minute_give_or_take_the_lateness(
+def test_in_the_steady_state_each_check_is_at_its_place_plus_its_lateness(
     turn: int, offset: float, late: float, late_next: float, took: float
 ) -> None:
     """A check that began at its place plus the spec's lateness (up to 6 s) and took up to its
-    10 s: the next is due one interval after its place, so the gap is 54 to 66 s."""
+    10 s: the next is due one interval after its place plus its own lateness."""
     place = offset + turn * INTERVAL
     began = place + late
-    due = schedule.due_after(began, began + took, offset, INTERVAL)
-    assert math.isclose(due, place + INTERVAL, abs_tol=1e-6)
-    assert 54.0 - 1e-6 <= due + late_next - began <= 66.0 + 1e-6
-
-
-@given(places, st.floats(min_value=0.0, max_value=1e5), st.floats(min_value=0.0, max_value=1e4))
-def test_a_first_or_a_late_check_is_followed_within_an_interval_and_a_half(
-    offset: float, began: float, waited: float
-) -> None:
-    """A first check comes when the Cluster appears, a silent one's may have waited minutes for
-    a slot: the next one is due at the first place after half an interval and the check's end,
-    never at once and never more than an interval after both."""
-    finished = began + waited
-    due = schedule.due_after(began, finished, offset, INTERVAL)
-    assert due - max(began + INTERVAL / 2, finished) <= INTERVAL + 1e-6
+    due = schedule.due_after(began, began + took, offset, INTERVAL, lateness=late_next)
+    assert math.isclose(due, place + INTERVAL + late_next, abs_tol=1e-6)
 
 
 def test_only_no_answer_at_all_is_unanswered() -> None:
@@ -89,6 +126,17 @@ def test_only_no_answer_at_all_is_unanswered() -> None:
     for reason in Reason:
         if reason is not Reason.UNREACHABLE:
             assert not schedule.is_unanswered(reason), reason
+
+
+def test_a_cluster_that_never_answered_is_silent_after_its_first_try() -> None:
+    """A batch of new Clusters whose servers do not answer yet: one try each in the new class,
+    then the slots the answering ones leave; one that answered keeps two misses."""
+    assert schedule.check_class(0, answered=False) == schedule.NEW
+    assert schedule.check_class(1, answered=False) == schedule.SILENT
+    assert schedule.check_class(0, answered=True) == schedule.ANSWERING
+    assert schedule.check_class(1, answered=True) == schedule.ANSWERING
+    assert schedule.check_class(schedule.SILENT_AFTER, answered=True) == schedule.SILENT
+    assert schedule.CLASSES == (schedule.ANSWERING, schedule.NEW, schedule.SILENT)
 
 
 def test_silent_checks_leave_one_slot_unless_there_is_only_one() -> None:
