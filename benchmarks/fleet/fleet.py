@@ -195,6 +195,7 @@ async def main_async(args: argparse.Namespace) -> None:
         "unauthorized": args.unauthorized,
     }
     kinds = [kind_of(i, shares) for i in range(args.spokes)]
+    kinds += ["hanging"] * args.extra_hanging  # the runner's silent batch, after the rest
     fleet = Fleet(kinds, args.slow_seconds)
     directory = Path(args.dir)
     ca_path, chain = make_pki(directory)
@@ -232,6 +233,9 @@ def main() -> None:
     for kind in KINDS[1:]:
         parser.add_argument(f"--{kind}", type=float, default=0.0, help=f"share of {kind} spokes")
     parser.add_argument("--slow-seconds", type=float, default=2.0)
+    parser.add_argument(
+        "--extra-hanging", type=int, default=0, help="hanging spokes after the --spokes ones"
+    )
     args = parser.parse_args()
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

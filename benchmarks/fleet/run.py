@@ -18,7 +18,11 @@ Order of the run, and what each step measures:
    its spoke deserves and every Cluster is registered with Argo CD; created -> Ready per Cluster.
 4. Steady state over ``--window`` seconds: check gaps seen by the spokes, writes at the hub's
    /metrics, GETs of Secrets, the manager's CPU and RSS, the event loop's longest step.
-5. A restart with nothing changed: the same over ``--restart-window`` seconds, plus the peak
+5. With ``--silent-batch M``, silent onboarding: M more Clusters created at once whose spokes
+   take the connection and never answer (as Cluster API's Secrets come before their API servers
+   answer), and over ``--batch-window`` seconds from then the answering Clusters' check gaps
+   beside the batch's first tries.
+6. A restart with nothing changed: the same over ``--restart-window`` seconds, plus the peak
    RSS, the peak number of connections to the hub and Clusters that were not Ready meanwhile.
 """
 
@@ -272,7 +276,14 @@ def loop_steps(workdir: Path, start: float, end: float) -> dict[str, float]:
             if item[0] != "steps" and start <= item[0] <= end:
                 wall.append(item[1])
                 cpu.append(item[2] if len(item) > 2 else math.nan)
+    pauses = gc_pauses + young
     return {
+        # The collector's pauses the instrument saw (every full one, young ones over 10 ms), by
+        # length: under 10 ms, 10-50, 50-100, 100-250, 250 ms and over.
+        "gc_histogram": [
+            sum(1 for s in pauses if low <= s < high)
+            for low, high in itertools.pairwise((0.0, 0.01, 0.05, 0.1, 0.25, math.inf))
+        ],
         "max_ms": max(wall, default=0.0) * 1000,
         "over_50ms": sum(1 for s in wall if s > 0.05),
         "cpu_max_ms": max(cpu, default=0.0) * 1000,
@@ -709,6 +720,8 @@ async def main_async(
             str(args.refusing),
             "--unauthorized",
             str(args.unauthorized),
+            "--extra-hanging",
+            str(args.silent_batch),
         ],
         workdir / "fleet.log",
     )
@@ -907,6 +920,32 @@ async def main_async(
             )
             print("steady:", result["steady"], flush=True)
 
+            if args.silent_batch:
+                # Silent onboarding: a batch of new Clusters whose spokes never answer, created
+                # at once beside the answering ones, measured from that moment.
+                batch = range(n, n + args.silent_batch)
+                batch_start = time.time()
+
+                async def make_batch() -> None:
+                    async with trio.open_nursery() as creators:
+                        for index in batch:
+                            creators.start_soon(create, index)
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(make_batch)
+                    phase = await steady(
+                        "silent onboarding", args, manager, hub, control, kinds, workdir,
+                        args.batch_window,
+                    )  # fmt: skip
+                asked = fleet_asked(control, batch_start)
+                tries = [min(asked[i]) - batch_start for i in batch if asked.get(i)]
+                phase["batch"] = args.silent_batch
+                phase["batch_tried"] = f"{len(tries)}/{args.silent_batch}"
+                phase["batch_first_try_p50_s"] = pct(tries, 0.5)
+                phase["batch_first_try_max_s"] = max(tries, default=math.nan)
+                result["silent_onboarding"] = phase
+                print("silent onboarding:", phase, flush=True)
+
             # A restart with nothing changed.
             clusters2 = Clusters()
             async with trio.open_nursery() as nursery:
@@ -988,7 +1027,11 @@ def report(r: dict[str, Any]) -> str:
             _cpu_steps(r["onboard_loop"]),
         ),
     ]
-    for label, p in (("steady", s), ("after restart", rs)):
+    phases = [("steady", s)]
+    if "silent_onboarding" in r:
+        phases.append(("silent onboarding", r["silent_onboarding"]))
+    phases.append(("after restart", rs))
+    for label, p in phases:
         rows += [
             (
                 f"check gap p50 / p99 / max, {label} ({p['window_s']} s window)",
@@ -1042,6 +1085,11 @@ def report(r: dict[str, Any]) -> str:
                 f" longest {p['loop']['gc_young_max_ms']:.0f} ms",
             ),
             (
+                f"collector pauses by length, {label}",
+                " / ".join(str(c) for c in p["loop"]["gc_histogram"]),
+                "< 10 ms (full ones only) / 10-50 / 50-100 / 100-250 / >= 250 ms",
+            ),
+            (
                 f"connections to the hub, peak, {label}",
                 f"{p['hub_connections_max']}",
                 "all clients of the hub",
@@ -1051,8 +1099,10 @@ def report(r: dict[str, Any]) -> str:
                 f"{p['checks_waiting_end']:.0f}"
                 + (
                     f" (answering {p['slots_by_class_end']['waiting:answering']:.0f},"
+                    f" new {p['slots_by_class_end'].get('waiting:new', 0):.0f},"
                     f" silent {p['slots_by_class_end']['waiting:silent']:.0f}; slots held:"
                     f" answering {p['slots_by_class_end'].get('running:answering', 0):.0f},"
+                    f" new {p['slots_by_class_end'].get('running:new', 0):.0f},"
                     f" silent {p['slots_by_class_end'].get('running:silent', 0):.0f})"
                     if "waiting:silent" in p.get("slots_by_class_end", {})
                     else ""
@@ -1064,6 +1114,15 @@ def report(r: dict[str, Any]) -> str:
                 ),
             ),
         ]
+    if "silent_onboarding" in r:
+        b = r["silent_onboarding"]
+        rows.append(
+            (
+                "silent onboarding: the batch's first try after creation p50 / max",
+                f"{b['batch_first_try_p50_s']:.1f} / {b['batch_first_try_max_s']:.1f} s",
+                f"{b['batch_tried']} of the batch tried in the {b['window_s']} s window",
+            )
+        )
     rows += [
         (
             "restart: first check after restart p50 / max",
@@ -1104,6 +1163,13 @@ def main() -> None:
         help="one ClusterSource instead of hand-made Clusters: over Cluster API-shaped Secrets"
         " (capi, the default) or a team's labelled Secrets (secrets, from: Secrets)",
     )
+    parser.add_argument(
+        "--silent-batch",
+        type=int,
+        default=0,
+        help="after the steady window, this many more Clusters at once whose spokes never answer",
+    )
+    parser.add_argument("--batch-window", type=float, default=240.0)
     parser.add_argument("--output", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args()
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
