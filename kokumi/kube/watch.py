@@ -18,7 +18,7 @@ dropped by a 410 followed by a relist, never silently. A stream that says nothin
 dropped and the watch resumed from the same version. Bookmarks keep a busy stream talking, but a
 quiet resource may get none for minutes, so the expiry is routine, not an error: it costs one
 request on an idle watch. Transport failures and 5xx answers are retried with jittered exponential
-backoff, forever.
+backoff, forever. Objects come without ``metadata.managedFields``, which no consumer reads.
 """
 
 from __future__ import annotations
@@ -280,7 +280,10 @@ class _Watcher:
             raise TransportError(f"list {self.path}: the list has no resourceVersion")
         self.resource_version = version
         self.backoff.reset()
-        return tuple(result["items"])
+        items = result["items"]
+        for item in items:
+            _slim(item)
+        return tuple(items)
 
     async def _follow(self) -> bool:
         """One watch request, from the current version until it ends; True if it was useful.
@@ -358,7 +361,18 @@ class _Watcher:
             self.resource_version = version
         if kind not in _CHANGES:
             return None  # BOOKMARK, or a type this client does not know: only the version counts
+        _slim(obj)
         event = WatchEvent(kind, obj)
         if self.store is not None:
             self.store._apply(event)
         return event
+
+
+def _slim(obj: dict[str, Any]) -> None:
+    """Drop ``metadata.managedFields`` from a watched object, as client-go's informers are told
+    to: no consumer reads them, and a Cluster written by its creator, the manager's status and
+    its finalizer carries three entries of nested field sets, the largest part of what a store
+    of 10,000 Clusters holds."""
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict):
+        metadata.pop("managedFields", None)

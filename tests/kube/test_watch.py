@@ -230,6 +230,10 @@ async def test_watch_sees_changes_in_order(hub: APIServer, namespace: str) -> No
             assert store.get(namespace, "a") is None
             assert store.get(namespace, "before") == view.objects["before"]
             assert created["metadata"]["resourceVersion"] < modified["metadata"]["resourceVersion"]
+            # The server keeps who wrote what; the store, listed and watched, keeps none of it.
+            assert created["metadata"]["managedFields"]
+            assert all("managedFields" not in o["metadata"] for o in view.objects.values())
+            assert "managedFields" not in (store.get(namespace, "before") or {})["metadata"]
 
 
 async def test_metadata_only_watch_never_holds_secret_data(hub: APIServer, namespace: str) -> None:
