@@ -203,7 +203,7 @@ async def test_silent_checks_take_turns(autojump_clock: trio.testing.MockClock) 
     assert all(len(t) >= 36 for t in times.values())
 
 
-async def test_new_checks_come_after_answering_ones_before_silent_ones_and_leave_a_slot(
+async def test_new_checks_leave_the_answering_ones_a_slot_and_go_before_silent_ones(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """A batch of 100 new Clusters whose servers never answer, beside silent ones and live
@@ -251,6 +251,30 @@ async def test_new_checks_come_after_answering_ones_before_silent_ones_and_leave
     firsts = [index for index, name in enumerate(order) if name.startswith("new-")]
     assert len(firsts) == 100
     assert order.index("silent-5") > max(firsts)
+
+
+async def test_answering_and_new_checks_share_one_first_come_order(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """While 10,000 Clusters onboard, checks wait for CPU, not for slow spokes: first checks
+    and repeat checks are served in the order they asked, so neither starves the other."""
+    limiter = CountingLimiter(1, Metrics())  # one at a time: the order they start is the order
+    order: list[str] = []
+
+    async def check(kind: str, name: str) -> None:
+        async with limiter.slot(kind):
+            order.append(name)
+            await trio.sleep(1.0)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(check, ANSWERING, "busy")
+        await trio.testing.wait_all_tasks_blocked()
+        for index, kind in enumerate((NEW, ANSWERING, NEW, NEW, ANSWERING, ANSWERING)):
+            nursery.start_soon(check, kind, f"{kind}-{index}")
+            await trio.testing.wait_all_tasks_blocked()
+    assert order[1:] == [
+        "new-0", "answering-1", "new-2", "new-3", "answering-4", "answering-5"
+    ]  # fmt: skip
 
 
 async def test_a_cancelled_wait_gives_up_its_place_and_loses_no_slot(

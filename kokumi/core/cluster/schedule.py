@@ -13,22 +13,21 @@ it the load is flat from the first minute, and after a restart too.
 **Answering first.** Eight checks run at a time and each has 10 s. A spoke that never answers
 holds its slot for all of them, so 48 silent spokes fill the minute, and in a first-come queue
 every Cluster then waited behind them (with 199 of 400 spokes hanging, healthy ones were checked
-every 4 minutes). Checks come in three classes (:func:`check_class`), served in this order
-whenever a slot frees:
+every 4 minutes). Checks come in three classes (:func:`check_class`):
 
 - *answering*: a Cluster that has answered, and whose last :data:`SILENT_AFTER` checks did not
   all go unanswered;
-- *new*: a Cluster that has never been checked, or whose every check so far went unanswered
-  and it has had none yet (its first try);
+- *new*: a Cluster that has never answered and has had no check yet (its first try);
 - *silent*: the rest: a Cluster that answered once but not its last two checks, or one that has
   never answered and has had its first try.
 
-New and silent checks together never hold the last free slot (:func:`silent_slots`), so an
-answering check never waits for a spoke that may not answer: a batch of new Clusters whose
-servers do not answer yet (Cluster API writes the kubeconfig before the API server is up) costs
-the live ones nothing, and each of them gets one try before the answering ones' leftovers are
-all it has. Silent checks wait in the order of their last check, so each silent Cluster is
-checked in its turn. One answer makes a Cluster answering, from its next check on.
+Answering and new checks are served first come, first served, but new and silent checks
+together never hold the last free slot (:func:`silent_slots`), so an answering check never
+waits for a spoke that may not answer: a batch of new Clusters whose servers do not answer yet
+(Cluster API writes the kubeconfig before the API server is up) costs the live ones nothing, and
+each of them gets one try before the slots the others leave are all it has. Silent checks take
+only those, in the order of their last check, so each silent Cluster is checked in its turn.
+One answer makes a Cluster answering, from its next check on.
 
 **Every gap about a minute.** A Cluster's first check comes when it appears, anywhere in the
 minute; its next one is due an interval later, moved toward its place plus this check's random
@@ -91,7 +90,7 @@ ANSWERING = "answering"
 NEW = "new"
 SILENT = "silent"
 CLASSES = (ANSWERING, NEW, SILENT)
-"""The classes of checks, in the order a free slot goes to them."""
+"""The classes of checks: the first two first come, first served, the silent after them."""
 
 
 def offset_of(identity: str, interval: float) -> float:
