@@ -11,6 +11,7 @@ import trio
 from kokumi.actors.checks import CountingLimiter, InClusterCheck, Probe
 from kokumi.actors.metrics import Metrics
 from kokumi.actors.writes import EventRecorder
+from kokumi.core.cluster import schedule
 from kokumi.kube.client import Client
 from kokumi.runtime.options import Options
 from kokumi.runtime.probe import checks
@@ -20,10 +21,7 @@ if TYPE_CHECKING:
     from kokumi.core.registry.ownership import ClusterRef
     from kokumi.core.registry.registration import Registration
 
-__all__ = ["SECRET_READS", "Context", "RegistryHandle"]
-
-SECRET_READS = 32
-"""Kubeconfig Secret reads in flight at most: as many as the hub client's requests."""
+__all__ = ["Context", "RegistryHandle"]
 
 
 class RegistryHandle(Protocol):
@@ -47,12 +45,11 @@ class Context:
     secret_versions: MutableMapping[tuple[str, str], str] = attrs.field(factory=dict)
     check: Probe = checks.check
     username: str | None = None  # the manager's own identity on the hub, named in RBAC fixes
-    # Reads of kubeconfig Secrets at a time: the hub must not get thousands of GETs together.
-    # After a restart each Cluster reads its Secret with its first check, at its place in the
-    # minute, so 10,000 Clusters read 167 a second for a minute; eight at a time, on a hub
-    # that answered each in about 96 ms, gave 83 a second, and the checks queued behind them.
+    # Reads of kubeconfig Secrets, as many at a time as checks: after a restart every Cluster
+    # reads its Secret at once, and the hub must not get thousands of GETs together. 32 at a
+    # time was measured too: the hub of the 10,000 benchmark served 83 GETs a second either way.
     secret_reads: trio.CapacityLimiter = attrs.field(
-        factory=lambda: trio.CapacityLimiter(SECRET_READS)
+        factory=lambda: trio.CapacityLimiter(schedule.CHECK_SLOTS)
     )
     #: The client of a Cluster's writes (status, finalizer, Events); with shards or a leader
     #: Lease, fenced by the Lease that lets this replica serve it. None: ``client``.
