@@ -18,7 +18,7 @@ dropped by a 410 followed by a relist, never silently. A stream that says nothin
 dropped and the watch resumed from the same version. Bookmarks keep a busy stream talking, but a
 quiet resource may get none for minutes, so the expiry is routine, not an error: it costs one
 request on an idle watch. Transport failures and 5xx answers are retried with jittered exponential
-backoff, forever. Objects come without ``metadata.managedFields``, which no consumer reads.
+backoff, forever. Objects come without ``metadata.managedFields`` unless asked for.
 """
 
 from __future__ import annotations
@@ -167,6 +167,7 @@ async def watch(
     field_selector: str | None = None,
     metadata_only: bool = False,
     store: Store | None = None,
+    managed_fields: bool = False,
     inactivity_timeout: float = 70.0,
     timeout_seconds: int | None = None,
     backoff_initial: float = 0.5,
@@ -183,7 +184,9 @@ async def watch(
     logged and retried, since a controller has nothing better to do than wait for it.
 
     ``metadata_only`` asks for ``PartialObjectMetadata``: the objects carry metadata alone, so
-    following Secrets never holds their data. ``timeout_seconds`` is the server-side lifetime of
+    following Secrets never holds their data. ``managed_fields`` keeps ``metadata.managedFields``
+    (dropped otherwise: no consumer of the manager's reads them), for a test that tells writers
+    apart by their field managers. ``timeout_seconds`` is the server-side lifetime of
     one watch request (default: 5 to 10 minutes, jittered so that many watchers do not reconnect
     together).
     """
@@ -196,6 +199,7 @@ async def watch(
         field_selector=field_selector,
         metadata_only=metadata_only,
         store=store,
+        managed_fields=managed_fields,
         inactivity_timeout=inactivity_timeout,
         timeout_seconds=timeout_seconds,
         backoff=Backoff(backoff_initial, backoff_max),
@@ -216,6 +220,7 @@ class _Watcher:
     field_selector: str | None
     metadata_only: bool
     store: Store | None
+    managed_fields: bool
     inactivity_timeout: float
     timeout_seconds: int | None
     backoff: Backoff
@@ -281,8 +286,9 @@ class _Watcher:
         self.resource_version = version
         self.backoff.reset()
         items = result["items"]
-        for item in items:
-            _slim(item)
+        if not self.managed_fields:
+            for item in items:
+                _slim(item)
         return tuple(items)
 
     async def _follow(self) -> bool:
@@ -361,7 +367,8 @@ class _Watcher:
             self.resource_version = version
         if kind not in _CHANGES:
             return None  # BOOKMARK, or a type this client does not know: only the version counts
-        _slim(obj)
+        if not self.managed_fields:
+            _slim(obj)
         event = WatchEvent(kind, obj)
         if self.store is not None:
             self.store._apply(event)

@@ -84,7 +84,9 @@ async def follow(hub: APIServer, namespace: str, writers: Writers) -> None:
         send, receive = trio.open_memory_channel[WatchEvent | Resync](100)
         async with trio.open_nursery() as nursery:
             await nursery.start(
-                functools.partial(watch, admin, api.CLUSTERS, send, namespace=namespace)
+                functools.partial(
+                    watch, admin, api.CLUSTERS, send, namespace=namespace, managed_fields=True
+                )
             )
             async for event in receive:
                 for obj in event.objects if isinstance(event, Resync) else (event.object,):
@@ -329,7 +331,9 @@ async def follow_all(hub: APIServer, watched: list[tuple[Any, str]], late: LateW
         async with trio.open_nursery() as nursery:
             for resource, namespace in watched:
                 await nursery.start(
-                    functools.partial(watch, admin, resource, send, namespace=namespace)
+                    functools.partial(
+                        watch, admin, resource, send, namespace=namespace, managed_fields=True
+                    )
                 )
             async for event in receive:
                 for obj in event.objects if isinstance(event, Resync) else (event.object,):
