@@ -212,9 +212,11 @@ def writes(
 
 
 def secret_gets(
-    before: dict[tuple[str, str, str], float], after: dict[tuple[str, str, str], float]
+    before: dict[tuple[str, str, str], float],
+    after: dict[tuple[str, str, str], float],
+    verb: str = "GET",
 ) -> float:
-    key = ("GET", "secrets", "")
+    key = (verb, "secrets", "")
     return after.get(key, 0.0) - before.get(key, 0.0)
 
 
@@ -682,6 +684,7 @@ async def steady(
         "writes_per_min": sum(w.values()) / (end - start) * 60,
         "writes": w,
         "secret_gets_per_s": secret_gets(m0, m1) / (end - start),
+        "secret_lists": secret_gets(m0, m1, "LIST"),
         "checks_per_s": checks / (end - start),
         "cpu_cores": (cpu1 - cpu0) / (end - start),
         "cpu_ms_per_check": (cpu1 - cpu0) / checks * 1000 if checks else math.nan,
@@ -1053,7 +1056,8 @@ def report(r: dict[str, Any]) -> str:
             (
                 f"GETs of Secrets per second, {label}",
                 f"{p['secret_gets_per_s']:.1f}",
-                f"checks/s {p['checks_per_s']:.1f}",
+                f"checks/s {p['checks_per_s']:.1f}; pages of Secrets listed"
+                f" {p.get('secret_lists', 0):.0f}",
             ),
             (
                 f"manager CPU per check, {label}",

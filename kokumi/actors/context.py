@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+import weakref
 from collections.abc import Callable, MutableMapping
 from typing import TYPE_CHECKING, Protocol
 
@@ -10,8 +12,8 @@ import trio
 
 from kokumi.actors.checks import CountingLimiter, InClusterCheck, Probe
 from kokumi.actors.metrics import Metrics
+from kokumi.actors.secretreads import SecretReads
 from kokumi.actors.writes import EventRecorder
-from kokumi.core.cluster import schedule
 from kokumi.kube.client import Client
 from kokumi.runtime.options import Options
 from kokumi.runtime.probe import checks
@@ -21,7 +23,25 @@ if TYPE_CHECKING:
     from kokumi.core.registry.ownership import ClusterRef
     from kokumi.core.registry.registration import Registration
 
-__all__ = ["Context", "RegistryHandle"]
+__all__ = ["Context", "RegistryHandle", "wall_shift"]
+
+_SHIFTS: weakref.WeakKeyDictionary[trio.abc.Clock, float] = weakref.WeakKeyDictionary()
+
+
+def wall_shift() -> float:
+    """``trio.current_time()`` less ``time.time()``, measured once per Trio clock.
+
+    Trio's clock starts at a random point in every process, so a Cluster's place in the minute
+    counted on it moved at every restart (the gap across one was a matter of luck). Counted
+    from the Unix epoch instead, the place is the same second of the minute in every process:
+    a restarted manager, or the replica a shard moves to, checks each Cluster where the last one
+    did. Once per clock, so that every actor of one run agrees, also on a test's jumping clock.
+    """
+    clock = trio.lowlevel.current_clock()
+    shift = _SHIFTS.get(clock)
+    if shift is None:
+        shift = _SHIFTS[clock] = trio.current_time() - time.time()
+    return shift
 
 
 class RegistryHandle(Protocol):
@@ -45,11 +65,10 @@ class Context:
     secret_versions: MutableMapping[tuple[str, str], str] = attrs.field(factory=dict)
     check: Probe = checks.check
     username: str | None = None  # the manager's own identity on the hub, named in RBAC fixes
-    # Reads of kubeconfig Secrets, as many at a time as checks: after a restart every Cluster
-    # reads its Secret at once, and the hub must not get thousands of GETs together. 32 at a
-    # time was measured too: the hub of the 10,000 benchmark served 83 GETs a second either way.
-    secret_reads: trio.CapacityLimiter = attrs.field(
-        factory=lambda: trio.CapacityLimiter(schedule.CHECK_SLOTS)
+    #: Reads of Secrets' data (kubeconfigs), eight GETs at a time, or one paged list when a
+    #: restart makes every Cluster of a namespace read at once (kokumi.actors.secretreads).
+    secret_reads: SecretReads = attrs.field(
+        default=attrs.Factory(lambda self: SecretReads(self.client), takes_self=True)
     )
     #: The client of a Cluster's writes (status, finalizer, Events); with shards or a leader
     #: Lease, fenced by the Lease that lets this replica serve it. None: ``client``.

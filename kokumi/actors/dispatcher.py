@@ -125,6 +125,7 @@ class Dispatcher:
         async with trio.open_nursery() as nursery:
             if not self._sharded:
                 self._nurseries[0] = nursery
+            await nursery.start(self._context.secret_reads.run)
             await nursery.start(self.secret_watches.run)
             self._context.username = self.secret_watches.username
             watches: list[tuple[Any, Store | None, Callable[[Events], Any], bool]] = [

@@ -10,8 +10,9 @@ It follows, with watches only (never a periodic list):
 - the Secrets, through the dispatcher's per-namespace metadata watches (:mod:`secretwatch`): a
   source holds its namespace as a Kubeconfig Cluster does, and the watches keep the labels and
   ownerReferences of Cluster API's Secrets. Whether a matched Secret's kubeconfig is usable needs
-  its data: one GET per new resourceVersion, under the same limiter as the Clusters' own reads,
-  and only the verdict is kept (never the data);
+  its data: one read per new resourceVersion, through the Clusters' own reads (a GET each, or
+  a paged list when many wait, :mod:`secretreads`), and only the verdict is kept (never the
+  data);
 - the Cluster API clusters (``clusters.cluster.x-k8s.io``, metadata only: their names, uids and
   labels), cluster-wide, once the manager may list them: a Secret is imported only while its
   cluster exists and controls it. While the manager may not list them, or Cluster API is not
@@ -36,6 +37,7 @@ from typing import Any, Literal
 import attrs
 import trio
 
+from kokumi.actors.secretreads import SecretReads
 from kokumi.core import api
 from kokumi.core.cluster import clustersource, secretplan, secretsource
 from kokumi.core.cluster.clustersource import (
@@ -52,7 +54,7 @@ from kokumi.core.secretaccess import not_listable_message, not_readable_message
 from kokumi.core.text import one_line
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
-from kokumi.kube.client import METADATA_LIST, SECRETS, Client
+from kokumi.kube.client import METADATA_LIST, Client
 from kokumi.kube.paths import resource_path
 from kokumi.kube.watch import Resync, Store, WatchEvent, watch
 
@@ -97,7 +99,7 @@ class SourcesActor:
         client: Client,
         clusters: Store,
         secrets: SecretsView,
-        reads: trio.CapacityLimiter,
+        reads: SecretReads,
         *,
         own_namespace: str = "kokumi",
         backoff_initial: float = 1.0,
@@ -370,9 +372,9 @@ class SourcesActor:
     ) -> dict[str, _Verdict]:
         """Each Secret's verdict, read once per new version (those gone meanwhile left out).
 
-        The reads run side by side, as many as the limiter lets (eight, shared with the
-        Clusters' own reads): 1,000 new Secrets one after another held the first pass for
-        tens of seconds.
+        The reads run side by side, as many as the manager's reads let (eight GETs, shared with
+        the Clusters' own reads, or one list for many): 1,000 new Secrets one after another
+        held the first pass for tens of seconds.
         """
         where = (
             (clustersource.CAPI_KEY, "")
@@ -413,8 +415,7 @@ class SourcesActor:
         """The Secret's verdict (None: usable) and, with contexts All, each context's; or False
         when it is gone. Its data dies here."""
         try:
-            async with self._reads:
-                secret = await self._client.get(SECRETS, name, namespace=namespace)
+            secret = await self._reads.get(namespace, name)
         except errors.NotFound:
             return False
         except errors.Forbidden:

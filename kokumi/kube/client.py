@@ -12,7 +12,7 @@ import contextlib
 import copy
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, Self
 
@@ -364,9 +364,24 @@ class Client:
             item.setdefault("kind", kind)
         return result
 
-    async def _list_pages(self, path: str, params: dict[str, str], limit: int, accept: str) -> Obj:
-        first: Obj | None = None
-        items: list[Obj] = []
+    async def pages(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        limit: int = 500,
+    ) -> AsyncGenerator[Sequence[Obj], None]:
+        """The objects of ``resource`` a page of ``limit`` at a time, for a caller that keeps what
+        it needs of each page and drops the rest: every Secret of a namespace, kubeconfigs and
+        all, is then never held at once. An expired continue token raises its ``ApiError`` (410)
+        mid-way; :meth:`list` starts over instead, since it returns nothing before the end."""
+        path = resource_path(resource, namespace=namespace)
+        async for page in self._pages(path, {}, limit, JSON):
+            yield page.get("items") or []
+
+    async def _pages(
+        self, path: str, params: dict[str, str], limit: int, accept: str
+    ) -> AsyncGenerator[Obj, None]:
         token = ""
         while True:
             page_params = dict(params)
@@ -375,12 +390,19 @@ class Client:
             if token:
                 page_params["continue"] = token
             page = await self.request("GET", path, params=page_params, accept=accept)
+            yield page
+            token = metadata_of(page).get("continue") or ""
+            if not token:
+                return
+
+    async def _list_pages(self, path: str, params: dict[str, str], limit: int, accept: str) -> Obj:
+        first: Obj | None = None
+        items: list[Obj] = []
+        async for page in self._pages(path, params, limit, accept):
             items.extend(page.get("items") or [])
             if first is None:
                 first = page
-            token = metadata_of(page).get("continue") or ""
-            if not token:
-                break
+        assert first is not None  # _pages yields at least one page or raises
         metadata = dict(metadata_of(first))
         metadata.pop("continue", None)
         metadata.pop("remainingItemCount", None)

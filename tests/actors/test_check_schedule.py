@@ -22,7 +22,7 @@ from kokumi.kube.config import Config
 from kokumi.kube.errors import NotFound
 from kokumi.manager import Manager
 from kokumi.runtime.options import Options
-from tests.support.fakeapi import FakeApi
+from tests.support.fakeapi import Call, FakeApi
 from tests.support.standin import StandInSpokes, put_cluster
 
 NS = "fleet"
@@ -250,3 +250,60 @@ async def test_a_cluster_waiting_for_its_slot_is_deleted_without_waiting_for_it(
 
 def _server_of(name: str) -> str:
     return server(int(name[1:]))
+
+
+async def test_a_restart_checks_each_cluster_about_a_minute_after_its_last_check(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """200 answering Clusters, a manager stopped and another started 8 s later: every gap
+    across the restart is about a minute. The status's finding is each Cluster's first check
+    and its place in the minute stays; a Cluster whose place came while no manager ran is
+    checked at once instead of at its next place (before: a gap of two minutes, for one
+    Cluster in seven and a half here). Its Secret is read in one list with the others', not
+    in 200 GETs."""
+    count, down = 200, 8.0
+    fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=31)
+    for index in range(count):
+        _put_cluster(fake, f"c{index:03d}", server(index))
+    fleet = StandInSpokes()
+    options = Options(namespace="kokumi", argocd_namespace="argocd", keep_in_cluster=False)
+    gets: list[str] = []
+
+    def record(call: Call) -> bool:
+        if call.name is not None:
+            gets.append(call.name)
+        return False
+
+    async with Client(Config(server="https://hub.example:6443"), transport=fake) as client:
+        first = Manager(client, options, check=fleet.check, check_own=fleet.check_own)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(first.run)
+            await trio.sleep(300.0)
+            nursery.cancel_scope.cancel()
+        stopped = trio.current_time()
+        await trio.sleep(down)
+        fake.delay(0.0, verb="get", resource="secrets", when=record)
+        # A hub busy with the restart: every read takes a while.
+        fake.delay(0.05, verb="get", resource="secrets")
+        fake.delay(0.5, verb="list", resource="secrets")
+        second = Manager(client, options, check=fleet.check, check_own=fleet.check_own)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(second.run)
+            await trio.sleep(180.0)
+            lists = second.context.secret_reads.lists
+            nursery.cancel_scope.cancel()
+
+    across = []
+    for index in range(count):
+        times = fleet.asked[server(index)]
+        before = [t for t in times if t < stopped]
+        after = [t for t in times if t > stopped]
+        assert len(after) >= 2, (index, times[-5:])
+        across.append(after[0] - before[-1])
+        # After the first check of the new manager, every gap about a minute again (one that
+        # came early, at once for a place the last manager had just checked, moves back).
+        assert all(53.9 <= gap <= 66.1 for gap in _gaps(after, after[1])), (index, after)
+    # At most a minute plus the lateness plus the time no manager ran (and its start).
+    assert max(across) <= 60.0 + 6.0 + down + 1.0, sorted(across)[-5:]
+    assert lists == 1
+    assert len(gets) <= 32, len(gets)  # those queued for a GET before the list began

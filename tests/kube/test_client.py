@@ -212,6 +212,31 @@ async def test_list_pages_selectors_and_metadata_only(hub: APIServer, namespace:
         assert partial["metadata"]["uid"] == full["metadata"]["uid"]
 
 
+async def test_pages_come_one_at_a_time_with_every_secret_and_its_data(
+    hub: APIServer, namespace: str
+) -> None:
+    """What a restart's kubeconfig reads rest on: a namespace's Secrets, data and all, in pages
+    of ``limit``, each page handed over before the next is asked for."""
+    async with admin(hub) as client:
+        for i in range(5):
+            data = {"value": base64.b64encode(f"kubeconfig {i}".encode()).decode()}
+            await client.create(
+                SECRETS, {"metadata": {"name": f"s-{i}", "namespace": namespace}, "data": data}
+            )
+        sizes: list[int] = []
+        seen: dict[str, str] = {}
+        async for items in client.pages(SECRETS, namespace=namespace, limit=2):
+            sizes.append(len(items))
+            for item in items:
+                if item["metadata"]["name"].startswith("s-"):
+                    seen[item["metadata"]["name"]] = base64.b64decode(
+                        item["data"]["value"]
+                    ).decode()
+        assert seen == {f"s-{i}": f"kubeconfig {i}" for i in range(5)}
+        # Five of ours (and whatever else the namespace holds) in pages of at most two.
+        assert len(sizes) >= 3 and max(sizes) <= 2
+
+
 async def test_stale_resource_version_is_a_conflict(hub: APIServer, namespace: str) -> None:
     async with admin(hub) as client:
         first = await client.create(CONFIG_MAPS, configmap("c", namespace, v="0"))

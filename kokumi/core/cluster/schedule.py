@@ -29,6 +29,11 @@ each of them gets one try before the slots the others leave are all it has. Sile
 only those, in the order of their last check, so each silent Cluster is checked in its turn.
 One answer makes a Cluster answering, from its next check on.
 
+**The same place in every process.** The offset counts from the Unix epoch, not from the
+clock of one process, so a restarted manager (or the replica a shard moves to) checks each
+Cluster at the same second of the minute as the one before it; a Cluster whose place came while
+no manager was checking is checked at once (:func:`missed_place`).
+
 **Every gap about a minute.** A Cluster's first check comes when it appears, anywhere in the
 minute; its next one is due an interval later, moved toward its place plus this check's random
 lateness by at most a tenth of the interval (:func:`due_after`), so that no gap is shorter than
@@ -51,6 +56,7 @@ __all__ = [
     "CHECK_TIMEOUT",
     "CLASSES",
     "NEW",
+    "RESTART_ALLOWANCE",
     "REUSE_WINDOW",
     "SILENT",
     "SILENT_AFTER",
@@ -58,6 +64,7 @@ __all__ = [
     "due_after",
     "first_place",
     "is_unanswered",
+    "missed_place",
     "offset_of",
     "silent_slots",
 ]
@@ -86,6 +93,15 @@ Two, not one: a healthy spoke that misses one check (a node rebooting, a network
 minute. A Cluster that has never answered is silent after its first try (:func:`check_class`).
 """
 
+RESTART_ALLOWANCE = 15.0
+"""Seconds before a manager began serving a Cluster that the one before it may have stopped.
+
+A restarted manager, or the replica a shard moves to, cannot tell when the last check of a
+Cluster was (the status changes only when the finding does). The process before it stopped a
+moment before it started, or its shard's Lease expired, so a Cluster whose place came since
+then may have missed its check: :func:`missed_place`.
+"""
+
 ANSWERING = "answering"
 NEW = "new"
 SILENT = "silent"
@@ -112,6 +128,20 @@ def first_place(at: float, offset: float, interval: float) -> float:
     if due < at:  # floating point
         due += interval
     return due
+
+
+def missed_place(now: float, offset: float, interval: float, since: float) -> bool:
+    """Whether the Cluster's place came after ``since`` and before ``now``.
+
+    A restarted manager takes the status's finding as a Cluster's last check, and checks it
+    next at its place; but a Cluster whose place came while no manager was checking has missed
+    that check, and its next place is a minute away: two minutes without a check (the p99 gap
+    across a restart of 10,000 Clusters was 119-136 s). Such a Cluster is checked at once. One
+    whose place came just before the last manager stopped is checked again too, early: at most
+    one extra check, since ``since`` cannot tell the two apart.
+    """
+    last = first_place(now, offset, interval) - interval
+    return last >= since
 
 
 def due_after(

@@ -103,6 +103,24 @@ def test_the_first_place_is_at_or_after_the_moment_and_within_an_interval(
     assert abs(_from_place(due, offset)) <= 1e-5
 
 
+@given(times, places, st.floats(min_value=0.0, max_value=2 * INTERVAL))
+def test_a_place_is_missed_exactly_when_it_came_since_the_manager_began(
+    now: float, offset: float, served_for: float
+) -> None:
+    """After a restart: checked at once if and only if an occurrence of the Cluster's place lies
+    between ``since`` and ``now``; and one served for a whole interval always has one."""
+    since = now - served_for
+    missed = schedule.missed_place(now, offset, INTERVAL, since)
+    # Whole intervals k with since <= offset + k * INTERVAL <= now.
+    first_k = math.ceil((since - offset) / INTERVAL)
+    last_k = math.floor((now - offset) / INTERVAL)
+    for k in (first_k, last_k):  # on an edge, floating point decides
+        assume(min(abs(offset + k * INTERVAL - t) for t in (since, now)) > 1e-6)
+    assert missed == (first_k <= last_k)
+    if served_for >= INTERVAL + 1e-6:
+        assert missed
+
+
 @given(
     st.integers(min_value=-100_000, max_value=100_000),
     places,
