@@ -91,6 +91,41 @@ class _Read:
 
 
 class ClusterActor:
+    # One per Cluster: slots instead of an instance dict keep 10,000 of them about 15 MB
+    # smaller (the dict of 30 attributes was 1.9 KB an actor).
+    __slots__ = (
+        "_answered",
+        "_backoffs",
+        "_check",
+        "_checked_generation",
+        "_claim_answer",
+        "_claimed",
+        "_cluster",
+        "_context",
+        "_doing",
+        "_failures",
+        "_may_hold",
+        "_next_check",
+        "_offset",
+        "_read",
+        "_registration",
+        "_retry_at",
+        "_secret_dirty",
+        "_seed",
+        "_selected",
+        "_since",
+        "_slot_wait",
+        "_stopping",
+        "_superseded",
+        "_unanswered",
+        "_wake",
+        "_writer",
+        "_written",
+        "checked",
+        "ref",
+        "uid",
+    )
+
     def __init__(self, context: Context, cluster: api.Cluster | api.Invalid) -> None:
         self._context = context
         self._cluster = cluster

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import attrs
 import trio
+import trio.testing
 
 from kokumi.actors.checks import CountingLimiter, InClusterCheck, Probe
 from kokumi.actors.metrics import Metrics
@@ -35,12 +36,14 @@ def wall_shift() -> float:
     counted on it moved at every restart (the gap across one was a matter of luck). Counted
     from the Unix epoch instead, the place is the same second of the minute in every process:
     a restarted manager, or the replica a shard moves to, checks each Cluster where the last one
-    did. Once per clock, so that every actor of one run agrees, also on a test's jumping clock.
+    did. Once per clock, so that every actor of one run agrees. A test's ``MockClock`` is its
+    own wall (no shift): its places count from its zero, so that a seeded test replays alike.
     """
     clock = trio.lowlevel.current_clock()
     shift = _SHIFTS.get(clock)
     if shift is None:
-        shift = _SHIFTS[clock] = trio.current_time() - time.time()
+        mock = isinstance(clock, trio.testing.MockClock)
+        shift = _SHIFTS[clock] = 0.0 if mock else trio.current_time() - time.time()
     return shift
 
 

@@ -50,11 +50,19 @@ async def _selected_cluster(
 async def test_first_come_holds_and_the_waiter_takes_over_in_place(
     hub: APIServer, crds: object, spoke_kubeconfig: Registration
 ) -> None:
-    async with workspace(hub) as ws, manager(hub, ws.options(keep_in_cluster=False)):
+    async with (
+        workspace(hub) as ws,
+        manager(hub, ws.options(keep_in_cluster=False)) as running,
+    ):
         first = await _selected_cluster(ws, spoke_kubeconfig)
         secret = await _registered(ws, first, "spoke")
         server = spoke_kubeconfig.server.rstrip("/")
         assert secret["metadata"]["name"] == argocd.secret_name(server)
+        # The registry keeps the Secret it wrote as the watch keeps objects: without the
+        # managedFields the create's answer carried.
+        kept = running.registry._memory.secrets[secret["metadata"]["name"]]
+        assert kept["metadata"]["uid"] == secret["metadata"]["uid"]
+        assert "managedFields" not in kept["metadata"]
         second = await _selected_cluster(ws, spoke_kubeconfig)
         waiting = ready_of(await wait_reason(ws, second, "spoke", "ClusterConflict"))
         assert f"{first}/spoke" in waiting["message"]
