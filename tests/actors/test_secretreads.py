@@ -36,6 +36,13 @@ def _secret(fake: FakeApi, name: str, namespace: str = NS) -> None:
     )
 
 
+def _secrets(fake: FakeApi, count: int) -> list[str]:
+    names = [f"c{i:03}" for i in range(count)]
+    for name in names:
+        _secret(fake, name)
+    return names
+
+
 def _count(fake: FakeApi, verb: str) -> Callable[[], int]:
     """How many requests of ``verb`` on Secrets the fake has seen from now on."""
     seen: list[Call] = []
@@ -79,9 +86,7 @@ def fake() -> FakeApi:
 async def test_a_burst_of_reads_in_one_namespace_is_one_list(
     fake: FakeApi, autojump_clock: trio.testing.MockClock
 ) -> None:
-    names = [f"c{i:03}" for i in range(300)]
-    for name in names:
-        _secret(fake, name)
+    names = _secrets(fake, 300)
     _secret(fake, "unrelated")
     gets, lists = _count(fake, "get"), _count(fake, "list")
     async with Client(Config(server="https://hub.example:6443"), transport=fake) as client:
@@ -108,9 +113,7 @@ async def test_a_refused_list_leaves_each_read_to_its_own_get_and_is_not_tried_a
     fake: FakeApi, autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="kokumi.actors.secretreads")
-    names = [f"c{i:03}" for i in range(100)]
-    for name in names:
-        _secret(fake, name)
+    names = _secrets(fake, 100)
     fake.fail(403, verb="list", resource="secrets", times=None)
     gets = _count(fake, "get")
     async with Client(Config(server="https://hub.example:6443"), transport=fake) as client:
@@ -134,9 +137,7 @@ async def test_a_refused_list_leaves_each_read_to_its_own_get_and_is_not_tried_a
 async def test_a_list_that_fails_midway_leaves_nothing_unread(
     fake: FakeApi, autojump_clock: trio.testing.MockClock
 ) -> None:
-    names = [f"c{i:03}" for i in range(100)]
-    for name in names:
-        _secret(fake, name)
+    names = _secrets(fake, 100)
     fake.fail(500, verb="list", resource="secrets")
     async with Client(
         Config(server="https://hub.example:6443"), transport=fake, max_retries=0
@@ -157,9 +158,7 @@ async def test_a_list_that_fails_midway_leaves_nothing_unread(
 async def test_a_read_cancelled_while_it_waits_for_the_list_is_forgotten(
     fake: FakeApi, autojump_clock: trio.testing.MockClock
 ) -> None:
-    names = [f"c{i:03}" for i in range(64)]
-    for name in names:
-        _secret(fake, name)
+    names = _secrets(fake, 64)
     async with Client(Config(server="https://hub.example:6443"), transport=fake) as client:
         reads = SecretReads(client)
         async with trio.open_nursery() as nursery:
