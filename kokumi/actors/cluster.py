@@ -192,6 +192,15 @@ class ClusterActor:
         self._secret_dirty = True
         self._interrupt()
 
+    def secret_gone(self) -> None:
+        """The Secret watch listed without this Cluster's Secret: a read from before is stale.
+
+        A Secret deleted before the watch's first list sends no event (the watch never knew
+        it), so the list's silence is the only word of it.
+        """
+        if self._read is not None:
+            self.secret_changed()
+
     def wake(self) -> None:
         """Reconcile; a check is reused only while the kubeconfig Secret's version is the same."""
         self._wake.set()
@@ -512,12 +521,13 @@ class ClusterActor:
         since the watch cannot tell when the manager may no longer read the Secret.
 
         A read younger than the reuse window serves while the watch does not know the Secret
-        (it has not listed yet, or the Secret is gone, which the next check then reads): after
-        a restart, a Cluster checked at once for a place missed is not read twice.
+        (it has not listed yet): after a restart, a Cluster checked at once for a place missed
+        is not read twice. Once the watch has told of a change (a new version, or the Secret
+        deleted, which leaves the watch not knowing it either), nothing read before serves.
         """
         read = self._read
         ref = cluster.secret_ref
-        if read is None or ref is None or now - read.at >= read.keep:
+        if read is None or ref is None or self._secret_dirty or now - read.at >= read.keep:
             return None
         watched = self._context.secret_versions.get((cluster.metadata.namespace, ref.name))
         if watched is None:

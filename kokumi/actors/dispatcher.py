@@ -314,8 +314,19 @@ class Dispatcher:
                 self.environments_actor.environments_changed(namespace)
 
     def _secrets_listed(self, namespace: str | None) -> None:
-        """A namespace's Secrets were listed or refused: its ClusterSources know it now."""
+        """A namespace's Secrets were listed or refused: its ClusterSources know it now, and
+        the Clusters whose Secret the list did not hold learn that it is gone."""
         self.sources_actor.changed(namespace)
+        if self.secret_watches.listable(namespace or "") is not True:
+            return
+        versions = self._context.secret_versions
+        for key, uids in self._by_secret.items():
+            if key in versions or (namespace is not None and key[0] != namespace):
+                continue
+            for uid in uids:
+                actor = self._actors.get(uid)
+                if actor is not None:
+                    actor.secret_gone()
 
     def _secret_changed(self, key: tuple[str, str], first: bool) -> None:
         """A followed Secret changed: the Clusters naming it check again (see SecretWatches),

@@ -17,12 +17,13 @@ import trio.testing
 from prometheus_client.exposition import generate_latest
 
 from kokumi.core import api
-from kokumi.kube.client import Client
+from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config
 from kokumi.kube.errors import NotFound
 from kokumi.manager import Manager
 from kokumi.runtime.options import Options
 from tests.support.fakeapi import Call, FakeApi
+from tests.support.manager import ready_of, wait_for
 from tests.support.standin import StandInSpokes, put_cluster
 
 NS = "fleet"
@@ -307,3 +308,94 @@ async def test_a_restart_checks_each_cluster_about_a_minute_after_its_last_check
     assert max(across) <= 60.0 + 6.0 + down + 1.0, sorted(across)[-5:]
     assert lists == 1
     assert len(gets) <= 32, len(gets)  # those queued for a GET before the list began
+
+
+def _ready_reason(fake: FakeApi, name: str) -> str | None:
+    obj = fake.object(api.CLUSTERS, name, NS) or {}
+    return ready_of(obj).get("reason")
+
+
+async def _until_reason(fake: FakeApi, name: str, reason: str, within: float) -> None:
+    async def read() -> str | None:
+        return _ready_reason(fake, name)
+
+    await wait_for(read, lambda found: found == reason, f"{name} reports {reason}", within)
+
+
+async def test_a_secret_deleted_moments_after_a_read_is_reported_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A kubeconfig read of moments ago serves the next check only while the Secret watch has
+    not listed yet; once the watch says the Secret is gone, that read is stale. Deleted 2 s
+    after a restarted manager read it (the read that seeds its first check), and again 2 s
+    after a steady check read it: SecretNotFound within seconds both times, not a minute later
+    at the Cluster's next place."""
+    fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=32)
+    for name in ("restarted", "steady"):
+        _put_cluster(fake, name, f"https://{name}.example:6443")
+    fleet = StandInSpokes()
+    options = Options(namespace="kokumi", argocd_namespace="argocd", keep_in_cluster=False)
+    reads: list[tuple[str, float]] = []
+    steady_read = trio.Event()
+
+    def record(call: Call) -> bool:
+        if call.name is not None:
+            reads.append((call.name, trio.current_time()))
+            if call.name == "steady" and trio.current_time() > 120.0:
+                steady_read.set()
+        return False
+
+    fake.delay(0.0, verb="get", resource="secrets", when=record)
+    async with Client(Config(server="https://hub.example:6443"), transport=fake) as client:
+        first = Manager(client, options, check=fleet.check, check_own=fleet.check_own)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(first.run)
+            await trio.sleep(90.0)
+            nursery.cancel_scope.cancel()
+        assert _ready_reason(fake, "restarted") == "Ready"
+        second = Manager(client, options, check=fleet.check, check_own=fleet.check_own)
+        async with trio.open_nursery() as nursery:
+            started = trio.current_time()
+            nursery.start_soon(second.run)
+            await trio.sleep(2.0)
+            assert any(name == "restarted" and at >= started for name, at in reads), reads
+            await client.delete(SECRETS, "restarted", namespace=NS)
+            await _until_reason(fake, "restarted", "SecretNotFound", within=5.0)
+
+            # The steady Cluster: wait for a check that reads its Secret again (every 10-20
+            # minutes), then delete the Secret 2 s after that read.
+            await steady_read.wait()
+            await trio.sleep(2.0)
+            await client.delete(SECRETS, "steady", namespace=NS)
+            await _until_reason(fake, "steady", "SecretNotFound", within=5.0)
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_secret_deleted_before_the_watch_lists_is_reported_when_it_lists(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A hub slow to list Secrets: the Cluster's first check read its Secret by GET, and the
+    Secret is deleted before the watch's first list, which then never held it and sends no
+    event. The list's silence is the word: SecretNotFound as soon as the watch lists, not at the
+    next check a minute later."""
+    fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=33)
+    _put_cluster(fake, "early", "https://early.example:6443")
+    fleet = StandInSpokes()
+    options = Options(namespace="kokumi", argocd_namespace="argocd", keep_in_cluster=False)
+    # The watch's "may I list?" and its first list each take 5 s: 10 s before it lists.
+    fake.delay(5.0, verb="list", resource="secrets", namespace=NS, times=2)
+    async with Client(Config(server="https://hub.example:6443"), transport=fake) as client:
+        manager = Manager(client, options, check=fleet.check, check_own=fleet.check_own)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(manager.run)
+            await _until_reason(fake, "early", "Ready", within=3.0)
+            watches = manager.dispatcher.secret_watches
+            assert watches.listable(NS) is None
+            await client.delete(SECRETS, "early", namespace=NS)
+
+            async def listable() -> bool | None:
+                return watches.listable(NS)
+
+            await wait_for(listable, lambda found: found is True, "the Secret watch lists", 15.0)
+            await _until_reason(fake, "early", "SecretNotFound", within=1.0)
+            nursery.cancel_scope.cancel()
