@@ -174,7 +174,11 @@ class ShardedWorld(World):
         # A new identity at every start, as a new pod's name and random suffix give.
         sharding = Sharding(f"{name}-{self.generation}", shards, None, TIMING)
         options = Options(
-            namespace=OWN, argocd_namespace=ARGOCD, field_manager=field_manager, sharding=sharding
+            namespace=OWN,
+            argocd_namespace=ARGOCD,
+            field_manager=field_manager,
+            sharding=sharding,
+            secret_list_at=2,  # the list path under the model's faults (as in test_model.py)
         )
         manager = Manager(client, options, check=self._check, check_own=self._check_own)
         scope = trio.CancelScope()

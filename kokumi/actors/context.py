@@ -71,7 +71,10 @@ class Context:
     #: Reads of Secrets' data (kubeconfigs), eight GETs at a time, or one paged list when a
     #: restart makes every Cluster of a namespace read at once (kokumi.actors.secretreads).
     secret_reads: SecretReads = attrs.field(
-        default=attrs.Factory(lambda self: SecretReads(self.client), takes_self=True)
+        default=attrs.Factory(
+            lambda self: SecretReads(self.client, batch_at=self.options.secret_list_at),
+            takes_self=True,
+        )
     )
     #: The client of a Cluster's writes (status, finalizer, Events); with shards or a leader
     #: Lease, fenced by the Lease that lets this replica serve it. None: ``client``.

@@ -9,13 +9,17 @@ After a restart they are not: every actor reads its Secret together, since its r
 needs the connection even when its status's finding serves as its first check. At 10,000
 Clusters the hub served 83 GETs a second, so the last reads came two minutes after the restart
 and the Clusters behind them missed their place in the minute. So when ``batch_at`` reads of one
-namespace wait together, one list of the namespace's Secrets, in pages of ``page``, serves them
-and every read of that namespace that comes while it runs: each page's Secrets go to the reads
-waiting for them and the page is dropped (the data of Secrets nobody waits for is never kept; a
-read that comes after its Secret's page went by is a GET of its own). A namespace listed
+namespace wait together, one list of the namespace's Secrets, in pages of ``page``, serves them:
+each page's Secrets go to the reads waiting for them and the page is dropped (the data of
+Secrets nobody waits for is never kept). A list's pages are one snapshot, taken when it asks for
+its first, so a read that comes later waits for the next list, which begins when this one ends
+(if enough wait for it; else they are GETs): no read is ever served older data than a GET made
+when it began would give. A namespace listed
 before is listed again only for a share of its Secrets (:data:`LIST_SHARE`). A list refused (the
 manager may get but not list there) or failed leaves its reads to GET one by one, and a refused
-namespace is not listed again for five minutes; the failure is one log line.
+namespace is not listed again for five minutes; the failure is one log line. So does a page
+larger than :data:`PAGE_BYTES`: a namespace whose author keeps big Secrets beside the
+kubeconfigs costs the manager GETs, never a hundred megabytes at once.
 
 A list reads Secrets that no Cluster names too, with the same RBAC as the Secret watch's: the
 manager may already list every Secret where it follows them.
@@ -35,16 +39,20 @@ from kokumi.kube import errors
 from kokumi.kube.client import SECRETS, Client, Obj
 from kokumi.objects import metadata_of
 
-__all__ = ["BATCH_AT", "PAGE", "SecretReads"]
+__all__ = ["BATCH_AT", "PAGE", "PAGE_BYTES", "SecretReads"]
 
 log = logging.getLogger(__name__)
 
-BATCH_AT = 32
-"""Reads of one namespace waiting at once that make a list worth it: four times the reads in
-flight, which only a burst (a restart, a thousand Clusters applied together) brings."""
+BATCH_AT = schedule.SECRET_LIST_AT
 
-PAGE = 500
-"""Secrets per page of a list: about 2 MB of JSON for kubeconfigs of a few kB."""
+PAGE = 100
+"""Secrets per page of a list: about half a megabyte of JSON for kubeconfigs of a few kB, which
+the loop decodes in a few milliseconds (a page of 500 took one step of 660 ms at 10,000)."""
+
+PAGE_BYTES = 4 * 1024 * 1024
+"""The most of one page the manager reads. A namespace's author chooses its Secrets' sizes (a
+Secret may hold 1 MiB), and a page of a hundred of those would be a hundred megabytes to hold
+and decode at once; a page over this ends the list, and its reads are GETs, eight at a time."""
 
 LIST_SHARE = 16
 """A namespace listed before is listed again only when a sixteenth of its Secrets wait: a list
@@ -65,8 +73,11 @@ class _Waiter:
 @attrs.define(eq=False)
 class _Listing:
     waiters: dict[str, list[_Waiter]] = attrs.field(factory=dict)
-    #: The names of the pages gone by: a read of one of them is a GET of its own.
-    passed: set[str] = attrs.field(factory=set)
+    #: Its first page was asked for. Every page of a list is of the first one's snapshot (the
+    #: continue token carries its resourceVersion), so a read that comes after is not served
+    #: by it: it would be handed a Secret older than the read, perhaps the very version whose
+    #: change made it read. It waits for the next list, or reads by GET.
+    sent: bool = False
 
 
 class SecretReads:
@@ -83,6 +94,7 @@ class SecretReads:
         at_a_time: int = schedule.CHECK_SLOTS,
         batch_at: int = BATCH_AT,
         page: int = PAGE,
+        page_bytes: int = PAGE_BYTES,
         refused_for: float = REFUSED_FOR,
     ) -> None:
         self._client = client
@@ -90,9 +102,11 @@ class SecretReads:
         self.limiter = trio.CapacityLimiter(at_a_time)
         self._batch_at = batch_at
         self._page = page
+        self._page_bytes = page_bytes
         self._refused_for = refused_for
         self._queued: Counter[str] = Counter()  # namespace -> GETs waiting for the limiter
-        self._listings: dict[str, _Listing] = {}
+        self._listings: dict[str, _Listing] = {}  # namespace -> the list running there
+        self._next: dict[str, _Listing] = {}  # namespace -> reads waiting for the next list
         self._refused: dict[str, float] = {}  # namespace -> no list before this time
         self._sizes: dict[str, int] = {}  # namespace -> Secrets its last list held
         self._nursery: trio.Nursery | None = None
@@ -111,8 +125,8 @@ class SecretReads:
 
     async def get(self, namespace: str, name: str) -> Obj:
         """The Secret ``namespace/name``; raises what a GET of it raises (``NotFound``, ...)."""
-        listing = self._listings.get(namespace) or self._list_if_worth_it(namespace)
-        if listing is not None and name not in listing.passed:
+        listing = self._listing_for(namespace)
+        if listing is not None:
             secret = await self._wait_for(listing, name)
             if secret is not None:
                 return secret
@@ -132,19 +146,42 @@ class SecretReads:
         if self._queued[namespace] <= 0:
             del self._queued[namespace]
 
-    def _list_if_worth_it(self, namespace: str) -> _Listing | None:
+    def _listing_for(self, namespace: str) -> _Listing | None:
+        """The list a read of ``namespace`` waits for, if one serves it; None: a GET."""
+        running = self._listings.get(namespace)
+        if running is None:
+            return self._list_if_worth_it(namespace, self._queued[namespace] + 1)
+        if not running.sent:
+            return running
+        # The running list's snapshot is older than this read: the next list's is not. Whether
+        # there is one is told when the running one ends (see _then).
+        return self._next.setdefault(namespace, _Listing())
+
+    def _list_if_worth_it(self, namespace: str, waiting: int) -> _Listing | None:
         nursery = self._nursery
-        waiting = self._queued[namespace] + 1
-        if nursery is None or waiting < self._batch_at:
-            return None
-        if waiting < self._sizes.get(namespace, 0) / LIST_SHARE:
-            return None
-        if self._refused.get(namespace, -float("inf")) > trio.current_time():
+        if nursery is None or not self._worth_it(namespace, waiting):
             return None
         self._refused.pop(namespace, None)
         listing = self._listings[namespace] = _Listing()
         nursery.start_soon(self._list, namespace, listing)
         return listing
+
+    def _worth_it(self, namespace: str, waiting: int) -> bool:
+        if waiting < self._batch_at or waiting < self._sizes.get(namespace, 0) / LIST_SHARE:
+            return False
+        return self._refused.get(namespace, -float("inf")) <= trio.current_time()
+
+    def _then(self, namespace: str) -> None:
+        """A list ended: the reads that came while it ran get the next one, or their GETs."""
+        waiting = self._next.pop(namespace, None)
+        if waiting is None or not waiting.waiters:
+            return
+        count = sum(len(w) for w in waiting.waiters.values())
+        if self._nursery is not None and self._worth_it(namespace, count):
+            self._listings[namespace] = waiting
+            self._nursery.start_soon(self._list, namespace, waiting)
+        else:
+            _release(waiting)
 
     async def _wait_for(self, listing: _Listing, name: str) -> Obj | None:
         waiter = _Waiter()
@@ -162,14 +199,17 @@ class SecretReads:
 
     async def _list(self, namespace: str, listing: _Listing) -> None:
         self.lists += 1
-        served = 0
+        served = size = 0
         try:
-            pages = self._client.pages(SECRETS, namespace=namespace, limit=self._page)
+            pages = self._client.pages(
+                SECRETS, namespace=namespace, limit=self._page, max_bytes=self._page_bytes
+            )
+            listing.sent = True
             async with contextlib.aclosing(pages):
                 async for items in pages:
+                    size += len(items)
                     for secret in items:
                         name = str(metadata_of(secret).get("name", ""))
-                        listing.passed.add(name)
                         for waiter in listing.waiters.pop(name, ()):
                             waiter.secret = secret
                             waiter.done.set()
@@ -180,6 +220,14 @@ class SecretReads:
                 "may not list Secrets in namespace %s; its kubeconfigs are read one by one",
                 namespace,
             )
+        except errors.TooLarge:
+            self._refused[namespace] = trio.current_time() + self._refused_for
+            log.info(
+                "a page of Secrets in namespace %s is over %d bytes; its kubeconfigs are read"
+                " one by one",
+                namespace,
+                self._page_bytes,
+            )
         except errors.KubeError as exc:
             log.info(
                 "listing Secrets in namespace %s failed (%s); the reads left are made one by one",
@@ -188,9 +236,16 @@ class SecretReads:
             )
         finally:
             self.listed += served
-            self._sizes[namespace] = len(listing.passed)
+            self._sizes[namespace] = size
             del self._listings[namespace]
-            for waiting in listing.waiters.values():
-                for waiter in waiting:
-                    waiter.done.set()  # not in the list (or it failed): a GET of its own
+            _release(listing)  # not in the list (or it failed): a GET of its own each
             log.debug("listed Secrets in namespace %s: %d reads served", namespace, served)
+            self._then(namespace)
+
+
+def _release(listing: _Listing) -> None:
+    """Every read still waiting for ``listing`` reads by GET."""
+    for waiting in listing.waiters.values():
+        for waiter in waiting:
+            waiter.done.set()
+    listing.waiters.clear()

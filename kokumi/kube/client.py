@@ -30,6 +30,7 @@ from .errors import (
     Fenced,
     ServerError,
     ServerTimeout,
+    TooLarge,
     TooManyRequests,
     TransportError,
     WriteRefused,
@@ -370,17 +371,24 @@ class Client:
         *,
         namespace: str | None = None,
         limit: int = 500,
+        max_bytes: int | None = None,
     ) -> AsyncGenerator[Sequence[Obj], None]:
         """The objects of ``resource`` a page of ``limit`` at a time, for a caller that keeps what
         it needs of each page and drops the rest: every Secret of a namespace, kubeconfigs and
         all, is then never held at once. An expired continue token raises its ``ApiError`` (410)
-        mid-way; :meth:`list` starts over instead, since it returns nothing before the end."""
+        mid-way; :meth:`list` starts over instead, since it returns nothing before the end. A
+        page over ``max_bytes`` raises :class:`TooLarge` (see :meth:`request`)."""
         path = resource_path(resource, namespace=namespace)
-        async for page in self._pages(path, {}, limit, JSON):
+        async for page in self._pages(path, {}, limit, JSON, max_bytes):
             yield page.get("items") or []
 
     async def _pages(
-        self, path: str, params: dict[str, str], limit: int, accept: str
+        self,
+        path: str,
+        params: dict[str, str],
+        limit: int,
+        accept: str,
+        max_bytes: int | None = None,
     ) -> AsyncGenerator[Obj, None]:
         token = ""
         while True:
@@ -389,7 +397,9 @@ class Client:
                 page_params["limit"] = str(limit)
             if token:
                 page_params["continue"] = token
-            page = await self.request("GET", path, params=page_params, accept=accept)
+            page = await self.request(
+                "GET", path, params=page_params, accept=accept, max_bytes=max_bytes
+            )
             yield page
             token = metadata_of(page).get("continue") or ""
             if not token:
@@ -577,8 +587,13 @@ class Client:
         json: Any = None,
         content_type: str = JSON,
         accept: str = JSON,
+        max_bytes: int | None = None,
     ) -> Obj:
-        """Any request whose answer is a JSON object, e.g. ``request("GET", "/version")``."""
+        """Any request whose answer is a JSON object, e.g. ``request("GET", "/version")``.
+
+        With ``max_bytes``, an answer whose body (decoded) grows past it is cut off as it
+        arrives and raises :class:`TooLarge`: the caller never holds more than that.
+        """
         body = None if json is None else _dumps(json)
         response = await self._send(
             method,
@@ -588,6 +603,7 @@ class Client:
             content_type=content_type,
             accept=accept,
             stream=False,
+            max_bytes=max_bytes,
         )
         try:
             data = _loads(response.content)
@@ -637,6 +653,7 @@ class Client:
         content_type: str,
         accept: str,
         stream: bool,
+        max_bytes: int | None = None,
     ) -> httpx.Response:
         context = f"{method} {path}"
         if method not in _READS and self._read_only:
@@ -673,7 +690,10 @@ class Client:
                     async with self._requests:
                         if self._fence is not None and method not in _READS and not self._fence():
                             raise Fenced(f"{context}: not sent, this replica may not write now")
-                        response = await self._http.send(request)
+                        if max_bytes is None:
+                            response = await self._http.send(request)
+                        else:
+                            response = await self._send_within(request, max_bytes, context)
             except httpx.HTTPError as exc:
                 self.observer.request(verb, "error")
                 raise TransportError(f"{context}: {_describe(exc)}") from exc
@@ -704,6 +724,34 @@ class Client:
                 await trio.sleep(delay)
                 continue
             raise error from None
+
+    async def _send_within(
+        self, request: httpx.Request, max_bytes: int, context: str
+    ) -> httpx.Response:
+        """The answer to ``request``, read as it arrives up to ``max_bytes`` (an error's answer
+        is left for the caller to read, as a streamed one is)."""
+        response = await self._http.send(request, stream=True)
+        if response.status_code >= 400:
+            return response
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > max_bytes:
+                    raise TooLarge(f"{context}: the answer is over {max_bytes} bytes; not read")
+                chunks.append(chunk)
+        finally:
+            await response.aclose()
+        # The body is decoded already: its encoding and length headers describe another body.
+        headers = [
+            (key, value)
+            for key, value in response.headers.multi_items()
+            if key.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+        ]
+        return httpx.Response(
+            response.status_code, headers=headers, content=b"".join(chunks), request=request
+        )
 
     def _manager_params(self) -> dict[str, str]:
         return {"fieldManager": self._field_manager}

@@ -26,6 +26,7 @@ __all__ = [
     "ServerError",
     "ServerTimeout",
     "ServiceUnavailable",
+    "TooLarge",
     "TooManyRequests",
     "TransportError",
     "Unauthorized",
@@ -47,6 +48,15 @@ class TransportError(KubeError):
     """No answer came from the server: refused, reset, TLS failure, timeout or a broken stream.
 
     Worth retrying after a pause; the request may or may not have reached the server.
+    """
+
+
+class TooLarge(TransportError):
+    """The answer was larger than the caller said it would read: cut off, nothing of it kept.
+
+    A list of Secrets is bounded in objects, not bytes, and a namespace's author decides how big
+    its Secrets are: the caller that reads such a list names a byte cap and reads another way
+    when it is reached.
     """
 
 

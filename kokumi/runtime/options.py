@@ -53,6 +53,9 @@ class Options:
     sharding: Sharding | None = None
     # Serve /healthz, /readyz and /metrics on this port (None: not at all; 0: any free port).
     health_port: int | None = None
+    #: Reads of one namespace's Secrets waiting together that make one paged list of them
+    #: instead of GETs (kokumi/actors/secretreads.py); the model test lowers it to list often.
+    secret_list_at: int = schedule.SECRET_LIST_AT
     # Freeze the heap as the fleet grows (kokumi/runtime/heap.py): ``kokumi manager`` sets it,
     # since it touches the whole process, which an embedding program owns.
     freeze_heap: bool = False

@@ -307,7 +307,9 @@ async def test_a_restart_checks_each_cluster_about_a_minute_after_its_last_check
     # At most a minute plus the lateness plus the time no manager ran (and its start).
     assert max(across) <= 60.0 + 6.0 + down + 1.0, sorted(across)[-5:]
     assert lists == 1
-    assert len(gets) <= 32, len(gets)  # those queued for a GET before the list began
+    # Those queued for a GET before the list began (at most 32), and those that came while it
+    # ran, too few for a second list (under 32): a list's snapshot is older than they are.
+    assert len(gets) < 2 * 32, len(gets)
 
 
 def _ready_reason(fake: FakeApi, name: str) -> str | None:

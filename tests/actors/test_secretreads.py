@@ -11,6 +11,7 @@ import base64
 import logging
 from collections.abc import Callable
 
+import httpx
 import pytest
 import trio
 import trio.testing
@@ -24,8 +25,9 @@ from tests.support.fakeapi import Call, FakeApi
 NS = "team"
 
 
-def _secret(fake: FakeApi, name: str, namespace: str = NS) -> None:
-    value = base64.b64encode(f"kubeconfig of {name}".encode()).decode()
+def _secret(fake: FakeApi, name: str, namespace: str = NS, value: str | None = None) -> None:
+    text = f"kubeconfig of {name}" if value is None else value
+    value = base64.b64encode(text.encode()).decode()
     fake.put(
         {
             "apiVersion": "v1",
@@ -76,6 +78,23 @@ async def _read_all(
     return got
 
 
+async def _read_twice(fake: FakeApi, names: list[str]) -> SecretReads:
+    """Two bursts of reads of ``names`` on a busy hub, each read given its own Secret."""
+    async with Client(Config(server="https://hub.example:6443"), transport=fake) as client:
+        reads = SecretReads(client)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(reads.run)
+            fake.delay(0.5, verb="get", resource="secrets")
+            first = await _read_all(reads, names)
+            second = await _read_all(reads, names)
+            nursery.cancel_scope.cancel()
+    for got in (first, second):
+        assert {n: _data(s) for n, s in got.items() if not isinstance(s, Exception)} == {
+            n: f"kubeconfig of {n}" for n in names
+        }
+    return reads
+
+
 @pytest.fixture
 def fake() -> FakeApi:
     fake = FakeApi()
@@ -116,22 +135,90 @@ async def test_a_refused_list_leaves_each_read_to_its_own_get_and_is_not_tried_a
     names = _secrets(fake, 100)
     fake.fail(403, verb="list", resource="secrets", times=None)
     gets = _count(fake, "get")
-    async with Client(Config(server="https://hub.example:6443"), transport=fake) as client:
-        reads = SecretReads(client)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(reads.run)
-            fake.delay(0.5, verb="get", resource="secrets")
-            first = await _read_all(reads, names)
-            second = await _read_all(reads, names)
-            nursery.cancel_scope.cancel()
-    for got in (first, second):
-        assert {n: _data(s) for n, s in got.items() if not isinstance(s, Exception)} == {
-            n: f"kubeconfig of {n}" for n in names
-        }
+    reads = await _read_twice(fake, names)
     assert gets() == 200
     assert reads.lists == 1  # the second burst, within five minutes, did not list again
     refusals = [r for r in caplog.records if "may not list Secrets" in r.getMessage()]
     assert len(refusals) == 1
+
+
+class _SlowAnswers(httpx.AsyncBaseTransport):
+    """A hub whose lists take their snapshot at once and a second to arrive, as a real hub's
+    pages of a big namespace do (the fake's own delays come before it reads its store)."""
+
+    def __init__(self, fake: FakeApi) -> None:
+        self.fake = fake
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.fake.handle_async_request(request)
+        if request.method == "GET" and request.url.path.endswith("/secrets"):
+            await trio.sleep(1.0)
+        return response
+
+
+async def test_a_read_that_comes_while_a_list_runs_is_never_served_older_data(
+    fake: FakeApi, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A Secret changes while a list of its namespace is on its way, and a read of it comes
+    after the change (the watch told its Cluster, which reads again): the list's snapshot is
+    older than the read, so the read waits for the next list, as do the others that came
+    meanwhile, and gets the Secret as it is now."""
+    names = _secrets(fake, 40)
+    gets = _count(fake, "get")
+    async with Client(
+        Config(server="https://hub.example:6443"), transport=_SlowAnswers(fake)
+    ) as client:
+        reads = SecretReads(client)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(reads.run)
+            fake.delay(0.5, verb="get", resource="secrets")
+            early: dict[str, Obj | Exception] = {}
+            late: dict[str, Obj | Exception] = {}
+
+            async def first() -> None:
+                early.update(await _read_all(reads, names))
+
+            nursery.start_soon(first)
+            await trio.sleep(0.5)  # the list is on its way
+            _secret(fake, "c000", value="the new kubeconfig")
+            late.update(await _read_all(reads, names))
+            await trio.sleep(2.0)
+            nursery.cancel_scope.cancel()
+    assert _data(late["c000"]) == "the new kubeconfig"  # type: ignore[arg-type]
+    assert reads.lists == 2
+    # Only reads of the first burst were GETs (those queued before the first list began): the
+    # second burst waited for the second list, all 40 of it.
+    assert gets() + reads.listed == 80
+    assert gets() < 40
+
+
+async def test_secrets_too_big_to_list_are_read_one_by_one(
+    fake: FakeApi, autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A namespace's author keeps a few Secrets of a megabyte each beside the kubeconfigs: a
+    page of them is over the byte cap, so the list ends there, without holding the page, and
+    every read is a GET; the namespace is not listed again for five minutes, and says so once."""
+    caplog.set_level(logging.INFO, logger="kokumi.actors.secretreads")
+    names = _secrets(fake, 100)
+    blob = base64.b64encode(b"\0" * 1_000_000).decode()
+    for i in range(8):
+        fake.put(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": f"big-{i}", "namespace": NS},
+                "data": {"blob": blob},
+            }
+        )
+    gets = _count(fake, "get")
+    reads = await _read_twice(fake, names)
+    assert reads.lists == 1 and reads.listed == 0
+    assert gets() == 200
+    said = [r.getMessage() for r in caplog.records if "is over" in r.getMessage()]
+    assert said == [
+        f"a page of Secrets in namespace {NS} is over 4194304 bytes; its kubeconfigs are read"
+        " one by one"
+    ]
 
 
 async def test_a_list_that_fails_midway_leaves_nothing_unread(

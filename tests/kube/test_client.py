@@ -22,6 +22,7 @@ from kokumi.kube import (
     NotFound,
     Resource,
     StaticToken,
+    TooLarge,
     TransportError,
     Unauthorized,
 )
@@ -235,6 +236,29 @@ async def test_pages_come_one_at_a_time_with_every_secret_and_its_data(
         assert seen == {f"s-{i}": f"kubeconfig {i}" for i in range(5)}
         # Five of ours (and whatever else the namespace holds) in pages of at most two.
         assert len(sizes) >= 3 and max(sizes) <= 2
+
+
+async def test_a_page_over_its_byte_cap_is_cut_off(hub: APIServer, namespace: str) -> None:
+    """A page is bounded in objects, a Secret's size by its author: ``max_bytes`` stops a page
+    that grows past it as it arrives (the hub compresses a big answer; the cap counts what it
+    decodes to), and a page within it reads as ever."""
+    async with admin(hub) as client:
+        for i in range(3):
+            data = {"blob": base64.b64encode(bytes([i]) * 300_000).decode()}
+            await client.create(
+                SECRETS, {"metadata": {"name": f"big-{i}", "namespace": namespace}, "data": data}
+            )
+        with pytest.raises(TooLarge, match="over 500000 bytes"):
+            async for _ in client.pages(SECRETS, namespace=namespace, limit=2, max_bytes=500_000):
+                pass
+        names = [
+            item["metadata"]["name"]
+            async for items in client.pages(
+                SECRETS, namespace=namespace, limit=2, max_bytes=1_000_000
+            )
+            for item in items
+        ]
+        assert {f"big-{i}" for i in range(3)} <= set(names)
 
 
 async def test_stale_resource_version_is_a_conflict(hub: APIServer, namespace: str) -> None:

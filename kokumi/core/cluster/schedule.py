@@ -80,6 +80,11 @@ CHECK_JITTER = 6.0
 CHECK_SLOTS = 8
 """Checks at a time ("eight at a time"), and kubeconfig Secret reads at a time."""
 
+SECRET_LIST_AT = 32
+"""Reads of one namespace's Secrets waiting at once that make one paged list of them worth it:
+four times the reads in flight, which only a burst (a restart, a thousand Clusters applied
+together) brings (kokumi.actors.secretreads)."""
+
 CHECK_TIMEOUT = 10.0
 """Seconds one check has, all included: DNS, TLS, both requests."""
 
