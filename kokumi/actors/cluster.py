@@ -56,6 +56,9 @@ class Check:
     #: When its probe had its slot and began, if it asked the server: the next check is due a
     #: minute after that, so that the spoke sees a minute between two checks whatever the wait.
     began: float | None = None
+    #: How many words of a changed Secret the actor had heard when its read began: a word
+    #: that comes during the check (after the read) makes the next reconcile check again.
+    heard: int = 0
 
 
 def _version_of(cluster: api.Cluster, version: str | None) -> str:
@@ -88,6 +91,8 @@ class _Read:
     outcome: Outcome | None
     #: Reused until ``at + keep``: SECRET_REREAD to twice that, at random.
     keep: float = attrs.field(factory=lambda: SECRET_REREAD * random.uniform(1.0, 2.0))  # noqa: S311
+    #: The actor's count of words of a changed Secret when the read began (see Check.heard).
+    news: int = 0
 
 
 class ClusterActor:
@@ -110,7 +115,8 @@ class ClusterActor:
         "_read",
         "_registration",
         "_retry_at",
-        "_secret_dirty",
+        "_secret_heard",
+        "_secret_news",
         "_seed",
         "_selected",
         "_since",
@@ -139,7 +145,9 @@ class ClusterActor:
         # Unknown until the Environments actor has said: after a restart, acting on a guess
         # would release (and so delete) a registration that is still wanted.
         self._selected: bool | None = None
-        self._secret_dirty = False
+        # Words of a changed Secret (the watch's), and how many of them the last check heard.
+        self._secret_news = 0
+        self._secret_heard = 0
         self._registration = NOT_REGISTERED
         # Whether the registry may count this Cluster as holding or waiting. True at start: after
         # a restart the registry's table, rebuilt from Argo CD's Secrets, may name it.
@@ -189,7 +197,7 @@ class ClusterActor:
         self._interrupt()
 
     def secret_changed(self) -> None:
-        self._secret_dirty = True
+        self._secret_news += 1
         self._interrupt()
 
     def secret_gone(self) -> None:
@@ -375,7 +383,7 @@ class ClusterActor:
         elif reason in PROBE_REASONS:  # the server answered (a Secret's finding asked nobody)
             self._unanswered = 0
             self._answered = True
-        self._secret_dirty = False
+        self._secret_heard = self._check.heard
         # An interval after this check began (the spoke sees the gap between two probes, so a
         # wait for a slot must not shorten it), moved toward the Cluster's place plus the
         # spec's random lateness.
@@ -399,7 +407,7 @@ class ClusterActor:
         The timer, a changed kubeconfig Secret, a new Secret reference or a new spec check again.
         """
         check = self._check
-        if check is None or now >= self._next_check or self._secret_dirty:
+        if check is None or now >= self._next_check or self._secret_news != self._secret_heard:
             return True
         cluster = self._cluster
         if cluster.metadata.generation != self._checked_generation:
@@ -449,7 +457,8 @@ class ClusterActor:
             return False
         if read.connection.server != seed.server:
             return False
-        self._check = Check(seed, now, read.version, read.connection)
+        self._check = Check(seed, now, read.version, read.connection, heard=read.news)
+        self._secret_heard = read.news
         self._checked_generation = cluster.metadata.generation
         # Silent before the restart: its first checks must not take the answering Clusters'
         # slots either (200 dead spokes, two checks each at full priority, would hold all
@@ -481,7 +490,7 @@ class ClusterActor:
         now = trio.current_time()
         if cluster.spec.connection == "InCluster":
             outcome = await self._context.in_cluster.check(self._context.options.reuse_window)
-            return Check(outcome, now, None)
+            return Check(outcome, now, None, heard=self._secret_news)
         ref = cluster.secret_ref
         assert ref is not None  # parse_cluster guarantees it for Kubeconfig
         read = self._reusable_read(cluster, now)
@@ -489,7 +498,7 @@ class ClusterActor:
             read = await self._read_kubeconfig(cluster, now)
         version, parsed = read.version, read.connection
         if read.outcome is not None:
-            return Check(read.outcome, now, version, parsed)
+            return Check(read.outcome, now, version, parsed, heard=read.news)
         assert parsed is not None
         kind = schedule.check_class(self._unanswered, self._answered)
         since = self._check.at if self._check is not None else -math.inf
@@ -511,7 +520,7 @@ class ClusterActor:
             )
         finally:
             limiter.release()
-        return Check(found, trio.current_time(), version, parsed, began)
+        return Check(found, trio.current_time(), version, parsed, began, heard=read.news)
 
     def _reusable_read(self, cluster: api.Cluster, now: float) -> _Read | None:
         """The kubeconfig last read, while the Secret watch says the Secret is that version.
@@ -527,7 +536,9 @@ class ClusterActor:
         """
         read = self._read
         ref = cluster.secret_ref
-        if read is None or ref is None or self._secret_dirty or now - read.at >= read.keep:
+        if read is None or ref is None or now - read.at >= read.keep:
+            return None
+        if read.news != self._secret_news:
             return None
         watched = self._context.secret_versions.get((cluster.metadata.namespace, ref.name))
         if watched is None:
@@ -542,15 +553,16 @@ class ClusterActor:
         assert ref is not None
         namespace = cluster.metadata.namespace
         version = self._secret_version()
+        news = self._secret_news
         self._read = None
         try:
             secret = await self._context.secret_reads.get(namespace, ref.name)
         except errors.NotFound:
             missing = SecretRead(ref.name, ref.key, namespace, found=False)
-            return _Read(version, now, None, self._outcome(cluster, missing))
+            return _Read(version, now, None, self._outcome(cluster, missing), news=news)
         except errors.Forbidden:
             refused = SecretRead(ref.name, ref.key, namespace, readable=False)
-            return _Read(version, now, None, self._outcome(cluster, refused))
+            return _Read(version, now, None, self._outcome(cluster, refused), news=news)
         # The version read, not the one the watch last saw: the watch may not have listed yet.
         context = cluster.kubeconfig_context
         version = _version_of(cluster, resource_version(secret))
@@ -565,7 +577,7 @@ class ClusterActor:
         read = SecretRead(ref.name, ref.key, namespace, keys=secret_keys(secret), kubeconfig=parsed)
         outcome = self._outcome(cluster, read)
         connection = parsed if isinstance(parsed, Connection) else None
-        self._read = _Read(version, now, connection, outcome)
+        self._read = _Read(version, now, connection, outcome, news=news)
         return self._read
 
     def _outcome(self, cluster: api.Cluster, read: SecretRead) -> Outcome | None:

@@ -401,3 +401,33 @@ async def test_a_secret_deleted_before_the_watch_lists_is_reported_when_it_lists
             await wait_for(listable, lambda found: found is True, "the Secret watch lists", 15.0)
             await _until_reason(fake, "early", "SecretNotFound", within=1.0)
             nursery.cancel_scope.cancel()
+
+
+async def test_a_secret_deleted_while_its_check_runs_is_reported_when_the_check_ends(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A Cluster whose server does not answer: its check runs its whole 10 s. The Secret is
+    deleted 3 s into it, after the read: the word of it must outlive the check, and a check that
+    finds the Secret gone follows at once (not a minute later, at the next place)."""
+    fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=34)
+    silent = "https://silent.example:6443"
+    _put_cluster(fake, "silent", silent)
+    fleet = StandInSpokes({silent})
+    options = Options(namespace="kokumi", argocd_namespace="argocd", keep_in_cluster=False)
+
+    async def probes() -> int:
+        return len(fleet.asked[silent])
+
+    async with Client(Config(server="https://hub.example:6443"), transport=fake) as client:
+        manager = Manager(client, options, check=fleet.check, check_own=fleet.check_own)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(manager.run)
+            await wait_for(probes, lambda n: n >= 1, "its first check", 5.0)
+            await trio.sleep(3.0)
+            assert manager.dispatcher.secret_watches.listable(NS) is True
+            await client.delete(SECRETS, "silent", namespace=NS)
+            ends = fleet.asked[silent][-1] + options.probe_timeout
+            # Found gone as the check ends (its Unreachable is never the last word).
+            within = ends - trio.current_time() + 1.0
+            await _until_reason(fake, "silent", "SecretNotFound", within=within)
+            nursery.cancel_scope.cancel()
