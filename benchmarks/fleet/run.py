@@ -894,7 +894,10 @@ async def main_async(
                 ]
                 result["ready_p50"] = pct(latencies, 0.5)
                 result["ready_p99"] = pct(latencies, 0.99)
-                result["onboard_writes"] = sum(writes(m0, hub.metrics()).values())
+                m1 = hub.metrics()
+                result["onboard_writes"] = sum(writes(m0, m1).values())
+                result["onboard_secret_gets"] = secret_gets(m0, m1)
+                result["onboard_secret_lists"] = secret_gets(m0, m1, "LIST")
                 result["onboard_cpu_s"] = manager.cpu() - cpu0
                 result["onboard_rss_max"] = max(sampler.rss, default=math.nan)
                 result["onboard_rss_max_replica"] = max(sampler.rss_each, default=math.nan)
@@ -1013,6 +1016,12 @@ def report(r: dict[str, Any]) -> str:
             f"{r['all_ready_s']:.0f} s",
             f"bare 3N writes {r['bare_writes_s']:.0f} s:"
             f" {r['all_ready_s'] / r['bare_writes_s']:.1f}x (load {r['onboard_load']})",
+        ),
+        (
+            "onboarding: requests reading / listing Secrets",
+            f"{r.get('onboard_secret_gets', math.nan):.0f} / "
+            f"{r.get('onboard_secret_lists', math.nan):.0f}",
+            "the manager's GETs of kubeconfigs; the lists include the Secret watches'",
         ),
         (
             "Cluster created -> Ready p50 / p99",
