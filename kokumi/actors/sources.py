@@ -125,6 +125,8 @@ class SourcesActor:
         self._dirty: set[str] = set()
         self._wake = trio.Event()
         self._retry: dict[str, Backoff] = {}
+        #: Namespaces whose last pass had a write refused as stale (see _attempt).
+        self._behind: set[str] = set()
         self._clusters_seen: dict[Key, clustersource.Existing] = {}
         self._writes = trio.CapacityLimiter(8)  # Cluster writes in flight
         self._failures: dict[tuple[str, str], FailureLog] = {}
@@ -328,6 +330,9 @@ class SourcesActor:
             status = clustersource.status_of(source, decided, failed)
             failed_any |= bool(failed)
             failed_any |= not await self._write_status(obj, status)
+        if namespace in self._behind:
+            self._behind.discard(namespace)
+            failed_any = True
         self._schedule_retry(namespace, failed_any)
 
     async def _secret_views(self, namespace: str) -> list[SecretView]:
@@ -492,7 +497,10 @@ class SourcesActor:
                 await call()
         except (errors.AlreadyExists, errors.NotFound, errors.Conflict):
             # The store is behind the server: its watch brings what is there, and the next
-            # pass plans from it.
+            # pass plans from it. Not a failure to report, but a pass again after the backoff:
+            # a conflict is not always news on its way (a write may be refused as stale when
+            # the store has it all), and a Cluster a user edited would stay as they left it.
+            self._behind.add(source.namespace)
             return
         except errors.Fenced:
             raise  # this replica stopped writing: the whole pass stops (see run)
