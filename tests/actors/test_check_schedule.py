@@ -43,6 +43,15 @@ def _put_cluster(fake: FakeApi, name: str, url: str) -> None:
     put_cluster(fake, NS, name, url)
 
 
+async def _run_for(seconds: float, client: Client, options: Options, fleet: StandInSpokes) -> None:
+    """A manager that runs ``seconds`` and stops, as the first of a restart's two."""
+    manager = Manager(client, options, check=fleet.check, check_own=fleet.check_own)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(manager.run)
+        await trio.sleep(seconds)
+        nursery.cancel_scope.cancel()
+
+
 def _gaps(times: list[float], since: float) -> list[float]:
     return [b - a for a, b in itertools.pairwise(times) if a >= since]
 
@@ -276,11 +285,7 @@ async def test_a_restart_checks_each_cluster_about_a_minute_after_its_last_check
         return False
 
     async with Client(Config(server="https://hub.example:6443"), transport=fake) as client:
-        first = Manager(client, options, check=fleet.check, check_own=fleet.check_own)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(first.run)
-            await trio.sleep(300.0)
-            nursery.cancel_scope.cancel()
+        await _run_for(300.0, client, options, fleet)
         stopped = trio.current_time()
         await trio.sleep(down)
         fake.delay(0.0, verb="get", resource="secrets", when=record)
@@ -349,11 +354,7 @@ async def test_a_secret_deleted_moments_after_a_read_is_reported_at_once(
 
     fake.delay(0.0, verb="get", resource="secrets", when=record)
     async with Client(Config(server="https://hub.example:6443"), transport=fake) as client:
-        first = Manager(client, options, check=fleet.check, check_own=fleet.check_own)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(first.run)
-            await trio.sleep(90.0)
-            nursery.cancel_scope.cancel()
+        await _run_for(90.0, client, options, fleet)
         assert _ready_reason(fake, "restarted") == "Ready"
         second = Manager(client, options, check=fleet.check, check_own=fleet.check_own)
         async with trio.open_nursery() as nursery:
