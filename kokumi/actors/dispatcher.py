@@ -49,6 +49,8 @@ class Dispatcher:
         self._by_ref: dict[ClusterRef, str] = {}
         self._ending: dict[ClusterRef, ClusterActor] = {}  # stopped, still releasing
         self._by_secret: defaultdict[tuple[str, str], set[str]] = defaultdict(set)
+        #: namespace -> the names of its Secrets that Clusters name (a list is told per namespace).
+        self._secrets_in: defaultdict[str, set[str]] = defaultdict(set)
         self._selected: set[ClusterRef] = set()
         # shard -> the nursery its Cluster actors run in; without shards, shard 0 is everything.
         self._nurseries: dict[int, trio.Nursery] = {}
@@ -286,8 +288,14 @@ class Dispatcher:
                 key = (cluster.metadata.namespace, cluster.secret_ref.name)
                 if add:
                     self._by_secret[key].add(uid)
-                else:
+                    self._secrets_in[key[0]].add(key[1])
+                elif key in self._by_secret:
                     self._by_secret[key].discard(uid)
+                    if not self._by_secret[key]:
+                        del self._by_secret[key]
+                        self._secrets_in[key[0]].discard(key[1])
+                        if not self._secrets_in[key[0]]:
+                            del self._secrets_in[key[0]]
         needs = new.metadata.namespace if isinstance(new, api.Cluster) and new.secret_ref else None
         self.secret_watches.hold(uid, needs)
 
@@ -320,13 +328,17 @@ class Dispatcher:
         if self.secret_watches.listable(namespace or "") is not True:
             return
         versions = self._context.secret_versions
-        for key, uids in self._by_secret.items():
-            if key in versions or (namespace is not None and key[0] != namespace):
-                continue
-            for uid in uids:
-                actor = self._actors.get(uid)
-                if actor is not None:
-                    actor.secret_gone()
+        # That namespace's Secrets only: a thousand namespaces listed at a start must not each
+        # walk every Secret of the fleet.
+        listed = [namespace] if namespace is not None else list(self._secrets_in)
+        for ns in listed:
+            for name in self._secrets_in.get(ns, ()):
+                if (ns, name) in versions:
+                    continue
+                for uid in self._by_secret.get((ns, name), ()):
+                    actor = self._actors.get(uid)
+                    if actor is not None:
+                        actor.secret_gone()
 
     def _secret_changed(self, key: tuple[str, str], first: bool) -> None:
         """A followed Secret changed: the Clusters naming it check again (see SecretWatches),

@@ -157,12 +157,15 @@ class SecretReads:
         # there is one is told when the running one ends (see _then).
         return self._next.setdefault(namespace, _Listing())
 
-    def _list_if_worth_it(self, namespace: str, waiting: int) -> _Listing | None:
+    def _list_if_worth_it(
+        self, namespace: str, waiting: int, listing: _Listing | None = None
+    ) -> _Listing | None:
+        """Start ``listing`` (a new one if None) when ``waiting`` reads make it worth it."""
         nursery = self._nursery
         if nursery is None or not self._worth_it(namespace, waiting):
             return None
         self._refused.pop(namespace, None)
-        listing = self._listings[namespace] = _Listing()
+        listing = self._listings[namespace] = listing or _Listing()
         nursery.start_soon(self._list, namespace, listing)
         return listing
 
@@ -177,10 +180,7 @@ class SecretReads:
         if waiting is None or not waiting.waiters:
             return
         count = sum(len(w) for w in waiting.waiters.values())
-        if self._nursery is not None and self._worth_it(namespace, count):
-            self._listings[namespace] = waiting
-            self._nursery.start_soon(self._list, namespace, waiting)
-        else:
+        if self._list_if_worth_it(namespace, count, waiting) is None:
             _release(waiting)
 
     async def _wait_for(self, listing: _Listing, name: str) -> Obj | None:
