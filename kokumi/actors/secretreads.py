@@ -11,13 +11,14 @@ Clusters the hub served 83 GETs a second, so the last reads came two minutes aft
 and the Clusters behind them missed their place in the minute. So when ``batch_at`` reads of one
 namespace wait together, one list of the namespace's Secrets, in pages of ``page``, serves them:
 each page's Secrets go to the reads waiting for them and the page is dropped (the data of
-Secrets nobody waits for is never kept). A list's pages are one snapshot, taken when it asks for
-its first, so a read that comes later waits for the next list, which begins when this one ends
-(if enough wait for it; else they are GETs): no read is ever served older data than a GET made
-when it began would give. A namespace listed
-before is listed again only for a share of its Secrets (:data:`LIST_SHARE`). A list refused (the
-manager may get but not list there) or failed leaves its reads to GET one by one, and a refused
-namespace is not listed again for five minutes; the failure is one log line. So does a page
+Secrets nobody waits for is never kept). A list waits :data:`GATHER` before its first page, so
+that the rest of the burst that started it joins it. A list's pages are one snapshot, taken when
+it asks for its first, so a read that comes later waits for the next list, which begins when
+this one ends (if enough wait for it; else they are GETs): no read is ever served older data
+than a GET made when it began would give. A namespace listed before is listed again only for a
+share of its Secrets (:data:`LIST_SHARE`). A list refused (the manager may get but not list
+there) or failed leaves its reads to GET one by one, and a refused namespace is not listed again
+for five minutes; the failure is one log line. So does a page
 larger than :data:`PAGE_BYTES`: a namespace whose author keeps big Secrets beside the
 kubeconfigs costs the manager GETs, never a hundred megabytes at once.
 
@@ -39,7 +40,7 @@ from kokumi.kube import errors
 from kokumi.kube.client import SECRETS, Client, Obj
 from kokumi.objects import metadata_of
 
-__all__ = ["BATCH_AT", "PAGE", "PAGE_BYTES", "SecretReads"]
+__all__ = ["BATCH_AT", "GATHER", "PAGE", "PAGE_BYTES", "SecretReads"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,12 @@ dozen reads waiting is read by GETs."""
 
 REFUSED_FOR = 300.0
 """Seconds a namespace whose list was refused is read by GETs only."""
+
+GATHER = 0.1
+"""Seconds a list waits before it asks for its first page. The reads that start it come in a
+burst (a restart's actors all read at once, over many steps of the loop); those of the burst
+that come in a step after the list asked would wait for the next list or read by GET, and how
+many do is a matter of the loop's order. A tenth of a second lets the whole burst join."""
 
 
 @attrs.define(eq=False)
@@ -96,6 +103,7 @@ class SecretReads:
         page: int = PAGE,
         page_bytes: int = PAGE_BYTES,
         refused_for: float = REFUSED_FOR,
+        gather: float = GATHER,
     ) -> None:
         self._client = client
         #: The GETs in flight, at most ``at_a_time``.
@@ -104,6 +112,7 @@ class SecretReads:
         self._page = page
         self._page_bytes = page_bytes
         self._refused_for = refused_for
+        self._gather = gather
         self._queued: Counter[str] = Counter()  # namespace -> GETs waiting for the limiter
         self._listings: dict[str, _Listing] = {}  # namespace -> the list running there
         self._next: dict[str, _Listing] = {}  # namespace -> reads waiting for the next list
@@ -201,6 +210,7 @@ class SecretReads:
         self.lists += 1
         served = size = 0
         try:
+            await trio.sleep(self._gather)
             pages = self._client.pages(
                 SECRETS, namespace=namespace, limit=self._page, max_bytes=self._page_bytes
             )

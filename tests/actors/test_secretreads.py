@@ -128,6 +128,41 @@ async def test_a_burst_of_reads_in_one_namespace_is_one_list(
     assert reads.lists == 1
 
 
+@pytest.mark.parametrize("gather", [0.1, 0.0], ids=["gathered", "not gathered"])
+async def test_a_burst_spread_over_steps_of_the_loop_is_one_list(
+    fake: FakeApi, autojump_clock: trio.testing.MockClock, gather: float
+) -> None:
+    """A restart's actors read in one instant but over many steps of the loop (each has its own
+    awaits before its read): the reads of later steps than the list's first join it, and none
+    waits for a second list. Without the gathering (``gather=0``) how many join was the loop's
+    order: a second list, or GETs, in about one run in thirteen of a restart test."""
+    names = _secrets(fake, 200)
+    gets = _count(fake, "get")
+    async with Client(Config(server="https://hub.example:6443"), transport=fake) as client:
+        reads = SecretReads(client, gather=gather)
+        got: dict[str, Obj] = {}
+
+        async def one(name: str, steps: int) -> None:
+            for _ in range(steps):
+                await trio.lowlevel.checkpoint()
+            got[name] = await reads.get(NS, name)
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(reads.run)
+            fake.delay(0.5, verb="get", resource="secrets")
+            async with trio.open_nursery() as burst:
+                for index, name in enumerate(names):
+                    burst.start_soon(one, name, index // 10)  # 10 reads a step, 20 steps
+            nursery.cancel_scope.cancel()
+    assert {n: _data(s) for n, s in got.items()} == {n: f"kubeconfig of {n}" for n in names}
+    assert gets() + reads.listed == 200
+    # GETs: only the reads that came before the list began (eight in flight, 31 queued).
+    if gather:
+        assert (reads.lists, gets() <= 8 + 31) == (1, True), (reads.lists, gets())
+    else:  # the case the gathering mends, kept to show that the test can tell
+        assert reads.lists == 2 or gets() > 8 + 31, (reads.lists, gets())
+
+
 async def test_a_refused_list_leaves_each_read_to_its_own_get_and_is_not_tried_again_at_once(
     fake: FakeApi, autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
