@@ -5,8 +5,9 @@ command line, plus one instrument that times every task step (a step is the code
 between two awaits, during which nothing else on the loop can run). Every two seconds the
 steps longer than 10 ms are appended to the file named by ``KOKUMI_BENCH_LOOP`` as JSON lines
 ``[unix time, wall seconds, CPU seconds, task name]``, with ``["steps", count, total seconds]``
-for the totals, ``["gc", unix time, seconds, generation]`` for each full collection of the
-cyclic garbage collector (generation 2) and each younger one over 10 ms, and ``["slots", unix
+for the totals, ``["gc", unix time, seconds, generation, own CPU seconds, objects collected]``
+for each full collection of the cyclic garbage collector (generation 2) and each younger one
+over 10 ms, and ``["slots", unix
 time, [seconds, ...]]`` for the checks that released one of the eight check slots in those two
 seconds: the time from acquiring the slot to releasing it, which bounds the checks per second
 at 8 / (mean slot time). Wall time is what other tasks waited; on a machine shared by many
@@ -37,8 +38,9 @@ class LoopTimer(trio.abc.Instrument):
         self.steps = 0
         self.total = 0.0
         self.slow: list[tuple[float, float, float, str]] = []
-        self.gc: list[tuple[float, float, int]] = []
+        self.gc: list[tuple[float, float, int, float, int]] = []
         self._gc_began = 0.0
+        self._gc_began_cpu = 0.0
         self.slots: list[float] = []
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
@@ -59,10 +61,12 @@ class LoopTimer(trio.abc.Instrument):
         heap."""
         if phase == "start":
             self._gc_began = time.perf_counter()
+            self._gc_began_cpu = time.thread_time()
             return
         took, generation = time.perf_counter() - self._gc_began, info.get("generation", 0)
         if generation == 2 or took > SLOW_STEP:  # young collections only when they are slow
-            self.gc.append((time.time(), took, generation))
+            cpu = time.thread_time() - self._gc_began_cpu
+            self.gc.append((time.time(), took, generation, cpu, info.get("collected", 0)))
 
 
 def _dump(timer: LoopTimer, path: str) -> None:
@@ -74,8 +78,8 @@ def _dump(timer: LoopTimer, path: str) -> None:
         with open(path, "a") as out:
             for item in slow:
                 out.write(json.dumps(item) + "\n")
-            for at, took, generation in collections:
-                out.write(json.dumps(["gc", at, took, generation]) + "\n")
+            for at, took, generation, cpu, collected in collections:
+                out.write(json.dumps(["gc", at, took, generation, cpu, collected]) + "\n")
             if slots:
                 out.write(json.dumps(["slots", time.time(), [round(x, 4) for x in slots]]) + "\n")
             out.write(json.dumps(["steps", timer.steps, timer.total, time.time()]) + "\n")
