@@ -72,7 +72,9 @@ class Context:
     #: restart makes every Cluster of a namespace read at once (kokumi.actors.secretreads).
     secret_reads: SecretReads = attrs.field(
         default=attrs.Factory(
-            lambda self: SecretReads(self.client, batch_at=self.options.secret_list_at),
+            lambda self: SecretReads(
+                self.client, batch_at=self.options.secret_list_at, versions=self.secret_versions
+            ),
             takes_self=True,
         )
     )

@@ -14,8 +14,12 @@ each page's Secrets go to the reads waiting for them and the page is dropped (th
 Secrets nobody waits for is never kept). A list waits :data:`GATHER` before its first page, so
 that the rest of the burst that started it joins it. A list's pages are one snapshot, taken when
 it asks for its first, so a read that comes later waits for the next list, which begins when
-this one ends (if enough wait for it; else they are GETs): no read is ever served older data
-than a GET made when it began would give. A namespace listed before is listed again only for a
+this one ends (if enough wait for it; else they are GETs), unless a page of the running list
+holds its Secret in the version that the Secret watch holds as the page arrives (``versions``;
+the watch knows every Secret's resourceVersion): then the Secret did not change between the
+snapshot and what the watch last told, and a change it tells later makes the Cluster read
+again, as after any read. No read is ever served older data than a GET made when it began
+would give. A namespace listed before is listed again only for a
 share of its Secrets (:data:`LIST_SHARE`). A list refused (the manager may get but not list
 there) or failed leaves its reads to GET one by one, and a refused namespace is not listed again
 for five minutes; the failure is one log line. So does a page
@@ -31,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import Counter
+from collections.abc import Mapping
 
 import attrs
 import trio
@@ -38,7 +43,7 @@ import trio
 from kokumi.core.cluster import schedule
 from kokumi.kube import errors
 from kokumi.kube.client import SECRETS, Client, Obj
-from kokumi.objects import metadata_of
+from kokumi.objects import metadata_of, resource_version
 
 __all__ = ["BATCH_AT", "GATHER", "PAGE", "PAGE_BYTES", "SecretReads"]
 
@@ -81,9 +86,9 @@ class _Waiter:
 class _Listing:
     waiters: dict[str, list[_Waiter]] = attrs.field(factory=dict)
     #: Its first page was asked for. Every page of a list is of the first one's snapshot (the
-    #: continue token carries its resourceVersion), so a read that comes after is not served
-    #: by it: it would be handed a Secret older than the read, perhaps the very version whose
-    #: change made it read. It waits for the next list, or reads by GET.
+    #: continue token carries its resourceVersion), so a read that comes after waits for the
+    #: next list: it could be handed a Secret older than the read, perhaps the very version
+    #: whose change made it read. Only a page whose version of it the watch holds serves it.
     sent: bool = False
 
 
@@ -104,8 +109,11 @@ class SecretReads:
         page_bytes: int = PAGE_BYTES,
         refused_for: float = REFUSED_FOR,
         gather: float = GATHER,
+        versions: Mapping[tuple[str, str], str] | None = None,
     ) -> None:
         self._client = client
+        #: (namespace, name) -> resourceVersion, as the Secret watch holds them now.
+        self._versions: Mapping[tuple[str, str], str] = {} if versions is None else versions
         #: The GETs in flight, at most ``at_a_time``.
         self.limiter = trio.CapacityLimiter(at_a_time)
         self._batch_at = batch_at
@@ -183,6 +191,13 @@ class SecretReads:
             return False
         return self._refused.get(namespace, -float("inf")) <= trio.current_time()
 
+    def _current(self, late: _Listing, namespace: str, name: str, secret: Obj) -> bool:
+        """Whether ``secret``, of a list's snapshot, may serve the reads of it in ``late``: the
+        Secret watch holds this very version now."""
+        if name not in late.waiters:
+            return False
+        return self._versions.get((namespace, name)) == resource_version(secret)
+
     def _then(self, namespace: str) -> None:
         """A list ended: the reads that came while it ran get the next one, or their GETs."""
         waiting = self._next.pop(namespace, None)
@@ -218,12 +233,12 @@ class SecretReads:
             async with contextlib.aclosing(pages):
                 async for items in pages:
                     size += len(items)
+                    late = self._next.get(namespace)  # the reads that came after the snapshot
                     for secret in items:
                         name = str(metadata_of(secret).get("name", ""))
-                        for waiter in listing.waiters.pop(name, ()):
-                            waiter.secret = secret
-                            waiter.done.set()
-                            served += 1
+                        served += _serve(listing, name, secret)
+                        if late is not None and self._current(late, namespace, name, secret):
+                            served += _serve(late, name, secret)
         except errors.Forbidden:
             self._refused[namespace] = trio.current_time() + self._refused_for
             log.info(
@@ -251,6 +266,15 @@ class SecretReads:
             _release(listing)  # not in the list (or it failed): a GET of its own each
             log.debug("listed Secrets in namespace %s: %d reads served", namespace, served)
             self._then(namespace)
+
+
+def _serve(listing: _Listing, name: str, secret: Obj) -> int:
+    """Hand ``secret`` to the reads of ``listing`` that wait for it; how many."""
+    waiting = listing.waiters.pop(name, ())
+    for waiter in waiting:
+        waiter.secret = secret
+        waiter.done.set()
+    return len(waiting)
 
 
 def _release(listing: _Listing) -> None:

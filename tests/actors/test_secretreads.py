@@ -18,8 +18,9 @@ import trio.testing
 
 from kokumi.actors.secretreads import SecretReads
 from kokumi.kube import errors
-from kokumi.kube.client import Client, Obj
+from kokumi.kube.client import SECRETS, Client, Obj
 from kokumi.kube.config import Config
+from kokumi.objects import resource_version
 from tests.support.fakeapi import Call, FakeApi
 
 NS = "team"
@@ -59,6 +60,11 @@ def _count(fake: FakeApi, verb: str) -> Callable[[], int]:
 
 def _data(secret: Obj) -> str:
     return base64.b64decode(secret["data"]["value"]).decode()
+
+
+def _texts(got: dict[str, Obj | Exception]) -> dict[str, object]:
+    """Each read's kubeconfig text, or what it raised."""
+    return {n: s if isinstance(s, Exception) else _data(s) for n, s in got.items()}
 
 
 async def _read_all(
@@ -181,13 +187,14 @@ class _SlowAnswers(httpx.AsyncBaseTransport):
     """A hub whose lists take their snapshot at once and a second to arrive, as a real hub's
     pages of a big namespace do (the fake's own delays come before it reads its store)."""
 
-    def __init__(self, fake: FakeApi) -> None:
+    def __init__(self, fake: FakeApi, lag: float = 1.0) -> None:
         self.fake = fake
+        self.lag = lag
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         response = await self.fake.handle_async_request(request)
         if request.method == "GET" and request.url.path.endswith("/secrets"):
-            await trio.sleep(1.0)
+            await trio.sleep(self.lag)
         return response
 
 
@@ -225,6 +232,136 @@ async def test_a_read_that_comes_while_a_list_runs_is_never_served_older_data(
     # second burst waited for the second list, all 40 of it.
     assert gets() + reads.listed == 80
     assert gets() < 40
+
+
+async def test_a_late_read_is_served_by_the_running_list_the_version_the_watch_holds(
+    fake: FakeApi, autojump_clock: trio.testing.MockClock
+) -> None:
+    """As above, but the Secret watch's versions are known (as after its first list): the
+    reads that come while the list's one page is on its way are served by that list when the
+    page holds the version the watch holds as it arrives; c000, changed after the snapshot
+    (the watch told its new version), is read by GET and gets the new kubeconfig. Reads that
+    come after the page went by wait for the next list, as before."""
+    names = _secrets(fake, 100)
+    versions = {
+        (NS, name): str(resource_version(fake.object(SECRETS, name, NS) or {})) for name in names
+    }
+    gets = _count(fake, "get")
+    async with Client(
+        Config(server="https://hub.example:6443"), transport=_SlowAnswers(fake, lag=5.0)
+    ) as client:
+        reads = SecretReads(client, versions=versions)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(reads.run)
+            fake.delay(0.5, verb="get", resource="secrets")
+            early: dict[str, Obj | Exception] = {}
+
+            async def first() -> None:
+                early.update(await _read_all(reads, names))
+
+            nursery.start_soon(first)
+            await trio.sleep(4.0)  # the list is on its way; the GETs of the first burst are done
+            assert len(early) < 100
+            _secret(fake, "c000", value="the new kubeconfig")
+            versions[(NS, "c000")] = str(resource_version(fake.object(SECRETS, "c000", NS) or {}))
+            before = gets()
+            late = await _read_all(reads, names)
+            assert (reads.lists, gets() - before) == (1, 1)  # the one changed since
+            assert reads.listed == 100 - before + 99
+            # The page went by: these are served by the next list (or their GETs), never by
+            # the one whose snapshot is older than they are.
+            _secret(fake, "c001", value="newer still")
+            versions[(NS, "c001")] = str(resource_version(fake.object(SECRETS, "c001", NS) or {}))
+            after = await _read_all(reads, names)
+            nursery.cancel_scope.cancel()
+    assert _texts(late) == {
+        **{n: f"kubeconfig of {n}" for n in names},
+        "c000": "the new kubeconfig",
+    }
+    assert _texts(after)["c001"] == "newer still"
+    assert reads.lists == 2
+
+
+class _PagedAnswers(httpx.AsyncBaseTransport):
+    """A hub that pages its lists as a real one does: the first page's request takes the
+    snapshot that every page of the list is cut from (the fake answers in one page), and each
+    page takes ``lag`` seconds to arrive."""
+
+    def __init__(self, fake: FakeApi, lag: float) -> None:
+        self.fake, self.lag = fake, lag
+        self._snapshots: dict[str, list[Obj]] = {}
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if not (request.method == "GET" and request.url.path.endswith("/secrets")):
+            return await self.fake.handle_async_request(request)
+        limit = int(request.url.params.get("limit", "0")) or 10**9
+        snapshot, _, at = request.url.params.get("continue", "").partition(":")
+        if not snapshot:
+            whole = await self.fake.handle_async_request(httpx.Request("GET", request.url.path))
+            await whole.aread()
+            snapshot = str(len(self._snapshots))
+            self._snapshots[snapshot] = whole.json()["items"]
+        start = int(at or 0)
+        items = self._snapshots[snapshot][start : start + limit]
+        more = start + limit < len(self._snapshots[snapshot])
+        await trio.sleep(self.lag)
+        body = {
+            "kind": "SecretList",
+            "metadata": {"continue": f"{snapshot}:{start + limit}" if more else ""},
+        }
+        return httpx.Response(200, json={**body, "items": items})
+
+
+@pytest.mark.parametrize("watch_lists", ["before", "while the list runs"])
+async def test_late_reads_are_served_by_the_pages_still_to_come_and_the_rest_by_the_next_list(
+    fake: FakeApi, autojump_clock: trio.testing.MockClock, watch_lists: str
+) -> None:
+    """A list of 300 Secrets in pages of 100, and every Secret read again after its first page
+    went by: the reads of the pages still to come are served by it as they arrive, since the
+    Secret watch holds those very versions (it listed before, or while the list ran, as after
+    a restart), and those of the first page wait for the next list. No read is a GET but the
+    first burst's before the list began, and every read is given its Secret."""
+    names = _secrets(fake, 300)
+    current = {
+        (NS, name): str(resource_version(fake.object(SECRETS, name, NS) or {})) for name in names
+    }
+    versions = dict(current) if watch_lists == "before" else {}
+    gets = _count(fake, "get")
+    served_at: dict[str, float] = {}
+
+    async def again(reads: SecretReads, name: str) -> None:
+        secret = await reads.get(NS, name)
+        assert _data(secret) == f"kubeconfig of {name}"
+        served_at[name] = trio.current_time()
+
+    async with Client(
+        Config(server="https://hub.example:6443"), transport=_PagedAnswers(fake, lag=1.0)
+    ) as client:
+        reads = SecretReads(client, versions=versions)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(reads.run)
+            fake.delay(0.2, verb="get", resource="secrets")
+            early: dict[str, Obj | Exception] = {}
+
+            async def first() -> None:
+                early.update(await _read_all(reads, names))
+
+            nursery.start_soon(first)
+            await trio.sleep(1.5)  # the first page went by (at 1.1 s), the second is on its way
+            before = gets()
+            async with trio.open_nursery() as late:
+                for name in names:
+                    late.start_soon(again, reads, name)
+                await trio.sleep(0.2)
+                versions.update(current)  # the watch has listed (if it had not)
+            nursery.cancel_scope.cancel()
+    assert _texts(early) == {n: f"kubeconfig of {n}" for n in names}
+    assert gets() == before  # the late ones: none a GET
+    assert reads.lists == 2
+    assert reads.listed == 600 - before
+    # The first list's pages 2 and 3 came at 2.1 and 3.1 s; the next list's first at 4.2 s.
+    assert max(served_at[n] for n in names[100:]) < 3.5
+    assert min(served_at[n] for n in names[:100]) > 4.0
 
 
 async def test_secrets_too_big_to_list_are_read_one_by_one(
