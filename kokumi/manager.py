@@ -211,6 +211,7 @@ class Manager:
             await nursery.start(self.dispatcher.run)
             if self.options.freeze_heap:
                 nursery.start_soon(heap.freeze_as_it_grows, lambda: len(self.dispatcher.clusters))
+                nursery.start_soon(heap.sweep)
             log.info("manager started (namespace %s)", self.options.namespace)
             if self.elector is None and not self.shard_electors:
                 self.metrics.leader.set(1)

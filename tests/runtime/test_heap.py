@@ -78,3 +78,72 @@ def test_what_survives_a_full_collection_is_frozen_as_it_ends_and_all_is_thawed_
     finally:
         gc.enable()
     assert events == ["freeze", "freeze", "full collection", "young collection", "thaw"]
+
+
+def test_the_sweep_collects_the_young_generations_each_second_and_all_every_tenth(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    collected: list[tuple[float, int]] = []
+
+    def collect(generation: int = 2) -> int:
+        collected.append((trio.current_time(), generation))
+        return 0
+
+    monkeypatch.setattr(gc, "collect", collect)
+
+    async def main() -> None:
+        with trio.move_on_after(25.5):
+            await heap.sweep(every=1.0, full_every=10)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert [t for t, _ in collected] == [float(t) for t in range(1, 26)]
+    assert [t for t, g in collected if g == 2] == [10.0, 20.0]
+    assert {g for _, g in collected} == {1, 2}
+
+
+class _State:
+    """A Cluster's waiting state: a few tracked objects, replaced at each check."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.parts = [{"at": index}, (index, [index])]
+
+
+@pytest.mark.parametrize("swept", [True, False], ids=["swept", "not swept"])
+def test_a_steady_fleet_s_young_generation_holds_a_second_of_survivors_when_swept(
+    swept: bool,
+) -> None:
+    """6,000 states, 200 replaced each second for 30 s (a fleet checked once a minute): as many
+    freed as made, so Python's count hardly grows and, left to it, the young generations fill
+    with every replacement (the collection that comes at last walks them all); swept each
+    second, they hold about one second's."""
+    fleet = {i: _State(i) for i in range(6_000)}
+    largest = 0
+
+    async def churn() -> None:
+        nonlocal largest
+        await trio.sleep(0.5)  # between two sweeps
+        for second in range(30):
+            for i in range(second * 200, (second + 1) * 200):
+                fleet[i] = _State(i)
+            largest = max(largest, len(gc.get_objects(0)) + len(gc.get_objects(1)))
+            await trio.sleep(1.0)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            if swept:
+                nursery.start_soon(heap.sweep)
+            await churn()
+            nursery.cancel_scope.cancel()
+
+    gc.collect()
+    gc.freeze()
+    try:
+        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    finally:
+        gc.unfreeze()
+    per_second = 200 * 4  # tracked: the state, its two lists, the tuple (the dict is atomic)
+    if swept:
+        assert largest < 2 * per_second, largest
+    else:  # what the sweep mends, kept to show that the test can tell
+        assert largest > 20 * per_second, largest
