@@ -42,6 +42,7 @@ class LoopTimer(trio.abc.Instrument):
         self._gc_began = 0.0
         self._gc_began_cpu = 0.0
         self.slots: list[float] = []
+        self.reads: list[list[Any]] = []
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         self._began = time.perf_counter()
@@ -75,8 +76,11 @@ def _dump(timer: LoopTimer, path: str) -> None:
         slow, timer.slow = timer.slow, []
         collections, timer.gc = timer.gc, []
         slots, timer.slots = timer.slots, []
+        reads, timer.reads = timer.reads, []
         with open(path, "a") as out:
             for item in slow:
+                out.write(json.dumps(item) + "\n")
+            for item in reads:
                 out.write(json.dumps(item) + "\n")
             for at, took, generation, cpu, collected in collections:
                 out.write(json.dumps(["gc", at, took, generation, cpu, collected]) + "\n")
@@ -122,9 +126,47 @@ def _time_slots(timer: LoopTimer) -> None:
     CountingLimiter.__aexit__ = aexit  # type: ignore[method-assign]
 
 
+def _time_reads(timer: LoopTimer) -> None:
+    """Record each list of Secrets (when it began and ended, the reads it served, those left
+    for the next list) and each first list of a Secret watch: ``["list", ...]``,
+    ``["watch-listed", unix time, namespace]``."""
+    from kokumi.actors import secretreads, secretwatch  # noqa: PLC0415
+
+    listing = secretreads.SecretReads._list
+
+    async def timed_list(self: Any, namespace: str, pending: Any) -> None:
+        began, served = time.time(), self.listed
+        waiting = sum(len(w) for w in pending.waiters.values())
+        try:
+            await listing(self, namespace, pending)
+        finally:
+            left = self._next.get(namespace)
+            timer.reads.append(
+                [
+                    "list",
+                    began,
+                    time.time(),
+                    namespace,
+                    waiting,
+                    self.listed - served,
+                    sum(len(w) for w in left.waiters.values()) if left else 0,
+                ]
+            )
+
+    secretreads.SecretReads._list = timed_list  # type: ignore[method-assign]
+    listed = secretwatch.SecretWatches._listing
+
+    def timed_listing(self: Any, namespace: str | None, listable: bool) -> None:
+        timer.reads.append(["watch-listed", time.time(), namespace, listable])
+        listed(self, namespace, listable)
+
+    secretwatch.SecretWatches._listing = timed_listing  # type: ignore[method-assign]
+
+
 def main() -> None:
     timer = LoopTimer()
     _time_slots(timer)
+    _time_reads(timer)
     path = os.environ.get("KOKUMI_BENCH_LOOP")
     gc.callbacks.append(timer.gc_callback)
     if path:

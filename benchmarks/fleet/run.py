@@ -273,6 +273,8 @@ def loop_steps(workdir: Path, start: float, end: float) -> dict[str, float]:
                 if start <= item[1] <= end:
                     slots.extend(item[2])
                 continue
+            if item[0] in ("list", "watch-listed"):  # the restart's reads, read by hand
+                continue
             if item[0] == "gc":
                 if start <= item[1] <= end:
                     (gc_pauses if item[3] == 2 else young).append(item[2])
