@@ -84,6 +84,24 @@ async def _read_all(
     return got
 
 
+def _burst(
+    nursery: trio.Nursery, reads: SecretReads, names: list[str]
+) -> dict[str, Obj | Exception]:
+    """Reads of every name, started in ``nursery``: the dict fills as they end."""
+    got: dict[str, Obj | Exception] = {}
+
+    async def all_of() -> None:
+        got.update(await _read_all(reads, names))
+
+    nursery.start_soon(all_of)
+    return got
+
+
+def _versions(fake: FakeApi, names: list[str]) -> dict[tuple[str, str], str]:
+    """The Secrets' resourceVersions, as the Secret watch would hold them."""
+    return {(NS, n): str(resource_version(fake.object(SECRETS, n, NS) or {})) for n in names}
+
+
 async def _read_twice(fake: FakeApi, names: list[str]) -> SecretReads:
     """Two bursts of reads of ``names`` on a busy hub, each read given its own Secret."""
     async with Client(Config(server="https://hub.example:6443"), transport=fake) as client:
@@ -243,9 +261,7 @@ async def test_a_late_read_is_served_by_the_running_list_the_version_the_watch_h
     (the watch told its new version), is read by GET and gets the new kubeconfig. Reads that
     come after the page went by wait for the next list, as before."""
     names = _secrets(fake, 100)
-    versions = {
-        (NS, name): str(resource_version(fake.object(SECRETS, name, NS) or {})) for name in names
-    }
+    versions = _versions(fake, names)
     gets = _count(fake, "get")
     async with Client(
         Config(server="https://hub.example:6443"), transport=_SlowAnswers(fake, lag=5.0)
@@ -254,16 +270,11 @@ async def test_a_late_read_is_served_by_the_running_list_the_version_the_watch_h
         async with trio.open_nursery() as nursery:
             await nursery.start(reads.run)
             fake.delay(0.5, verb="get", resource="secrets")
-            early: dict[str, Obj | Exception] = {}
-
-            async def first() -> None:
-                early.update(await _read_all(reads, names))
-
-            nursery.start_soon(first)
+            early = _burst(nursery, reads, names)
             await trio.sleep(4.0)  # the list is on its way; the GETs of the first burst are done
             assert len(early) < 100
             _secret(fake, "c000", value="the new kubeconfig")
-            versions[(NS, "c000")] = str(resource_version(fake.object(SECRETS, "c000", NS) or {}))
+            versions.update(_versions(fake, ["c000"]))
             before = gets()
             late = await _read_all(reads, names)
             assert (reads.lists, gets() - before) == (1, 1)  # the one changed since
@@ -271,7 +282,7 @@ async def test_a_late_read_is_served_by_the_running_list_the_version_the_watch_h
             # The page went by: these are served by the next list (or their GETs), never by
             # the one whose snapshot is older than they are.
             _secret(fake, "c001", value="newer still")
-            versions[(NS, "c001")] = str(resource_version(fake.object(SECRETS, "c001", NS) or {}))
+            versions.update(_versions(fake, ["c001"]))
             after = await _read_all(reads, names)
             nursery.cancel_scope.cancel()
     assert _texts(late) == {
@@ -322,9 +333,7 @@ async def test_late_reads_are_served_by_the_pages_still_to_come_and_the_rest_by_
     a restart), and those of the first page wait for the next list. No read is a GET but the
     first burst's before the list began, and every read is given its Secret."""
     names = _secrets(fake, 300)
-    current = {
-        (NS, name): str(resource_version(fake.object(SECRETS, name, NS) or {})) for name in names
-    }
+    current = _versions(fake, names)
     versions = dict(current) if watch_lists == "before" else {}
     gets = _count(fake, "get")
     served_at: dict[str, float] = {}
@@ -341,12 +350,7 @@ async def test_late_reads_are_served_by_the_pages_still_to_come_and_the_rest_by_
         async with trio.open_nursery() as nursery:
             await nursery.start(reads.run)
             fake.delay(0.2, verb="get", resource="secrets")
-            early: dict[str, Obj | Exception] = {}
-
-            async def first() -> None:
-                early.update(await _read_all(reads, names))
-
-            nursery.start_soon(first)
+            early = _burst(nursery, reads, names)
             await trio.sleep(1.5)  # the first page went by (at 1.1 s), the second is on its way
             before = gets()
             async with trio.open_nursery() as late:
