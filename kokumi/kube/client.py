@@ -379,8 +379,10 @@ class Client:
         mid-way; :meth:`list` starts over instead, since it returns nothing before the end. A
         page over ``max_bytes`` raises :class:`TooLarge` (see :meth:`request`)."""
         path = resource_path(resource, namespace=namespace)
-        async for page in self._pages(path, {}, limit, JSON, max_bytes):
-            yield page.get("items") or []
+        # Closed with this one: a caller that stops early leaves no request half-read.
+        async with contextlib.aclosing(self._pages(path, {}, limit, JSON, max_bytes)) as pages:
+            async for page in pages:
+                yield page.get("items") or []
 
     async def _pages(
         self,

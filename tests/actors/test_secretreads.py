@@ -301,6 +301,7 @@ class _PagedAnswers(httpx.AsyncBaseTransport):
     def __init__(self, fake: FakeApi, lag: float) -> None:
         self.fake, self.lag = fake, lag
         self._snapshots: dict[str, list[Obj]] = {}
+        self.pages = 0  # pages answered
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if not (request.method == "GET" and request.url.path.endswith("/secrets")):
@@ -315,6 +316,7 @@ class _PagedAnswers(httpx.AsyncBaseTransport):
         start = int(at or 0)
         items = self._snapshots[snapshot][start : start + limit]
         more = start + limit < len(self._snapshots[snapshot])
+        self.pages += 1
         await trio.sleep(self.lag)
         body = {
             "kind": "SecretList",
@@ -366,6 +368,42 @@ async def test_late_reads_are_served_by_the_pages_still_to_come_and_the_rest_by_
     # The first list's pages 2 and 3 came at 2.1 and 3.1 s; the next list's first at 4.2 s.
     assert max(served_at[n] for n in names[100:]) < 3.5
     assert min(served_at[n] for n in names[:100]) > 4.0
+
+
+async def test_the_reads_a_list_left_get_the_next_list_which_ends_once_it_served_them(
+    fake: FakeApi, autojump_clock: trio.testing.MockClock
+) -> None:
+    """40 reads of the first page's Secrets come after it went by, in a namespace of 1,000
+    Secrets: too few to list again by the share (1,000 / 16), but they have waited a whole list
+    already, and eight GETs at a time are slower than a list, so the next list serves them,
+    and it ends after its first page, which held them all."""
+    names = _secrets(fake, 1000)
+    gets = _count(fake, "get")
+    hub = _PagedAnswers(fake, lag=1.0)
+    served_at: dict[str, float] = {}
+
+    async def again(reads: SecretReads, name: str) -> None:
+        assert _data(await reads.get(NS, name)) == f"kubeconfig of {name}"
+        served_at[name] = trio.current_time()
+
+    async with Client(Config(server="https://hub.example:6443"), transport=hub) as client:
+        reads = SecretReads(client, versions=_versions(fake, names))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(reads.run)
+            fake.delay(0.2, verb="get", resource="secrets")
+            early = _burst(nursery, reads, names)
+            await trio.sleep(1.5)  # the first page (c000-c099) went by at 1.1 s
+            before = gets()
+            async with trio.open_nursery() as late:
+                for name in names[:40]:
+                    late.start_soon(again, reads, name)
+            nursery.cancel_scope.cancel()
+    assert _texts(early) == {n: f"kubeconfig of {n}" for n in names}
+    assert gets() == before
+    assert reads.lists == 2
+    assert hub.pages == 10 + 1
+    # The first list's ten pages end at 10.1 s; the next one's first page comes 1.1 s later.
+    assert 11.0 < min(served_at.values()) <= max(served_at.values()) < 11.5
 
 
 async def test_secrets_too_big_to_list_are_read_one_by_one(
