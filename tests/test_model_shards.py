@@ -66,6 +66,7 @@ SHARD_ZERO = ClusterRef("", "(shard 0's duties)")
 EXAMPLES = int(os.environ.get("MODEL_SHARDS_EXAMPLES") or os.environ.get("MODEL_EXAMPLES", "80"))
 MIN_STEPS = int(os.environ.get("MODEL_MIN_STEPS", "2000"))
 STEPS_PER_EXAMPLE = 30
+MIN_STEPS_PER_EXAMPLE = STEPS_PER_EXAMPLE // 2  # see tests/test_model.py
 
 # Counted across all examples: what the two-replica rules did and what the checks saw.
 SHARDED = {
@@ -522,6 +523,7 @@ def test_two_replicas_never_serve_one_cluster_and_converge() -> None:
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
             database=None,
         ),
+        _min_steps=MIN_STEPS_PER_EXAMPLE,
     )
     elapsed = time.monotonic() - started
     print(f"two-replica model: {SEEN['steps']} steps in {elapsed:.0f} s; {SEEN}; {SHARDED}")
