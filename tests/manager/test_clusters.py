@@ -41,13 +41,25 @@ async def test_kubeconfig_cluster_becomes_ready_with_version_and_server(
         ]
         assert row.split()[:6] == ["spoke", "Kubeconfig", spoke.url, spoke.version, "True", "Ready"]
         assert "spoke" in kubectl(hub, "get", "kokumi", "-n", ns).stdout
-        # The Event follows the status write: wait for it rather than read once.
-        await wait_for(
+        await running.wait_checked()
+        # A first report that the Cluster is Ready records no Event: it is what creating it
+        # asked for, and a fleet brought in at once would write one per Cluster.
+        # (tests/deploy/test_manager.py sees the Warning of a first report that is not Ready.)
+        events = await ws.client.list(EVENTS, namespace=ns)
+        assert [e["reason"] for e in events["items"]] == []
+        # A change of state does record one: the Secret's key goes, the Cluster leaves Ready.
+        await ws.client.patch_merge(
+            SECRETS, "spoke-kubeconfig", {"data": {"value": None}}, namespace=ns
+        )
+        await wait_reason(ws, ns, "spoke", "SecretKeyNotFound")
+        events = await wait_for(
             lambda: ws.client.list(EVENTS, namespace=ns),
-            lambda events: any(e["reason"] == "Ready" for e in events["items"]),
+            lambda found: any(e["reason"] == "SecretKeyNotFound" for e in found["items"]),
             "a Ready transition to record an Event",
         )
-        await running.wait_checked()
+        assert [(e["type"], e["involvedObject"]["name"]) for e in events["items"]] == [
+            ("Warning", "spoke")
+        ]
         await ws.cleanup()
 
 

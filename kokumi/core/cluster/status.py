@@ -238,13 +238,20 @@ def ready_event(old: api.ClusterStatus | None, new: api.ClusterStatus) -> api.Co
     """The Ready condition of ``new`` when it is worth an Event: its status or reason changed.
 
     A new message with the same reason (another address, another user) is no transition: the
-    Events a user sees in ``kubectl describe`` are the changes of state.
+    Events a user sees in ``kubectl describe`` are the changes of state. A Cluster's first
+    report that it is Ready is none either: it is what creating the Cluster asked for, and its
+    condition's lastTransitionTime says when. An Event for it would be a fourth write per new
+    Cluster beside its status, its finalizer and its Argo CD Secret (10,000 Events for a fleet
+    a ClusterSource brings in at once). A first report that it is not Ready is a Warning a
+    user must see.
     """
     after = api.ready_condition(new.conditions)
     if after is None:
         return None
     before = api.ready_condition(old.conditions) if old is not None else None
-    if before is not None and (before.status, before.reason) == (after.status, after.reason):
+    if before is None:
+        return None if after.status == "True" else after
+    if (before.status, before.reason) == (after.status, after.reason):
         return None
     return after
 

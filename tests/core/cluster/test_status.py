@@ -250,16 +250,17 @@ def test_the_transition_time_moves_only_with_the_status(
 
 @settings(max_examples=examples(500))
 @given(old=st.none() | cluster_statuses, cluster=clusters, outcome=outcomes)
-def test_an_event_is_recorded_when_the_ready_state_changes(
+def test_an_event_is_recorded_when_the_ready_state_changes_or_a_first_report_is_not_ready(
     old: api.ClusterStatus | None, cluster: api.Cluster, outcome: Outcome
 ) -> None:
     new = cluster_status(cluster, outcome, now=LATE)
     event = ready_event(old, new)
     before = api.ready_condition(old.conditions) if old is not None else None
-    changed = before is None or (before.status, before.reason) != (
-        _ready(new).status,
-        _ready(new).reason,
-    )
+    if before is None:
+        # A first report: an Event only when it is not Ready (creating a Cluster asks for Ready).
+        changed = _ready(new).status != "True"
+    else:
+        changed = (before.status, before.reason) != (_ready(new).status, _ready(new).reason)
     assert (event is not None) == changed
     assert event is None or event == _ready(new)
 
