@@ -240,6 +240,8 @@ class EnvironmentsActor:
                 await pace.tick()
 
         for environment in environments:
+            if self._paced(environment):
+                continue
             chosen = selectors_now.get(environment.metadata.name)
             now = api.now_rfc3339()
             if chosen is None or not isinstance(environment, api.Environment):
@@ -250,6 +252,21 @@ class EnvironmentsActor:
             await self._write(environment, status)
         if not index.entries and not selectors_now:
             del self._index[namespace]
+
+    def _paced(self, environment: api.Environment | api.Invalid) -> bool:
+        """Whether the status of ``environment`` was written less than a second ago.
+
+        Its figures then wait, and the namespace is computed again when the second is up (with
+        whatever has come meanwhile). They are not even computed now: while a fleet onboards,
+        every Cluster's events make a pass, and a status built on each of them to be thrown
+        away was a twentieth of the manager's CPU.
+        """
+        meta = environment.metadata
+        due = self._wrote_at.get((meta.namespace, meta.name), -math.inf) + STATUS_PACE
+        if trio.current_time() >= due:
+            return False
+        self._held[meta.namespace] = min(self._held.get(meta.namespace, math.inf), due)
+        return True
 
     async def _write(
         self, environment: api.Environment | api.Invalid, status: api.EnvironmentStatus
@@ -263,12 +280,6 @@ class EnvironmentsActor:
         if status in unchanged:
             return
         now = trio.current_time()
-        due = self._wrote_at.get(key, -math.inf) + STATUS_PACE
-        if now < due:
-            # Written less than a second ago: this pass's figures wait, and the namespace is
-            # computed again then (with what has come meanwhile).
-            self._held[meta.namespace] = min(self._held.get(meta.namespace, math.inf), due)
-            return
         written = False
         with trio.move_on_at(until):
             written = await write_status(

@@ -4,13 +4,17 @@ Clusters come in bursts, and the selection they drive is never held back."""
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import httpx
+import pytest
 import trio
 import trio.testing
 
+from kokumi.actors import environments
 from kokumi.actors.environments import STATUS_PACE
 from kokumi.core import api
+from kokumi.core.environments.status import selection_status
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config
 from kokumi.manager import Manager
@@ -35,11 +39,19 @@ class _StatusWrites(httpx.AsyncBaseTransport):
 
 
 async def test_an_environment_is_written_once_a_second_at_most_while_its_clusters_onboard(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """200 Clusters created 20 a second, one Environment selecting them all: before the pace it
     was written twice per Cluster (400 writes, each a count moving by one); now at most once a
-    second, and its last status counts every Cluster selected and deploying."""
+    second, and its last status counts every Cluster selected and deploying. Its status is not
+    even computed while the pace holds it (it was, once per pass: per Cluster event)."""
+    computed: list[float] = []
+
+    def counted(*args: Any, **kwargs: Any) -> api.EnvironmentStatus:
+        computed.append(trio.current_time())
+        return selection_status(*args, **kwargs)
+
+    monkeypatch.setattr(environments, "selection_status", counted)
     fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=3)
     fake.put(
         {
@@ -74,6 +86,8 @@ async def test_an_environment_is_written_once_a_second_at_most_while_its_cluster
     gaps = [b - a for a, b in itertools.pairwise(writes)]
     assert min(gaps) >= STATUS_PACE - 1e-6, gaps
     assert len(writes) <= 10.0 / STATUS_PACE + 2, len(writes)  # the burst lasts 10 s
+    # Each write's status, and at most one more per second when the pace's second is up.
+    assert len([at for at in computed if at >= began]) <= 2 * len(writes) + 2, len(computed)
     assert registered == 200  # the selection was not held back with the counts
     assert environment["status"]["selected"] == 200
     assert environment["status"]["deploying"] == 200
