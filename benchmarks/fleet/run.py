@@ -910,7 +910,13 @@ async def main_async(
                 result["ready_p50"] = pct(latencies, 0.5)
                 result["ready_p99"] = pct(latencies, 0.99)
                 m1 = hub.metrics()
-                result["onboard_writes"] = sum(writes(m0, m1).values())
+                result["onboard_requests"] = {
+                    f"{verb} {res}{'/' + sub if sub else ''}": value - m0.get((verb, res, sub), 0.0)
+                    for (verb, res, sub), value in m1.items()
+                    if value - m0.get((verb, res, sub), 0.0) > 0
+                }
+                result["onboard_writes_by"] = writes(m0, m1)
+                result["onboard_writes"] = sum(result["onboard_writes_by"].values())
                 result["onboard_secret_gets"] = secret_gets(m0, m1)
                 result["onboard_secret_lists"] = secret_gets(m0, m1, "LIST")
                 result["onboard_cpu_s"] = manager.cpu() - cpu0
@@ -1031,6 +1037,14 @@ def report(r: dict[str, Any]) -> str:
             f"{r['all_ready_s']:.0f} s",
             f"bare 3N writes {r['bare_writes_s']:.0f} s:"
             f" {r['all_ready_s'] / r['bare_writes_s']:.1f}x (load {r['onboard_load']})",
+        ),
+        (
+            "onboarding: writes per Cluster, by request",
+            ", ".join(
+                f"{key} {value / r['clusters']:.2f}"
+                for key, value in sorted(r.get("onboard_writes_by", {}).items())
+            ),
+            "at the hub, the runner's creates of Secrets and Clusters included",
         ),
         (
             "onboarding: requests reading / listing Secrets",
