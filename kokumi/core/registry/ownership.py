@@ -14,9 +14,11 @@ Cluster's identity, the server's spelling, the events and effects) live in
 
 from __future__ import annotations
 
+import math
 import unicodedata
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Final, Generic, TypeVar, cast
 
 import attrs
 
@@ -68,6 +70,110 @@ __all__ = [
 
 # The table
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+_GONE: Final = object()  # a key deleted since the base, in a _Layers' changes
+_ABSENT: Final = object()
+
+
+class _Layers(Mapping[_K, _V], Generic[_K, _V]):
+    """A mapping that no step changes once made: a base shared with the tables before it, and
+    the changes since (a deleted key maps to ``_GONE``).
+
+    A step that changed one key used to copy the whole mapping, so each new Cluster's want cost
+    time in proportion to the fleet, and onboarding a fleet was quadratic (81 µs a want at
+    10,000 Clusters against 12 µs at 1,000). A step now copies only the changes, which fold
+    into a new base once there are more of them than the square root of its size: a step costs
+    O(√n). Iteration is a dict's: the base's order with a changed key in its place, then the
+    keys added since, a key deleted and added again among them.
+    """
+
+    __slots__ = ("_base", "_changes", "_moved", "_size")
+
+    def __init__(
+        self,
+        base: dict[_K, _V] | None = None,
+        changes: dict[_K, object] | None = None,
+        moved: set[_K] | None = None,
+        size: int | None = None,
+    ) -> None:
+        self._base: dict[_K, _V] = {} if base is None else base
+        self._changes: dict[_K, object] = {} if changes is None else changes
+        #: Keys of the base deleted and added again: they iterate among the added ones.
+        self._moved: set[_K] = set() if moved is None else moved
+        self._size = len(self._base) if size is None else size
+
+    @classmethod
+    def of(cls, mapping: Mapping[_K, _V]) -> _Layers[_K, _V]:
+        """A copy of ``mapping`` for one step to change (``mapping`` itself stays as it is)."""
+        if not isinstance(mapping, _Layers):
+            return cls(dict(mapping))
+        changes, moved = mapping._changes, mapping._moved
+        if len(changes) <= max(64, math.isqrt(len(mapping._base))):
+            return cls(mapping._base, dict(changes), set(moved), mapping._size)
+        base = dict(mapping._base)
+        added: list[tuple[_K, _V]] = []
+        for key, value in changes.items():
+            if value is _GONE or key in moved:
+                base.pop(key, None)
+            if value is _GONE:
+                continue
+            if key in moved or key not in mapping._base:
+                added.append((key, cast(_V, value)))
+            else:
+                base[key] = cast(_V, value)
+        base.update(added)
+        return cls(base)
+
+    def __getitem__(self, key: _K) -> _V:
+        value = self._changes.get(key, _ABSENT)
+        if value is _ABSENT:
+            return self._base[key]
+        if value is _GONE:
+            raise KeyError(key)
+        return cast(_V, value)
+
+    def __contains__(self, key: object) -> bool:
+        value = self._changes.get(cast(_K, key), _ABSENT)
+        if value is _ABSENT:
+            return key in self._base
+        return value is not _GONE
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator[_K]:
+        changes, base, moved = self._changes, self._base, self._moved
+        for key in base:
+            if key not in moved and changes.get(key, _ABSENT) is not _GONE:
+                yield key
+        for key, value in changes.items():
+            if value is not _GONE and (key in moved or key not in base):
+                yield key
+
+    def __setitem__(self, key: _K, value: _V) -> None:
+        if key not in self:
+            self._size += 1
+            if key in self._base:
+                # Deleted since, and added again: it goes last, as in a dict.
+                del self._changes[key]
+                self._moved.add(key)
+        self._changes[key] = value
+
+    def __delitem__(self, key: _K) -> None:
+        if key not in self:
+            raise KeyError(key)
+        self._size -= 1
+        self._changes.pop(key, None)
+        if key in self._base:
+            self._changes[key] = _GONE
+            self._moved.discard(key)
+
+    def pop(self, key: _K) -> _V:
+        value = self[key]
+        del self[key]
+        return value
+
 
 @attrs.frozen(unsafe_hash=False)
 class Table:
@@ -81,10 +187,10 @@ class Table:
     The mappings are never changed after construction; ``step`` builds a new Table.
     """
 
-    _lines: dict[str, tuple[ClusterRef, ...]] = attrs.field(factory=dict)
-    _foreign: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
-    _wants: dict[ClusterRef, str] = attrs.field(factory=dict)
-    _remote: dict[str, ClusterRef] = attrs.field(factory=dict)
+    _lines: Mapping[str, tuple[ClusterRef, ...]] = attrs.field(factory=dict)
+    _foreign: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
+    _wants: Mapping[ClusterRef, str] = attrs.field(factory=dict)
+    _remote: Mapping[str, ClusterRef] = attrs.field(factory=dict)
 
     def holder(self, server: str) -> ClusterRef | None:
         """The Cluster whose Secret registers ``server``, if any, among those served here."""
@@ -182,9 +288,10 @@ def _unprintable(char: str) -> bool:
 class _Draft:
     """A Table being changed for the length of one step, collecting the effects in order.
 
-    Copy on write: a mapping of the table is copied only when the step changes it. Most steps
-    are a Cluster wanting the server it already holds (every check says so again), and copying
-    the whole table for those made each one cost time in proportion to the fleet.
+    Copy on write: a mapping of the table is copied only when the step changes it, and then
+    only its layer of changes (:class:`_Layers`). Most steps are a Cluster wanting the server it
+    already holds, and copying the whole table for those made each one cost time in proportion
+    to the fleet; so did every new Cluster's want while a fleet onboards.
     """
 
     def __init__(self, table: Table) -> None:
@@ -192,32 +299,32 @@ class _Draft:
         self.foreign = table._foreign
         self.wants = table._wants
         self.remote = table._remote
-        self._copied: set[str] = set()
+        # The copies this step changes, made on its first change of each mapping.
+        self._lines_copy: _Layers[str, tuple[ClusterRef, ...]] | None = None
+        self._foreign_copy: _Layers[str, tuple[str, ...]] | None = None
+        self._wants_copy: _Layers[ClusterRef, str] | None = None
+        self._remote_copy: _Layers[str, ClusterRef] | None = None
         self.effects: list[Effect] = []
 
-    def _lines(self) -> dict[str, tuple[ClusterRef, ...]]:
-        if "lines" not in self._copied:
-            self.lines = dict(self.lines)
-            self._copied.add("lines")
-        return self.lines
+    def _lines(self) -> _Layers[str, tuple[ClusterRef, ...]]:
+        if self._lines_copy is None:
+            self.lines = self._lines_copy = _Layers.of(self.lines)
+        return self._lines_copy
 
-    def _foreign(self) -> dict[str, tuple[str, ...]]:
-        if "foreign" not in self._copied:
-            self.foreign = dict(self.foreign)
-            self._copied.add("foreign")
-        return self.foreign
+    def _foreign(self) -> _Layers[str, tuple[str, ...]]:
+        if self._foreign_copy is None:
+            self.foreign = self._foreign_copy = _Layers.of(self.foreign)
+        return self._foreign_copy
 
-    def _wants(self) -> dict[ClusterRef, str]:
-        if "wants" not in self._copied:
-            self.wants = dict(self.wants)
-            self._copied.add("wants")
-        return self.wants
+    def _wants(self) -> _Layers[ClusterRef, str]:
+        if self._wants_copy is None:
+            self.wants = self._wants_copy = _Layers.of(self.wants)
+        return self._wants_copy
 
-    def _remote(self) -> dict[str, ClusterRef]:
-        if "remote" not in self._copied:
-            self.remote = dict(self.remote)
-            self._copied.add("remote")
-        return self.remote
+    def _remote(self) -> _Layers[str, ClusterRef]:
+        if self._remote_copy is None:
+            self.remote = self._remote_copy = _Layers.of(self.remote)
+        return self._remote_copy
 
     def table(self) -> Table:
         return Table(lines=self.lines, foreign=self.foreign, wants=self.wants, remote=self.remote)

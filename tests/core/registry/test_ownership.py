@@ -8,12 +8,13 @@ with exactly one Secret per held server after every step.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -38,6 +39,7 @@ from kokumi.core.registry.ownership import (
     Table,
     Want,
     WriteSecret,
+    _Layers,
     normalise_server,
     seed,
     step,
@@ -487,3 +489,59 @@ def test_the_table_against_its_model() -> None:
     ran = Steps.count - before
     print(f"ownership state machine: {ran} steps in {time.monotonic() - started:.1f} s")
     assert ran >= MIN_STEPS
+
+
+# --- the table's mappings: a step copies only its changes ----------------------------------------
+
+_keys = st.integers(0, 300)
+
+
+@settings(max_examples=examples(300))
+@given(
+    start=st.dictionaries(_keys, st.integers(), max_size=300),
+    steps=st.lists(
+        st.lists(st.tuples(st.booleans(), _keys, st.integers()), max_size=6), max_size=150
+    ),
+)
+def test_layered_mappings_behave_as_dicts_and_never_change_once_made(
+    start: dict[int, int], steps: list[list[tuple[bool, int, int]]]
+) -> None:
+    """Each step copies the last version and sets or deletes a few keys, as a step of the table
+    does: every version reads, iterates (in a dict's order) and counts as the dict it stands for,
+    and no later step changes an earlier version."""
+    versions: list[tuple[Mapping[int, int], dict[int, int]]] = [(start, dict(start))]
+    for changes in steps:
+        layered = _Layers.of(versions[-1][0])
+        model = dict(versions[-1][1])
+        for delete, key, value in changes:
+            if delete:
+                assert (key in layered) == (key in model)
+                if key in model:
+                    assert layered.pop(key) == model.pop(key)
+            else:
+                layered[key] = value
+                model[key] = value
+        versions.append((layered, model))
+    for version, model in versions:
+        assert list(version) == list(model)
+        assert len(version) == len(model)
+        assert dict(version.items()) == model
+        for key in range(0, 301, 7):
+            assert version.get(key) == model.get(key)
+
+
+def test_a_new_want_copies_only_the_changes_not_the_fleet() -> None:
+    """Onboarding 10,000 Clusters was quadratic: every new want copied the whole table."""
+    table = Table()
+    for index in range(2_000):
+        table, _ = step(table, Want(ClusterRef("fleet", f"c{index:05d}"), f"https://s{index}:6443"))
+    before = table
+    table, _ = step(table, Want(ClusterRef("fleet", "new"), "https://new:6443"))
+    wants, lines = table._wants, table._lines
+    assert isinstance(wants, _Layers) and isinstance(before._wants, _Layers)
+    assert wants._base is before._wants._base
+    assert isinstance(lines, _Layers) and isinstance(before._lines, _Layers)
+    assert lines._base is before._lines._base
+    assert len(wants._changes) <= max(64, math.isqrt(2_000)) + 1
+    assert before.wanted_by(ClusterRef("fleet", "new")) is None
+    assert table.holder("https://new:6443") == ClusterRef("fleet", "new")
