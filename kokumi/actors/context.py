@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 import attrs
@@ -13,7 +13,7 @@ import trio.testing
 
 from kokumi.actors.checks import CountingLimiter, InClusterCheck, Probe
 from kokumi.actors.metrics import Metrics
-from kokumi.actors.secretreads import SecretReads
+from kokumi.actors.secretreads import SecretReads, SecretVersions
 from kokumi.actors.writes import EventRecorder
 from kokumi.kube.client import Client
 from kokumi.runtime.options import Options
@@ -65,7 +65,7 @@ class Context:
     probe_limiter: CountingLimiter
     events: EventRecorder
     metrics: Metrics
-    secret_versions: MutableMapping[tuple[str, str], str] = attrs.field(factory=dict)
+    secret_versions: SecretVersions = attrs.field(factory=SecretVersions)
     check: Probe = checks.check
     username: str | None = None  # the manager's own identity on the hub, named in RBAC fixes
     #: Reads of Secrets' data (kubeconfigs), eight GETs at a time, or one paged list when a

@@ -22,7 +22,12 @@ again, as after any read. No read is ever served older data than a GET made when
 would give. A namespace listed before is listed again only for a
 share of its Secrets (:data:`LIST_SHARE`), but the reads a list left (they came after their
 page went by) get the next list whatever their share: they have waited one list already, and
-that list ends once it has served them. A list ends, too, as soon as no read waits for it.
+that list ends once it has served them (the reads a second list leaves are held to the share
+again: while Clusters are created, reads keep coming for Secrets younger than any list, and
+each list left some for the next, so onboarding 10,000 Clusters made 1,969 lists of the whole
+namespace). The namespace's size is what the Secret watch holds (:class:`SecretVersions`);
+before it has listed, the size the last list saw. A list ends, too, as soon as no read waits
+for it.
 A list refused (the manager may get but not list
 there) or failed leaves its reads to GET one by one, and a refused namespace is not listed again
 for five minutes; the failure is one log line. So does a page
@@ -38,7 +43,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, MutableMapping
 
 import attrs
 import trio
@@ -48,7 +53,7 @@ from kokumi.kube import errors
 from kokumi.kube.client import SECRETS, Client, Obj
 from kokumi.objects import metadata_of, resource_version
 
-__all__ = ["BATCH_AT", "GATHER", "PAGE", "PAGE_BYTES", "SecretReads"]
+__all__ = ["BATCH_AT", "GATHER", "PAGE", "PAGE_BYTES", "SecretReads", "SecretVersions"]
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +69,9 @@ Secret may hold 1 MiB), and a page of a hundred of those would be a hundred mega
 and decode at once; a page over this ends the list, and its reads are GETs, eight at a time."""
 
 LIST_SHARE = 16
-"""A namespace listed before is listed again only when a sixteenth of its Secrets wait: a list
+"""A namespace whose size is known is listed only when a sixteenth of its Secrets wait: a list
 of S Secrets costs the hub about what S/16 GETs do, so a namespace of 10,000 Secrets with a few
-dozen reads waiting is read by GETs."""
+hundred reads waiting is read by GETs."""
 
 REFUSED_FOR = 300.0
 """Seconds a namespace whose list was refused is read by GETs only."""
@@ -76,6 +81,53 @@ GATHER = 0.1
 burst (a restart's actors all read at once, over many steps of the loop); those of the burst
 that come in a step after the list asked would wait for the next list or read by GET, and how
 many do is a matter of the loop's order. A tenth of a second lets the whole burst join."""
+
+
+Key = tuple[str, str]
+
+
+class SecretVersions(MutableMapping[Key, str]):
+    """(namespace, name) -> resourceVersion of every Secret the Secret watches follow, and how
+    many each namespace holds.
+
+    The watches write it, the Cluster actors compare their reads with it, and the reads weigh a
+    list of a namespace against its size with it: a count kept as keys come and go, since the
+    reads ask on every burst and counting 10,000 keys each time would cost more than the GETs.
+    """
+
+    def __init__(self, items: Iterable[tuple[Key, str]] = ()) -> None:
+        self._items: dict[Key, str] = {}
+        self._counts: Counter[str] = Counter()
+        self.update(items)
+
+    def __getitem__(self, key: Key) -> str:
+        return self._items[key]
+
+    def __setitem__(self, key: Key, version: str) -> None:
+        if key not in self._items:
+            self._counts[key[0]] += 1
+        self._items[key] = version
+
+    def __delitem__(self, key: Key) -> None:
+        del self._items[key]
+        left = self._counts[key[0]] - 1
+        if left:
+            self._counts[key[0]] = left
+        else:
+            del self._counts[key[0]]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def in_namespace(self, namespace: str) -> int:
+        """How many Secrets of ``namespace`` the watches hold: 0 before its first list."""
+        return self._counts.get(namespace, 0)
 
 
 @attrs.define(eq=False)
@@ -93,6 +145,8 @@ class _Listing:
     #: next list: it could be handed a Secret older than the read, perhaps the very version
     #: whose change made it read. Only a page whose version of it the watch holds serves it.
     sent: bool = False
+    #: It serves the reads an earlier list left: those it leaves are held to the share.
+    follows: bool = False
 
 
 class SecretReads:
@@ -112,11 +166,11 @@ class SecretReads:
         page_bytes: int = PAGE_BYTES,
         refused_for: float = REFUSED_FOR,
         gather: float = GATHER,
-        versions: Mapping[tuple[str, str], str] | None = None,
+        versions: SecretVersions | None = None,
     ) -> None:
         self._client = client
         #: (namespace, name) -> resourceVersion, as the Secret watch holds them now.
-        self._versions: Mapping[tuple[str, str], str] = {} if versions is None else versions
+        self._versions = SecretVersions() if versions is None else versions
         #: The GETs in flight, at most ``at_a_time``.
         self.limiter = trio.CapacityLimiter(at_a_time)
         self._batch_at = batch_at
@@ -192,7 +246,8 @@ class SecretReads:
     def _worth_it(self, namespace: str, waiting: int, *, share: bool = True) -> bool:
         if waiting < self._batch_at:
             return False
-        if share and waiting < self._sizes.get(namespace, 0) / LIST_SHARE:
+        size = self._versions.in_namespace(namespace) or self._sizes.get(namespace, 0)
+        if share and waiting < size / LIST_SHARE:
             return False
         return self._refused.get(namespace, -float("inf")) <= trio.current_time()
 
@@ -203,7 +258,7 @@ class SecretReads:
             return False
         return self._versions.get((namespace, name)) == resource_version(secret)
 
-    def _then(self, namespace: str) -> None:
+    def _then(self, namespace: str, ended: _Listing) -> None:
         """A list ended: the reads that came while it ran get the next one, or their GETs."""
         waiting = self._next.pop(namespace, None)
         if waiting is None or not waiting.waiters:
@@ -212,7 +267,10 @@ class SecretReads:
         # Not by the share: these reads have waited a whole list already, and GETs eight at a
         # time are slower than the next list, which ends once it has served them (591 reads
         # left by a restart's list of 10,000 took 45 s of GETs; their Clusters' gaps 105 s).
-        if self._list_if_worth_it(namespace, count, waiting, share=False) is None:
+        # Once only, though: the reads a follow-up leaves are new Clusters' while they are
+        # being created, not a restart's, and each list would leave some for the next.
+        waiting.follows = not ended.follows
+        if self._list_if_worth_it(namespace, count, waiting, share=ended.follows) is None:
             _release(waiting)
 
     async def _wait_for(self, listing: _Listing, name: str) -> Obj | None:
@@ -279,7 +337,7 @@ class SecretReads:
             del self._listings[namespace]
             _release(listing)  # not in the list (or it failed): a GET of its own each
             log.debug("listed Secrets in namespace %s: %d reads served", namespace, served)
-            self._then(namespace)
+            self._then(namespace, listing)
 
 
 def _serve(listing: _Listing, name: str, secret: Obj) -> int:

@@ -15,8 +15,10 @@ import httpx
 import pytest
 import trio
 import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
 
-from kokumi.actors.secretreads import SecretReads
+from kokumi.actors.secretreads import SecretReads, SecretVersions
 from kokumi.kube import errors
 from kokumi.kube.client import SECRETS, Client, Obj
 from kokumi.kube.config import Config
@@ -97,9 +99,12 @@ def _burst(
     return got
 
 
-def _versions(fake: FakeApi, names: list[str]) -> dict[tuple[str, str], str]:
+def _versions(fake: FakeApi, names: list[str], namespace: str = NS) -> SecretVersions:
     """The Secrets' resourceVersions, as the Secret watch would hold them."""
-    return {(NS, n): str(resource_version(fake.object(SECRETS, n, NS) or {})) for n in names}
+    return SecretVersions(
+        ((namespace, n), str(resource_version(fake.object(SECRETS, n, namespace) or {})))
+        for n in names
+    )
 
 
 async def _read_twice(fake: FakeApi, names: list[str]) -> SecretReads:
@@ -336,7 +341,7 @@ async def test_late_reads_are_served_by_the_pages_still_to_come_and_the_rest_by_
     first burst's before the list began, and every read is given its Secret."""
     names = _secrets(fake, 300)
     current = _versions(fake, names)
-    versions = dict(current) if watch_lists == "before" else {}
+    versions = SecretVersions(current.items() if watch_lists == "before" else ())
     gets = _count(fake, "get")
     served_at: dict[str, float] = {}
 
@@ -404,6 +409,64 @@ async def test_the_reads_a_list_left_get_the_next_list_which_ends_once_it_served
     assert hub.pages == 10 + 1
     # The first list's ten pages end at 10.1 s; the next one's first page comes 1.1 s later.
     assert 11.0 < min(served_at.values()) <= max(served_at.values()) < 11.5
+
+
+async def test_a_burst_under_a_share_of_what_the_watch_holds_is_gets(
+    fake: FakeApi, autojump_clock: trio.testing.MockClock
+) -> None:
+    """40 reads wait together in a namespace of 1,000 Secrets that the Secret watch holds: a
+    list would walk all 1,000 for them (ten pages of the hub's JSON), so they are GETs. Before,
+    only the sizes seen by earlier lists counted, and a namespace never listed was listed for
+    any 32 reads."""
+    names = _secrets(fake, 1000)
+    gets, lists = _count(fake, "get"), _count(fake, "list")
+    async with Client(Config(server="https://hub.example:6443"), transport=fake) as client:
+        reads = SecretReads(client, versions=_versions(fake, names))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(reads.run)
+            fake.delay(0.5, verb="get", resource="secrets")
+            got = await _read_all(reads, names[:40])
+            nursery.cancel_scope.cancel()
+    assert _texts(got) == {n: f"kubeconfig of {n}" for n in names[:40]}
+    assert (lists(), reads.lists, gets()) == (0, 0, 40)
+
+
+async def test_reads_of_secrets_created_while_lists_run_make_one_follow_up_list_not_a_chain(
+    fake: FakeApi, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Onboarding: a burst of 200 reads lists a namespace of 1,000 Secrets (ten pages, a second
+    each) while new Clusters keep coming, four a second, each reading a Secret younger than the
+    list's snapshot. Those reads wait for the next list, which serves them; the reads that come
+    while that one runs are as many again, under a sixteenth of the namespace, and are GETs.
+    Before, each list's leftovers started the next list, whatever their share, and onboarding
+    10,000 Clusters made 1,969 lists of the whole namespace, each walking it to its newest."""
+    names = _secrets(fake, 1000)
+    versions = _versions(fake, names)
+    hub = _PagedAnswers(fake, lag=1.0)
+    made: list[str] = []
+
+    async def new_cluster(reads: SecretReads, name: str) -> None:
+        _secret(fake, name)
+        versions.update(_versions(fake, [name]))  # the watch hears of it
+        assert _data(await reads.get(NS, name)) == f"kubeconfig of {name}"
+        made.append(name)
+
+    async with Client(Config(server="https://hub.example:6443"), transport=hub) as client:
+        reads = SecretReads(client, versions=versions)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(reads.run)
+            fake.delay(0.5, verb="get", resource="secrets")
+            early = _burst(nursery, reads, names[:200])
+            await trio.sleep(0.5)
+            async with trio.open_nursery() as onboarding:
+                for i in range(160):  # 40 s, four a second
+                    onboarding.start_soon(new_cluster, reads, f"n{i:03}")
+                    await trio.sleep(0.25)
+            nursery.cancel_scope.cancel()
+    assert _texts(early) == {n: f"kubeconfig of {n}" for n in names[:200]}
+    assert len(made) == 160
+    # The first list's ten pages, and the next one's eleven (the new Secrets are its last).
+    assert (reads.lists, hub.pages) == (2, 21), (reads.lists, hub.pages)
 
 
 async def test_secrets_too_big_to_list_are_read_one_by_one(
@@ -496,3 +559,36 @@ async def test_other_namespaces_and_small_bursts_are_gets(
             nursery.cancel_scope.cancel()
     # 40 reads in all, but never 32 of one namespace waiting at once.
     assert lists() == 0
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["set", "del", "pop", "update"]),
+            st.sampled_from(["a", "b", "c"]),
+            st.sampled_from(["s1", "s2", "s3", "s4"]),
+            st.sampled_from(["1", "2"]),
+        ),
+        max_size=60,
+    )
+)
+def test_the_versions_count_each_namespace_as_keys_come_and_go(
+    steps: list[tuple[str, str, str, str]],
+) -> None:
+    """The count the reads weigh a list with is the number of keys of the namespace, whichever
+    way the watches add and drop them (``[]=``, ``del``, ``pop``, ``update``)."""
+    versions, model = SecretVersions(), dict[tuple[str, str], str]()
+    for verb, namespace, name, version in steps:
+        key = (namespace, name)
+        if verb == "set":
+            versions[key] = model[key] = version
+        elif verb == "del" and key in model:
+            del versions[key], model[key]
+        elif verb == "pop":
+            assert versions.pop(key, None) == model.pop(key, None)
+        elif verb == "update":
+            versions.update({key: version, (namespace, "s0"): version})
+            model.update({key: version, (namespace, "s0"): version})
+        assert dict(versions) == model
+        for ns in ("a", "b", "c"):
+            assert versions.in_namespace(ns) == sum(1 for k in model if k[0] == ns)
