@@ -5,7 +5,6 @@ so the fleet's lateness shows and is said here; and the in-cluster Clusters shar
 
 from __future__ import annotations
 
-import collections
 import heapq
 import itertools
 import logging
@@ -68,6 +67,11 @@ class CountingLimiter:
     checks hold their slot tells the two apart, so the warning names the right remedy. Silent
     checks waiting minutes are the design, not lateness: ``kokumi_checks_waiting{class="silent"}``
     shows them.
+
+    "First come" is by when each check fell due, which is when it asks, but for a restart's
+    Clusters whose place came while no manager checked them: those ask together, as their reads
+    end (in the order of their Secrets' names), and each gives the moment it fell due at a guess
+    (``due``), so the one unchecked longest goes first (``schedule.missed_due``).
     """
 
     def __init__(self, total: int, metrics: Metrics, late_after: float = math.inf) -> None:
@@ -75,12 +79,9 @@ class CountingLimiter:
         self._silent_max = schedule.silent_slots(total)
         self._metrics = metrics
         self._running = dict.fromkeys(schedule.CLASSES, 0)
-        # First come, first served for the answering and the new (each ticket with the number
-        # of its asking, so the two queues keep one order); the silent by last check.
-        self._queues: dict[str, collections.deque[tuple[int, _Ticket]]] = {
-            ANSWERING: collections.deque(),
-            NEW: collections.deque(),
-        }
+        # First come, first served for the answering and the new (heaps by when each fell due,
+        # then the number of its asking, so the two keep one order); the silent by last check.
+        self._queues: dict[str, list[tuple[float, int, _Ticket]]] = {ANSWERING: [], NEW: []}
         self._silent: list[tuple[float, int, _Ticket]] = []  # a heap: last checked, then asked
         self._asked = itertools.count()
         self._waiting = dict.fromkeys(schedule.CLASSES, 0)
@@ -101,10 +102,13 @@ class CountingLimiter:
         """Checks of ``kind`` waiting for a slot now."""
         return self._waiting[kind]
 
-    def slot(self, kind: str = "answering", since: float = -math.inf) -> _Slot:
-        """``async with limiter.slot(kind, since)``: hold one slot, in the Cluster's class;
-        ``since`` is when its last check was (it orders the silent ones)."""
-        return _Slot(self, kind, since)
+    def slot(
+        self, kind: str = "answering", since: float = -math.inf, due: float = math.inf
+    ) -> _Slot:
+        """``async with limiter.slot(kind, since, due)``: hold one slot, in the Cluster's class;
+        ``since`` is when its last check was (it orders the silent ones), ``due`` when this one
+        fell due (it orders the others; later than now counts as now)."""
+        return _Slot(self, kind, since, due)
 
     async def __aenter__(self) -> None:
         await self.acquire(ANSWERING)
@@ -112,7 +116,9 @@ class CountingLimiter:
     async def __aexit__(self, *exc: object) -> None:
         self.release()
 
-    async def acquire(self, kind: str, since: float = -math.inf) -> None:
+    async def acquire(self, kind: str, since: float = -math.inf, due: float = math.inf) -> None:
+        """Wait for a slot; ``since``: when the Cluster's last check was (it orders the silent);
+        ``due``: when this check fell due, if before now (it orders the others)."""
         m = self._metrics
         asked = trio.current_time()
         await trio.lowlevel.checkpoint_if_cancelled()
@@ -124,7 +130,7 @@ class CountingLimiter:
             if kind == SILENT:
                 heapq.heappush(self._silent, (since, next(self._asked), ticket))
             else:
-                self._queues[kind].append((next(self._asked), ticket))
+                heapq.heappush(self._queues[kind], (min(due, asked), next(self._asked), ticket))
             self._waiting[kind] += 1
             m.checks_waiting.labels(kind).inc()
             try:
@@ -188,14 +194,14 @@ class CountingLimiter:
         answering, new = self._queues[ANSWERING], self._queues[NEW]
         while True:
             heads = [
-                (queue[0][0], kind, queue)
+                (queue[0][:2], kind, queue)
                 for kind, queue in ((ANSWERING, answering), (NEW, new))
                 if queue and self._may_start(kind)
             ]
             if not heads:
                 break
             _, kind, queue = min(heads)
-            self._grant(kind, queue.popleft()[1])
+            self._grant(kind, heapq.heappop(queue)[2])
         while self._silent and self._may_start(SILENT):
             self._grant(SILENT, heapq.heappop(self._silent)[2])
 
@@ -252,9 +258,10 @@ class _Slot:
     limiter: CountingLimiter
     kind: str
     since: float
+    due: float
 
     async def __aenter__(self) -> None:
-        await self.limiter.acquire(self.kind, self.since)
+        await self.limiter.acquire(self.kind, self.since, self.due)
 
     async def __aexit__(self, *exc: object) -> None:
         self.limiter.release()

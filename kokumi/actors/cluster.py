@@ -110,6 +110,7 @@ class ClusterActor:
         "_doing",
         "_failures",
         "_may_hold",
+        "_missed_due",
         "_next_check",
         "_offset",
         "_read",
@@ -174,6 +175,9 @@ class ClusterActor:
         # When this manager began serving the Cluster: a place that came since (or a little
         # before, while the last manager may have been stopping) may have gone unchecked.
         self._since = trio.current_time() - schedule.RESTART_ALLOWANCE
+        # A restart's first check of a place missed: when it fell due, at a guess, which orders
+        # it among the others checked at once (schedule.missed_due). None once it has run.
+        self._missed_due: float | None = None
         # Checks in a row that got no answer, and whether any check ever got one: they choose
         # the class of its next check (schedule.check_class); silent checks take only the slots
         # that answering Clusters leave.
@@ -470,8 +474,10 @@ class ClusterActor:
         options = self._context.options
         after = trio.current_time()
         if schedule.missed_place(after, self._offset, options.check_interval, self._since):
-            # Its place came while no manager may have checked it: now, not a minute late.
+            # Its place came while no manager may have checked it: now, not a minute late, and
+            # before the others of the restart that were checked more lately.
             self._plan(after)
+            self._missed_due = schedule.missed_due(after, self._offset, options.check_interval)
         else:
             # Its own place in the interval: the restarted fleet's checks are as evenly spread
             # as they were before it.
@@ -502,15 +508,19 @@ class ClusterActor:
         assert parsed is not None
         kind = schedule.check_class(self._unanswered, self._answered)
         since = self._check.at if self._check is not None else -math.inf
+        # When it fell due: the slots go to the checks that fell due first (a first check, or
+        # one a changed Secret asks for early, is due as it asks).
+        due = self._missed_due if self._missed_due is not None else self._next_check
         limiter = self._context.probe_limiter
         with trio.CancelScope() as waiting:
             self._slot_wait = waiting
             try:
-                await limiter.acquire(kind, since)
+                await limiter.acquire(kind, since, due if math.isfinite(due) else math.inf)
             finally:
                 self._slot_wait = None
         if waiting.cancelled_caught:
             return None
+        self._missed_due = None
         began = trio.current_time()
         try:
             found = await self._context.check(

@@ -277,6 +277,39 @@ async def test_answering_and_new_checks_share_one_first_come_order(
     ]  # fmt: skip
 
 
+async def test_a_check_that_fell_due_earlier_goes_first(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """First come is when each check fell due: a restart's Clusters whose place was missed ask
+    together, each with the place it missed, and go in the order of those places; a check due
+    later than it asks (one a changed Secret asks for early) is due as it asks."""
+    limiter = CountingLimiter(1, Metrics())
+    order: list[str] = []
+
+    async def check(kind: str, name: str, due: float) -> None:
+        async with limiter.slot(kind, due=due):
+            order.append(name)
+            await trio.sleep(1.0)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(check, ANSWERING, "busy", math.inf)
+        await trio.testing.wait_all_tasks_blocked()
+        now = trio.current_time()
+        for name, kind, due in (
+            ("asks-now", ANSWERING, math.inf),
+            ("missed-10s-ago", ANSWERING, now - 10.0),
+            ("new", NEW, math.inf),
+            ("early", ANSWERING, now + 30.0),
+            ("missed-30s-ago", ANSWERING, now - 30.0),
+            ("new-missed-20s-ago", NEW, now - 20.0),
+        ):
+            nursery.start_soon(check, kind, name, due)
+            await trio.testing.wait_all_tasks_blocked()
+    assert order[1:] == [
+        "missed-30s-ago", "new-missed-20s-ago", "missed-10s-ago", "asks-now", "new", "early"
+    ]  # fmt: skip
+
+
 async def test_a_cancelled_wait_gives_up_its_place_and_loses_no_slot(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

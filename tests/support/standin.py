@@ -23,8 +23,9 @@ from tests.support.fakeapi import FakeApi
 class StandInSpokes:
     """Which spokes hang, and when each was asked."""
 
-    def __init__(self, hanging: Iterable[str] = ()) -> None:
+    def __init__(self, hanging: Iterable[str] = (), latency: float = 0.005) -> None:
         self.hanging = set(hanging)
+        self.latency = latency  # how long an answering spoke takes
         self.asked: dict[str, list[float]] = defaultdict(list)
 
     async def check(
@@ -36,7 +37,7 @@ class StandInSpokes:
             return Outcome(
                 False, Reason.UNREACHABLE, f"timed out after {timeout:g} s", connection.server
             )
-        await trio.sleep(0.005)
+        await trio.sleep(self.latency)
         return Outcome(True, Reason.READY, "reachable", connection.server, "v1.36.3")
 
     async def check_own(self, client: Client, *, timeout: float) -> Outcome:

@@ -121,6 +121,16 @@ def test_a_place_is_missed_exactly_when_it_came_since_the_manager_began(
         assert missed
 
 
+@given(st.floats(min_value=-1e7, max_value=1e7), places)
+def test_a_missed_check_fell_due_at_the_last_place_before_now(now: float, offset: float) -> None:
+    """The place a restart's check at once missed: within the interval before ``now``, at the
+    Cluster's offset, so that ordering by it is ordering by how long each has waited."""
+    due = schedule.missed_due(now, offset, INTERVAL)
+    assert now - INTERVAL - 1e-6 <= due <= now + 1e-6
+    turns = (due - offset) / INTERVAL
+    assert abs(turns - round(turns)) < 1e-6
+
+
 @given(
     st.integers(min_value=-100_000, max_value=100_000),
     places,
