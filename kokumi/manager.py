@@ -19,6 +19,7 @@ inside that shard's Lease, and Environments' status and the in-cluster defaults 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -204,6 +205,13 @@ class Manager:
         self, *, task_status: trio.TaskStatus[Manager] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """The controller itself, without election or health server (see :meth:`serve`)."""
+        with contextlib.ExitStack() as stack:
+            if self.options.freeze_heap:
+                # Before the first list: its full collections would walk the whole growing heap.
+                stack.enter_context(heap.freezing_survivors())
+            await self._run(task_status)
+
+    async def _run(self, task_status: trio.TaskStatus[Manager]) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.registry.run)
             if self.options.keep_in_cluster and not self.shard_electors:

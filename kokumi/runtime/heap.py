@@ -25,7 +25,11 @@ connection and parsed kubeconfig from its first check on, which at 10,000 Cluste
 minutes after the last Cluster was created. Left in the oldest generation, those objects made
 every full collection of the steady state walk them: 10 in 3 minutes, up to 965 ms each, in the
 10,000 benchmark. So what survives a full collection is frozen too, as it ends (a ``gc.callbacks``
-hook): a full collection then walks only what has lived long since the last one. Right after a
+hook, :func:`freezing_survivors`): a full collection then walks only what has lived long since
+the last one. The hook is in place before the first list of Clusters: while a restart took in
+10,000 Clusters, ten full collections walked the whole growing heap, 60 to 300 ms each and
+1.6 s in all, in the seconds that decide whether the Clusters whose place came meanwhile are
+checked in time. Right after a
 full collection every generation is empty but the oldest, so that freeze collects nothing more and
 costs next to nothing; an earlier version froze at the next poll, with a young collection first,
 and that step took over 50 ms 86 times in the 10,000 benchmark.
@@ -41,13 +45,23 @@ discards in ``THAW``, not by the process's uptime.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import trio
 
-__all__ = ["FULL_EVERY", "GROWTH", "SETTLED", "SWEEP", "THAW", "freeze_as_it_grows", "sweep"]
+__all__ = [
+    "FULL_EVERY",
+    "GROWTH",
+    "SETTLED",
+    "SWEEP",
+    "THAW",
+    "freeze_as_it_grows",
+    "freezing_survivors",
+    "sweep",
+]
 
 GROWTH = 1.25
 """The fleet grows by this factor (and by at least ``STEP`` Clusters) between two freezes."""
@@ -80,39 +94,45 @@ def _freeze_after_full_collection(phase: str, info: dict[str, int]) -> None:
         gc.freeze()
 
 
+@contextlib.contextmanager
+def freezing_survivors() -> Iterator[None]:
+    """Within it, what survives each full collection is frozen as the collection ends."""
+    gc.callbacks.append(_freeze_after_full_collection)
+    try:
+        yield
+    finally:
+        gc.callbacks.remove(_freeze_after_full_collection)
+
+
 async def freeze_as_it_grows(
     size: Callable[[], int], *, every: float = 10.0, thaw: float = THAW
 ) -> None:
     """Freeze the heap once ``size()`` (the number of Clusters) is first known, each time it has
-    grown by ``GROWTH``, once it has stayed the same for ``SETTLED`` polls after a change (the
-    end of an onboarding, say), and as each full collection ends; thaw it every ``thaw``
-    seconds; never returns (the hook goes when it is cancelled).
+    grown by ``GROWTH``, and once it has stayed the same for ``SETTLED`` polls after a change
+    (the end of an onboarding, say); thaw it every ``thaw`` seconds; never returns. Run it
+    within :func:`freezing_survivors`, which freezes as each full collection ends.
 
     The first poll is at once: the manager starts this right after the first list of Clusters
-    has been taken in, so a restart's fleet is frozen before its first full collection.
+    has been taken in.
     """
     frozen = 0
     last, same = 0, 0
     thawed = trio.current_time()
-    gc.callbacks.append(_freeze_after_full_collection)
-    try:
-        while True:
-            now = size()
-            same = same + 1 if now == last else 0
-            last = now
-            due = max(frozen * GROWTH, frozen + STEP) if frozen else 1
-            if trio.current_time() - thawed >= thaw:
-                gc.unfreeze()
-                thawed = trio.current_time()
-                log.debug("heap thawed: the next full collection walks all of it")
-            elif now >= due or (frozen and now != frozen and same >= SETTLED):
-                gc.collect(1)  # the young generations only: cheap, and their cycles are not kept
-                gc.freeze()
-                frozen = now
-                log.debug("heap frozen at %d Clusters: %d objects", now, gc.get_freeze_count())
-            await trio.sleep(every)
-    finally:
-        gc.callbacks.remove(_freeze_after_full_collection)
+    while True:
+        now = size()
+        same = same + 1 if now == last else 0
+        last = now
+        due = max(frozen * GROWTH, frozen + STEP) if frozen else 1
+        if trio.current_time() - thawed >= thaw:
+            gc.unfreeze()
+            thawed = trio.current_time()
+            log.debug("heap thawed: the next full collection walks all of it")
+        elif now >= due or (frozen and now != frozen and same >= SETTLED):
+            gc.collect(1)  # the young generations only: cheap, and their cycles are not kept
+            gc.freeze()
+            frozen = now
+            log.debug("heap frozen at %d Clusters: %d objects", now, gc.get_freeze_count())
+        await trio.sleep(every)
 
 
 async def sweep(*, every: float = SWEEP, full_every: int = FULL_EVERY) -> None:

@@ -9,7 +9,12 @@ import pytest
 import trio
 import trio.testing
 
+from kokumi.kube.client import Client
+from kokumi.kube.config import Config
+from kokumi.manager import Manager
 from kokumi.runtime import heap
+from kokumi.runtime.options import Options
+from tests.support.fakeapi import FakeApi
 
 
 def test_the_heap_is_frozen_once_known_then_per_quarter_of_growth(
@@ -51,25 +56,26 @@ def test_what_survives_a_full_collection_is_frozen_as_it_ends_and_all_is_thawed_
 ) -> None:
     """The fleet's size stays at 500. A full collection is followed by a freeze at once, with no
     poll between and no young collection of its own; a young collection is not; the thaw every
-    60 s unfreezes everything; the hook goes with the task."""
+    60 s unfreezes everything; the hook goes with its context."""
     events: list[str] = []
     monkeypatch.setattr(gc, "freeze", lambda: events.append("freeze"))
     monkeypatch.setattr(gc, "unfreeze", lambda: events.append("thaw"))
 
     async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(
-                functools.partial(heap.freeze_as_it_grows, lambda: 500, every=10.0, thaw=60.0)
-            )
-            await trio.sleep(15)  # polls at 0 (the first freeze) and 10
-            gc.collect()
-            events.append("full collection")
-            await trio.sleep(10)
-            gc.collect(1)
-            events.append("young collection")
-            await trio.sleep(50)  # the thaw at 60
-            assert heap._freeze_after_full_collection in gc.callbacks
-            nursery.cancel_scope.cancel()
+        with heap.freezing_survivors():
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(
+                    functools.partial(heap.freeze_as_it_grows, lambda: 500, every=10.0, thaw=60.0)
+                )
+                await trio.sleep(15)  # polls at 0 (the first freeze) and 10
+                gc.collect()
+                events.append("full collection")
+                await trio.sleep(10)
+                gc.collect(1)
+                events.append("young collection")
+                await trio.sleep(50)  # the thaw at 60
+                assert heap._freeze_after_full_collection in gc.callbacks
+                nursery.cancel_scope.cancel()
         assert heap._freeze_after_full_collection not in gc.callbacks
 
     gc.disable()  # no collection but the test's own
@@ -99,6 +105,33 @@ def test_the_sweep_collects_the_young_generations_each_second_and_all_every_tent
     assert [t for t, _ in collected] == [float(t) for t in range(1, 26)]
     assert [t for t, g in collected if g == 2] == [10.0, 20.0]
     assert {g for _, g in collected} == {1, 2}
+
+
+async def test_a_full_collection_while_the_manager_takes_in_its_first_list_is_frozen(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """While a restart takes in 10,000 Clusters the heap grows fast, and Python's full
+    collections came every few hundred milliseconds, each walking all of it (ten, 60 to 300 ms
+    each, 1.6 s in all): what survives each one is frozen from before the first list, not from
+    after it."""
+    fake = FakeApi(namespaces=("default", "kokumi", "argocd"), seed=5)
+    fake.delay(30.0, verb="list", resource="clusters")  # the first list takes a while
+    options = Options(
+        namespace="kokumi", argocd_namespace="argocd", keep_in_cluster=False, freeze_heap=True
+    )
+    async with Client(Config(server="https://hub.example:6443"), transport=fake) as client:
+        manager = Manager(client, options)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(manager.run)
+            await trio.sleep(10.0)
+            assert not manager.started.is_set()  # still listing
+            assert heap._freeze_after_full_collection in gc.callbacks
+            await trio.sleep(30.0)
+            assert manager.started.is_set()
+            assert heap._freeze_after_full_collection in gc.callbacks
+            nursery.cancel_scope.cancel()
+    assert heap._freeze_after_full_collection not in gc.callbacks
+    gc.unfreeze()
 
 
 class _State:
