@@ -1,8 +1,11 @@
 """Serving the inbox: the registry's public face, and the one loop that takes its requests.
 
 Requests, and the news of the registry's own Secret watch, come through one bounded inbox with a
-one-shot reply channel each, served one at a time, so that only this task reads or changes the
-table and the Secrets the registry keeps.
+one-shot reply channel each, served in the order they came, so that only this task reads or
+changes the table and the Secrets the registry keeps. Claims that wait together are served as
+one: each takes its step of the table in its turn (first come, first served), then the Secrets
+of every server they touched are written, several at once (``Facts.settle``), then each is
+answered. One at a time, every new Cluster's claim waited for its own Secret's create.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ from kokumi.kube.watch import Resync, WatchEvent, start_watch
 __all__ = ["Registry"]
 
 CLUSTER_SECRETS = f"{argocd.LABEL_SECRET_TYPE}=cluster"
+
+WANTS_AT_ONCE = 64
+"""The most claims served as one: those waiting in the inbox (its size)."""
 
 
 @attrs.frozen
@@ -216,19 +222,32 @@ class Registry:
             nursery.start_soon(self._forward, receive)
             nursery.start_soon(self._forward_reshards)
             task_status.started()
+            held: _Request | None = None  # taken from the inbox after a run of claims
             while True:
-                request: _Request | None = None
-                with trio.move_on_at(self._next_retry()):
-                    request = await self._inbox.receive()
+                request: _Request | None = held
+                held = None
+                if request is None:
+                    with trio.move_on_at(self._next_retry()):
+                        request = await self._inbox.receive()
                 if request is None:
                     await self._guarded(self._retry_due())
                     continue
-                result = await self._guarded(self._serve(request))
-                if request.reply is not None:
-                    # The asker may have been cancelled meanwhile (the manager stopping): its
-                    # answer then has nobody to go to, and the registry goes on.
-                    with contextlib.suppress(trio.BrokenResourceError):
-                        request.reply.send_nowait(result)
+                if not isinstance(request, _Want):
+                    _answer(request, await self._guarded(self._serve(request)))
+                    continue
+                wants = [request]
+                while len(wants) < WANTS_AT_ONCE:
+                    try:
+                        more = self._inbox.receive_nowait()
+                    except trio.WouldBlock:
+                        break
+                    if not isinstance(more, _Want):
+                        held = more  # served next, after these: the order stays
+                        break
+                    wants.append(more)
+                await self._guarded(self._serve_wants(wants))
+                for want in wants:
+                    _answer(want, None)
 
     async def _rebuild(self, secrets: Iterable[Mapping[str, Any]]) -> None:
         # Seeded holders have no connection yet: nothing is written for them until they want.
@@ -273,46 +292,54 @@ class Registry:
                 due |= self._memory.step(ownership.RemoteGone(server))
         await self._facts.settle(due)
 
+    async def _serve_wants(self, wants: list[_Want]) -> None:
+        """Each claim's step of the table in turn, then every server touched written, then each
+        Cluster told (whatever it was told before: it asked)."""
+        touched: set[str | None] = set()
+        asked: list[ClusterRef] = []
+        for want in wants:
+            if self._memory.is_current(want.cluster, want.uid):  # else it wants nothing
+                touched |= self._want(want.cluster, want.uid, want.connection)
+                asked.append(want.cluster)
+        if touched:
+            await self._facts.settle(touched)
+        for cluster in asked:
+            self._facts.tell(cluster, asked=True)
+
+    def _want(self, cluster: ClusterRef, uid: str, connection: Connection) -> set[str | None]:
+        """Take a claim's step of the table; the servers whose Secrets it touched."""
+        if self._repeats(cluster, uid, connection):
+            # Every check claims again; the same claim on a server in step has nothing to
+            # write. What changes a Secret or a line (a watch event, a release, a reshard)
+            # writes it then, not at the holder's next claim.
+            return set()
+        denied = judge(self._egress, connection.server, connection.proxy_url)
+        if denied is not None:
+            # Argo CD's pods would connect there with the Cluster's credential: never
+            # registered, and a registration it had is released.
+            _, message = denied
+            server = ownership.normalise_server(connection.server)
+            self._memory.denied[cluster] = (server, message)
+            self._memory.forget_claim(cluster)
+            before = self._memory.table.wanted_by(cluster)
+            return self._memory.step(ownership.Release(cluster)) | {before}
+        self._memory.denied.pop(cluster, None)
+        self._memory.claims[cluster] = uid
+        self._memory.connections[cluster] = connection
+        self._memory.let_go.discard(cluster)
+        before = self._memory.table.wanted_by(cluster)
+        server = ownership.normalise_server(connection.server)
+        # A line of another server that records it loses it now, not at its holder's next
+        # claim (a Cluster wants one server).
+        recorded: set[str | None] = set()
+        if self._memory.sharded:
+            recorded = self._memory.lines_recording(cluster) - {server}
+        return self._memory.step(ownership.Want(cluster, server)) | {before} | recorded
+
     async def _serve(self, request: _Request) -> Any:
         match request:
-            case _Want(cluster=cluster, uid=uid, connection=connection):
-                if not self._memory.is_current(cluster, uid):
-                    return None  # a Cluster that no longer exists wants nothing
-                if self._repeats(cluster, uid, connection):
-                    # Every check claims again; the same claim on a server in step has
-                    # nothing to write. What changes a Secret or a line (a watch event, a
-                    # release, a reshard) writes it then, not at the holder's next claim.
-                    self._facts.tell(cluster, asked=True)
-                    return None
-                denied = judge(self._egress, connection.server, connection.proxy_url)
-                if denied is not None:
-                    # Argo CD's pods would connect there with the Cluster's credential: never
-                    # registered, and a registration it had is released.
-                    _, message = denied
-                    server = ownership.normalise_server(connection.server)
-                    self._memory.denied[cluster] = (server, message)
-                    self._memory.forget_claim(cluster)
-                    before = self._memory.table.wanted_by(cluster)
-                    await self._facts.settle(
-                        self._memory.step(ownership.Release(cluster)) | {before}
-                    )
-                    self._facts.tell(cluster, asked=True)
-                    return None
-                self._memory.denied.pop(cluster, None)
-                self._memory.claims[cluster] = uid
-                self._memory.connections[cluster] = connection
-                self._memory.let_go.discard(cluster)
-                before = self._memory.table.wanted_by(cluster)
-                server = ownership.normalise_server(connection.server)
-                # A line of another server that records it loses it now, not at its holder's
-                # next claim (a Cluster wants one server).
-                recorded: set[str | None] = set()
-                if self._memory.sharded:
-                    recorded = self._memory.lines_recording(cluster) - {server}
-                await self._facts.settle(
-                    self._memory.step(ownership.Want(cluster, server)) | {before} | recorded
-                )
-                self._facts.tell(cluster, asked=True)
+            case _Want():
+                await self._serve_wants([request])
                 return None
             case _Release(cluster=cluster, uid=uid):
                 claim = self._memory.claims.get(cluster)
@@ -357,3 +384,11 @@ class Registry:
                 await self._facts.settle(await news.reshard(self._memory))
                 return None
         raise AssertionError(request)  # pragma: no cover
+
+
+def _answer(request: _Request, result: Any) -> None:
+    if request.reply is not None:
+        # The asker may have been cancelled meanwhile (the manager stopping): its answer then
+        # has nobody to go to, and the registry goes on.
+        with contextlib.suppress(trio.BrokenResourceError):
+            request.reply.send_nowait(result)

@@ -125,3 +125,38 @@ async def test_a_reshard_is_taken_in_slices(
         # Taken in one step, the Secrets held elsewhere would leave no count between none and all.
         partial = {count for count in steps.remotes if 0 < count < elsewhere}
         assert len(partial) >= elsewhere // 2, sorted(partial)
+
+
+async def test_claims_that_wait_together_are_written_several_at_once_in_first_come_order(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A hub that takes 0.5 s for each create, 72 new Clusters claiming at once (a fleet
+    onboarding), 56 of them a server of their own and 8 pairs one server each: the 64 Secrets
+    are created eight at a time, so every claim is served within about 5 s, not 32 s one after
+    the other, and of each pair the first to claim holds its server and the other waits in its
+    line."""
+    fake = FakeApi(namespaces=("default", "kokumi", "argocd", "fleet"))
+    fake.delay(0.5, verb="create", resource="secrets")
+    servers = [f"https://10.1.0.{i + 1}:6443" for i in range(56)]
+    servers += [f"https://10.2.0.{i // 2 + 1}:6443" for i in range(16)]
+    clusters = [ClusterRef("fleet", f"c{i:02d}") for i in range(len(servers))]
+    served: dict[ClusterRef, float] = {}
+    async with _registry(fake) as registry:
+        began = trio.current_time()
+
+        async def claim(index: int) -> None:
+            await trio.sleep(index * 0.001)  # in this order
+            cluster = clusters[index]
+            await registry.want(cluster, f"uid-{index}", Connection(servers[index], token="t"))
+            served[cluster] = trio.current_time() - began
+
+        async with trio.open_nursery() as nursery:
+            for index in range(len(clusters)):
+                nursery.start_soon(claim, index)
+        holders = {
+            argocd.holder_of(s) for s in fake.objects(SECRETS, "argocd") if argocd.is_ours(s)
+        }
+        assert registry.out_of_step() == frozenset()
+    assert len(served) == len(clusters)
+    assert max(served.values()) < 8.0, sorted(served.values())[-3:]
+    assert holders == set(clusters[:56]) | set(clusters[56::2])
