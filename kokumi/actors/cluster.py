@@ -726,6 +726,7 @@ class ClusterActor:
             conflict=said.conflict,
             conflict_reason=said.reason,
             now=api.now_rfc3339(),
+            written=self._written,
         )
 
     async def _write(self, new: api.ClusterStatus, meta: api.Meta) -> None:

@@ -192,6 +192,7 @@ def cluster_status(
     conflict: str | None = None,
     conflict_reason: str = Reason.CLUSTER_CONFLICT,
     now: str | None = None,
+    written: api.ClusterStatus | None = None,
 ) -> api.ClusterStatus:
     """The status ``cluster`` should have after ``outcome``.
 
@@ -200,6 +201,12 @@ def cluster_status(
     cannot deploy through it. The Ready condition keeps its transition time while its status
     holds. An InCluster Cluster's server is Argo CD's name for its own cluster, whatever the
     manager reached it by.
+
+    ``written`` is the status this manager wrote last, which the watch may not have brought back
+    yet: the transition time is kept from it. From the object alone, a second pass a second
+    after the first write (the registry's word came while the write's event was on its way)
+    stamped the same status anew and wrote it again: 1.3-1.6 status writes per new Cluster
+    while a fleet onboarded.
     """
     generation = cluster.metadata.generation
     status: api.ConditionStatus
@@ -224,8 +231,16 @@ def cluster_status(
         server=server,
         kubernetes_version=outcome.kubernetes_version,
         observed_generation=generation,
-        conditions=api.set_condition(_cluster_status_of(cluster).conditions, condition, now),
+        conditions=api.set_condition(_base_conditions(cluster, written), condition, now),
     )
+
+
+def _base_conditions(
+    cluster: api.Cluster | api.Invalid, written: api.ClusterStatus | None
+) -> tuple[api.Condition, ...]:
+    """The conditions a new Ready condition is set among: the manager's last write, which is
+    the newest (only it writes a Cluster's status), else what the object says."""
+    return (written if written is not None else _cluster_status_of(cluster)).conditions
 
 
 def observed_cluster_status(cluster: api.Cluster | api.Invalid) -> api.ClusterStatus | None:

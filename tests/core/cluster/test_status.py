@@ -160,6 +160,20 @@ def test_a_good_check_makes_the_cluster_ready() -> None:
     )
 
 
+def test_the_transition_time_is_kept_from_the_last_write_the_watch_has_not_brought_back() -> None:
+    """The first status is written at EARLY; a second pass at LATE, before the watch brought
+    that write back (the object has no status yet), says the same: it is the same status, so
+    nothing is written again. A change of Ready does move the time."""
+    found = Outcome(True, Reason.READY, "accepted as admin", "https://a.example:6443", "v1.36.3")
+    first = cluster_status(_cluster(), found, now=EARLY)
+    assert cluster_status(_cluster(), found, now=LATE, written=first) == first
+    lost = Outcome(False, Reason.UNREACHABLE, "timed out")
+    assert (
+        _ready(cluster_status(_cluster(), lost, now=LATE, written=first)).last_transition_time
+        == LATE
+    )
+
+
 def test_a_conflict_outranks_a_good_check_but_not_a_failed_one() -> None:
     good = Outcome(True, Reason.READY, "ok", "https://a.example:6443")
     held = cluster_status(
