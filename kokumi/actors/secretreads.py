@@ -87,28 +87,18 @@ Key = tuple[str, str]
 
 
 class SecretVersions(MutableMapping[Key, str]):
-    """(namespace, name) -> resourceVersion of every Secret the Secret watches follow, how many
-    each namespace holds, and which came by a watch event since the namespace's last list.
+    """(namespace, name) -> resourceVersion of every Secret the Secret watches follow, and how
+    many each namespace holds.
 
     The watches write it, the Cluster actors compare their reads with it, and the reads weigh a
     list of a namespace against its size with it: a count kept as keys come and go, since the
     reads ask on every burst and counting 10,000 keys each time would cost more than the GETs.
-
-    A key set by a watch event is *young* until the namespace is listed again (:meth:`listed`):
-    a Secret created or changed since, whose read a list would serve only with a snapshot taken
-    after it, so it is read by GET (:meth:`may_list`). While a fleet onboards every read is of
-    such a Secret, and lists of the whole namespace, each leaving the reads of the Secrets
-    created meanwhile to the next, held them for up to 25 s each.
     """
 
     def __init__(self, items: Iterable[tuple[Key, str]] = ()) -> None:
         self._items: dict[Key, str] = {}
         self._counts: Counter[str] = Counter()
-        self._young: set[Key] = set()
-        self._listed: set[str | None] = set()  # None: every namespace (a cluster-wide watch)
-        for key, version in items:  # as a list brought them: not young
-            self[key] = version
-        self._young.clear()
+        self.update(items)
 
     def __getitem__(self, key: Key) -> str:
         return self._items[key]
@@ -117,35 +107,14 @@ class SecretVersions(MutableMapping[Key, str]):
         if key not in self._items:
             self._counts[key[0]] += 1
         self._items[key] = version
-        self._young.add(key)
 
     def __delitem__(self, key: Key) -> None:
         del self._items[key]
-        self._young.discard(key)
         left = self._counts[key[0]] - 1
         if left:
             self._counts[key[0]] = left
         else:
             del self._counts[key[0]]
-
-    def listed(self, namespace: str | None) -> None:
-        """A watch has just taken in a list of ``namespace`` (None: of every namespace): what
-        it holds there is of that list, none of it young."""
-        self._listed.add(namespace)
-        self._young = {k for k in self._young if namespace is not None and k[0] != namespace}
-
-    def unlisted(self, namespace: str | None) -> None:
-        """The watch of ``namespace`` stopped (its keys are dropped by the watch)."""
-        self._listed.discard(namespace)
-
-    def may_list(self, namespace: str, name: str) -> bool:
-        """Whether a read of this Secret may be served by a list: not when a watch has told of
-        it since its namespace was listed, nor when the namespace has been listed without it
-        (both are younger than any list that has begun)."""
-        key = (namespace, name)
-        if key in self._young:
-            return False
-        return key in self._items or not (namespace in self._listed or None in self._listed)
 
     def __contains__(self, key: object) -> bool:
         return key in self._items
@@ -230,9 +199,6 @@ class SecretReads:
 
     async def get(self, namespace: str, name: str) -> Obj:
         """The Secret ``namespace/name``; raises what a GET of it raises (``NotFound``, ...)."""
-        if not self._versions.may_list(namespace, name):
-            async with self.limiter:  # younger than any list: a GET, and no list's count
-                return await self._client.get(SECRETS, name, namespace=namespace)
         listing = self._listing_for(namespace)
         if listing is not None:
             secret = await self._wait_for(listing, name)

@@ -33,13 +33,12 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import attrs
 import trio
 
-from kokumi.actors.secretreads import SecretVersions
 from kokumi.core.secretaccess import (
     MANAGER_SECRETS_ROLE,
     PROTECTED_NAMESPACES,
@@ -105,7 +104,7 @@ class SecretWatches:
     def __init__(
         self,
         client: Client,
-        versions: SecretVersions,
+        versions: MutableMapping[Key, str],
         changed: Callable[[Key, bool], None],
         *,
         scope: SecretScope = SecretScope.NAMESPACE,
@@ -195,7 +194,6 @@ class SecretWatches:
             running.scope.cancel()
             for key in [k for k in self._versions if k[0] == namespace]:
                 del self._versions[key]
-            self._versions.unlisted(namespace)
             for key in [k for k in self.labels if k[0] == namespace]:
                 del self.labels[key]
                 self.owners.pop(key, None)
@@ -283,7 +281,6 @@ class SecretWatches:
             for key in mine - set(fresh):
                 del versions[key]
             versions.update(fresh)
-            versions.listed(namespace)
             if self._keep_labels or self._keep_labelled:
                 for key in [k for k in self.labels if namespace is None or k[0] == namespace]:
                     del self.labels[key]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from kokumi.actors.secretreads import SecretVersions
 from kokumi.actors.secretwatch import (
     SecretWatches,
     binding_command,
@@ -53,27 +52,19 @@ def test_where_a_binding_is_refused_the_fix_is_to_move_the_cluster() -> None:
 
 
 def test_a_namespace_resync_touches_that_namespace_only() -> None:
-    """And what a watch event told since the namespace's last list is young: its reads are
-    GETs (a list that has begun holds an older version, or none), until the next list."""
-    versions = SecretVersions([(("b", "kept"), "5")])
+    versions: dict[tuple[str, str], str] = {("b", "kept"): "5"}
     told: list[tuple[tuple[str, str], bool]] = []
     watches = SecretWatches(None, versions, lambda key, first: told.append((key, first)))  # type: ignore[arg-type]
-    assert versions.may_list("a", "x")  # not listed yet: a restart's reads may be one list
     watches._apply("a", Resync((secret("a", "x", "1"), secret("a", "y", "2"))), True)
-    assert dict(versions) == {("b", "kept"): "5", ("a", "x"): "1", ("a", "y"): "2"}
+    assert versions == {("b", "kept"): "5", ("a", "x"): "1", ("a", "y"): "2"}
     assert sorted(told) == [(("a", "x"), True), (("a", "y"), True)]
-    assert versions.may_list("a", "x") and not versions.may_list("a", "new")
     told.clear()
     watches._apply("a", WatchEvent("MODIFIED", secret("a", "x", "3")), False)
-    watches._apply("a", WatchEvent("ADDED", secret("a", "z", "4")), False)
-    assert told == [(("a", "x"), False), (("a", "z"), False)]
-    assert (versions.may_list("a", "x"), versions.may_list("a", "z")) == (False, False)
-    assert versions.may_list("a", "y")
+    assert told == [(("a", "x"), False)]
     told.clear()
-    watches._apply("a", Resync((secret("a", "x", "3"),)), False)  # y, z deleted while away
-    assert dict(versions) == {("b", "kept"): "5", ("a", "x"): "3"}
-    assert sorted(told) == [(("a", "y"), False), (("a", "z"), False)]
-    assert versions.may_list("a", "x")
+    watches._apply("a", Resync((secret("a", "x", "3"),)), False)  # y deleted while away
+    assert versions == {("b", "kept"): "5", ("a", "x"): "3"}
+    assert told == [(("a", "y"), False)]
 
 
 def test_the_labels_and_owners_of_kept_secrets_follow_every_change() -> None:
@@ -90,7 +81,7 @@ def test_the_labels_and_owners_of_kept_secrets_follow_every_change() -> None:
 
     watches = SecretWatches(
         None,  # type: ignore[arg-type]
-        SecretVersions(),
+        {},
         lambda key, first: None,
         keep_labels=frozenset({label}),
     )
@@ -110,7 +101,7 @@ def test_the_labels_and_owners_of_kept_secrets_follow_every_change() -> None:
 
 
 def test_a_cluster_wide_resync_is_the_whole_truth() -> None:
-    versions = SecretVersions([(("b", "gone"), "5")])
+    versions = {("b", "gone"): "5"}
     watches = SecretWatches(
         None,  # type: ignore[arg-type]
         versions,
@@ -118,8 +109,7 @@ def test_a_cluster_wide_resync_is_the_whole_truth() -> None:
         scope=SecretScope.CLUSTER,
     )
     watches._apply(None, Resync((secret("a", "x", "1"),)), True)
-    assert dict(versions) == {("a", "x"): "1"}
-    assert versions.may_list("a", "x") and not versions.may_list("c", "new")
+    assert versions == {("a", "x"): "1"}
     watches.hold("uid", "a")  # one watch for every namespace: nothing to start
     assert watches.namespaces == frozenset()
 
