@@ -188,7 +188,9 @@ def due_after(
     """
     anchor = finished if finished - began > interval / 2 else began
     target = anchor + interval
-    aim = offset + round((target - offset) / interval) * interval + lateness
+    # The nearest place; of two as near, the later (Python's round() halves to even, so a tie
+    # went one way or the other by the parity of the turn).
+    aim = offset + math.floor((target - offset) / interval + 0.5) * interval + lateness
     due = target + min(drift, max(-drift, aim - target))
     return max(due, finished)
 
