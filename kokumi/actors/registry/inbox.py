@@ -336,11 +336,9 @@ class Registry:
             recorded = self._memory.lines_recording(cluster) - {server}
         return self._memory.step(ownership.Want(cluster, server)) | {before} | recorded
 
-    async def _serve(self, request: _Request) -> Any:
+    async def _serve(self, request: _Release | _Prune | _Note | _Reshard) -> Any:
+        """Every request but a claim (claims are served together: :meth:`_serve_wants`)."""
         match request:
-            case _Want():
-                await self._serve_wants([request])
-                return None
             case _Release(cluster=cluster, uid=uid):
                 claim = self._memory.claims.get(cluster)
                 if claim is not None and claim != uid and self._memory.is_current(cluster, claim):
