@@ -257,6 +257,30 @@ def fleet_asked(control: int, since: float) -> dict[int, list[float]]:
     return {int(k): v for k, v in body.json()["asked"].items()}
 
 
+def gaps_by_place(
+    asked: dict[int, list[float]], kinds: list[str], restarted_at: float, width: float = 5.0
+) -> list[list[float]]:
+    """Each answering Cluster's gap across the restart, by when its next check was due relative
+    to the restart (its last check before it plus a minute): ``[bin start, Clusters, gap p50,
+    gap max, gaps over 70 s]`` per ``width`` seconds. It says which places a restart makes
+    late: those that came while no manager ran, those the new one took in last, or those a
+    herd of early checks held up."""
+    bins: dict[int, list[float]] = {}
+    for i, times in asked.items():
+        if kinds[i] != "ok":
+            continue
+        before = [t for t in times if t < restarted_at]
+        after = [t for t in times if t >= restarted_at]
+        if not before or not after:
+            continue
+        a, b = max(before), min(after)
+        bins.setdefault(math.floor((a + 60 - restarted_at) / width), []).append(b - a)
+    return [
+        [k * width, len(g), round(pct(g, 0.5), 1), round(max(g), 1), sum(x > 70 for x in g)]
+        for k, g in sorted(bins.items())
+    ]
+
+
 def loop_steps(workdir: Path, start: float, end: float) -> dict[str, float]:
     """The event loops' longest steps in [start, end] (every replica's): wall time, and the
     step's own CPU time."""
@@ -1009,6 +1033,9 @@ async def main_async(
                 result["restart"]["first_check_p50_s"] = pct(firsts, 0.5)
                 result["restart"]["first_check_max_s"] = max(firsts, default=math.nan)
                 result["restart"]["rechecked"] = f"{len(firsts)}/{kinds.count('ok')}"
+                result["restart"]["gap_by_place"] = gaps_by_place(
+                    fleet_asked(control, restarted_at - 120), kinds, restarted_at
+                )
                 not_ready = {
                     name
                     for at, name, reason in clusters2.changes
