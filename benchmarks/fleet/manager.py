@@ -163,6 +163,54 @@ def _time_reads(timer: LoopTimer) -> None:
     secretwatch.SecretWatches._listing = timed_listing  # type: ignore[method-assign]
 
 
+def _census(path: str) -> None:
+    """On SIGUSR1, a census of the heap appended to ``path`` as ``["heap", unix time, RSS MB,
+    malloc's (arena, mmapped, in use, free) bytes, the gc-tracked objects by type (the 40
+    most), the frozen count]``, and pymalloc's own statistics on stderr (the manager's log).
+    Diagnostic: it takes the loop for a second or more, so no figure comes from such a run."""
+    import collections  # noqa: PLC0415
+    import ctypes  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [
+            (name, ctypes.c_size_t)
+            for name in (
+                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                "uordblks", "fordblks", "keepcost",
+            )
+        ]  # fmt: skip
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = MallInfo2
+
+    def take(_signum: int, _frame: Any) -> None:
+        frozen = gc.get_freeze_count()
+        gc.unfreeze()
+        counts = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
+        gc.freeze()
+        info = libc.mallinfo2()
+        rss = 0.0
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1]) / 1024
+        record = [
+            "heap",
+            time.time(),
+            rss,
+            [info.arena, info.hblkhd, info.uordblks, info.fordblks],
+            counts.most_common(40),
+            frozen,
+        ]
+        with open(path, "a") as out:
+            out.write(json.dumps(record) + "\n")
+        sys._debugmallocstats()
+
+    signal.signal(signal.SIGUSR1, take)
+
+
 def main() -> None:
     timer = LoopTimer()
     _time_slots(timer)
@@ -171,6 +219,7 @@ def main() -> None:
     gc.callbacks.append(timer.gc_callback)
     if path:
         threading.Thread(target=_dump, args=(timer, path), daemon=True).start()
+        _census(path)
     original = trio.run
 
     def run(*args: Any, **kwargs: Any) -> Any:

@@ -229,6 +229,16 @@ def manager_checks(port: int) -> float:
     return math.nan
 
 
+def manager_leading(port: int) -> bool:
+    """Whether the manager serves: it leads its Lease, or runs without one (``kokumi_leader``
+    is 1 then too), or holds a shard."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
+    for line in text.splitlines():
+        if line.startswith(("kokumi_leader ", "kokumi_leader{")) and float(line.split()[-1]) >= 1:
+            return True
+    return False
+
+
 def manager_reports(port: int) -> dict[str, float]:
     """What one manager's ``/metrics`` says of its fleet: Clusters by Ready reason (``reason:X``),
     checks waiting for a slot now (``waiting``, and by class ``waiting:answering``,
@@ -298,7 +308,7 @@ def loop_steps(workdir: Path, start: float, end: float) -> dict[str, float]:
                 if start <= item[1] <= end:
                     slots.extend(item[2])
                 continue
-            if item[0] in ("list", "watch-listed"):  # the restart's reads, read by hand
+            if item[0] in ("list", "watch-listed", "heap"):  # read by hand
                 continue
             if item[0] == "gc":
                 if start <= item[1] <= end:
@@ -357,6 +367,8 @@ class Clusters:
         self.reason: dict[str, str] = {}
         self.changes: list[tuple[float, str, str]] = []
         self.registered: set[str] = set()
+        #: name -> [uid, the Ready condition's lastTransitionTime]: what a restart resumes from.
+        self.anchors: dict[str, list[str]] = {}
 
     def see_cluster(self, obj: dict[str, Any]) -> None:
         name = obj["metadata"]["name"]
@@ -371,6 +383,7 @@ class Clusters:
         if ready is None:
             return
         reason = ready.get("reason", "")
+        self.anchors[name] = [obj["metadata"].get("uid", ""), ready.get("lastTransitionTime", "")]
         if self.reason.get(name) != reason:
             self.changes.append((time.time(), name, reason))
             self.reason[name] = reason
@@ -564,14 +577,20 @@ def bare_openssl(kinds: list[str], ca_pem: bytes, count: int) -> dict[str, float
 class Managers:
     """The manager's replicas, measured as one: CPU, RSS and checks are their sums.
 
-    One replica runs as one leader with no Lease (``--no-leader-elect``); K replicas run with
+    One replica runs as one leader with no Lease (``--no-leader-elect``), or with ``lease`` as
+    ``kokumi manager`` runs by default, the leader on its Lease; K replicas run with
     ``--shards K --max-shards 1``, so that each holds exactly one shard Lease and the fleet is
     split by the shards' hash, as a Deployment of K replicas would run them.
     """
 
-    def __init__(self, plane: ControlPlane, workdir: Path, replicas: int, tag: str) -> None:
+    def __init__(
+        self, plane: ControlPlane, workdir: Path, replicas: int, tag: str, *, lease: bool = False
+    ) -> None:
         self.ports = [free_port() for _ in range(replicas)]
-        sharding = ["--shards", str(replicas), "--max-shards", "1"] if replicas > 1 else []
+        if replicas > 1:
+            sharding = ["--shards", str(replicas), "--max-shards", "1"]
+        else:
+            sharding = [] if lease else ["--no-leader-elect"]
         self.procs = [
             Proc(
                 [
@@ -585,7 +604,7 @@ class Managers:
                     "--argocd-namespace",
                     ARGO_NS,
                     "--no-in-cluster",
-                    *(sharding or ["--no-leader-elect"]),
+                    *sharding,
                     "--health-port",
                     str(port),
                 ],
@@ -603,6 +622,15 @@ class Managers:
     async def wait(self) -> None:
         for port in self.ports:
             await wait_http(port)
+
+    async def wait_leading(self) -> None:
+        """Until every replica serves: the first start of a leader that creates its Lease holds
+        it a renew deadline (10 s) before it leads, which onboarding must not count."""
+        with trio.fail_after(120):
+            while True:
+                if all(manager_leading(port) for port in self.ports):
+                    return
+                await trio.sleep(0.5)
 
     def check_alive(self) -> None:
         """A replica that exited makes every later figure meaningless: stop the run."""
@@ -806,9 +834,10 @@ async def main_async(
 
             # Onboarding.
             clusters = Clusters()
-            manager = Managers(plane, workdir, args.replicas, "1")
+            manager = Managers(plane, workdir, args.replicas, "1", lease=args.lease)
             procs.append(manager)
             await manager.wait()
+            await manager.wait_leading()
             async with trio.open_nursery() as nursery:
                 await nursery.start(clusters.follow, client)
                 await client.create(
@@ -1013,9 +1042,10 @@ async def main_async(
             async with trio.open_nursery() as nursery:
                 await nursery.start(clusters2.follow, client)
                 before_restart = dict(clusters2.reason)
+                (workdir / "anchors-before-restart.json").write_text(json.dumps(clusters2.anchors))
                 manager.stop()
                 restarted_at = time.time()
-                manager = Managers(plane, workdir, args.replicas, "2")
+                manager = Managers(plane, workdir, args.replicas, "2", lease=args.lease)
                 procs.append(manager)
                 await manager.wait()
                 result["restart"] = await steady(
@@ -1033,8 +1063,10 @@ async def main_async(
                 result["restart"]["first_check_p50_s"] = pct(firsts, 0.5)
                 result["restart"]["first_check_max_s"] = max(firsts, default=math.nan)
                 result["restart"]["rechecked"] = f"{len(firsts)}/{kinds.count('ok')}"
-                result["restart"]["gap_by_place"] = gaps_by_place(
-                    fleet_asked(control, restarted_at - 120), kinds, restarted_at
+                asked_around = fleet_asked(control, restarted_at - 120)
+                result["restart"]["gap_by_place"] = gaps_by_place(asked_around, kinds, restarted_at)
+                (workdir / "restart-asked.json").write_text(
+                    json.dumps({"restarted_at": restarted_at, "asked": asked_around})
                 )
                 not_ready = {
                     name
@@ -1256,6 +1288,12 @@ def main() -> None:
         help="after the steady window, this many more Clusters at once whose spokes never answer",
     )
     parser.add_argument("--batch-window", type=float, default=240.0)
+    parser.add_argument(
+        "--lease",
+        action="store_true",
+        help="one replica leads on its Lease, as kokumi manager does by default (without it:"
+        " --no-leader-elect, as every run in benchmarks/README.md)",
+    )
     parser.add_argument("--output", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args()
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
