@@ -221,9 +221,13 @@ def secret_gets(
     return after.get(key, 0.0) - before.get(key, 0.0)
 
 
+def manager_metrics(port: int) -> list[str]:
+    """The lines of one manager's ``/metrics``."""
+    return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text.splitlines()
+
+
 def manager_checks(port: int) -> float:
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
-    for line in text.splitlines():
+    for line in manager_metrics(port):
         if line.startswith("kokumi_checks_started_total "):
             return float(line.split()[1])
     return math.nan
@@ -232,8 +236,7 @@ def manager_checks(port: int) -> float:
 def manager_leading(port: int) -> bool:
     """Whether the manager serves: it leads its Lease, or runs without one (``kokumi_leader``
     is 1 then too), or holds a shard."""
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
-    for line in text.splitlines():
+    for line in manager_metrics(port):
         if line.startswith(("kokumi_leader ", "kokumi_leader{")) and float(line.split()[-1]) >= 1:
             return True
     return False
@@ -244,9 +247,8 @@ def manager_reports(port: int) -> dict[str, float]:
     checks waiting for a slot now (``waiting``, and by class ``waiting:answering``,
     ``waiting:silent``; a manager before the two classes has only the total) and checks holding
     a slot by class (``running:...``)."""
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
     found: dict[str, float] = {}
-    for line in text.splitlines():
+    for line in manager_metrics(port):
         if line.startswith("kokumi_checks_waiting "):
             found["waiting"] = float(line.split()[1])
         elif line.startswith(("kokumi_checks_waiting{", "kokumi_checks_running{")):
@@ -1058,12 +1060,16 @@ async def main_async(
                     workdir,
                     args.restart_window,
                 )
-                first = fleet_asked(control, restarted_at)
-                firsts = [min(t) - restarted_at for i, t in first.items() if kinds[i] == "ok" and t]
+                # One read of the spokes' asks, from before the restart (the gaps' first checks)
+                asked_around = fleet_asked(control, restarted_at - 120)
+                firsts = [
+                    min(after) - restarted_at
+                    for i, t in asked_around.items()
+                    if kinds[i] == "ok" and (after := [x for x in t if x >= restarted_at])
+                ]
                 result["restart"]["first_check_p50_s"] = pct(firsts, 0.5)
                 result["restart"]["first_check_max_s"] = max(firsts, default=math.nan)
                 result["restart"]["rechecked"] = f"{len(firsts)}/{kinds.count('ok')}"
-                asked_around = fleet_asked(control, restarted_at - 120)
                 result["restart"]["gap_by_place"] = gaps_by_place(asked_around, kinds, restarted_at)
                 (workdir / "restart-asked.json").write_text(
                     json.dumps({"restarted_at": restarted_at, "asked": asked_around})
