@@ -34,7 +34,7 @@ from typing import Any, Literal
 import attrs
 import trio
 
-from kokumi.objects import Resource, name_of, namespace_of, resource_version
+from kokumi.objects import Resource, kept_form, name_of, namespace_of, resource_version
 
 from .backoff import Backoff, FailureLog
 from .client import METADATA_OBJECT, Client
@@ -184,9 +184,11 @@ async def watch(
     logged and retried, since a controller has nothing better to do than wait for it.
 
     ``metadata_only`` asks for ``PartialObjectMetadata``: the objects carry metadata alone, so
-    following Secrets never holds their data. ``managed_fields`` keeps ``metadata.managedFields``
-    (dropped otherwise: no consumer of the manager's reads them), for a test that tells writers
-    apart by their field managers. ``timeout_seconds`` is the server-side lifetime of
+    following Secrets never holds their data. Objects come in their
+    :func:`~kokumi.objects.kept_form` (no ``metadata.managedFields``, which no consumer of the
+    manager's reads; keys and repeated values shared: a store holds them for as long as they
+    live); ``managed_fields`` passes them on as decoded, for a test that tells writers apart by
+    their field managers. ``timeout_seconds`` is the server-side lifetime of
     one watch request (default: 5 to 10 minutes, jittered so that many watchers do not reconnect
     together).
     """
@@ -286,10 +288,9 @@ class _Watcher:
         self.resource_version = version
         self.backoff.reset()
         items = result["items"]
-        if not self.managed_fields:
-            for item in items:
-                _slim(item)
-        return tuple(items)
+        if self.managed_fields:
+            return tuple(items)
+        return tuple(kept_form(item) for item in items)
 
     async def _follow(self) -> bool:
         """One watch request, from the current version until it ends; True if it was useful.
@@ -367,19 +368,7 @@ class _Watcher:
             self.resource_version = version
         if kind not in _CHANGES:
             return None  # BOOKMARK, or a type this client does not know: only the version counts
-        if not self.managed_fields:
-            _slim(obj)
-        event = WatchEvent(kind, obj)
+        event = WatchEvent(kind, obj if self.managed_fields else kept_form(obj))
         if self.store is not None:
             self.store._apply(event)
         return event
-
-
-def _slim(obj: dict[str, Any]) -> None:
-    """Drop ``metadata.managedFields`` from a watched object, as client-go's informers are told
-    to: no consumer reads them, and a Cluster written by its creator, the manager's status and
-    its finalizer carries three entries of nested field sets, the largest part of what a store
-    of 10,000 Clusters holds."""
-    metadata = obj.get("metadata")
-    if isinstance(metadata, dict):
-        metadata.pop("managedFields", None)

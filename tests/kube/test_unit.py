@@ -11,14 +11,18 @@ import os
 import ssl
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import attrs
 import httpx
 import pytest
 import trio
 import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
 
 import kokumi.kube
+import kokumi.objects
 from kokumi.kube import (
     CONFIG_MAPS,
     CUSTOM_RESOURCE_DEFINITIONS,
@@ -498,6 +502,69 @@ def test_store_keys_by_namespace_and_name() -> None:
     store._apply(kokumi.kube.WatchEvent("DELETED", a))
     assert store.get("n", "a") is None
     assert list(store) == [(None, "node")]
+
+
+# --- the form a store keeps objects in ---
+
+
+def _nested(inner: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
+    return st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=80), _nested, max_leaves=20
+)
+
+
+@given(
+    st.dictionaries(st.text(max_size=12), _json, max_size=5),
+    st.dictionaries(st.text(max_size=12), _json, max_size=4),
+)
+def test_the_kept_form_equals_the_object_without_its_managed_fields(
+    fields: dict[str, object], metadata: dict[str, object]
+) -> None:
+    obj = {**fields, "metadata": {**metadata, "managedFields": [{"manager": "kubectl"}]}}
+    decoded = json.loads(json.dumps(obj))
+    kept = kokumi.objects.kept_form(decoded)
+    del obj["metadata"]["managedFields"]  # type: ignore[attr-defined]
+    assert kept == obj
+    assert decoded["metadata"]["managedFields"], "the decoded object is left as it was"
+
+
+def _cluster(name: str) -> dict[str, Any]:
+    decoded: dict[str, Any] = json.loads(
+        json.dumps(
+            {
+                "kind": "Cluster",
+                "metadata": {"name": name, "namespace": "fleet", "uid": f"uid-{name}"},
+                "status": {"conditions": [{"type": "Ready", "reason": "Ready", "message": "m"}]},
+            }
+        )
+    )
+    return decoded
+
+
+def test_objects_decoded_apart_share_their_keys_and_repeated_values() -> None:
+    """Kept once: at 10,000 Clusters the decoded copies of each key were 1.5 KB a Cluster."""
+    a, b = (kokumi.objects.kept_form(_cluster(name)) for name in ("a", "b"))
+    key_a, key_b = (next(k for k in o if k == "metadata") for o in (a, b))
+    assert key_a is key_b
+    condition_a, condition_b = (o["status"]["conditions"][0] for o in (a, b))
+    assert condition_a["reason"] is condition_b["reason"]
+    assert a["metadata"]["namespace"] is b["metadata"]["namespace"]
+    # What tells one object from another is not shared: it would only fill the table.
+    before = len(kokumi.objects._table)
+    kokumi.objects.kept_form(_cluster("c"))
+    assert len(kokumi.objects._table) == before
+
+
+def test_the_table_of_shared_strings_is_bounded() -> None:
+    """A fleet's churn of label values must not grow it for ever (``sys.intern`` would)."""
+    for index in range(kokumi.objects._TABLE_SIZE * 2 + 10):
+        kokumi.objects.kept_form({"metadata": {"labels": {"fleet": f"value-{index}"}}})
+        assert len(kokumi.objects._table) <= kokumi.objects._TABLE_SIZE
+    kept = kokumi.objects.kept_form({"metadata": {"labels": {"fleet": "value-0"}}})
+    assert kept == {"metadata": {"labels": {"fleet": "value-0"}}}
 
 
 # --- the old names, kept for embedders ---

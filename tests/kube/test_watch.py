@@ -234,6 +234,14 @@ async def test_watch_sees_changes_in_order(hub: APIServer, namespace: str) -> No
             assert created["metadata"]["managedFields"]
             assert all("managedFields" not in o["metadata"] for o in view.objects.values())
             assert "managedFields" not in (store.get(namespace, "before") or {})["metadata"]
+            # The objects a store keeps, each decoded from its own event, share their keys and
+            # repeated values (kokumi.objects.kept_form): the decoded copies are gone.
+            await client.create(CONFIG_MAPS, configmap("b", namespace))
+            await eventually(lambda: store.get(namespace, "b") is not None)
+            kept_before, kept_b = store.get(namespace, "before"), store.get(namespace, "b")
+            assert kept_before is not None and kept_b is not None
+            assert next(iter(kept_before["metadata"])) is next(iter(kept_b["metadata"]))
+            assert kept_before["metadata"]["labels"]["app"] is kept_b["metadata"]["labels"]["app"]
 
 
 async def test_metadata_only_watch_never_holds_secret_data(hub: APIServer, namespace: str) -> None:

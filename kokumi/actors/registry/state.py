@@ -24,7 +24,7 @@ from kokumi.core.registry import argocd, handover, ownership
 from kokumi.core.registry.ownership import ClusterRef
 from kokumi.core.registry.registration import Registration
 from kokumi.kube.backoff import Backoff, FailureLog
-from kokumi.objects import resource_version
+from kokumi.objects import kept_form, resource_version
 
 log = logging.getLogger("kokumi.actors.registry")
 """One logger for every section: the registry's log lines read as they did in one module."""
@@ -154,13 +154,9 @@ class Memory:
             for waiter in handover.waiting_of(old):
                 _unindex(self.recorded, waiter, name)
         if secret is not None and argocd.is_ours(secret):
-            # As the watch keeps objects: without managedFields, which a write's answer carries
-            # and nothing here reads (a third of each Secret's memory, times every server).
-            kept = dict(secret)
-            meta = kept.get("metadata")
-            if isinstance(meta, Mapping) and "managedFields" in meta:
-                kept["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
-            self.secrets[name] = kept
+            # As the watch keeps objects (a write's answer too): without managedFields, which
+            # nothing here reads, and with keys and repeated values shared; times every server.
+            self.secrets[name] = kept_form(secret)
             holder = argocd.holder_of(secret)
             if holder is not None:
                 self.named.setdefault(holder, set()).add(name)
