@@ -62,7 +62,12 @@ class Dispatcher:
             else (lambda _ref: 0)
         )
         self.environments_actor = EnvironmentsActor(
-            context.client, self.clusters, self.environments, self._select, context.metrics
+            context.client,
+            self.clusters,
+            self.environments,
+            self._select,
+            context.metrics,
+            parse=self._parsed,
         )
         self._clusters_synced = trio.Event()
         self.secret_watches = SecretWatches(
@@ -176,6 +181,21 @@ class Dispatcher:
             ref = _ref(event.object)
             self.environments_actor.changed(ref.namespace, ref.name)
             self.sources_actor.cluster_changed(event.object, event.type == "DELETED")
+
+    def _parsed(self, obj: dict[str, Any]) -> api.Cluster | api.Invalid:
+        """``obj`` typed: its actor's Cluster when that is of the same version, else parsed.
+
+        The actor was told of the same event first (it is served here), so the Environments'
+        index keeps the actor's object, not a second parse of each Cluster (10,000 fewer
+        objects, and one parse less per event while a fleet onboards).
+        """
+        actor = self._actors.get(_uid(obj))
+        if actor is not None:
+            known = actor.cluster
+            version = metadata_of(obj).get("resourceVersion")
+            if version and known.metadata.resource_version == version:
+                return known
+        return api.parse_cluster(obj)
 
     def _upsert(self, obj: dict[str, Any]) -> None:
         uid = _uid(obj)

@@ -61,8 +61,12 @@ class EnvironmentsActor:
         environments: Store,
         select: Callable[[str, str, bool], None],
         metrics: Metrics,
+        parse: Callable[[dict[str, Any]], api.Cluster | api.Invalid] = api.parse_cluster,
     ) -> None:
         self._client = client
+        # How a watched Cluster becomes typed: the dispatcher's hands over its actor's Cluster
+        # when it is of the same version, so that the index and the actor share one object.
+        self._parse = parse
         #: The client of its status writes: with shards, fenced by shard 0's Lease.
         self.writer = client
         self._metrics = metrics
@@ -223,7 +227,7 @@ class EnvironmentsActor:
             known[name] = (obj, version)
             if seen is not None and version and seen[1] == version:
                 continue  # the same version again (a relist): nothing to parse
-            cluster = api.parse_cluster(obj)
+            cluster = self._parse(obj)
             if isinstance(cluster, api.Cluster):
                 index.put(Entry.of(cluster))
             else:

@@ -202,3 +202,46 @@ async def test_a_shard_taken_starts_its_actors_in_slices_from_the_store(
     assert last not in steps.ever, "an actor for a Cluster deleted before its turn"
     partial = {count for count in steps.counts if 0 < count < N - 1}
     assert len(partial) >= N // 2, sorted(partial)
+
+
+async def test_each_cluster_is_kept_once_by_its_actor_and_the_environments_index(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The Environments' index takes the actor's Cluster of the same version, not a parse of
+    its own; and once the watch brings a status write back, the actor keeps that one copy."""
+    fake = FakeApi(namespaces=("default", "kokumi", "argocd", "fleet"))
+    fake.put(
+        {
+            "apiVersion": api.API_VERSION,
+            "kind": "Environment",
+            "metadata": {"name": "all", "namespace": "fleet"},
+            "spec": {"clusterSelector": {}},
+        }
+    )
+    for index in range(5):
+        fake.put(_cluster("fleet", f"c{index}"))
+    async with _manager(fake) as manager:
+        with trio.fail_after(60):
+            await manager.dispatcher.wait_checked()
+        actors = {a.ref.name: a for a in manager.dispatcher.actors if a.ref.namespace == "fleet"}
+        indexes = manager.dispatcher.environments_actor._index
+
+        def settled() -> bool:
+            entries = indexes["fleet"].entries if "fleet" in indexes else {}
+            return all(
+                name in entries
+                and isinstance(actor.cluster, api.Cluster)
+                and actor.cluster.status.conditions
+                and entries[name].cluster.metadata.resource_version
+                == actor.cluster.metadata.resource_version
+                for name, actor in actors.items()
+            )
+
+        with trio.fail_after(60):
+            while not settled():  # noqa: ASYNC110 - polling the actors' state
+                await trio.sleep(0.1)
+        for name, actor in actors.items():
+            cluster = actor.cluster
+            assert isinstance(cluster, api.Cluster)
+            assert indexes["fleet"].entries[name].cluster is cluster
+            assert actor._written is cluster.status
