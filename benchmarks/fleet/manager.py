@@ -163,15 +163,70 @@ def _time_reads(timer: LoopTimer) -> None:
     secretwatch.SecretWatches._listing = timed_listing  # type: ignore[method-assign]
 
 
+def _deep_size(obj: Any) -> int:
+    """Bytes of a JSON value: its containers and their strings, ints and floats."""
+    import sys  # noqa: PLC0415
+
+    size = sys.getsizeof(obj)
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            size += sys.getsizeof(key) + _deep_size(value)
+    elif isinstance(obj, list):
+        for value in obj:
+            size += _deep_size(value)
+    return size
+
+
+def _api_objects(everything: list[Any]) -> dict[str, list[Any]]:
+    """The API objects alive as JSON dicts, by kind: how many, of how many distinct objects
+    (namespace/name), and their bytes; and what holds a few of them (the referrers' types)."""
+    import collections  # noqa: PLC0415
+    import types  # noqa: PLC0415
+
+    by_kind: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    for obj in everything:
+        if type(obj) is dict and type(obj.get("metadata")) is dict and "name" in obj["metadata"]:
+            kind = obj.get("kind") or ("Secret" if "data" in obj else "?")
+            by_kind[kind].append(obj)
+    out: dict[str, list[Any]] = {}
+    for kind, objects in by_kind.items():
+        names = {(o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objects}
+        holders: collections.Counter[str] = collections.Counter()
+        for obj in objects[:: max(1, len(objects) // 20)]:
+            for ref in gc.get_referrers(obj):
+                if ref is objects or ref is everything:
+                    continue
+                name = type(ref).__qualname__
+                if isinstance(ref, (dict, list, tuple)):
+                    # A container: named by what holds it in turn.
+                    outer = [
+                        type(r).__qualname__
+                        for r in gc.get_referrers(ref)
+                        if r is not everything and not isinstance(r, types.FrameType)
+                    ]
+                    name += "<" + ",".join(sorted(set(outer))[:3]) + ">"
+                holders[name] += 1
+        out[kind] = [
+            len(objects),
+            len(names),
+            sum(_deep_size(o) for o in objects),
+            holders.most_common(6),
+        ]
+    return out
+
+
 def _census(path: str) -> None:
     """On SIGUSR1, a census of the heap appended to ``path`` as ``["heap", unix time, RSS MB,
     malloc's (arena, mmapped, in use, free) bytes, the gc-tracked objects by type (the 40
-    most), the frozen count]``, and pymalloc's own statistics on stderr (the manager's log).
-    Diagnostic: it takes the loop for a second or more, so no figure comes from such a run."""
+    most), the frozen count, the API objects kept as JSON (see ``_api_objects``)]``, and
+    pymalloc's own statistics on stderr (the manager's log); a ``tracemalloc`` snapshot too
+    when ``KOKUMI_BENCH_TRACEMALLOC`` asks for tracing. Diagnostic: it takes the loop for a
+    second or more, so no figure comes from such a run."""
     import collections  # noqa: PLC0415
     import ctypes  # noqa: PLC0415
     import signal  # noqa: PLC0415
     import sys  # noqa: PLC0415
+    import tracemalloc  # noqa: PLC0415
 
     class MallInfo2(ctypes.Structure):
         _fields_ = [
@@ -188,7 +243,10 @@ def _census(path: str) -> None:
     def take(_signum: int, _frame: Any) -> None:
         frozen = gc.get_freeze_count()
         gc.unfreeze()
-        counts = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
+        everything = gc.get_objects()
+        counts = collections.Counter(type(o).__qualname__ for o in everything)
+        kept = _api_objects(everything)
+        del everything
         gc.freeze()
         info = libc.mallinfo2()
         rss = 0.0
@@ -203,10 +261,21 @@ def _census(path: str) -> None:
             [info.arena, info.hblkhd, info.uordblks, info.fordblks],
             counts.most_common(40),
             frozen,
+            kept,
         ]
         with open(path, "a") as out:
             out.write(json.dumps(record) + "\n")
         sys._debugmallocstats()
+        if tracemalloc.is_tracing():
+            taken[0] += 1
+            tracemalloc.take_snapshot().dump(f"{path}.{os.getpid()}.{taken[0]}.tracemalloc")
+
+    # KOKUMI_BENCH_TRACEMALLOC=N: trace every allocation with N frames from the start, and
+    # dump a snapshot with each census (tracemalloc doubles the CPU: diagnostic only).
+    frames = int(os.environ.get("KOKUMI_BENCH_TRACEMALLOC") or 0)
+    taken = [0]
+    if frames:
+        tracemalloc.start(frames)
 
     signal.signal(signal.SIGUSR1, take)
 
