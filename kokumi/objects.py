@@ -114,6 +114,9 @@ _SHARED_UP_TO = 64
 # strings never die from Python 3.12 on), so that a fleet's churn of names leaks nothing.
 _TABLE_SIZE = 8192
 _table: dict[str, str] = {}
+# Deeper than this, a value is kept as decoded: no object the manager keeps nests so far, and
+# a walk as deep as an object's nesting must not meet the interpreter's recursion limit.
+_SHARED_DEPTH = 32
 
 
 def kept_form(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -136,18 +139,22 @@ def kept_form(obj: Mapping[str, Any]) -> dict[str, Any]:
         part = value
         if key == "metadata" and isinstance(value, Mapping):
             part = {k: v for k, v in value.items() if k != "managedFields"}
-        kept[_share(key)] = _shared(part, shared_values=key not in _OWN_VALUES)
+        kept[_share(key)] = _shared(part, shared_values=key not in _OWN_VALUES, depth=1)
     return kept
 
 
-def _shared(value: Any, *, shared_values: bool) -> Any:
+def _shared(value: Any, *, shared_values: bool, depth: int) -> Any:
+    if depth > _SHARED_DEPTH:
+        return value
     if isinstance(value, dict):
         return {
-            _share(key): _shared(item, shared_values=shared_values and key not in _OWN_VALUES)
+            _share(key): _shared(
+                item, shared_values=shared_values and key not in _OWN_VALUES, depth=depth + 1
+            )
             for key, item in value.items()
         }
     if isinstance(value, list):
-        return [_shared(item, shared_values=shared_values) for item in value]
+        return [_shared(item, shared_values=shared_values, depth=depth + 1) for item in value]
     if shared_values and type(value) is str and len(value) <= _SHARED_UP_TO:
         return _share(value)
     return value

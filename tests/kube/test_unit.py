@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import ssl
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -565,6 +566,29 @@ def test_the_table_of_shared_strings_is_bounded() -> None:
         assert len(kokumi.objects._table) <= kokumi.objects._TABLE_SIZE
     kept = kokumi.objects.kept_form({"metadata": {"labels": {"fleet": "value-0"}}})
     assert kept == {"metadata": {"labels": {"fleet": "value-0"}}}
+
+
+def test_an_object_nested_past_the_recursion_limit_is_kept_as_decoded_below_a_depth() -> None:
+    """A resource that keeps unknown fields may nest deeper than the interpreter's stack: the
+    watch keeping it must not end in a RecursionError."""
+    depth = sys.getrecursionlimit() * 2
+    spec: dict[str, Any] = {}
+    node = spec
+    for _ in range(depth):
+        node["x"] = {}
+        node = node["x"]
+    kept = kokumi.objects.kept_form(
+        {"metadata": {"name": "deep", "managedFields": []}, "spec": spec}
+    )
+    assert kept["metadata"] == {"name": "deep"}
+    walked, original = kept["spec"], spec
+    for level in range(depth):
+        if level > kokumi.objects._SHARED_DEPTH:
+            assert walked is original, "kept as decoded below the depth"
+            break
+        walked, original = walked["x"], original["x"]
+    else:
+        raise AssertionError("never reached the depth")
 
 
 # --- the old names, kept for embedders ---
