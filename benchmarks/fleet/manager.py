@@ -20,6 +20,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import sys
 import threading
 import time
 from typing import Any
@@ -165,8 +166,6 @@ def _time_reads(timer: LoopTimer) -> None:
 
 def _deep_size(obj: Any) -> int:
     """Bytes of a JSON value: its containers and their strings, ints and floats."""
-    import sys  # noqa: PLC0415
-
     size = sys.getsizeof(obj)
     if isinstance(obj, dict):
         for key, value in obj.items():
@@ -225,7 +224,6 @@ def _census(path: str) -> None:
     import collections  # noqa: PLC0415
     import ctypes  # noqa: PLC0415
     import signal  # noqa: PLC0415
-    import sys  # noqa: PLC0415
     import tracemalloc  # noqa: PLC0415
 
     class MallInfo2(ctypes.Structure):
