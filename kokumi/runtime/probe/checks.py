@@ -163,7 +163,7 @@ async def _check(
         )
     except ConfigError as exc:
         return outcomes.of(diagnosis.invalid_tls_material(str(exc), own=outcomes.own))
-    if token and not all("!" <= char <= "~" for char in token):
+    if token and not _header_safe(token):
         # httpx would raise, quoting the offending character.
         return outcomes.of(diagnosis.bad_token())
     headers = {"Accept": "application/json", "User-Agent": "kokumi-probe"}
@@ -259,6 +259,13 @@ class _ContextCache:
 
 
 _contexts = _ContextCache(4096)
+
+
+def _header_safe(token: str) -> bool:
+    """Whether every character of ``token`` is visible ASCII (``!`` to ``~``), as a header's
+    value must be: the C string methods' answer, where a loop over a service account's
+    thousand characters took tens of microseconds of every check."""
+    return token.isascii() and token.isprintable() and " " not in token
 
 
 def _logged(outcome: Outcome, outcomes: _Outcomes, started: float) -> Outcome:

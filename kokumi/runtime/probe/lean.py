@@ -85,15 +85,14 @@ async def _lean_check(
     """
     host = base.raw_host.decode("ascii")  # IDNA-encoded, as httpcore resolves and names it
     port = base.port or (443 if base.scheme == "https" else 80)
-    literal = parse_address(host)
-    if literal is not None:
-        infos = socket.getaddrinfo(
-            str(literal), port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST
-        )
+    numeric = _numeric_targets(host, port)
+    if numeric is not None:
+        targets = numeric
     else:
         infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    targets = list(dict.fromkeys((info[0], info[4]) for info in infos))
-    if egress is not None:
+        targets = tuple(dict.fromkeys((info[0], info[4]) for info in infos))
+    if egress is not None and numeric is None:
+        # Each address a name resolves to (an address the URL spells was judged with the URL).
         for _, sockaddr in targets:
             verdict = judge(egress, host, address=str(sockaddr[0]))
             if verdict is not None:
@@ -126,6 +125,21 @@ async def _lean_check(
     except BaseException:
         line.abandon()
         raise
+
+
+def _numeric_targets(host: str, port: int) -> tuple[tuple[int, Any], ...] | None:
+    """Where ``host`` connects (family, socket address) if it spells an address, as
+    ``getaddrinfo`` answers for a numeric host; None for a name, which is resolved.
+
+    Made here rather than asked of ``getaddrinfo``: the call, on the event loop at every check,
+    let the check threads take the GIL each time, for an answer known in advance.
+    """
+    literal = parse_address(host)
+    if literal is None:
+        return None
+    if literal.version == 4:
+        return ((socket.AF_INET, (str(literal), port)),)
+    return ((socket.AF_INET6, (str(literal), port, 0, 0)),)
 
 
 def _request_head(question: _Question, base: httpx.URL) -> tuple[bytes, list[tuple[bytes, bytes]]]:

@@ -11,6 +11,7 @@ inside its budget and read a bounded amount, whatever the server sends.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import json
 import socket
 import ssl
@@ -23,9 +24,12 @@ from typing import Any
 
 import attrs
 import httpx
+import hypothesis.strategies as st
 import pytest
 import trio
+from hypothesis import given
 
+from kokumi.core.cluster.egress import parse_address
 from kokumi.core.cluster.status import Outcome
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.reasons import Reason
@@ -645,3 +649,40 @@ async def test_a_refused_port_reads_the_same(pki: Pki) -> None:
         port = sock.getsockname()[1]
     finding = await both(connection(pki, f"https://127.0.0.1:{port}"))
     assert finding.message.startswith(f"connection refused by 127.0.0.1:{port}")
+
+
+# --- what a check does on the event loop -------------------------------------------------------
+
+
+@given(st.ip_addresses(), st.integers(1, 65535))
+def test_an_address_connects_where_getaddrinfo_says_a_numeric_host_does(
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int
+) -> None:
+    host = str(address)
+    literal = parse_address(host)
+    assert literal is not None
+    infos = socket.getaddrinfo(
+        str(literal), port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST
+    )
+    assert lean._numeric_targets(host, port) == tuple(
+        dict.fromkeys((info[0], info[4]) for info in infos)
+    )
+
+
+@pytest.mark.parametrize("host", ["0x0a141e28", "10.20.7720", "[::ffff:10.20.30.40]"])
+def test_every_spelling_of_an_address_connects_to_it(host: str) -> None:
+    assert lean._numeric_targets(host, 6443) == ((socket.AF_INET, ("10.20.30.40", 6443)),)
+
+
+def test_a_name_is_left_to_the_resolver() -> None:
+    assert lean._numeric_targets("spoke.example", 6443) is None
+
+
+# The edges of "visible ASCII" and their neighbours, often enough to meet: a space, DEL, tab, NUL,
+# the first and last visible characters, and beyond ASCII.
+_EDGES = st.sampled_from([" ", "!", "~", "\x7f", "\t", "\x00", "\x80", "é", "a", "Z", "0", "-"])
+
+
+@given(st.text(_EDGES) | st.text(st.characters(max_codepoint=0x7F)) | st.text())
+def test_a_token_is_header_safe_exactly_when_each_character_is_visible_ascii(token: str) -> None:
+    assert checks._header_safe(token) == all("!" <= char <= "~" for char in token)
