@@ -11,19 +11,23 @@ back on the minute.
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 import trio
 import trio.testing
 from prometheus_client.exposition import generate_latest
 
+from kokumi.actors import cluster as cluster_actor
 from kokumi.core import api
 from kokumi.core.cluster import schedule
+from kokumi.core.kubeconfig import reader
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config
 from kokumi.kube.errors import NotFound
 from kokumi.manager import Manager
 from kokumi.runtime.options import Options
+from tests.support import strategies as s
 from tests.support.fakeapi import Call, FakeApi
 from tests.support.manager import ready_of, wait_for
 from tests.support.standin import StandInSpokes, put_cluster
@@ -483,4 +487,73 @@ async def test_a_secret_deleted_while_its_check_runs_is_reported_when_the_check_
             # Found gone as the check ends (its Unreachable is never the last word).
             within = ends - trio.current_time() + 1.0
             await _until_reason(fake, "silent", "SecretNotFound", within=within)
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_kubeconfig_read_again_at_the_same_version_is_not_parsed_or_claimed_again(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every 10-20 minutes a Cluster reads its Secret again, to learn whether the manager may
+    still read it. The same version holds the same kubeconfig: it is not parsed again, and the
+    registry is not asked again for the server it already gave. A new version is parsed, and
+    claimed, at once."""
+    fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=36)
+    fake.put(
+        {
+            "apiVersion": api.API_VERSION,
+            "kind": "Environment",
+            "metadata": {"name": "all", "namespace": NS},
+            "spec": {"clusterSelector": {}},
+        }
+    )
+    _put_cluster(fake, "c0", server(0))
+    fleet = StandInSpokes()
+    options = Options(namespace="kokumi", argocd_namespace="argocd", keep_in_cluster=False)
+    parsed: list[str] = []
+    reads: list[str] = []
+    claims: list[str] = []
+
+    def counted_parse(text: str, **kwargs: Any) -> Any:
+        parsed.append(text)
+        return reader.parse(text, **kwargs)
+
+    monkeypatch.setattr(cluster_actor, "parse", counted_parse)
+    async with Client(Config(server="https://hub.example:6443"), transport=fake) as client:
+        manager = Manager(client, options, check=fleet.check, check_own=fleet.check_own)
+        get, want = manager.context.secret_reads.get, manager.context.registry.want
+
+        async def counted_get(namespace: str, name: str) -> Any:
+            reads.append(name)
+            return await get(namespace, name)
+
+        async def counted_want(cluster: Any, uid: str, connection: Any) -> None:
+            claims.append(connection.server)
+            await want(cluster, uid, connection)
+
+        monkeypatch.setattr(manager.context.secret_reads, "get", counted_get)
+        monkeypatch.setattr(manager.context.registry, "want", counted_want)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(manager.run)
+            await _until_reason(fake, "c0", "Ready", within=10.0)
+            await trio.sleep(3 * 3600.0)
+            assert len(reads) >= 1 + 3 * 3600 // (2 * cluster_actor.SECRET_REREAD), reads
+            assert (len(parsed), claims) == (1, [server(0)])
+
+            moved = server(1)
+            text = s.dump(
+                s.kubeconfig(
+                    cluster={"server": moved, "certificate-authority-data": s.b64(s.ca_pem())},
+                    user={"token": "token-c0"},
+                )
+            )
+            secret = await client.get(SECRETS, "c0", namespace=NS)
+            secret["data"] = {"value": s.b64(text.encode())}
+            await client.replace(SECRETS, secret, namespace=NS)
+
+            async def moved_checks() -> int:
+                return len(fleet.asked[moved])
+
+            await wait_for(moved_checks, bool, "a check of the new server", 5.0)
+            await trio.sleep(1.0)
+            assert (len(parsed), claims) == (2, [server(0), moved])
             nursery.cancel_scope.cancel()
