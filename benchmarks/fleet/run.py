@@ -143,6 +143,13 @@ class Proc:
         fields = Path(f"/proc/{self.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / CLK
 
+    def loop_cpu(self) -> float:
+        """The CPU time of the process's main thread: the manager's event loop, without its
+        check threads."""
+        pid = self.popen.pid
+        fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK
+
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.popen.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -643,6 +650,9 @@ class Managers:
     def cpu(self) -> float:
         return sum(proc.cpu() for proc in self.procs)
 
+    def loop_cpu(self) -> float:
+        return sum(proc.loop_cpu() for proc in self.procs)
+
     def rss_mb(self) -> float:
         return sum(proc.rss_mb() for proc in self.procs)
 
@@ -713,6 +723,7 @@ async def steady(
     """Figures over ``window`` seconds from now."""
     start, load0 = time.time(), load()
     m0, cpu0, checks0 = hub.metrics(), managers.cpu(), managers.checks()
+    loop0 = managers.loop_cpu()
     sampler = Sampler(managers, hub)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(sampler.run)
@@ -721,6 +732,7 @@ async def steady(
     managers.check_alive()
     end = time.time()
     m1, cpu1, checks1 = hub.metrics(), managers.cpu(), managers.checks()
+    loop1 = managers.loop_cpu()
     reports = managers.reports()
     # A gap counts when its second check falls in the window; its first may come before (a
     # silent spoke's by several minutes).
@@ -768,6 +780,7 @@ async def steady(
         "checks_per_s": checks / (end - start),
         "cpu_cores": (cpu1 - cpu0) / (end - start),
         "cpu_ms_per_check": (cpu1 - cpu0) / checks * 1000 if checks else math.nan,
+        "loop_cpu_ms_per_check": (loop1 - loop0) / checks * 1000 if checks else math.nan,
         "rss_mb_mean": statistics.fmean(sampler.rss) if sampler.rss else math.nan,
         "rss_mb_max": max(sampler.rss, default=math.nan),
         "rss_mb_max_replica": max(sampler.rss_each, default=math.nan),
@@ -1179,6 +1192,11 @@ def report(r: dict[str, Any]) -> str:
                 f"bare httpx check {bc['cpu_ms']:.1f} ms:"
                 f" {p['cpu_ms_per_check'] / bc['cpu_ms']:.1f}x; bare OpenSSL floor"
                 f" {floor:.2f} ms: {p['cpu_ms_per_check'] / floor:.1f}x",
+            ),
+            (
+                f"... of which the event loop's thread, {label}",
+                f"{p.get('loop_cpu_ms_per_check', math.nan):.2f} ms",
+                "the rest is the check threads'",
             ),
             (f"manager CPU, {label}", f"{p['cpu_cores']:.2f} cores", ""),
             (
