@@ -42,6 +42,7 @@ from kokumi.manager import Manager
 from kokumi.runtime.options import Options
 from tests.support import strategies as s
 from tests.support.fakeapi import FakeApi
+from tests.support.standin import put_environment
 
 NS = "fleet"
 
@@ -62,14 +63,7 @@ async def _own(client: Client, *, timeout: float) -> Outcome:  # noqa: ASYNC109
 
 def _fleet(n: int) -> FakeApi:
     fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS))
-    fake.put(
-        {
-            "apiVersion": api.API_VERSION,
-            "kind": "Environment",
-            "metadata": {"name": "all", "namespace": NS},
-            "spec": {"clusterSelector": {}},
-        }
-    )
+    put_environment(fake, NS)
     ca = s.b64(s.ca_pem())
     for i in range(n):
         server = f"https://10.{i // 62_500}.{(i // 250) % 250}.{i % 250 + 1}:6443"

@@ -30,7 +30,7 @@ from kokumi.runtime.options import Options
 from tests.support import strategies as s
 from tests.support.fakeapi import Call, FakeApi
 from tests.support.manager import ready_of, wait_for
-from tests.support.standin import StandInSpokes, put_cluster
+from tests.support.standin import StandInSpokes, put_cluster, put_environment
 
 NS = "fleet"
 ANSWERING, SILENT = 240, 60
@@ -223,14 +223,7 @@ async def test_a_cluster_waiting_for_its_slot_is_deleted_without_waiting_for_it(
     fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=26)
     for index in range(ANSWERING, ANSWERING + SILENT):
         _put_cluster(fake, f"c{index:03d}", server(index))
-    fake.put(
-        {
-            "apiVersion": api.API_VERSION,
-            "kind": "Environment",
-            "metadata": {"name": "all", "namespace": NS},
-            "spec": {"clusterSelector": {}},
-        }
-    )
+    put_environment(fake, NS)
     fleet = _fleet()
     options = Options(namespace="kokumi", argocd_namespace="argocd", keep_in_cluster=False)
     async with Client(Config(server="https://hub.example:6443"), transport=fake) as client:
@@ -498,14 +491,7 @@ async def test_a_kubeconfig_read_again_at_the_same_version_is_not_parsed_or_clai
     registry is not asked again for the server it already gave. A new version is parsed, and
     claimed, at once."""
     fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=36)
-    fake.put(
-        {
-            "apiVersion": api.API_VERSION,
-            "kind": "Environment",
-            "metadata": {"name": "all", "namespace": NS},
-            "spec": {"clusterSelector": {}},
-        }
-    )
+    put_environment(fake, NS)
     _put_cluster(fake, "c0", server(0))
     fleet = StandInSpokes()
     options = Options(namespace="kokumi", argocd_namespace="argocd", keep_in_cluster=False)

@@ -9,7 +9,6 @@ from typing import Any
 import trio
 import trio.testing
 
-from kokumi.core import api
 from kokumi.core.registry import argocd
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config
@@ -18,7 +17,7 @@ from kokumi.objects import Resource
 from kokumi.runtime.options import Options
 from tests.support import strategies as s
 from tests.support.fakeapi import FakeApi
-from tests.support.standin import StandInSpokes, put_cluster
+from tests.support.standin import StandInSpokes, put_cluster, put_environment
 
 NS = "fleet"
 COUNT = 40
@@ -35,14 +34,7 @@ def _server(index: int) -> str:
 
 
 def _fleet(fake: FakeApi) -> None:
-    fake.put(
-        {
-            "apiVersion": api.API_VERSION,
-            "kind": "Environment",
-            "metadata": {"name": "all", "namespace": NS},
-            "spec": {"clusterSelector": {}},
-        }
-    )
+    put_environment(fake, NS)
     for index in range(COUNT):
         put_cluster(fake, NS, f"c{index:02d}", _server(index))
 

@@ -26,6 +26,7 @@ from kokumi.kube.config import Config
 from kokumi.manager import Manager
 from kokumi.runtime.options import Options
 from tests.support.fakeapi import FakeApi
+from tests.support.standin import put_environment
 
 N = 300
 
@@ -210,14 +211,7 @@ async def test_each_cluster_is_kept_once_by_its_actor_and_the_environments_index
     """The Environments' index takes the actor's Cluster of the same version, not a parse of
     its own; and once the watch brings a status write back, the actor keeps that one copy."""
     fake = FakeApi(namespaces=("default", "kokumi", "argocd", "fleet"))
-    fake.put(
-        {
-            "apiVersion": api.API_VERSION,
-            "kind": "Environment",
-            "metadata": {"name": "all", "namespace": "fleet"},
-            "spec": {"clusterSelector": {}},
-        }
-    )
+    put_environment(fake, "fleet")
     for index in range(5):
         fake.put(_cluster("fleet", f"c{index}"))
     async with _manager(fake) as manager:

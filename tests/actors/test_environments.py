@@ -20,7 +20,7 @@ from kokumi.kube.config import Config
 from kokumi.manager import Manager
 from kokumi.runtime.options import Options
 from tests.support.fakeapi import FakeApi
-from tests.support.standin import StandInSpokes, put_cluster
+from tests.support.standin import StandInSpokes, put_cluster, put_environment
 
 NS = "fleet"
 
@@ -53,14 +53,7 @@ async def test_an_environment_is_written_once_a_second_at_most_while_its_cluster
 
     monkeypatch.setattr(environments, "selection_status", counted)
     fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=3)
-    fake.put(
-        {
-            "apiVersion": api.API_VERSION,
-            "kind": "Environment",
-            "metadata": {"name": "all", "namespace": NS},
-            "spec": {"clusterSelector": {}},
-        }
-    )
+    put_environment(fake, NS)
     transport = _StatusWrites(fake)
     spokes = StandInSpokes()
     options = Options(namespace="kokumi", argocd_namespace="argocd", keep_in_cluster=False)

@@ -70,3 +70,15 @@ def put_cluster(
             "spec": {"connection": "Kubeconfig", "kubeconfig": {"secretRef": {"name": name}}},
         }
     )
+
+
+def put_environment(fake: FakeApi, namespace: str) -> None:
+    """An Environment ``all`` that selects every Cluster of ``namespace``."""
+    fake.put(
+        {
+            "apiVersion": api.API_VERSION,
+            "kind": "Environment",
+            "metadata": {"name": "all", "namespace": namespace},
+            "spec": {"clusterSelector": {}},
+        }
+    )
