@@ -76,8 +76,10 @@ async def _lean_check(
     """The check as :func:`_ask` asks it, without httpx: what a check costs is then mostly the
     handshake's cryptography.
 
-    Here, on Trio: the host is resolved and every address judged by ``egress`` (as the guard
-    does for httpx), and one socket per address is made through Trio's socket factory. The
+    Here, on Trio: a host name is resolved and every address it resolves to judged by
+    ``egress`` (as the guard does for httpx; an address the URL spells was judged with the URL,
+    by the same policy, before this is called), and one socket per address is made through
+    Trio's socket factory. The
     worker thread then connects to the judged addresses only (never resolving again: no DNS
     rebinding), handshakes, asks and closes, with every socket operation's timeout what is left
     of the check's budget. If the check's deadline fires first, the thread is abandoned and its
