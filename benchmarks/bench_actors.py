@@ -18,7 +18,6 @@ slows the run several times over, so its figure is not the one to quote).
 from __future__ import annotations
 
 import argparse
-import base64
 import cProfile
 import pstats
 import statistics
@@ -31,66 +30,22 @@ import trio.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kokumi.core import api
-from kokumi.core.cluster.status import Outcome
-from kokumi.core.kubeconfig.connection import Connection
-from kokumi.core.reasons import Reason
-from kokumi.core.registry.ownership import IN_CLUSTER_SERVER
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
 from kokumi.manager import Manager
 from kokumi.runtime.options import Options
-from tests.support import strategies as s
 from tests.support.fakeapi import FakeApi
-from tests.support.standin import put_environment
+from tests.support.standin import StandInSpokes, put_cluster, put_environment
 
 NS = "fleet"
-
-
-async def _ready(
-    connection: Connection,
-    *,
-    timeout: float,  # noqa: ASYNC109 - the check's signature
-    egress: object = None,
-) -> Outcome:
-    await trio.sleep(0.01)
-    return Outcome(True, Reason.READY, "reachable", connection.server, "v1.36.3")
-
-
-async def _own(client: Client, *, timeout: float) -> Outcome:  # noqa: ASYNC109
-    return Outcome(True, Reason.READY, "reachable", IN_CLUSTER_SERVER, "v1.36.3")
 
 
 def _fleet(n: int) -> FakeApi:
     fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS))
     put_environment(fake, NS)
-    ca = s.b64(s.ca_pem())
     for i in range(n):
         server = f"https://10.{i // 62_500}.{(i // 250) % 250}.{i % 250 + 1}:6443"
-        kubeconfig = s.kubeconfig(
-            cluster={"server": server, "certificate-authority-data": ca},
-            user={"token": f"token-{i}"},
-        )
-        value = base64.b64encode(s.dump(kubeconfig).encode()).decode()
-        fake.put(
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": f"kc{i}", "namespace": NS},
-                "data": {"value": value},
-            }
-        )
-        fake.put(
-            {
-                "apiVersion": api.API_VERSION,
-                "kind": "Cluster",
-                "metadata": {"name": f"c{i}", "namespace": NS},
-                "spec": {
-                    "connection": "Kubeconfig",
-                    "kubeconfig": {"secretRef": {"name": f"kc{i}"}},
-                },
-            }
-        )
+        put_cluster(fake, NS, f"c{i}", server)
     return fake
 
 
@@ -100,7 +55,8 @@ async def measure(n: int, rounds: int, profile: bool) -> list[float]:
     config = Config(server="https://hub.example:6443")
     async with Client(config, transport=fake, max_retries=0) as client:
         options = Options(namespace="kokumi", argocd_namespace="argocd")
-        manager = Manager(client, options, check=_ready, check_own=_own)
+        spokes = StandInSpokes(latency=0.01)  # every spoke answers Ready after 10 ms
+        manager = Manager(client, options, check=spokes.check, check_own=spokes.check_own)
         checks = manager.context.metrics.cluster_checks
         async with trio.open_nursery() as nursery:
             nursery.start_soon(manager.run)
