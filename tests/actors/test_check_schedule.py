@@ -551,3 +551,37 @@ async def test_a_kubeconfig_read_again_at_the_same_version_is_not_parsed_or_clai
             await trio.sleep(1.0)
             assert (len(parsed), claims) == (2, [server(0), moved])
             nursery.cancel_scope.cancel()
+
+
+async def test_a_refused_re_read_is_reported_and_the_next_read_parses_again(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A re-read the hub refuses (the manager's RoleBinding gone, say) reports
+    SecretNotReadable and keeps nothing of the read before it: once the Secret is readable
+    again the Cluster is Ready again, from a kubeconfig parsed anew."""
+    fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=37)
+    put_environment(fake, NS)
+    _put_cluster(fake, "c0", server(0))
+    fleet = StandInSpokes()
+    options = Options(namespace="kokumi", argocd_namespace="argocd", keep_in_cluster=False)
+    parsed: list[str] = []
+
+    def counted_parse(text: str, **kwargs: Any) -> Any:
+        parsed.append(text)
+        return reader.parse(text, **kwargs)
+
+    monkeypatch.setattr(cluster_actor, "parse", counted_parse)
+    async with Client(Config(server="https://hub.example:6443"), transport=fake) as client:
+        manager = Manager(client, options, check=fleet.check, check_own=fleet.check_own)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(manager.run)
+            await _until_reason(fake, "c0", "Ready", within=10.0)
+            fake.fail(403, times=None, verb="get", resource="secrets", namespace=NS)
+            # The next re-read comes within 10-20 minutes and a check after.
+            within = 2 * cluster_actor.SECRET_REREAD + 2 * options.check_interval
+            await _until_reason(fake, "c0", "SecretNotReadable", within=within)
+            assert len(parsed) == 1
+            fake.clear_faults()
+            await _until_reason(fake, "c0", "Ready", within=within)
+            assert len(parsed) == 2
+            nursery.cancel_scope.cancel()
