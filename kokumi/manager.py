@@ -22,29 +22,32 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import signal
 from collections.abc import Awaitable, Callable
 
 import trio
 
 from kokumi.actors.checks import CountingLimiter, InClusterCheck, Probe
-from kokumi.actors.context import Context
+from kokumi.actors.context import Context, wall_shift
 from kokumi.actors.dispatcher import Dispatcher
 from kokumi.actors.incluster import keep_in_cluster
 from kokumi.actors.metrics import Metrics
 from kokumi.actors.registry import Registry
 from kokumi.actors.writes import EventRecorder
+from kokumi.core.cluster import handover
 from kokumi.core.cluster.status import Outcome
 from kokumi.core.fleet.leader import LeaderElection
 from kokumi.core.fleet.shards import preference
 from kokumi.core.registry.ownership import ClusterRef
-from kokumi.kube.client import Client
+from kokumi.kube import errors
+from kokumi.kube.client import CONFIG_MAPS, Client
 from kokumi.kube.config import Config
 from kokumi.runtime import health, heap
 from kokumi.runtime.election import Admission, CountGate, LeadershipLost, LeaseElector
 from kokumi.runtime.options import Options
 from kokumi.runtime.probe import checks
 
-__all__ = ["Manager", "run_manager"]
+__all__ = ["Manager", "run_manager", "run_manager_until_signalled"]
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +113,8 @@ class Manager:
         #: shard -> this replica's candidate for its Lease (empty without sharding).
         self.shard_electors: dict[int, LeaseElector] = {}
         self._shard_zero_writer = client
+        # The stop's record is written with the Lease's fence, like every other write.
+        self._record_writer = client
         sharding = options.sharding
         if sharding is not None:
             admission = Admission(sharding.limit)
@@ -148,6 +153,7 @@ class Manager:
         elif self.elector is not None:
             elector = self.elector
             fenced = client.fenced(lambda: elector.serving_until() is not None)
+            self._record_writer = fenced
             self.registry.fence_writes(lambda: elector.serving_until() is not None)
             self.context.writers = lambda ref: fenced
             self.dispatcher.environments_actor.writer = fenced
@@ -213,6 +219,8 @@ class Manager:
 
     async def _run(self, task_status: trio.TaskStatus[Manager]) -> None:
         async with trio.open_nursery() as nursery:
+            if not self.shard_electors:
+                await self._read_handover()
             await nursery.start(self.registry.run)
             if self.options.keep_in_cluster and not self.shard_electors:
                 await nursery.start(keep_in_cluster, self.client, self.options.namespace)
@@ -227,6 +235,96 @@ class Manager:
                 nursery.start_soon(self._stand_for_all, nursery)
             self.started.set()
             task_status.started(self)
+
+    def _may_hand_over(self) -> bool:
+        """Whether this process serves every Cluster now (no shards; the leader, or no Lease)."""
+        if self.shard_electors or not self.started.is_set():
+            return False
+        return self.elector is None or self.elector.serving_until() is not None
+
+    async def _read_handover(self) -> None:
+        """Read the record of the manager that stopped before this one, if it left a fresh one.
+
+        One GET. Whatever goes wrong, each Cluster is checked at its place, as without a record:
+        the record only makes the checks across a restart come on time.
+        """
+        where = f"ConfigMap {self.options.namespace}/{handover.NAME}"
+        try:
+            with trio.fail_after(self.options.probe_timeout):
+                obj = await self.client.get(
+                    CONFIG_MAPS, handover.NAME, namespace=self.options.namespace
+                )
+            now = trio.current_time() - wall_shift()
+            recorded = handover.read_config_map(obj, now, 2 * self.options.check_interval)
+        except errors.NotFound:
+            return
+        except (errors.KubeError, trio.TooSlowError) as exc:
+            log.warning(
+                "could not read %s, the last manager's next checks (%s): each Cluster is checked"
+                " at its place in the minute instead",
+                where,
+                exc if isinstance(exc, errors.KubeError) else "no answer in time",
+            )
+            return
+        except handover.RecordError as exc:
+            log.warning(
+                "%s is not a record of next checks (%s): each Cluster is checked at its place in"
+                " the minute; the next stop writes it anew",
+                where,
+                exc,
+            )
+            return
+        self.context.handover.recorded = recorded
+        log.info("read %s: the next checks of %d Clusters", where, len(recorded))
+
+    async def hand_over(self) -> None:
+        """Stop gracefully: check every answering Cluster due within
+        :data:`~kokumi.core.cluster.handover.HORIZON` now, then record every Cluster's next due
+        for the next manager (:mod:`kokumi.core.cluster.handover`).
+
+        Waits for those checks at most :data:`~kokumi.core.cluster.handover.BUDGET`; the write
+        has its own timeout. A refused or failed write is logged once: the next manager then
+        checks each Cluster at its place, as after a crash. Does nothing in a replica that does
+        not serve every Cluster (a standby, or with shards).
+        """
+        if not self._may_hand_over():
+            return
+        state = self.context.handover
+        now = trio.current_time()
+        asked = sum(a.hand_over(now + handover.HORIZON) for a in self.dispatcher.actors)
+        state.begin(asked)
+        with trio.move_on_after(handover.BUDGET):
+            await state.done.wait()
+        shift = wall_shift()
+        dues = [
+            (actor.uid, due - shift)
+            for actor in self.dispatcher.actors
+            if actor.uid and (due := actor.next_due) is not None
+        ]
+        body = handover.config_map(
+            dues, trio.current_time() - shift, namespace=self.options.namespace
+        )
+        where = f"ConfigMap {self.options.namespace}/{handover.NAME}"
+        try:
+            with trio.fail_after(self.options.probe_timeout):
+                await self._record_writer.apply(CONFIG_MAPS, body)
+        except (errors.KubeError, trio.TooSlowError) as exc:
+            log.warning(
+                "stopping: could not write %s (%s): the next manager checks each Cluster at its"
+                " place in the minute",
+                where,
+                exc if isinstance(exc, errors.KubeError) else "no answer in time",
+            )
+            return
+        log.info(
+            "stopping: checked %d of %d Clusters due in the next %g s early; recorded the next"
+            " checks of %d in %s",
+            asked - max(state.pending, 0),
+            asked,
+            handover.HORIZON,
+            len(dues),
+            where,
+        )
 
     async def _stand_for_all(self, nursery: trio.Nursery) -> None:
         """Stand for every shard in this replica's order of preference, each first try made
@@ -304,3 +402,30 @@ async def run_manager(
     options = options or Options()
     async with Client(config, field_manager=options.field_manager) as client:
         await Manager(client, options).serve(task_status=task_status)
+
+
+async def run_manager_until_signalled(config: Config | None, options: Options) -> None:
+    """``kokumi manager``: run until SIGINT or SIGTERM, hand over (:meth:`Manager.hand_over`),
+    then stop; a second signal stops at once.
+
+    Kubernetes stops a pod with SIGTERM and kills it ``terminationGracePeriodSeconds`` (30)
+    later: the hand-over takes at most half of that, and cancelling lets every actor, watch and
+    check end inside its own nursery.
+    """
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            manager: Manager = await nursery.start(run_manager, config, options)
+            async for signum in signals:
+                log.info("%s received: handing over, then stopping", signal.Signals(signum).name)
+                break
+            with trio.CancelScope() as handing:
+
+                async def second_signal() -> None:
+                    async for signum in signals:
+                        log.info("%s received again: stopping now", signal.Signals(signum).name)
+                        handing.cancel()
+                        return
+
+                nursery.start_soon(second_signal)
+                await manager.hand_over()
+            nursery.cancel_scope.cancel()

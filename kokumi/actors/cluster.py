@@ -20,7 +20,7 @@ import trio
 from kokumi.actors.context import Context, wall_shift
 from kokumi.actors.writes import write_status
 from kokumi.core import api
-from kokumi.core.cluster import schedule
+from kokumi.core.cluster import handover, schedule
 from kokumi.core.cluster.status import (
     Outcome,
     SecretRead,
@@ -109,6 +109,8 @@ class ClusterActor:
         "_context",
         "_doing",
         "_failures",
+        "_handing_over",
+        "_handover_due",
         "_may_hold",
         "_missed_due",
         "_next_check",
@@ -178,6 +180,10 @@ class ClusterActor:
         # A restart's first check of a place missed: when it fell due, at a guess, which orders
         # it among the others checked at once (schedule.missed_due). None once it has run.
         self._missed_due: float | None = None
+        # This manager's stop asked for its check (1), which has been made (2), and when that
+        # check fell due before the stop asked for it: see hand_over.
+        self._handing_over = 0
+        self._handover_due = math.nan
         # Checks in a row that got no answer, and whether any check ever got one: they choose
         # the class of its next check (schedule.check_class); silent checks take only the slots
         # that answering Clusters leave.
@@ -231,6 +237,39 @@ class ClusterActor:
         if registration != self._registration:
             self._registration = registration
             self._interrupt()
+
+    def hand_over(self, until: float) -> bool:
+        """The manager is stopping: check now if the next check falls due by ``until``, so that
+        it does not fall due while no manager checks; whether a check was asked for.
+
+        Only an answering Cluster, on its chain of checks: a silent one could hold a slot for
+        its whole timeout while the stop waits, and its gap is not what the stop protects.
+        """
+        if (
+            self._stopping
+            or self._check is None
+            or not self._next_check <= until
+            or schedule.check_class(self._unanswered, self._answered) != schedule.ANSWERING
+        ):
+            return False
+        self._missed_due = self._handover_due = self._next_check  # soonest due first
+        self._plan(trio.current_time())
+        self._handing_over = 1
+        self._wake.set()
+        return True
+
+    @property
+    def next_due(self) -> float | None:
+        """When the next check falls due (Trio time), for the stop's record; None without one.
+
+        A check the stop asked for that has not ended yet is due when it was before the stop
+        asked: the next manager orders the checks it makes at once by when they fell due.
+        """
+        if self._check is None or self._stopping or not math.isfinite(self._next_check):
+            return None
+        if self._handing_over == 1:
+            return self._handover_due
+        return self._next_check
 
     def stop(self) -> None:
         """The Cluster is gone from the API: let go of its server and end."""
@@ -307,6 +346,11 @@ class ClusterActor:
                     if self._retry_at == math.inf:
                         self._backoffs.clear()
                         self._failures.recovered()
+                if self._handing_over == 2:
+                    # Counted once the step is over, its status written: the stop's record must
+                    # not follow a finding the status does not show yet.
+                    self._handing_over = 0
+                    self._context.handover.checked()
             await self._release()
         finally:
             # An actor that ends (its Cluster gone) is never checked: wait_checked goes on.
@@ -409,6 +453,8 @@ class ClusterActor:
             )
         )
         self.checked.set()
+        if self._handing_over:
+            self._handing_over = 2
 
     def _needs_check(self, now: float) -> bool:
         """A reconcile for another reason reuses a check under half a minute old.
@@ -478,7 +524,21 @@ class ClusterActor:
             self._answered = True
         options = self._context.options
         after = trio.current_time()
-        if schedule.missed_place(after, self._offset, options.check_interval, self._since):
+        recorded = (
+            self._context.handover.recorded.pop(handover.uid_key(self.uid), None)
+            if self.uid and self._context.handover.recorded
+            else None
+        )
+        if recorded is not None:
+            # The last manager said when this check falls due as it stopped: on its chain,
+            # wherever that is in the minute; if that time has gone by, now, in its turn.
+            due = recorded + wall_shift()
+            if due > after:
+                self._plan(due)
+            else:
+                self._plan(after)
+                self._missed_due = due
+        elif schedule.missed_place(after, self._offset, options.check_interval, self._since):
             # Its place came while no manager may have checked it: now, not a minute late, and
             # before the others of the restart that were checked more lately.
             self._plan(after)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from kokumi.core.registry.ownership import ClusterRef
     from kokumi.core.registry.registration import Registration
 
-__all__ = ["Context", "RegistryHandle", "wall_shift"]
+__all__ = ["Context", "Handover", "RegistryHandle", "wall_shift"]
 
 _SHIFTS: weakref.WeakKeyDictionary[trio.abc.Clock, float] = weakref.WeakKeyDictionary()
 
@@ -56,6 +56,34 @@ class RegistryHandle(Protocol):
     async def release(self, cluster: ClusterRef, uid: str) -> bool: ...
 
 
+class Handover:
+    """The record of the manager that stopped before this one, and the checks of this one's stop
+    (:mod:`kokumi.core.cluster.handover`).
+
+    ``recorded`` holds each recorded Cluster's next due (Unix time) by its uid's key; an actor
+    takes its own entry as it starts. ``pending`` counts the checks a stop asked for that have
+    not ended yet; ``done`` is set when the last one has.
+    """
+
+    __slots__ = ("done", "pending", "recorded")
+
+    def __init__(self) -> None:
+        self.recorded: dict[bytes, float] = {}
+        self.pending = 0
+        self.done = trio.Event()
+
+    def begin(self, pending: int) -> None:
+        self.pending = pending
+        self.done = trio.Event()
+        if pending <= 0:
+            self.done.set()
+
+    def checked(self) -> None:
+        self.pending -= 1
+        if self.pending <= 0:
+            self.done.set()
+
+
 @attrs.define
 class Context:
     client: Client
@@ -78,6 +106,8 @@ class Context:
             takes_self=True,
         )
     )
+    #: The last manager's record of its Clusters' next checks, and this one's stop.
+    handover: Handover = attrs.field(factory=Handover)
     #: The client of a Cluster's writes (status, finalizer, Events); with shards or a leader
     #: Lease, fenced by the Lease that lets this replica serve it. None: ``client``.
     writers: Callable[[ClusterRef], Client] | None = None

@@ -19,7 +19,6 @@ from kokumi.kube.errors import ConfigError
 from kokumi.runtime.election import LeadershipLost
 from kokumi.runtime.logs import FORMATS
 from kokumi.runtime.options import Options
-from kokumi.runtime.signals import until_signalled
 
 __all__ = ["add_parser", "run"]
 
@@ -120,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
 
     A lost Lease ends it with status 1 once it has stopped writing; Kubernetes restarts the pod.
     """
-    from kokumi.manager import run_manager  # noqa: PLC0415 - only this command needs it
+    from kokumi.manager import run_manager_until_signalled  # noqa: PLC0415 - only this command
 
     try:
         election = _leader_election(args)
@@ -151,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     )
     lost: BaseException | None = None
     try:
-        trio.run(until_signalled, run_manager, config, options)
+        trio.run(run_manager_until_signalled, config, options)
     except* LeadershipLost as group:
         lost = group
         while isinstance(lost, BaseExceptionGroup):

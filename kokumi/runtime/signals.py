@@ -1,4 +1,5 @@
-"""Stopping cleanly on SIGINT or SIGTERM, for ``kokumi manager`` and ``kokumi demo`` alike."""
+"""Stopping cleanly on SIGINT or SIGTERM, for ``kokumi ui`` and ``kokumi demo`` (``kokumi manager``
+hands over first: :func:`kokumi.manager.run_manager_until_signalled`)."""
 
 from __future__ import annotations
 

@@ -49,7 +49,11 @@ def test_manager_command_runs_until_stopped(
         output, _ = process.communicate(timeout=30)
     assert process.returncode == 0, output  # a clean stop, as on a pod's SIGTERM
     assert "manager started" in output
-    assert f"{stop.name} received: stopping" in output
+    assert f"{stop.name} received: handing over, then stopping" in output
+    # The in-cluster Cluster's next check, recorded for the next manager before it stopped.
+    assert f"recorded the next checks of 1 in ConfigMap {namespace}/kokumi-clusters-handover" in (
+        output
+    )
     # It led through the Lease in its namespace, and gave the Lease back on the way out.
     assert "leading: Lease" in output
     assert f"handed the Lease {namespace}/kokumi-clusters back" in output

@@ -2,10 +2,10 @@
 
 The manager runs here as the real ServiceAccount kokumi:kokumi, with a token from the TokenRequest
 API, against the hub with install.yaml applied and the registrar bound in argocd. It watches,
-writes status, keeps its finalizer, records events, creates in-cluster and local, and registers a
-Cluster with Argo CD, copies a changed kubeconfig over and deletes the registration: any missing
-verb, or a write the integrity policy refuses, shows up as a status, Secret or event that never
-comes.
+writes status, keeps its finalizer, records events, creates in-cluster and local, registers a
+Cluster with Argo CD, copies a changed kubeconfig over, deletes the registration, and writes the
+record of next checks its stop leaves in its own namespace: any missing verb, or a write the
+integrity policy refuses, shows up as a status, Secret, event or record that never comes.
 
 The Cluster's server is a name of its own that resolves nowhere: an unreachable cluster is still
 registered (the spec keeps registrations of clusters that cannot be reached), and no other test's
@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import logging
 import shlex
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -27,10 +28,11 @@ import pytest
 import trio
 
 from kokumi.core import api
+from kokumi.core.cluster import handover
 from kokumi.core.cluster.clustersource import CAPI_CLUSTER_NAME, CAPI_CLUSTERS, CLUSTER_SOURCES
 from kokumi.core.registry import argocd
 from kokumi.kube import errors
-from kokumi.kube.client import EVENTS, NAMESPACES, SECRETS, Client
+from kokumi.kube.client import CONFIG_MAPS, EVENTS, NAMESPACES, SECRETS, Client
 from kokumi.kube.config import Config
 from kokumi.manager import run_manager
 from kokumi.runtime.options import Options
@@ -339,6 +341,15 @@ async def test_manager_works_with_the_installed_rbac_and_policies(
                     return False
 
                 await wait_for(edge_gone, bool, "the Cluster is deleted")
+
+                # The stop's record of next checks: created, then written again over it.
+                for _ in range(2):
+                    await manager.hand_over()
+                    record = await admin.get(CONFIG_MAPS, handover.NAME, namespace=own)
+                    in_cluster = await admin.get(api.CLUSTERS, "in-cluster", namespace=own)
+                    uid = in_cluster["metadata"]["uid"]
+                    recorded = handover.read_config_map(record, time.time(), 60.0)
+                    assert handover.uid_key(uid) in recorded, record["data"]
                 nursery.cancel_scope.cancel()
         finally:
             try:

@@ -32,7 +32,9 @@ One answer makes a Cluster answering, from its next check on.
 **The same place in every process.** The offset counts from the Unix epoch, not from the
 clock of one process, so a restarted manager (or the replica a shard moves to) checks each
 Cluster at the same second of the minute as the one before it; a Cluster whose place came while
-no manager was checking is checked at once (:func:`missed_place`).
+no manager was checking is checked at once (:func:`missed_place`). That is the rule after a
+crash: a manager that is stopped leaves a record of each Cluster's next due, which the next one
+follows instead (:mod:`kokumi.core.cluster.handover`).
 
 **Every gap about a minute.** A Cluster's first check comes when it appears, anywhere in the
 minute; its next one is due an interval later, moved toward its place plus this check's random
@@ -100,7 +102,8 @@ minute. A Cluster that has never answered is silent after its first try (:func:`
 """
 
 RESTART_ALLOWANCE = 15.0
-"""Seconds before a manager began serving a Cluster that the one before it may have stopped.
+"""Seconds before a manager began serving a Cluster that the one before it may have stopped,
+where no record of the last manager's next checks says better (a crash, a shard moved).
 
 A restarted manager, or the replica a shard moves to, cannot tell when the last check of a
 Cluster was (the status changes only when the finding does). The process before it stopped a
