@@ -22,8 +22,9 @@ It follows, with watches only (never a periodic list):
 Each change marks its namespace; one loop takes the marked namespaces in turn and makes each
 source's Clusters what :func:`kokumi.core.cluster.clustersource.plan` says, then writes its status
 if it differs. A quiet fleet plans nothing and writes nothing; after a restart the plan finds every
-Cluster as it should be, and the status byte-identical. A refused write is retried for its namespace
-with backoff (1 s doubling up to 2 min), logged once per change of error.
+Cluster as it should be, and the status byte-identical. A refused write, and a Secret whose read
+was refused or failed (reported ``SecretNotReadable``), are retried for their namespace with
+backoff (1 s doubling up to 2 min), a write's error logged once per change of error.
 """
 
 from __future__ import annotations
@@ -125,6 +126,9 @@ class SourcesActor:
         self._dirty: set[str] = set()
         self._wake = trio.Event()
         self._retry: dict[str, Backoff] = {}
+        #: Namespaces where a pass found a Secret it could not read: passed again with backoff,
+        #: since neither a transient refusal's end nor a new RoleBinding changes the Secret.
+        self._unread: set[str] = set()
         #: Namespaces whose last pass had a write refused as stale (see _attempt).
         self._behind: set[str] = set()
         self._clusters_seen: dict[Key, clustersource.Existing] = {}
@@ -286,6 +290,7 @@ class SourcesActor:
         if listable is None or not self.writes():
             return  # not known yet: a restart must not write a passing state
         self.passes += 1
+        self._unread.discard(namespace)
         views: list[SecretView] | None = None  # Cluster API's, read once for all its sources
         capis = self.capi.in_namespace(namespace)
         capi = CapiView(
@@ -333,7 +338,7 @@ class SourcesActor:
         if namespace in self._behind:
             self._behind.discard(namespace)
             failed_any = True
-        self._schedule_retry(namespace, failed_any)
+        self._schedule_retry(namespace, failed_any or namespace in self._unread)
 
     async def _secret_views(self, namespace: str) -> list[SecretView]:
         """The namespace's Cluster API kubeconfig Secrets, each read once per new version."""
@@ -402,6 +407,8 @@ class SourcesActor:
             verdict = _Verdict(version, problem, contexts)
             if problem is None or problem[0] is not Reason.SECRET_NOT_READABLE:
                 self._verdicts[(namespace, name, *where)] = verdict
+            else:
+                self._unread.add(namespace)
             found[name] = verdict
 
         async with trio.open_nursery() as nursery:
