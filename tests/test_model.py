@@ -85,7 +85,7 @@ from trio._core import _run as trio_run
 
 from kokumi.actors import pace
 from kokumi.core import api
-from kokumi.core.cluster import clustersource
+from kokumi.core.cluster import clustersource, handover
 from kokumi.core.cluster.status import Outcome
 from kokumi.core.environments import selectors
 from kokumi.core.kubeconfig.connection import Connection
@@ -136,6 +136,7 @@ SEEN = {
     "waiters": 0,
     "blocked": 0,
     "restarts": 0,
+    "hand_overs": 0,
     "faults": 0,
     "sourced": 0,
     "source_conflicts": 0,
@@ -354,6 +355,27 @@ class World:
 
         self._nursery.start_soon(run)
         await self.settle()
+
+    async def hand_over(self) -> None:
+        """A stop as on SIGTERM: the manager's hand-over (its early checks and its record of next
+        checks), while time passes, before :meth:`stop_manager`. It ends within its budget and
+        its write's timeout, whatever the hub does."""
+        manager = self.manager
+        assert manager is not None and self._nursery is not None
+        done = trio.Event()
+
+        async def hand_over() -> None:
+            try:
+                await manager.hand_over()
+            finally:
+                done.set()
+
+        self._nursery.start_soon(hand_over)
+        limit = handover.BUDGET + manager.options.probe_timeout + 1.0
+        began = trio.current_time()
+        while not done.is_set():
+            assert trio.current_time() - began <= limit, "the hand-over did not end in time"
+            await self.advance(0.5)
 
     async def stop_manager(self) -> None:
         """A crash: the manager's tasks are cancelled wherever they are, and its memory is gone."""
@@ -1002,12 +1024,20 @@ class ManagerMachine(RuleBasedStateMachine):
             self.world.run(self.world.fake.restart)
         self._step()
 
-    @rule(refused=st.sampled_from((None, None, 403, 500, 0)))
-    def restart_manager(self, refused: int | None) -> None:
+    @rule(refused=st.sampled_from((None, None, 403, 500, 0)), graceful=st.booleans())
+    def restart_manager(self, refused: int | None, graceful: bool) -> None:
         """A crash and a new start, its memory gone; perhaps with the start-up's clean-up of
-        Argo CD's Secrets refused or cut (it must be retried, never end the manager)."""
+        Argo CD's Secrets refused or cut (it must be retried, never end the manager). Or a stop
+        as on SIGTERM: the hand-over first, its record's write refused or cut as well."""
         SEEN["restarts"] += 1
         fake = self.world.fake
+        if graceful:
+            SEEN["hand_overs"] += 1
+            if refused == 0:
+                self.world.run(lambda: fake.reset(resource="configmaps", times=1))
+            elif refused is not None:
+                self.world.run(lambda: fake.fail(refused, resource="configmaps", times=1))
+            self.world.arun(self.world.hand_over)
         self.world.arun(self.world.stop_manager)
         if refused == 0:
             self.world.run(lambda: fake.reset(verb="delete", namespace=ARGOCD, times=2))
@@ -1506,6 +1536,7 @@ def test_the_manager_survives_faults_and_converges() -> None:
                 "waiters",
                 "blocked",
                 "restarts",
+                "hand_overs",
                 "sourced",
                 "source_conflicts",
                 "team_sourced",
@@ -1753,7 +1784,7 @@ def test_a_restart_after_a_move_cut_short_keeps_the_new_server() -> None:
         )
         machine.put_kubeconfig("ws2", "b", SERVERS[2], None)
         assert len(machine.ours()) == 2  # the old one's delete was refused
-        machine.restart_manager(None)
+        machine.restart_manager(None, graceful=False)
         assert machine.violations == [], machine.violations
         machine.converge()
         (secret,) = machine.ours().values()
@@ -1866,7 +1897,7 @@ def test_a_sourced_cluster_made_while_the_view_lags_may_be_handed_its_server(see
         machine.start(
             layout=[("ws1", "a", s0), ("ws1", "a", s0)], before=False, sourced=[("a", s0)]
         )
-        machine.restart_manager(refused=None)
+        machine.restart_manager(refused=None, graceful=False)
         machine.hub(down=False)
         machine.delete_environment(ns="ws1")
         machine.delete_environment(ns="ws2")
@@ -1894,6 +1925,31 @@ def test_a_source_cluster_a_user_edited_is_restored_after_a_refused_update(seed:
         machine.time_passes(seconds=1.0)
         machine.put_cluster(ns="ws2", name="a", tier="gold", in_cluster=False)
         machine.fault(verb="patch", resource="clusters", status=409, times=1)
+        machine.time_passes(seconds=1.0)
+        machine.converges_cleanly()
+    finally:
+        machine.close()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_cluster_api_secret_whose_read_was_refused_is_read_again(seed: int) -> None:
+    """Found by the model test (seed 8700 of 4): after a restart, the ClusterSource's read of a
+    Cluster API kubeconfig Secret is refused (403) twice. It reported SecretNotReadable, and
+    nothing read the Secret again: the end of a refusal (or a RoleBinding made) changes no
+    Secret, so no watch event came, and the status kept notUsable 1 for ever. Now a pass that
+    could not read a Secret comes again with backoff. Every seed of the scheduler failed
+    before."""
+    seed_scheduler(seed)
+    machine = OneReplicaMachine()
+    try:
+        s0 = SERVERS[0]
+        machine.foreign_from_the_start(server=None)
+        machine.start(layout=[("ws1", "a", s0)] * 2, before=False, sourced=[("a", s0)], team=[])
+        for _ in range(20):
+            machine.time_passes(seconds=1.0)
+        machine.restart_manager(refused=None, graceful=False)
+        machine.fault(resource="secrets", status=403, times=1, verb="create")
+        machine.fault(resource="secrets", status=403, times=2, verb="get")
         machine.time_passes(seconds=1.0)
         machine.converges_cleanly()
     finally:
