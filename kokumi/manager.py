@@ -263,7 +263,7 @@ class Manager:
                 "could not read %s, the last manager's next checks (%s): each Cluster is checked"
                 " at its place in the minute instead",
                 where,
-                exc if isinstance(exc, errors.KubeError) else "no answer in time",
+                _why(exc),
             )
             return
         except handover.RecordError as exc:
@@ -313,7 +313,7 @@ class Manager:
                 "stopping: could not write %s (%s): the next manager checks each Cluster at its"
                 " place in the minute",
                 where,
-                exc if isinstance(exc, errors.KubeError) else "no answer in time",
+                _why(exc),
             )
             return
         log.info(
@@ -384,6 +384,12 @@ class Manager:
                 nursery.cancel_scope.cancel()
         except* LeadershipLost as group:
             raise LeadershipLost(str(group.exceptions[0])) from None
+
+
+def _why(exc: Exception) -> object:
+    """A request's failure as a log line says it: the hub's answer, or that none came in time
+    (the client's errors carry no credentials)."""
+    return exc if isinstance(exc, errors.KubeError) else "no answer in time"
 
 
 async def run_manager(

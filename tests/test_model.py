@@ -55,6 +55,7 @@ count (the soak session runs 2,200 examples and asserts 50,000 steps).
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import gc
 import heapq
@@ -65,7 +66,7 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import httpx
@@ -1916,19 +1917,12 @@ def test_a_source_cluster_a_user_edited_is_restored_after_a_refused_update(seed:
     had it all, so no watch event follows: the pass must come again by itself, or the
     Cluster keeps the user's spec. Found by the model test (seed 323 of 30); every seed of the
     scheduler failed before."""
-    seed_scheduler(seed)
-    machine = OneReplicaMachine()
-    try:
-        s0 = SERVERS[0]
-        machine.foreign_from_the_start(server=None)
-        machine.start(layout=[("ws1", "a", s0)] * 2, before=False, sourced=[("a", s0)], team=[])
+    with _sourced_pair(seed) as machine:
         machine.time_passes(seconds=1.0)
         machine.put_cluster(ns="ws2", name="a", tier="gold", in_cluster=False)
         machine.fault(verb="patch", resource="clusters", status=409, times=1)
         machine.time_passes(seconds=1.0)
         machine.converges_cleanly()
-    finally:
-        machine.close()
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -1939,12 +1933,7 @@ def test_a_cluster_api_secret_whose_read_was_refused_is_read_again(seed: int) ->
     Secret, so no watch event came, and the status kept notUsable 1 for ever. Now a pass that
     could not read a Secret comes again with backoff. Every seed of the scheduler failed
     before."""
-    seed_scheduler(seed)
-    machine = OneReplicaMachine()
-    try:
-        s0 = SERVERS[0]
-        machine.foreign_from_the_start(server=None)
-        machine.start(layout=[("ws1", "a", s0)] * 2, before=False, sourced=[("a", s0)], team=[])
+    with _sourced_pair(seed) as machine:
         for _ in range(20):
             machine.time_passes(seconds=1.0)
         machine.restart_manager(refused=None, graceful=False)
@@ -1952,5 +1941,17 @@ def test_a_cluster_api_secret_whose_read_was_refused_is_read_again(seed: int) ->
         machine.fault(resource="secrets", status=403, times=2, verb="get")
         machine.time_passes(seconds=1.0)
         machine.converges_cleanly()
+
+
+@contextlib.contextmanager
+def _sourced_pair(seed: int) -> Iterator[OneReplicaMachine]:
+    """The replays' start: ws1/a made by hand and ws2/a by the ClusterSource, both for s0."""
+    seed_scheduler(seed)
+    machine = OneReplicaMachine()
+    try:
+        s0 = SERVERS[0]
+        machine.foreign_from_the_start(server=None)
+        machine.start(layout=[("ws1", "a", s0)] * 2, before=False, sourced=[("a", s0)], team=[])
+        yield machine
     finally:
         machine.close()

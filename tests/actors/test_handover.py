@@ -62,12 +62,20 @@ async def _restart(fake: FakeApi, fleet: StandInSpokes, *, hand_over: bool) -> t
         await trio.sleep(DOWN)
         fake.delay(LIST_TAKES, verb="list", resource="secrets")
         started = trio.current_time()
-        second = Manager(client, options, check=fleet.check, check_own=fleet.check_own)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(second.run)
-            await trio.sleep(150.0)
-            nursery.cancel_scope.cancel()
+        await _run_for(150.0, client, options, fleet)
     return stopped, started
+
+
+async def _run_for(
+    seconds: float, client: Client, options: Options, fleet: StandInSpokes
+) -> Manager:
+    """The next manager, run ``seconds`` from its start and stopped; it, for what it read."""
+    manager = Manager(client, options, check=fleet.check, check_own=fleet.check_own)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(manager.run)
+        await trio.sleep(seconds)
+        nursery.cancel_scope.cancel()
+    return manager
 
 
 def _across(fleet: StandInSpokes, stopped: float) -> list[float]:
@@ -139,11 +147,7 @@ async def _hand_over_then_start(
             nursery.cancel_scope.cancel()
         await trio.sleep(down)
         between()
-        second = Manager(client, options, check=fleet.check, check_own=fleet.check_own)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(second.run)
-            await trio.sleep(70.0)
-            nursery.cancel_scope.cancel()
+        second = await _run_for(70.0, client, options, fleet)
     return stopped, second
 
 
