@@ -412,26 +412,39 @@ async def run_manager(
 
 async def run_manager_until_signalled(config: Config | None, options: Options) -> None:
     """``kokumi manager``: run until SIGINT or SIGTERM, hand over (:meth:`Manager.hand_over`),
-    then stop; a second signal stops at once.
+    then stop; a signal before the manager has started, or a second one, stops at once.
 
     Kubernetes stops a pod with SIGTERM and kills it ``terminationGracePeriodSeconds`` (30)
     later: the hand-over takes at most half of that, and cancelling lets every actor, watch and
-    check end inside its own nursery.
+    check end inside its own nursery. The signals are heard from the first moment: a start that
+    waits for a hub that does not answer must not make a pod deaf to its stop.
     """
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
-            manager: Manager = await nursery.start(run_manager, config, options)
+            running: list[Manager] = []
+
+            async def run() -> None:
+                async with trio.open_nursery() as inner:
+                    running.append(await inner.start(run_manager, config, options))
+                nursery.cancel_scope.cancel()  # it ended by itself
+
+            nursery.start_soon(run)
             async for signum in signals:
-                log.info("%s received: handing over, then stopping", signal.Signals(signum).name)
+                log.info(
+                    "%s received: %s",
+                    signal.Signals(signum).name,
+                    "handing over, then stopping" if running else "stopping",
+                )
                 break
-            with trio.CancelScope() as handing:
+            if running:
+                with trio.CancelScope() as handing:
 
-                async def second_signal() -> None:
-                    async for signum in signals:
-                        log.info("%s received again: stopping now", signal.Signals(signum).name)
-                        handing.cancel()
-                        return
+                    async def second_signal() -> None:
+                        async for again in signals:
+                            log.info("%s received again: stopping now", signal.Signals(again).name)
+                            handing.cancel()
+                            return
 
-                nursery.start_soon(second_signal)
-                await manager.hand_over()
+                    nursery.start_soon(second_signal)
+                    await running[0].hand_over()
             nursery.cancel_scope.cancel()

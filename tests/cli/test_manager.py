@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -119,3 +121,40 @@ def test_manager_command_refuses_shard_flags_that_make_no_sense(
     )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [message]
+
+
+def test_manager_command_stops_at_once_while_its_start_waits_for_the_hub(tmp_path: Path) -> None:
+    """A hub that does not answer holds the manager's start (it retries with backoff): SIGTERM
+    must still stop the process then, with nothing to hand over, not when Kubernetes kills it."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: hub\n"
+        f"clusters: [{{name: hub, cluster: {{server: 'https://127.0.0.1:{port}'}}}}]\n"
+        "users: [{name: me, user: {token: not-a-real-token}}]\n"
+        "contexts: [{name: hub, context: {cluster: hub, user: me}}]\n"
+    )
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "kokumi", "manager", "--kubeconfig", str(kubeconfig)),
+            *("--no-leader-elect", "--namespace", "kokumi", "--health-port", "0"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        time.sleep(4)  # Python's start, then the start's first refused requests
+        assert process.poll() is None, process.communicate()[0]
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, output
+    assert "SIGTERM received: stopping" in output
+    assert "manager started" not in output
+    assert "not-a-real-token" not in output
