@@ -58,9 +58,14 @@ async def test_first_come_holds_and_the_waiter_takes_over_in_place(
         secret = await _registered(ws, first, "spoke")
         server = spoke_kubeconfig.server.rstrip("/")
         assert secret["metadata"]["name"] == argocd.secret_name(server)
+
         # The registry keeps the Secret it wrote as the watch keeps objects: without the
-        # managedFields the create's answer carried.
-        kept = running.registry._memory.secrets[secret["metadata"]["name"]]
+        # managedFields the create's answer carried. The hub may show the Secret before the
+        # create's answer reaches the registry (or, if that answer is lost, its next read).
+        async def kept_secret() -> dict[str, Any] | None:
+            return running.registry._memory.secrets.get(secret["metadata"]["name"])
+
+        kept = await wait_for(kept_secret, bool, "the registry to keep the Secret it wrote")
         assert kept["metadata"]["uid"] == secret["metadata"]["uid"]
         assert "managedFields" not in kept["metadata"]
         second = await _selected_cluster(ws, spoke_kubeconfig)

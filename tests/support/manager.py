@@ -163,11 +163,36 @@ async def workspace(hub: APIServer) -> AsyncIterator[Workspace]:
         try:
             yield ws
         finally:
+            await _let_go(client, ws.namespaces)
             for namespace in (own, argo, *ws.namespaces):
                 try:
                     await client.delete(NAMESPACES, namespace)
                 except errors.KubeError:
                     pass
+
+
+async def _let_go(client: Client, namespaces: list[str]) -> None:
+    """Delete the Clusters a test leaves behind and take off their finalizers.
+
+    A test that fails before its ``cleanup`` has stopped its manager, so nothing would take
+    the finalizers off: its Clusters would outlive their namespace's deletion, and the next
+    test's manager, which watches every namespace, would register them first and hold their
+    servers against that test's own Clusters."""
+    for namespace in namespaces:
+        try:
+            left = (await client.list(api.CLUSTERS, namespace=namespace))["items"]
+            for cluster in left:
+                if cluster["metadata"].get("finalizers"):
+                    await client.patch_merge(
+                        api.CLUSTERS,
+                        cluster["metadata"]["name"],
+                        {"metadata": {"finalizers": None}},
+                        namespace=namespace,
+                    )
+            if left:
+                await client.delete_collection(api.CLUSTERS, namespace=namespace)
+        except errors.KubeError:
+            pass
 
 
 @asynccontextmanager
