@@ -491,6 +491,24 @@ async def test_a_secret_deleted_while_its_check_runs_is_reported_when_the_check_
             nursery.cancel_scope.cancel()
 
 
+def _one_cluster_counting_parses(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> tuple[FakeApi, StandInSpokes, Options, list[str]]:
+    """One selected Cluster ``c0`` on a healthy spoke, and the kubeconfigs the actors parse."""
+    fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=seed)
+    put_environment(fake, NS)
+    _put_cluster(fake, "c0", server(0))
+    options = Options(namespace="kokumi", argocd_namespace="argocd", keep_in_cluster=False)
+    parsed: list[str] = []
+
+    def counted_parse(text: str, **kwargs: Any) -> Any:
+        parsed.append(text)
+        return reader.parse(text, **kwargs)
+
+    monkeypatch.setattr(cluster_actor, "parse", counted_parse)
+    return fake, StandInSpokes(), options, parsed
+
+
 async def test_a_kubeconfig_read_again_at_the_same_version_is_not_parsed_or_claimed_again(
     autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -498,20 +516,9 @@ async def test_a_kubeconfig_read_again_at_the_same_version_is_not_parsed_or_clai
     still read it. The same version holds the same kubeconfig: it is not parsed again, and the
     registry is not asked again for the server it already gave. A new version is parsed, and
     claimed, at once."""
-    fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=36)
-    put_environment(fake, NS)
-    _put_cluster(fake, "c0", server(0))
-    fleet = StandInSpokes()
-    options = Options(namespace="kokumi", argocd_namespace="argocd", keep_in_cluster=False)
-    parsed: list[str] = []
+    fake, fleet, options, parsed = _one_cluster_counting_parses(36, monkeypatch)
     reads: list[str] = []
     claims: list[str] = []
-
-    def counted_parse(text: str, **kwargs: Any) -> Any:
-        parsed.append(text)
-        return reader.parse(text, **kwargs)
-
-    monkeypatch.setattr(cluster_actor, "parse", counted_parse)
     async with Client(Config(server="https://hub.example:6443"), transport=fake) as client:
         manager = Manager(client, options, check=fleet.check, check_own=fleet.check_own)
         get, want = manager.context.secret_reads.get, manager.context.registry.want
@@ -559,18 +566,7 @@ async def test_a_refused_re_read_is_reported_and_the_next_read_parses_again(
     """A re-read the hub refuses (the manager's RoleBinding gone, say) reports
     SecretNotReadable and keeps nothing of the read before it: once the Secret is readable
     again the Cluster is Ready again, from a kubeconfig parsed anew."""
-    fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=37)
-    put_environment(fake, NS)
-    _put_cluster(fake, "c0", server(0))
-    fleet = StandInSpokes()
-    options = Options(namespace="kokumi", argocd_namespace="argocd", keep_in_cluster=False)
-    parsed: list[str] = []
-
-    def counted_parse(text: str, **kwargs: Any) -> Any:
-        parsed.append(text)
-        return reader.parse(text, **kwargs)
-
-    monkeypatch.setattr(cluster_actor, "parse", counted_parse)
+    fake, fleet, options, parsed = _one_cluster_counting_parses(37, monkeypatch)
     async with Client(Config(server="https://hub.example:6443"), transport=fake) as client:
         manager = Manager(client, options, check=fleet.check, check_own=fleet.check_own)
         async with trio.open_nursery() as nursery:
