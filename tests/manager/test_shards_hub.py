@@ -228,7 +228,14 @@ async def test_each_cluster_has_one_replica_and_a_stopped_replicas_shards_move(
                 assert other.manager.metrics.checks_of(ref) == 0, f"{ref} checked twice"
                 assert ref in serving.manager.registry._memory.table.wanting()
                 assert ref not in other.manager.registry._memory.table.wanting()
-            created = {r.name: r.manager.metrics.registry_writes for r in running.values()}
+            # A write is counted when its answer is in, which may come after the hub lists it.
+            created = await wait_for(
+                lambda: _async(
+                    {r.name: r.manager.metrics.registry_writes for r in running.values()}
+                ),
+                lambda counts: sum(counts.values()) >= len(refs),
+                "every create's answer",
+            )
             served = {r.name: sum(r.serves(ref) for ref in refs) for r in running.values()}
             assert created == served, "each Secret was written once, by its Cluster's replica"
 
