@@ -321,15 +321,40 @@ class LeaseElector:
         self.state = self.state.stepped_down()
         if record is None or self._lease is None:
             return
-        metadata = dict(metadata_of(self._lease))
-        body = {**self._lease, "spec": {**self._lease.get("spec", {}), **leader.spec_of(record)}}
-        body["metadata"] = metadata
-        try:
-            await self._client.replace(LEASES, body, namespace=self.namespace)
-        except errors.KubeError as exc:
-            log.warning("could not hand the Lease back (%s): it runs out by itself", exc)
+        lease = self._lease
+        for last in (False, True):
+            body = {**lease, "spec": {**lease.get("spec", {}), **leader.spec_of(record)}}
+            body["metadata"] = dict(metadata_of(lease))
+            try:
+                await self._client.replace(LEASES, body, namespace=self.namespace)
+            except errors.Conflict as exc:
+                # A renewal cancelled on its way back (the stop came while it was in flight)
+                # may have been written all the same: the Lease is then a version newer than
+                # the one known here, and still ours. Read it, and hand back that one.
+                if last:
+                    log.warning("could not hand the Lease back (%s): it runs out by itself", exc)
+                    return
+                try:
+                    lease = await self._client.get(
+                        LEASES, self.config.lease_name, namespace=self.namespace
+                    )
+                except errors.KubeError as read:
+                    log.warning("could not hand the Lease back (%s): it runs out by itself", read)
+                    return
+                holder = leader.parse_record(lease.get("spec")).holder
+                if holder != self.identity:
+                    log.info(
+                        "Lease %s/%s is held by %r now: nothing to hand back",
+                        *self._where(),
+                        holder,
+                    )
+                    return
+                continue
+            except errors.KubeError as exc:
+                log.warning("could not hand the Lease back (%s): it runs out by itself", exc)
+                return
+            log.info("handed the Lease %s/%s back", *self._where())
             return
-        log.info("handed the Lease %s/%s back", *self._where())
 
     # --- helpers ----------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import attrs
+import httpx
 import pytest
 import trio
 
@@ -93,6 +94,57 @@ class Switchable:
 
     async def refresh(self) -> str | None:
         return None
+
+
+class _RenewalLostOnItsWay(httpx.AsyncBaseTransport):
+    """Passes every request to the hub; once armed, the next PUT of a Lease is written there
+    and its answer never comes back, as when the stop comes while a renewal is in flight."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.armed = False
+        self.written = trio.Event()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        if self.armed and request.method == "PUT" and "/leases/" in request.url.path:
+            self.armed = False
+            await response.aread()
+            await response.aclose()
+            self.written.set()
+            await trio.sleep_forever()
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_a_leader_stopped_while_a_renewal_is_in_flight_still_hands_the_lease_back(
+    hub: APIServer, admin: Client, namespace: str
+) -> None:
+    """The renewal reached the hub but its answer did not reach the leader: the Lease is a
+    version newer than the one the leader knows. Handing it back must not fail on that
+    (409 Conflict), or the standby waits for the lease to run out."""
+    config = Config.from_kubeconfig(hub.admin_kubeconfig)
+    wire = _RenewalLostOnItsWay(httpx.AsyncHTTPTransport(verify=config.ssl_context()))
+    async with Client(config, transport=wire) as client:
+        a = candidate(client, namespace, "a")
+        async with trio.open_nursery() as nursery:
+            stopped = trio.CancelScope()
+
+            async def run_a() -> None:
+                with stopped:
+                    await a.run(trio.sleep_forever)
+
+            nursery.start_soon(run_a)
+            with trio.fail_after(5):
+                await a.leading.wait()
+            wire.armed = True
+            with trio.fail_after(5):
+                await wire.written.wait()  # a renewal the hub has, a's answer held back
+            stopped.cancel()
+    spec = await holder(admin, namespace)
+    assert (spec["holderIdentity"], spec["leaseDurationSeconds"]) == ("", 1)
 
 
 async def test_a_leader_that_cannot_renew_stops_before_anyone_may_take_over(
