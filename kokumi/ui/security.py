@@ -378,7 +378,15 @@ class Guard:
             await self.app(scope, receive, send)
             return
 
+        gone = False  # the client went away, or fell silent for read_seconds, mid-request
+
         async def send_with_headers(message: Message) -> None:
+            if gone:
+                # Nobody to answer. Starlette answers the ClientDisconnect its body reader
+                # raises with "500 Internal Server Error" before it reaches the except below,
+                # and a connection Hypercorn closes for its read timeout is still open for a
+                # moment: every client that fell silent mid-body was told the server failed.
+                return
             if message["type"] == "http.response.start":
                 message["headers"] = [*message.get("headers", []), *HEADERS]
             await send(message)
@@ -400,12 +408,19 @@ class Guard:
         complete = False
         deadline = trio.current_time() + self.limits.body_seconds
 
+        async def heard() -> Message:
+            nonlocal gone
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                gone = True
+            return message
+
         async def limited() -> Message:
             nonlocal received, complete
             if complete:
-                return await receive()
+                return await heard()
             with trio.move_on_at(deadline):
-                message = await receive()
+                message = await heard()
                 if message["type"] != "http.request" or not message.get("more_body", False):
                     complete = True
                 received += len(message.get("body", b""))
