@@ -63,7 +63,7 @@ from kokumi.testing import canary
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration, closed_port_server
 from tests.support import prediction
-from tests.support.manager import hub_client, make_namespace
+from tests.support.manager import drop_finalizers, hub_client, make_namespace
 
 SEED = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(2**32))
 OPERATIONS = int(os.environ.get("CHAOS_OPS", "200"))
@@ -850,14 +850,7 @@ async def test_chaos_converges_with_nothing_lost_and_nothing_leaked(
 async def delete_namespace(client: Client, name: str) -> None:
     """Let the Clusters go first: with no manager running, a finalizer would hold them."""
     try:
-        for cluster in (await client.list(api.CLUSTERS, namespace=name))["items"]:
-            if cluster["metadata"].get("finalizers"):
-                await client.patch_merge(
-                    api.CLUSTERS,
-                    cluster["metadata"]["name"],
-                    {"metadata": {"finalizers": None}},
-                    namespace=name,
-                )
+        await drop_finalizers(client, name)
         await client.delete(NAMESPACES, name)
     except errors.KubeError:
         pass

@@ -171,6 +171,23 @@ async def workspace(hub: APIServer) -> AsyncIterator[Workspace]:
                     pass
 
 
+async def drop_finalizers(client: Client, namespace: str) -> int:
+    """Take the finalizers off every Cluster of ``namespace``; how many Clusters it holds.
+
+    With no manager running, nothing else would: the Clusters would outlive their namespace's
+    deletion."""
+    left = (await client.list(api.CLUSTERS, namespace=namespace))["items"]
+    for cluster in left:
+        if cluster["metadata"].get("finalizers"):
+            await client.patch_merge(
+                api.CLUSTERS,
+                cluster["metadata"]["name"],
+                {"metadata": {"finalizers": None}},
+                namespace=namespace,
+            )
+    return len(left)
+
+
 async def _let_go(client: Client, namespaces: list[str]) -> None:
     """Delete the Clusters a test leaves behind and take off their finalizers.
 
@@ -180,16 +197,7 @@ async def _let_go(client: Client, namespaces: list[str]) -> None:
     servers against that test's own Clusters."""
     for namespace in namespaces:
         try:
-            left = (await client.list(api.CLUSTERS, namespace=namespace))["items"]
-            for cluster in left:
-                if cluster["metadata"].get("finalizers"):
-                    await client.patch_merge(
-                        api.CLUSTERS,
-                        cluster["metadata"]["name"],
-                        {"metadata": {"finalizers": None}},
-                        namespace=namespace,
-                    )
-            if left:
+            if await drop_finalizers(client, namespace):
                 await client.delete_collection(api.CLUSTERS, namespace=namespace)
         except errors.KubeError:
             pass
