@@ -321,26 +321,16 @@ class LeaseElector:
         self.state = self.state.stepped_down()
         if record is None or self._lease is None:
             return
-        lease = self._lease
-        for last in (False, True):
-            body = {**lease, "spec": {**lease.get("spec", {}), **leader.spec_of(record)}}
-            body["metadata"] = dict(metadata_of(lease))
+        try:
             try:
-                await self._client.replace(LEASES, body, namespace=self.namespace)
-            except errors.Conflict as exc:
+                await self._hand_back(self._lease, record)
+            except errors.Conflict:
                 # A renewal cancelled on its way back (the stop came while it was in flight)
                 # may have been written all the same: the Lease is then a version newer than
                 # the one known here, and still ours. Read it, and hand back that one.
-                if last:
-                    log.warning("could not hand the Lease back (%s): it runs out by itself", exc)
-                    return
-                try:
-                    lease = await self._client.get(
-                        LEASES, self.config.lease_name, namespace=self.namespace
-                    )
-                except errors.KubeError as read:
-                    log.warning("could not hand the Lease back (%s): it runs out by itself", read)
-                    return
+                lease = await self._client.get(
+                    LEASES, self.config.lease_name, namespace=self.namespace
+                )
                 holder = leader.parse_record(lease.get("spec")).holder
                 if holder != self.identity:
                     log.info(
@@ -349,12 +339,17 @@ class LeaseElector:
                         holder,
                     )
                     return
-                continue
-            except errors.KubeError as exc:
-                log.warning("could not hand the Lease back (%s): it runs out by itself", exc)
-                return
-            log.info("handed the Lease %s/%s back", *self._where())
+                await self._hand_back(lease, record)
+        except errors.KubeError as exc:
+            log.warning("could not hand the Lease back (%s): it runs out by itself", exc)
             return
+        log.info("handed the Lease %s/%s back", *self._where())
+
+    async def _hand_back(self, lease: dict[str, Any], record: leader.LeaseRecord) -> None:
+        """Write ``record`` over ``lease``, at that version (a Conflict if it moved on)."""
+        body = {**lease, "spec": {**lease.get("spec", {}), **leader.spec_of(record)}}
+        body["metadata"] = dict(metadata_of(lease))
+        await self._client.replace(LEASES, body, namespace=self.namespace)
 
     # --- helpers ----------------------------------------------------------------------------------
 
