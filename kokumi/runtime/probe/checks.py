@@ -10,6 +10,7 @@ every socket at the end. The package's docstring says what the two questions are
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import ssl
 from collections.abc import Callable
@@ -151,9 +152,8 @@ async def _check(
         literal = judge(egress, outcomes.server, proxy_url)
         if literal is not None:
             return outcomes.of(literal)
-    try:
-        base = httpx.URL(outcomes.server.rstrip("/"))
-    except httpx.InvalidURL:
+    base = _base_url(outcomes.server)
+    if base is None:
         return outcomes.of(diagnosis.invalid_url())
     if base.scheme not in ("https", "http") or not base.host:
         return outcomes.of(diagnosis.not_http_url())
@@ -219,6 +219,16 @@ async def _check(
             await sockets.close_all()
         return _logged(outcome, outcomes, started)
     return outcomes.timed_out()
+
+
+@functools.lru_cache(maxsize=16384)
+def _base_url(server: str) -> httpx.URL | None:
+    """The server's URL, None if it is none; parsed once per server, not at every check (a
+    URL is immutable). The bound holds a fleet of 16,384 servers, about 6 MB."""
+    try:
+        return httpx.URL(server.rstrip("/"))
+    except httpx.InvalidURL:
+        return None
 
 
 class _ContextCache:
