@@ -221,14 +221,29 @@ async def _check(
     return outcomes.timed_out()
 
 
-@functools.lru_cache(maxsize=16384)
+_CACHED_URL = 512
+"""The longest server kept parsed. A real API server's URL is well under 100 characters; a
+kubeconfig may spell one of any length, and the cache would keep it after its Cluster went."""
+
+
 def _base_url(server: str) -> httpx.URL | None:
     """The server's URL, None if it is none; parsed once per server, not at every check (a
-    URL is immutable). The bound holds a fleet of 16,384 servers, about 6 MB."""
+    URL is immutable), but for one longer than :data:`_CACHED_URL`."""
+    if len(server) > _CACHED_URL:
+        return _parse_url(server)
+    return _parsed_url(server)
+
+
+def _parse_url(server: str) -> httpx.URL | None:
     try:
         return httpx.URL(server.rstrip("/"))
     except httpx.InvalidURL:
         return None
+
+
+_parsed_url = functools.lru_cache(maxsize=16384)(_parse_url)
+"""At most 16,384 servers of at most 512 characters: about 6 MB for a fleet of 10,000, 25 MB at
+worst."""
 
 
 class _ContextCache:

@@ -28,3 +28,16 @@ def test_unusable_material_is_refused_every_time() -> None:
             cache.get(
                 b"-----BEGIN CERTIFICATE-----\nnope\n-----END CERTIFICATE-----\n", None, None, False
             )
+
+
+def test_server_urls_are_parsed_once_but_a_hostile_length_is_never_kept() -> None:
+    """A kubeconfig may spell a server URL of any length; the parsed-URL cache outlives the
+    Cluster, so only URLs of a real API server's length are kept."""
+    short = "https://spoke-kept.example:6443/"
+    assert checks._base_url(short) is checks._base_url(short), "parsed once"
+    assert str(checks._base_url(short)) == "https://spoke-kept.example:6443"
+    assert checks._base_url("https://[::1") is None, "not a URL"
+    before = checks._parsed_url.cache_info().currsize
+    long = "https://spoke.example:6443/" + "p" * 10_000
+    assert checks._base_url(long) is not None
+    assert checks._parsed_url.cache_info().currsize == before, "a 10 KB URL is not kept"
