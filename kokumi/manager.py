@@ -222,6 +222,7 @@ class Manager:
             if not self.shard_electors:
                 await self._read_handover()
             await nursery.start(self.registry.run)
+            await nursery.start(self.context.alarms.run)
             if self.options.keep_in_cluster and not self.shard_electors:
                 await nursery.start(keep_in_cluster, self.client, self.options.namespace)
             await nursery.start(self.dispatcher.run)

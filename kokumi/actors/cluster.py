@@ -99,6 +99,7 @@ class ClusterActor:
     # One per Cluster: slots instead of an instance dict keep 10,000 of them about 15 MB
     # smaller (the dict of 30 attributes was 1.9 KB an actor).
     __slots__ = (
+        "_alarm_at",
         "_answered",
         "_backoffs",
         "_check",
@@ -122,6 +123,7 @@ class ClusterActor:
         "_secret_news",
         "_seed",
         "_selected",
+        "_serial",
         "_since",
         "_slot_wait",
         "_stopping",
@@ -145,6 +147,10 @@ class ClusterActor:
         # a write that waited while the Lease went is never sent.
         self._writer = context.writer(self.ref)
         self._wake = trio.Event()
+        # Which of the timers it set is the one that counts (kokumi.actors.alarms): the last,
+        # set for ``_alarm_at`` (None once it rang).
+        self._serial = 0
+        self._alarm_at: float | None = None
         # Unknown until the Environments actor has said: after a restart, acting on a guess
         # would release (and so delete) a registration that is still wanted.
         self._selected: bool | None = None
@@ -227,6 +233,13 @@ class ClusterActor:
     def wake(self) -> None:
         """Reconcile; a check is reused only while the kubeconfig Secret's version is the same."""
         self._wake.set()
+
+    def ring(self, serial: int) -> None:
+        """Its timer (kokumi.actors.alarms): the next check or retry is due, unless the loop
+        has set another timer since (``serial`` is then an old one's)."""
+        if serial == self._serial:
+            self._alarm_at = None
+            self._wake.set()
 
     def set_selected(self, selected: bool) -> None:
         if selected != self._selected:
@@ -319,8 +332,12 @@ class ClusterActor:
                 # a check that failed leaves the timer in the past, and waiting for it would be
                 # a request loop.
                 deadline = self._retry_at if self._retry_at != math.inf else self._next_check
-                with trio.move_on_at(deadline):
-                    await self._wake.wait()
+                if deadline != self._alarm_at:
+                    # A new time; one set before and not rung yet still rings at the same.
+                    self._serial += 1
+                    self._alarm_at = deadline
+                    self._context.alarms.set(deadline, self, self._serial)
+                await self._wake.wait()
                 self._wake = trio.Event()
                 if self._stopping:
                     break

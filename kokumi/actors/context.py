@@ -11,6 +11,7 @@ import attrs
 import trio
 import trio.testing
 
+from kokumi.actors.alarms import Alarms
 from kokumi.actors.checks import CountingLimiter, InClusterCheck, Probe
 from kokumi.actors.metrics import Metrics
 from kokumi.actors.secretreads import SecretReads, SecretVersions
@@ -108,6 +109,8 @@ class Context:
     )
     #: The last manager's record of its Clusters' next checks, and this one's stop.
     handover: Handover = attrs.field(factory=Handover)
+    #: The actors' timers, rung a tick at a time by one task of the manager.
+    alarms: Alarms = attrs.field(factory=Alarms)
     #: The client of a Cluster's writes (status, finalizer, Events); with shards or a leader
     #: Lease, fenced by the Lease that lets this replica serve it. None: ``client``.
     writers: Callable[[ClusterRef], Client] | None = None

@@ -151,7 +151,8 @@ class Metrics:
 
     def due_spread(self) -> tuple[tuple[str, int], ...]:
         """Clusters by when their next check falls due: per tenth of the coming interval, plus
-        ``overdue`` (due, not begun) and ``later`` (past the interval).
+        ``overdue`` (due, not begun, and more than a tick of the timers ago: a check due within
+        the last tick begins at its end, kokumi.actors.alarms) and ``later`` (past the interval).
 
         Flat tenths are checks spread over the minute; a tenth far above the others is a burst.
         About 1 ms at 10,000 Clusters. Empty off the event loop, where Trio's clock is unknown.
@@ -168,8 +169,10 @@ class Metrics:
         counts = [0] * 12  # overdue, ten tenths, later
         for due in self.check_due.values():
             ahead = due - now
-            if ahead < 0:
+            if ahead < -schedule.TIMER_GRAIN:
                 counts[0] += 1
+            elif ahead < 0:
+                counts[1] += 1  # due now, in the tick that rings next
             elif ahead >= interval:
                 counts[11] += 1
             else:

@@ -62,6 +62,7 @@ __all__ = [
     "REUSE_WINDOW",
     "SILENT",
     "SILENT_AFTER",
+    "TIMER_GRAIN",
     "check_class",
     "due_after",
     "first_place",
@@ -90,6 +91,11 @@ together) brings (kokumi.actors.secretreads)."""
 
 CHECK_TIMEOUT = 10.0
 """Seconds one check has, all included: DNS, TLS, both requests."""
+
+TIMER_GRAIN = 0.05
+"""Seconds between two ticks of the actors' timers (kokumi.actors.alarms): a check or a retry
+due within one tick begins at its end, up to this much after its due, together with the others
+of the tick. Far inside the spec's random lateness of up to :data:`CHECK_JITTER` seconds."""
 
 REUSE_WINDOW = 30.0
 """A check younger than this (half a minute), with the Secret unchanged, is reused."""
