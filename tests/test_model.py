@@ -1955,3 +1955,41 @@ def _sourced_pair(seed: int) -> Iterator[OneReplicaMachine]:
         yield machine
     finally:
         machine.close()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_cluster_made_again_under_a_waiters_name_does_not_take_its_status(seed: int) -> None:
+    """Seed 14001 of a flake run, shrunk: ws2/b, a ClusterSource's Cluster waiting in s0's line
+    behind foreign Secrets, is deleted and made again by hand as InCluster. The old actor's
+    last status (ClusterConflict on s0) landed on the new object: a status merge patch goes to
+    whatever has the name, and the status subresource ignores a uid in it. The write now tests
+    the uid (a JSON patch) and is refused on the successor. Every seed failed before."""
+    seed_scheduler(seed)
+    machine = OneReplicaMachine()
+    try:
+        s0 = SERVERS[0]
+        machine.foreign_from_the_start(server=None)
+        machine.start(
+            layout=[("ws1", "a", s0)] * 2, before=True, sourced=[("a", s0), ("b", s0)], team=[]
+        )
+        machine.time_passes(seconds=1.0)
+        machine.delete_kubeconfig(name="b", ns="ws1")
+        machine.restart_manager(graceful=False, refused=None)
+        machine.delete_kubeconfig(name="a", ns="ws1")
+        machine.put_source(ns="ws1", tier="gold")
+        machine.put_cluster(in_cluster=False, name="a", ns="ws1", tier="gold")
+        machine.plant_foreign(by_name=False, server=s0)
+        machine.plant_foreign(by_name=False, server=s0)
+        machine.delete_cluster(name="b", ns="ws2", refused=None)
+        machine.plant_foreign(by_name=False, server=s0)
+        machine.plant_foreign(by_name=False, server=s0)
+        machine.put_cluster(in_cluster=True, name="b", ns="ws2", tier="gold")
+        machine.put_team_secret(broken=None, labelled=True, name="a", ns="ws1", server=s0)
+        machine.hub(down=False)
+        machine.converges_cleanly()
+        cluster = machine._object(api.CLUSTERS, "b", "ws2") or {}
+        assert cluster["spec"] == {"connection": "InCluster"}
+        (ready,) = cluster["status"]["conditions"]
+        assert ready["reason"] == "Ready", ready
+    finally:
+        machine.close()

@@ -39,6 +39,7 @@ import attrs
 import trio
 
 from kokumi.actors.secretreads import SecretReads
+from kokumi.actors.writes import replace_status
 from kokumi.core import api
 from kokumi.core.cluster import clustersource, secretplan, secretsource
 from kokumi.core.cluster.clustersource import (
@@ -525,15 +526,14 @@ class SourcesActor:
         if patch is None:
             return True
         try:
-            await self.writer.patch_merge(
+            await replace_status(
+                self.writer,
                 CLUSTER_SOURCES,
                 str(meta.get("name")),
-                {"status": patch},
-                namespace=str(meta.get("namespace")),
-                subresource="status",
+                str(meta.get("namespace")),
+                str(meta.get("uid") or ""),
+                patch,
             )
-        except errors.NotFound:
-            return True
         except errors.Fenced:
             raise
         except errors.KubeError as exc:

@@ -5,7 +5,8 @@ it changed and loses an Event without harm, whichever actor it is.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from kokumi.core import api
 from kokumi.core.api import unstructured
@@ -13,7 +14,7 @@ from kokumi.kube import errors
 from kokumi.kube.client import EVENTS, Client
 from kokumi.objects import Resource
 
-__all__ = ["EventRecorder", "write_status"]
+__all__ = ["EventRecorder", "replace_status", "write_status"]
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +38,56 @@ async def write_status(
     """
     if any(status == seen for seen in unchanged):
         return False
-    body = {"status": unstructured(status)}
+    return await replace_status(
+        client, resource, meta.name, meta.namespace, meta.uid, unstructured(status)
+    )
+
+
+async def replace_status(
+    client: Client,
+    resource: Resource,
+    name: str,
+    namespace: str | None,
+    uid: str,
+    status: Mapping[str, Any],
+) -> bool:
+    """Make ``status`` the status of the object ``uid``; whether it was written.
+
+    An actor reports on the object it was given, never on a new one of the same name made after
+    a delete: a status merge patch lands on whatever has the name (the status subresource keeps
+    the object's metadata, so a uid in the patch is no precondition there), and an old object's
+    conflict would stand on its successor. A JSON patch that tests ``/metadata/uid`` first is
+    refused instead, 422 like any failed test: the object is read to tell that from a status the
+    schema refuses, which is a fault of ours and must not be lost.
+    """
+    operations: list[dict[str, Any]] = [{"op": "add", "path": "/status", "value": _set(status)}]
+    if uid:
+        operations.insert(0, {"op": "test", "path": "/metadata/uid", "value": uid})
     try:
-        await client.patch_merge(
-            resource, meta.name, body, namespace=meta.namespace, subresource="status"
+        await client.patch_json(
+            resource, name, operations, namespace=namespace, subresource="status"
         )
     except errors.NotFound:
         return False  # deleted meanwhile: nothing to report on
+    except errors.Invalid:
+        try:
+            current = await client.get(resource, name, namespace=namespace)
+        except errors.NotFound:
+            return False
+        if str(current.get("metadata", {}).get("uid", "")) != uid:
+            return False  # made again under the name: its own actor reports on it
+        raise
     return True
+
+
+def _set(value: Any) -> Any:
+    """The value without its nulls: a merge patch's way of saying "no such field", which a
+    replaced status says by leaving the field out."""
+    if isinstance(value, Mapping):
+        return {k: _set(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_set(v) for v in value]
+    return value
 
 
 class EventRecorder:

@@ -197,9 +197,9 @@ _CLASSES: Final = (
 )
 
 _WHOLE: Final = (ClusterStatus, EnvironmentStatus, TargetStatus)
-"""Unstructured with every field: a status is written as a merge patch, where only a null removes
-a field the object has (a server no kubeconfig names any more). Everything else leaves out what is
-at its default, as a condition without a transition time."""
+"""Unstructured with every field, an unset one as null: the status is compared and sized as the
+whole it replaces (the write leaves the nulls out). Everything else leaves out what is at its
+default, as a condition without a transition time."""
 
 for _cls in _CLASSES:
     _renames: dict[str, Any] = {a.name: override(rename=_camel(a.name)) for a in attrs.fields(_cls)}
@@ -414,11 +414,11 @@ ENVIRONMENTS: Final = Resource(GROUP, VERSION, "environments", "Environment")
 
 
 def unstructured(status: ClusterStatus | EnvironmentStatus) -> dict[str, Any]:
-    """The status as the API has it, for a merge patch of the status subresource.
+    """The status as the API has it, for the write that replaces the status subresource whole.
 
-    camelCase keys as the CRD names them; every field of the status, a ``None`` as null, since a
-    merge patch removes a field only when it says null (a server no kubeconfig names any more);
-    a condition without its unset transition time or generation.
+    camelCase keys as the CRD names them; every field of the status, an unset one as null (the
+    write leaves it out, so a server no kubeconfig names any more is gone); a condition without
+    its unset transition time or generation.
     """
     result: dict[str, Any] = converter.unstructure(status)
     return result

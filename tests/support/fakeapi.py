@@ -1532,9 +1532,11 @@ class FakeApi(httpx.AsyncBaseTransport):
             raise _conflict(kind, name, _MODIFIED)
         if not version:  # the patch removed it
             _require_version(kind, name)
-        if meta.get("uid") and meta["uid"] != old["metadata"].get("uid"):
-            raise _precondition(
-                kind, name, "UID", meta["uid"], old["metadata"]["uid"], "deleted and then recreated"
+        if subresource is None and meta.get("uid") and meta["uid"] != old["metadata"].get("uid"):
+            # The uid cannot change; the status subresource keeps the object's own metadata, so
+            # there a uid in the patch is no precondition at all (a JSON patch's test is).
+            raise _invalid(
+                kind, name, "metadata.uid", f'Invalid value: "{meta["uid"]}": field is immutable'
             )
         return 200, self._commit_update(
             kind, old, self._prepare_update(kind, old, patched, subresource)

@@ -260,6 +260,65 @@ async def test_stale_updates_conflict(server: Server) -> None:
     assert replaced["metadata"]["uid"] == old["metadata"]["uid"]
 
 
+async def test_only_a_json_patch_test_keeps_a_status_write_off_a_new_object(
+    server: Server,
+) -> None:
+    """A write meant for an object deleted meanwhile must not land on a new one of its name.
+
+    A uid in a merge patch of the object is refused (the uid cannot change), but the status
+    subresource takes the old object's metadata whatever the patch says: a stale status merge
+    patch lands on the successor. A JSON patch's ``test`` of ``/metadata/uid`` is what holds.
+    """
+    client, ns = server.client, server.namespace
+    old = await client.create(api.CLUSTERS, cluster("again"), namespace=ns)
+    await client.delete(api.CLUSTERS, "again", namespace=ns)
+    new = await client.create(api.CLUSTERS, cluster("again"), namespace=ns)
+    stale_uid, uid = old["metadata"]["uid"], new["metadata"]["uid"]
+
+    with pytest.raises(Invalid) as caught:
+        await client.patch_merge(
+            api.CLUSTERS,
+            "again",
+            {"metadata": {"uid": stale_uid, "labels": {"a": "b"}}},
+            namespace=ns,
+        )
+    assert caught.value.message.endswith(
+        f'Cluster.delivery.kokumi.dev "again" is invalid: metadata.uid: Invalid value:'
+        f' "{stale_uid}": field is immutable'
+    ), caught.value.message
+    landed = await client.patch_merge(
+        api.CLUSTERS,
+        "again",
+        {"metadata": {"uid": stale_uid}, "status": {"server": "https://old"}},
+        namespace=ns,
+        subresource="status",
+    )
+    assert landed["metadata"]["uid"] == uid
+    assert landed["status"] == {"server": "https://old"}
+
+    def status_ops(expected_uid: str, server_url: str) -> list[Obj]:
+        return [
+            {"op": "test", "path": "/metadata/uid", "value": expected_uid},
+            {"op": "add", "path": "/status", "value": {"server": server_url}},
+        ]
+
+    with pytest.raises(Invalid) as refused:
+        await client.patch_json(
+            api.CLUSTERS,
+            "again",
+            status_ops(stale_uid, "https://stale"),
+            namespace=ns,
+            subresource="status",
+        )
+    assert refused.value.code == 422
+    current = await client.get(api.CLUSTERS, "again", namespace=ns)
+    assert current["status"] == {"server": "https://old"}
+    written = await client.patch_json(
+        api.CLUSTERS, "again", status_ops(uid, "https://new"), namespace=ns, subresource="status"
+    )
+    assert written["status"] == {"server": "https://new"}  # the whole status replaced
+
+
 async def test_json_patch_test_operation_is_a_precondition(server: Server) -> None:
     client, ns = server.client, server.namespace
     await client.create(CONFIG_MAPS, configmap("jp", v="1"), namespace=ns)

@@ -770,5 +770,5 @@ def status_patch(current: object, new: SourceStatus, now: str) -> dict[str, Any]
     if {k: old.get(k) for k in (*wanted, "more")} == {**{"more": None}, **wanted}:
         return None
     if "more" not in wanted and "more" in old:
-        wanted["more"] = None  # a merge patch removes it
+        wanted["more"] = None  # null: left out of the status written
     return wanted
