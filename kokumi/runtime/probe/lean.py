@@ -177,8 +177,9 @@ async def _lean_check(
     by the same policy, before this is called), and one socket per address is made through
     Trio's socket factory. The
     worker thread then connects to the judged addresses only (never resolving again: no DNS
-    rebinding), handshakes, asks and closes, with every socket operation's timeout what is left
-    of the check's budget. If the check's deadline fires first, the thread is abandoned and its
+    rebinding), handshakes, asks and closes: the connect bounded by what is left of the check's
+    budget, the rest on a blocking socket (see :class:`_Wire`). If the check's deadline fires
+    first, the thread is abandoned and its
     socket shut down, which wakes it at once; the thread closes the socket as it leaves.
     """
     host = base.raw_host.decode("ascii")  # IDNA-encoded, as httpcore resolves and names it
@@ -321,6 +322,12 @@ class _Wire:
     they come: it works in time linear in what it is fed (a hand-written parser's regex once
     spent 0.9 s of CPU, with the GIL held, on one header line padded with spaces), and every
     check here reads a bounded amount, whatever the server sends.
+
+    Once connected the socket blocks, with no timeout of its own: a socket with a timeout
+    polls before every read and write and takes the GIL back twice, 5-11 % of a check's CPU
+    (``benchmarks/README.md``). The deadline is Trio's: it shuts the socket down, which wakes
+    the thread at once, and between reads and writes :meth:`time_left` ends a check whose
+    budget is spent. The connect keeps its timeout (a shutdown does not wake a connect).
     """
 
     line: _Line
@@ -367,12 +374,13 @@ class _Wire:
             break
         self.redial = (sock.family, sockaddr)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(None)  # from here on, Trio's shutdown at the deadline wakes it
         if self.context is not None:
             tls = self.context.wrap_socket(
                 sock, server_hostname=self.server_hostname, do_handshake_on_connect=False
             )
             self.line.adopt(tls)
-            tls.settimeout(self.time_left())
+            self.time_left()
             tls.do_handshake()
             sock = tls
         return sock
@@ -395,7 +403,7 @@ class _Wire:
         if body is not None:
             request += http.send(h11.Data(data=body))
         request += http.send(h11.EndOfMessage())
-        self.sock.settimeout(self.time_left())
+        self.time_left()
         self.sock.sendall(request)
         try:
             status, content, reusable = self.answer(http)
@@ -446,7 +454,7 @@ class _Wire:
     def receive(self) -> bytes:
         """The next bytes the server sent; empty at the end of the stream."""
         assert self.sock is not None
-        self.sock.settimeout(self.time_left())
+        self.time_left()
         return self.sock.recv(65536)
 
 

@@ -643,6 +643,38 @@ async def test_failures_before_tls_read_the_same(
     assert says in finding.message
 
 
+async def test_a_handshake_that_never_ends_ends_at_the_deadline_with_its_thread(
+    pki: Pki,
+) -> None:
+    """A server that takes the connection and reads the ClientHello but never answers: the
+    thread waits in the handshake on a socket with no timeout of its own, and the deadline's
+    shutdown must wake it, so that the check ends on time and the thread and socket with it."""
+    closed = trio.Event()
+
+    async def handler(stream: trio.SocketStream) -> None:
+        await stream.receive_some(65536)
+        while await stream.receive_some(65536):
+            pass  # until the client goes
+        closed.set()
+
+    threads = threading.active_count()
+    async with trio.open_nursery() as nursery:
+        port = await tcp_server(nursery, handler)
+        started = time.monotonic()
+        finding = await check(connection(pki, f"https://127.0.0.1:{port}"), timeout=1.0)
+        elapsed = time.monotonic() - started
+        with trio.fail_after(5):
+            await closed.wait()
+        nursery.cancel_scope.cancel()
+    assert finding.message.startswith(f"timed out after 1 s: 127.0.0.1:{port}")
+    assert 1.0 <= elapsed < 3.0
+    for _ in range(100):
+        if threading.active_count() <= threads + 1:  # Trio's thread cache may keep one idle
+            break
+        await trio.sleep(0.05)
+    assert threading.active_count() <= threads + 1
+
+
 async def test_a_refused_port_reads_the_same(pki: Pki) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
