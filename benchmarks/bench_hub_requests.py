@@ -154,6 +154,7 @@ async def _round(
 async def bench(hub: APIServer, requests: int, watches: int, rounds: int) -> list[str]:
     variants: list[tuple[str, Callable[[Config], httpx.AsyncBaseTransport] | None, bool]] = [
         ("this client", None, False),
+        ("httpcore's own pass, 20 kept (the client before)", lambda c: _pool(c, 20), False),
         ("one pool, every connection kept", lambda c: _pool(c, None), False),
         ("requests on a pool of their own, 32 kept", lambda c: _pool(c, 32), True),
     ]

@@ -1,4 +1,4 @@
-"""The one place that reaches under httpx into httpcore's network backend.
+"""The one place that reaches under httpx into httpcore: its network backend and its pool.
 
 httpx takes no network backend, but its pool (httpcore's, direct or through a proxy) asks one for
 every connection it opens, to the server or to a proxy. Two things need that moment:
@@ -15,6 +15,10 @@ every connection it opens, to the server or to a proxy. Two things need that mom
 A caller whose deadline may fire mid-read (the probe) also has every socket tracked, to close them
 all, shielded, when it is done: eight checks at a time then limit the open sockets.
 
+The hub client's pool also runs its own pass over its connections (:func:`keep_connections`):
+httpcore's closed a connection a write once the watches were open, and walked every idle
+connection twice a request.
+
 The backend is private to httpcore's pool (``_network_backend``); tests/kube/test_backend.py and
 tests/core/cluster/test_egress.py fail if it moves, so an httpcore that renames it fails CI
 loudly.
@@ -25,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import socket
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -32,7 +37,12 @@ import httpcore
 import httpx
 import trio
 
-__all__ = ["Admit", "Backend", "install"]
+__all__ = ["SWEEP", "Admit", "Backend", "install", "keep_connections"]
+
+SWEEP = 1.0
+"""Seconds between two looks at every idle connection of a pool :func:`keep_connections` made
+(has the server closed it, has it been idle too long). A connection is also looked at when a
+request is about to reuse it, so a closed one is never handed out."""
 
 Admit = Callable[[str, str], None]
 """``admit(host, address)``: returns when a connection to ``address`` (one that ``host`` names or
@@ -53,6 +63,104 @@ def install(
     backend = Backend(pool._network_backend, admit=admit, track=track)
     pool._network_backend = backend
     return backend
+
+
+def keep_connections(transport: httpx.AsyncHTTPTransport) -> None:
+    """Make ``transport``'s pool keep its idle connections, and hand them out without walking
+    them all.
+
+    httpcore 1.0.9's pool runs one pass over its connections as each request starts and as each
+    ends. It compares ``max_keepalive_connections`` with all its connections, busy ones and
+    watch streams included, so once more are open than it may keep idle it closes each
+    connection as soon as its answer is read and the next request handshakes anew (32 writes in
+    flight beside a dozen watches opened a connection per write); and for every idle connection
+    it polls the socket and counts the connections again, which costs the idle connections
+    squared. The pass here counts the idle ones only, polls an idle connection when a request
+    is about to take it (the rest once a :data:`SWEEP`), skips connections already handed to a
+    request that has not started on them, and reuses the last used first, so that surplus ones
+    reach their keep-alive expiry and close. What it keeps, opens and closes is otherwise
+    httpcore's rule: ``max_connections``, ``max_keepalive_connections``, ``keepalive_expiry``.
+    """
+    pool = transport._pool
+    if not hasattr(pool, "_assign_requests_to_connections") or not hasattr(pool, "_requests"):
+        raise RuntimeError("httpx/httpcore changed: its pool has no pass to replace")
+    if not isinstance(pool, _KeptConnections):
+        pool.__class__ = _kept(type(pool))
+
+
+_KEPT: dict[type[httpcore.AsyncConnectionPool], type[httpcore.AsyncConnectionPool]] = {}
+
+
+def _kept(kind: type[httpcore.AsyncConnectionPool]) -> type[httpcore.AsyncConnectionPool]:
+    """One class a kind of pool (direct, or through either proxy), however many clients."""
+    if kind not in _KEPT:
+        _KEPT[kind] = type(f"Kept{kind.__name__}", (_KeptConnections, kind), {})
+    return _KEPT[kind]
+
+
+class _KeptConnections(httpcore.AsyncConnectionPool):
+    """httpcore's pool with the pass of :func:`keep_connections` (mixed in before the pool's own
+    class, so a proxy's pool keeps its way of opening connections)."""
+
+    _swept_at = 0.0
+
+    def _assign_requests_to_connections(self) -> list[Any]:
+        connections: list[Any] = self._connections
+        closing: list[Any] = []
+        now = time.monotonic()
+        sweep = now - self._swept_at >= SWEEP
+        if sweep:
+            self._swept_at = now
+        # Connections handed to a request that has not yet started on them still say idle.
+        taken = {id(r.connection) for r in self._requests if r.connection is not None}
+        idle: list[Any] = []
+        for connection in list(connections):
+            if connection.is_closed():
+                connections.remove(connection)
+            elif id(connection) in taken or not connection.is_idle():
+                continue
+            elif sweep and connection.has_expired():
+                connections.remove(connection)
+                closing.append(connection)
+            else:
+                idle.append(connection)
+        for pool_request in self._requests:
+            if not pool_request.is_queued():
+                continue
+            origin = pool_request.request.url.origin
+            found = None
+            at = len(idle)
+            while found is None and at:
+                at -= 1  # the last used first
+                connection = idle[at]
+                if not connection.can_handle_request(origin) or not connection.is_available():
+                    continue
+                del idle[at]
+                if connection.has_expired():
+                    connections.remove(connection)
+                    closing.append(connection)
+                else:
+                    found = connection
+            if found is not None:
+                connections.remove(found)
+                connections.append(found)  # the last used goes last
+            elif len(connections) < self._max_connections:
+                found = self.create_connection(origin)
+                connections.append(found)
+            elif idle:
+                oldest = idle.pop(0)
+                connections.remove(oldest)
+                closing.append(oldest)
+                found = self.create_connection(origin)
+                connections.append(found)
+            else:
+                continue  # waits for a connection to come free
+            pool_request.assign_to_connection(found)
+        while len(idle) > self._max_keepalive_connections:
+            oldest = idle.pop(0)
+            connections.remove(oldest)
+            closing.append(oldest)
+        return closing
 
 
 class Backend(httpcore.AsyncNetworkBackend):

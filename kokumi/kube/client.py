@@ -222,9 +222,12 @@ class Client:
                 # The kubeconfig is the whole truth: no proxy, CA bundle or netrc from the
                 # environment.
                 trust_env=False,
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=20),
+                # As many kept as requests may be in flight: onboarding's writes then reuse
+                # their connections instead of each handshaking with the API server anew.
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=max_requests),
             )
             backend.install(transport)  # closes a cancelled handshake's socket
+            backend.keep_connections(transport)  # a pool that keeps them, at no cost a request
         self._http = httpx.AsyncClient(
             base_url=config.server,
             trust_env=False,
