@@ -13,7 +13,8 @@ from kokumi.cmd.cluster.describe import describe_text
 from kokumi.core import api
 from kokumi.core.cluster.clustersource import CLUSTER_SOURCES
 from kokumi.kube import errors
-from kokumi.kube.client import SECRETS
+from kokumi.kube.client import SECRETS, Client, Identity
+from kokumi.objects import Resource
 from kokumi.testing import canary
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
@@ -28,6 +29,31 @@ from tests.support.sources import (
 )
 
 MARK = {"kokumi.dev/kubeconfig": "true"}
+ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
+ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
+
+
+async def secrets_writer(ws: Workspace, ns: str, user: str = "tenant") -> Client:
+    """A client acting as ``user``, who may write Secrets in ``ns`` and nothing else: what a
+    team's ExternalSecret template or sealed-secrets controller can do."""
+    role = {
+        "metadata": {"name": "secrets-writer", "namespace": ns},
+        "rules": [
+            {
+                "apiGroups": [""],
+                "resources": ["secrets"],
+                "verbs": ["get", "list", "create", "update", "patch", "delete"],
+            }
+        ],
+    }
+    await ws.client.create(ROLES, role, namespace=ns)
+    binding = {
+        "metadata": {"name": f"secrets-writer-{user}", "namespace": ns},
+        "roleRef": {"apiGroup": ROLES.group, "kind": "Role", "name": "secrets-writer"},
+        "subjects": [{"apiGroup": ROLES.group, "kind": "User", "name": user}],
+    }
+    await ws.client.create(ROLE_BINDINGS, binding, namespace=ns)
+    return ws.client.acting_as(Identity(user=user))
 
 
 async def labelled_secret(
@@ -246,4 +272,62 @@ async def test_every_context_of_a_secret_is_a_cluster_and_follows_the_contexts(
         await gone(ws, ns, "edge-2")
         await gone(ws, ns, "edge-3")
         await wait_source(ws, ns, "Ready", "fleet", matched=0, made=0)
+        await cleanup(ws)
+
+
+async def test_a_planted_secret_never_takes_over_a_cluster_and_waits_listed(
+    hub: APIServer, spoke: APIServer, spoke_kubeconfig: Registration
+) -> None:
+    """A user who may only write Secrets adds one that names an existing Cluster and sorts
+    first: the Cluster keeps reading the Secret it was made from, the planted one is listed as
+    a conflict naming both (never the credential). Once the real one is gone, the planted one
+    takes the Cluster over in place: the same object, not a delete and a create."""
+    reg = spoke_kubeconfig
+    async with workspace(hub) as ws, manager(hub, ws.options()):
+        ns = await ws.namespace()
+        tenant = await secrets_writer(ws, ns)
+        with pytest.raises(errors.Forbidden):
+            await tenant.list(api.CLUSTERS, namespace=ns)
+        spec = {
+            "from": "Secrets",
+            "secretSelector": {"matchLabels": MARK},
+            "key": "kubeconfig",
+            "naming": {"trimSuffix": "-kubeconfig"},
+        }
+        await source(ws, ns, "team", spec)
+        await labelled_secret(ws, ns, "prod-kubeconfig", MARK, "kubeconfig", reg.kubeconfig)
+        held = await wait_reason(ws, ns, "prod", "Ready")
+        await wait_source(ws, ns, "Ready", "team", matched=1, made=1)
+
+        planted_token = canary.token("planted")
+        body = {
+            "metadata": {"name": "prod", "namespace": ns, "labels": MARK},
+            "data": {
+                "kubeconfig": base64.b64encode(reg.variant(token=planted_token).encode()).decode()
+            },
+        }
+        await tenant.create(SECRETS, body, namespace=ns)
+        listed = await wait_source(ws, ns, "NotAllImported", "team", matched=2, made=1, conflicts=1)
+        (entry,) = listed["status"]["notImported"]
+        assert (entry["secret"], entry["cluster"], entry["reason"]) == (
+            "prod",
+            "prod",
+            "ClusterConflict",
+        )
+        assert "Secret prod-kubeconfig of this source has Cluster prod" in entry["message"]
+        assert "Secret prod names it too and waits" in entry["message"]
+        assert planted_token not in str(listed) and reg.token not in str(listed)
+        cluster = await wait_reason(ws, ns, "prod", "Ready")
+        assert cluster["metadata"]["uid"] == held["metadata"]["uid"]
+        assert cluster["spec"]["kubeconfig"]["secretRef"] == {
+            "name": "prod-kubeconfig",
+            "key": "kubeconfig",
+        }
+
+        # The Secret the Cluster was made from goes: the waiting one takes it over in place.
+        await ws.client.delete(SECRETS, "prod-kubeconfig", namespace=ns)
+        await wait_source(ws, ns, "Ready", "team", matched=1, made=1, conflicts=0)
+        handed = await wait_reason(ws, ns, "prod", "Unauthorized")
+        assert handed["metadata"]["uid"] == held["metadata"]["uid"]
+        assert handed["spec"]["kubeconfig"]["secretRef"]["name"] == "prod"
         await cleanup(ws)

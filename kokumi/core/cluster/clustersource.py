@@ -588,34 +588,50 @@ def settle(
     existing: Mapping[str, Existing],
     mine: Mapping[str, Existing],
 ) -> Plan:
-    """The writes and findings for the matched Secrets: the rules every kind of source shares."""
+    """The writes and findings for the matched Secrets: the rules every kind of source shares.
+
+    Two Secrets (or contexts) that name one Cluster: the one the source's Cluster was made from
+    keeps it while it still matches and names it, and the other waits, listed; first by name
+    decides only a name no Cluster of the source holds yet. Else anybody who may write a
+    Secret that sorts first could take over a registered Cluster, and every Environment's
+    deployments with it. Once the holder goes or stops matching, the next takes the Cluster
+    over in place (an update, not a delete and a create).
+    """
     create: list[Desired] = []
     update: list[Desired] = []
     kept: list[str] = []
     problems: list[NotImported] = []
     wanted: dict[str, str] = {}  # Cluster -> the Secret that has it
-    claimed: dict[str, str] = {}  # Cluster -> the first Secret by name that names it
+    ordered = sorted(candidates, key=lambda c: (c.secret, c.context or ""))
+    holders: dict[str, Candidate] = {}  # Cluster -> the candidate it was made from
+    for candidate in ordered:
+        made = mine.get(candidate.cluster)
+        if (
+            candidate.refused is None
+            and made is not None
+            and (made.secret, made.context) == (candidate.secret, candidate.context)
+        ):
+            holders.setdefault(candidate.cluster, candidate)
+    claimed = dict(holders)  # Cluster -> the candidate that has the name
     matched = 0
-    for secret in sorted(candidates, key=lambda c: (c.secret, c.context or "")):
+    for secret in ordered:
         matched += 1
         if secret.refused is not None:
             problems.append(NotImported(secret.secret, secret.cluster, *secret.refused))
             continue
         target = _desired(source, secret.secret, secret.cluster, secret.labels, secret.context)
         there = existing.get(secret.cluster)
-        if secret.cluster in claimed:
+        first = claimed.setdefault(secret.cluster, secret)
+        if first is not secret:
             problems.append(
                 NotImported(
                     secret.secret,
                     secret.cluster,
                     Reason.CLUSTER_CONFLICT,
-                    f"Secret {claimed[secret.cluster]} of this source names Cluster "
-                    f"{secret.cluster} too, and comes first by name: rename one of them, or "
-                    "change spec.naming",
+                    _waits(first, secret),
                 )
             )
             continue
-        claimed[secret.cluster] = secret.secret
         if there is not None and secret.cluster not in mine:
             problems.append(NotImported(secret.secret, secret.cluster, *_conflict(there)))
             continue
@@ -637,6 +653,30 @@ def settle(
             kept.append(target.name)
     delete = tuple(sorted(set(mine) - set(wanted)))
     return Plan(tuple(create), tuple(update), delete, tuple(kept), matched, tuple(problems), None)
+
+
+def _named(candidate: Candidate) -> str:
+    if candidate.context is None:
+        return f"Secret {candidate.secret}"
+    return f"context {candidate.context} of Secret {candidate.secret}"
+
+
+def _waits(first: Candidate, other: Candidate) -> str:
+    """Why ``other`` has no Cluster: ``first`` names it too and has it. Names, never data.
+
+    The same words before the Cluster is made and after, so that the status does not change
+    when nothing but the create happened.
+    """
+    fix = (
+        "rename one of the contexts"
+        if other.context is not None
+        else "rename one of them, or change spec.naming"
+    )
+    return (
+        f"{_named(first)} of this source has Cluster {other.cluster}, made from it (or first by "
+        f"name while none was made), and keeps it while it matches: {_named(other)} names it "
+        f"too and waits until Secret {first.secret} goes or stops matching; {fix}"
+    )
 
 
 def _conflict(there: Existing) -> tuple[Reason, str]:

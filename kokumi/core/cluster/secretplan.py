@@ -53,8 +53,8 @@ def plan_secrets(
     The same rules as Cluster API's, over the Secrets' own labels: a Secret the shape matches
     keeps a Cluster named as ``spec.naming`` says, with the Secret's labels and the source's; a
     Secret that stops matching takes its Cluster with it; while the Secrets cannot be listed
-    nothing is created or deleted. Two Secrets that name the same Cluster: the first by name
-    has it, the other is a conflict.
+    nothing is created or deleted. Two Secrets that name the same Cluster: the one the
+    Cluster was made from keeps it, the other waits as a conflict (:func:`clustersource.settle`).
     """
     assert source.shape is not None
     mine = clustersource.mine_of(source, existing)

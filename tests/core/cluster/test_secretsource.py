@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+import attrs
 import hypothesis.strategies as st
 from hypothesis import given
 
@@ -196,7 +197,69 @@ def test_two_secrets_naming_one_cluster_the_first_has_it() -> None:
     assert [(d.name, d.secret) for d in decided.create] == [("edge", "edge")]
     (entry,) = decided.not_imported
     assert (entry.secret, entry.reason) == ("edge-kubeconfig", Reason.CLUSTER_CONFLICT)
-    assert "Secret edge of this source names Cluster edge too, and comes first" in entry.message
+    assert "Secret edge of this source has Cluster edge, made from it (or first by name" in (
+        entry.message
+    )
+    assert "Secret edge-kubeconfig names it too and waits" in entry.message
+
+
+def test_the_secret_a_cluster_was_made_from_keeps_it_and_a_newcomer_waits() -> None:
+    """A Secret that sorts first, written later by anybody who may write Secrets, never takes
+    over a Cluster the source made: with trimmed names, with naming.label, with contexts All.
+    Once the holder goes, the newcomer takes the Cluster over in place."""
+    labels = {**MARK, cs.SOURCE_LABEL: "team"}
+    trimmed = source(naming={"trimSuffix": "-kubeconfig"})
+    by_label = source(naming={"label": "name"})
+    contexts = all_contexts()
+    cases: list[tuple[cs.ClusterSource, cs.Existing, sp.Labelled, sp.Labelled, str]] = [
+        (
+            trimmed,
+            made("prod", "prod-kubeconfig", labels),
+            sp.Labelled("prod-kubeconfig", MARK),
+            sp.Labelled("prod", MARK),
+            "Secret prod-kubeconfig of this source has Cluster prod",
+        ),
+        (
+            by_label,
+            made("prod", "real", {**labels, "name": "prod"}),
+            sp.Labelled("real", {**MARK, "name": "prod"}),
+            sp.Labelled("planted", {**MARK, "name": "prod"}),
+            "Secret real of this source has Cluster prod",
+        ),
+        (
+            contexts,
+            cs.Existing("prod", ("team", UID), labels, "real", "kubeconfig", "prod"),
+            sp.Labelled("real", MARK, None, (("prod", None),)),
+            sp.Labelled("evil", MARK, None, (("prod", None),)),
+            "context prod of Secret real of this source has Cluster prod",
+        ),
+    ]
+    for src, held, holder, newcomer, says in cases:
+        existing = {"prod": held}
+        decided = sp.plan_secrets(src, [newcomer, holder], existing)
+        assert (decided.create, decided.update, decided.delete) == ((), (), ()), src
+        assert decided.kept == ("prod",)
+        (entry,) = decided.not_imported
+        assert (entry.secret, entry.cluster, entry.reason) == (
+            newcomer.name,
+            "prod",
+            Reason.CLUSTER_CONFLICT,
+        )
+        assert says in entry.message and f"Secret {newcomer.name}" in entry.message
+        assert f"waits until Secret {holder.name} goes or stops matching" in entry.message
+        assert "\n" not in entry.message
+        status = cs.status_of(src, decided, {})
+        assert (status.reason, status.conflicts, status.made) == (Reason.NOT_ALL_IMPORTED, 1, 1)
+        # The holder broken by a rotation: it still holds the Cluster.
+        broken = attrs.evolve(holder, problem=(Reason.INVALID_KUBECONFIG, "bad"))
+        if src.shape is not None and src.shape.all_contexts:
+            broken = attrs.evolve(broken, contexts=())
+        still = sp.plan_secrets(src, [newcomer, broken], existing)
+        assert (still.create, still.update, still.delete) == ((), (), ())
+        # The holder gone: the newcomer takes the Cluster over, an update in place.
+        handed = sp.plan_secrets(src, [newcomer], existing)
+        assert (handed.create, handed.delete) == ((), ())
+        assert [(d.name, d.secret) for d in handed.update] == [("prod", newcomer.name)]
 
 
 def test_usability_reads_the_sources_key() -> None:
@@ -291,6 +354,38 @@ def test_every_matched_secret_has_its_cluster_or_a_reason_and_no_other_keeps_one
     for name, there in after.items():
         if there.owner == ("team", UID):
             assert kept_for.get(name) == there.secret, (name, there)
+
+
+@given(worlds(), st.lists(st.sampled_from(["a", "b", "a-kc", "b-kc", "xc", "d"]), max_size=3))
+def test_a_clusters_secret_never_changes_while_that_secret_still_matches(
+    world: World, planted: list[str]
+) -> None:
+    """Whatever Secrets appear beside it (planted with the labels and names that sort first),
+    a Cluster the source made keeps reading the Secret it was made from while that Secret
+    matches and names it: never updated to another, never deleted."""
+    src, secrets, existing, _ = world
+    assert src.shape is not None
+    decided = sp.plan_secrets(src, secrets, existing)
+    after = apply(src, decided, existing)
+    present = {s.name for s in secrets}
+    newcomers = [
+        sp.Labelled(n, {**MARK, "name": n.removesuffix("-kc")}) for n in planted if n not in present
+    ]
+    for world_secrets, before in ((secrets, existing), ([*secrets, *newcomers], after)):
+        plan = sp.plan_secrets(src, world_secrets, before)
+        for name, there in before.items():
+            if there.owner != ("team", UID):
+                continue
+            holder = [
+                s
+                for s in world_secrets
+                if s.name == there.secret and ss.cluster_name(src.shape, s.name, s.labels) == name
+            ]
+            if not holder:
+                continue
+            assert name not in plan.delete, (name, there)
+            assert all(d.secret == there.secret for d in plan.update if d.name == name)
+            assert name not in {d.name for d in plan.create}
 
 
 # --- contexts All -------------------------------------------------------------------------------
@@ -408,3 +503,31 @@ def test_contexts_all_settles_in_one_step_and_keeps_only_present_contexts(
         else:
             assert set(existing) == {n for n in names if ss.name_problem(n) is None}
             assert all(e.context == e.name for e in existing.values())
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["s1", "s2", "s3"]), st.lists(st.sampled_from(["a", "b"]))),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_with_contexts_all_a_clusters_secret_and_context_never_change_while_they_match(
+    rounds: list[tuple[str, list[str]]],
+) -> None:
+    """Secrets come with contexts of the same names, one per round: each Cluster keeps the
+    Secret and context it was made from while that Secret still has the context."""
+    src = all_contexts()
+    present: dict[str, list[str]] = {}
+    existing: dict[str, cs.Existing] = {}
+    for secret, names in rounds:
+        present[secret] = sorted(set(names))
+        secrets = [
+            sp.Labelled(n, MARK, None, tuple((c, None) for c in cs_)) for n, cs_ in present.items()
+        ]
+        decided = sp.plan_secrets(src, secrets, existing)
+        after = apply(src, decided, existing)
+        for name, there in existing.items():
+            if there.context in present.get(there.secret or "", []):
+                assert (after[name].secret, after[name].context) == (there.secret, there.context)
+        existing = after
