@@ -41,7 +41,7 @@ import trio
 from kokumi.actors.secretreads import SecretReads
 from kokumi.actors.writes import replace_status
 from kokumi.core import api
-from kokumi.core.cluster import clustersource, secretplan, secretsource
+from kokumi.core.cluster import clustersource, secretplan, secretsource, vcluster
 from kokumi.core.cluster.clustersource import (
     CAPI_CLUSTER_NAME,
     CAPI_CLUSTERS,
@@ -59,6 +59,7 @@ from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.client import METADATA_LIST, Client
 from kokumi.kube.paths import resource_path
 from kokumi.kube.watch import Resync, Store, WatchEvent, watch
+from kokumi.objects import Resource
 
 __all__ = ["KEEP_LABELS", "SecretsView", "SourcesActor"]
 
@@ -123,6 +124,8 @@ class SourcesActor:
         self.sources = Store()
         self.capi = Store()
         self.capi_readable: bool | None = None  # None: not known yet
+        self.vcluster_services = Store()
+        self.vcluster_readable: bool | None = None  # None: not known yet
         self._verdicts: dict[VerdictKey, _Verdict] = {}
         self._dirty: set[str] = set()
         self._wake = trio.Event()
@@ -191,6 +194,7 @@ class SourcesActor:
             )
             nursery.start_soon(self._follow_sources, receive)
             nursery.start_soon(self._follow_capi)
+            nursery.start_soon(self._follow_vcluster_services)
             task_status.started()
             while True:
                 await self._wake.wait()
@@ -239,12 +243,47 @@ class SourcesActor:
 
     async def _follow_capi(self) -> None:
         """Watch Cluster API's clusters once they can be listed; until then say they cannot."""
+        await self._follow_listed(
+            CAPI_CLUSTERS,
+            None,
+            self.capi,
+            "capi_readable",
+            "Cluster API's clusters",
+            "ClusterAPINotReadable",
+        )
+
+    async def _follow_vcluster_services(self) -> None:
+        """Watch vcluster's Services (labelled ``app: vcluster``), which tell vcluster's
+        ``vc-<name>`` Secrets from planted ones; until they can be listed say they cannot."""
+        await self._follow_listed(
+            vcluster.SERVICES,
+            vcluster.SERVICE_SELECTOR,
+            self.vcluster_services,
+            "vcluster_readable",
+            "vcluster's Services",
+            "VClusterNotReadable",
+        )
+
+    async def _follow_listed(
+        self,
+        resource: Resource,
+        label_selector: str | None,
+        store: Store,
+        readable: Literal["capi_readable", "vcluster_readable"],
+        what: str,
+        reported: str,
+    ) -> None:
+        """Watch ``resource`` (metadata only) once it can be listed, into ``store``; until then
+        ``readable`` is False and the sources that need it report ``reported``."""
         delay = 0.0
         said: str | None = None
+        params = {"limit": "1"}
+        if label_selector:
+            params["labelSelector"] = label_selector
         while True:
             try:
                 await self._client.request(
-                    "GET", resource_path(CAPI_CLUSTERS), params={"limit": "1"}, accept=METADATA_LIST
+                    "GET", resource_path(resource), params=params, accept=METADATA_LIST
                 )
                 break
             except (errors.Forbidden, errors.NotFound) as exc:
@@ -254,32 +293,40 @@ class SourcesActor:
                     # somebody made, or a mistake: worth a warning.
                     log.log(
                         logging.INFO if text == "not installed" else logging.WARNING,
-                        "cannot read Cluster API's clusters (%s): ClusterSources report"
-                        " ClusterAPINotReadable and change nothing; retrying with backoff",
+                        "cannot read %s (%s): ClusterSources that need them report %s and"
+                        " change nothing; retrying with backoff",
+                        what,
                         text,
+                        reported,
                     )
                     said = text
-                if self.capi_readable is not False:
-                    self.capi_readable = False
+                if getattr(self, readable) is not False:
+                    setattr(self, readable, False)
                     self.changed(None)
             except errors.KubeError as exc:
                 if said != type(exc).__name__:
-                    log.warning("cannot list Cluster API's clusters: %s; retrying", exc)
+                    log.warning("cannot list %s: %s; retrying", what, exc)
                     said = type(exc).__name__
             delay = min(self._capi_backoff_max, max(1.0, delay * 2))
             await trio.sleep(delay / 2 + random.uniform(0, delay / 2))  # noqa: S311 (jitter)
         if said is not None:
-            log.info("may read Cluster API's clusters now")
+            log.info("may read %s now", what)
         send, receive = trio.open_memory_channel[WatchEvent | Resync](64)
         assert self._nursery is not None
         await self._nursery.start(
             functools.partial(
-                watch, self._client, CAPI_CLUSTERS, send, store=self.capi, metadata_only=True
+                watch,
+                self._client,
+                resource,
+                send,
+                store=store,
+                metadata_only=True,
+                label_selector=label_selector,
             )
         )
         async for event in receive:
             if isinstance(event, Resync):
-                self.capi_readable = True
+                setattr(self, readable, True)
                 self.changed(None)
             else:
                 self.changed(str(event.object.get("metadata", {}).get("namespace", "")))
@@ -312,12 +359,21 @@ class SourcesActor:
             failed: dict[str, str] = {}
             if isinstance(source, clustersource.ClusterSource):
                 if source.shape is not None:
+                    vclusters = None
+                    if source.shape.tool == secretsource.VCLUSTER_APP:
+                        if self.vcluster_readable is None:
+                            continue  # not known yet: a restart must not write a passing state
+                        vclusters = vcluster.view_of(
+                            self.vcluster_readable,
+                            [o["metadata"] for o in self.vcluster_services.in_namespace(namespace)],
+                        )
                     decided = plan_secrets(
                         source,
                         await self._labelled(namespace, source.shape),
                         existing,
                         secrets_listable=listable,
                         not_listable_message=message,
+                        vclusters=vclusters,
                     )
                 elif self.capi_readable is None:
                     continue  # not known yet: a restart must not write a passing state
@@ -373,8 +429,15 @@ class SourcesActor:
             elif cluster is not None:
                 unnamed.append(Labelled(name, labels))
         verdicts = await self._verdicts_of(namespace, named, shape)
+        owners = self._secrets.owners
         return unnamed + [
-            Labelled(n, named[n], verdict.problem, verdict.contexts)
+            Labelled(
+                n,
+                named[n],
+                verdict.problem,
+                verdict.contexts,
+                vcluster.owners_of(owners.get((namespace, n))),
+            )
             for n, verdict in verdicts.items()
         ]
 

@@ -61,8 +61,11 @@ class Reason(enum.StrEnum):
     INVALID_CLUSTER_NAME = "InvalidClusterName"
     """A matched Secret's name (or naming label) makes no valid Cluster name."""
     SECRET_NOT_OWNED = "SecretNotOwned"
-    """No Cluster API cluster of the Secret's name controls it: whoever may write Secrets could
-    have written it, so it lends no credential to the namespace's Environments."""
+    """No Cluster API cluster of the Secret's name controls it (or no vcluster of its name runs
+    beside it): whoever may write Secrets could have written it, so it lends no credential to
+    the namespace's Environments."""
+    VCLUSTER_NOT_READABLE = "VClusterNotReadable"
+    """The manager may not list vcluster's Services, which tell vcluster's Secrets from others."""
 
     # An Environment's targets.
     DEPLOY = "Deploy"

@@ -1026,16 +1026,29 @@ def test_import_from_vcluster_and_from_labelled_secrets_by_the_sources_rules(
 ) -> None:
     reg = spoke_kubeconfig
     vc = {"app": "vcluster"}
-    labelled_secret(hub, kubectl, namespace, "vc-dev", {**vc, "vcluster-name": "dev"}, "config",
-                    reg.kubeconfig)  # fmt: skip
+    # vcluster dev runs (its chart's Service dev); nothing runs as evil: vc-evil is planted.
+    service = {"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "dev", "namespace": namespace,
+                            "labels": {**vc, "release": "dev"}},
+               "spec": {"clusterIP": "None", "ports": [{"port": 443}]}}  # fmt: skip
+    kubectl(hub, "create", "-f", "-", input=json.dumps(service))
+    for name in ("dev", "evil"):
+        labelled_secret(hub, kubectl, namespace, f"vc-{name}", {**vc, "vcluster-name": name},
+                        "config", reg.kubeconfig)  # fmt: skip
     labelled_secret(hub, kubectl, namespace, "dev-certs", vc, "ca.crt", "not a kubeconfig")
     imported = kokumi("cluster", "import", "--from", "vcluster", "-n", namespace,
                       hub=hub.admin_kubeconfig)  # fmt: skip
     assert imported.code == 0, imported.err
-    assert imported.out.splitlines() == [
+    lines = imported.out.splitlines()
+    assert lines[0] == (
         f"{namespace}/vc-dev: imported as Cluster {namespace}/dev: it reads Secret vc-dev"
         " key config"
-    ]
+    )
+    assert lines[1].startswith(
+        f"{namespace}/vc-evil: not importable: no vcluster evil runs in this namespace"
+    ), lines
+    assert len(lines) == 2, lines
+    assert kubectl(hub, "get", "kcl", "evil", "-n", namespace, check=False).returncode != 0
     spec = json.loads(kubectl(hub, "get", "kcl", "dev", "-n", namespace, "-o", "json").stdout)
     assert spec["spec"]["kubeconfig"] == {"secretRef": {"name": "vc-dev", "key": "config"}}
 

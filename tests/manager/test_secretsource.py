@@ -12,6 +12,7 @@ import yaml
 from kokumi.cmd.cluster.describe import describe_text
 from kokumi.core import api
 from kokumi.core.cluster.clustersource import CLUSTER_SOURCES
+from kokumi.core.cluster.vcluster import SERVICES
 from kokumi.kube import errors
 from kokumi.kube.client import SECRETS, Client, Identity
 from kokumi.objects import Resource
@@ -63,6 +64,50 @@ async def labelled_secret(
         "metadata": {"name": name, "namespace": ns, "labels": dict(labels)},
         "data": {key: base64.b64encode(kubeconfig.encode()).decode()},
     }
+    return await ws.client.create(SECRETS, body, namespace=ns)
+
+
+async def vcluster_service(ws: Workspace, ns: str, name: str) -> dict[str, Any]:
+    """The Service vcluster's chart makes for vcluster ``name`` (headless here: nothing runs)."""
+    body = {
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": {"app": "vcluster", "release": name, "vcluster.loft.sh/service": "true"},
+        },
+        "spec": {
+            "clusterIP": "None",
+            "ports": [{"name": "https", "port": 443, "targetPort": 8443}],
+            "selector": {"app": "vcluster", "release": name},
+        },
+    }
+    return await ws.client.create(SERVICES, body, namespace=ns)
+
+
+async def vcluster_secret(
+    ws: Workspace, ns: str, name: str, kubeconfig: str, *, owned: bool = True
+) -> dict[str, Any]:
+    """``vc-<name>`` as vcluster writes it: labelled, key config, and (setOwner, the default)
+    owned by the vcluster's Service, made here if the test did not make it first."""
+    labels = {"app": "vcluster", "vcluster-name": name}
+    body: dict[str, Any] = {
+        "metadata": {"name": f"vc-{name}", "namespace": ns, "labels": labels},
+        "data": {"config": base64.b64encode(kubeconfig.encode()).decode()},
+    }
+    if owned:
+        try:
+            service = await ws.client.get(SERVICES, name, namespace=ns)
+        except errors.NotFound:
+            service = await vcluster_service(ws, ns, name)
+        body["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "name": name,
+                "uid": service["metadata"]["uid"],
+                "controller": False,
+            }
+        ]
     return await ws.client.create(SECRETS, body, namespace=ns)
 
 
@@ -166,12 +211,8 @@ async def test_vclusters_secret_becomes_a_cluster_and_a_hand_made_one_is_left_al
         await ws.kubeconfig_secret(ns, "mine", reg.kubeconfig)
         hand = await ws.cluster(ns, "taken", secret="mine", labels={"team": "a"})
         await source(ws, ns, "vclusters", {"from": "VCluster"})
-        await labelled_secret(
-            ws, ns, "vc-dev", {**vc, "vcluster-name": "dev"}, "config", reg.kubeconfig
-        )
-        await labelled_secret(
-            ws, ns, "vc-taken", {**vc, "vcluster-name": "taken"}, "config", reg.kubeconfig
-        )
+        await vcluster_secret(ws, ns, "dev", reg.kubeconfig)
+        await vcluster_secret(ws, ns, "taken", reg.kubeconfig)
         # vcluster's other Secrets carry app: vcluster too, and are not kubeconfigs.
         await labelled_secret(ws, ns, "dev-certs", vc, "ca.crt", "not a kubeconfig")
         dev = await wait_reason(ws, ns, "dev", "Ready")
@@ -330,4 +371,91 @@ async def test_a_planted_secret_never_takes_over_a_cluster_and_waits_listed(
         handed = await wait_reason(ws, ns, "prod", "Unauthorized")
         assert handed["metadata"]["uid"] == held["metadata"]["uid"]
         assert handed["spec"]["kubeconfig"]["secretRef"]["name"] == "prod"
+        await cleanup(ws)
+
+
+async def test_a_planted_vc_secret_without_its_vcluster_makes_no_cluster(
+    hub: APIServer, spoke_kubeconfig: Registration
+) -> None:
+    """A user who may only write Secrets writes vc-evil as vcluster labels its Secret: no
+    vcluster evil runs there (no Service evil, which vcluster's chart makes and vcluster names
+    as the Secret's owner), so no Cluster, and the source lists it with the fix. A vc-<name>
+    owned by something else than its vcluster's Service is listed too; vcluster's own Secret,
+    beside its Service, is a Cluster, and goes once the Service does."""
+    reg = spoke_kubeconfig
+    async with workspace(hub) as ws, manager(hub, ws.options()):
+        ns = await ws.namespace()
+        tenant = await secrets_writer(ws, ns)
+        with pytest.raises(errors.Forbidden):
+            await tenant.list(SERVICES, namespace=ns)
+        await source(ws, ns, "vclusters", {"from": "VCluster"})
+        await vcluster_secret(ws, ns, "dev", reg.kubeconfig)
+        await wait_reason(ws, ns, "dev", "Ready")
+        planted_token = canary.token("planted-vcluster")
+        planted = reg.variant(token=planted_token)
+        for name, owners in (
+            ("evil", []),
+            # vcluster dev's Service named as the owner of another vcluster's Secret.
+            (
+                "dev2",
+                [
+                    dict(
+                        (await ws.client.get(SECRETS, "vc-dev", namespace=ns))["metadata"][
+                            "ownerReferences"
+                        ][0]
+                    )
+                ],
+            ),
+        ):
+            body = {
+                "metadata": {
+                    "name": f"vc-{name}",
+                    "namespace": ns,
+                    "labels": {"app": "vcluster", "vcluster-name": name},
+                    "ownerReferences": owners,
+                },
+                "data": {"config": base64.b64encode(planted.encode()).decode()},
+            }
+            await tenant.create(SECRETS, body, namespace=ns)
+        await ws.client.create(
+            SERVICES,
+            {
+                "metadata": {"name": "dev2", "labels": {"app": "vcluster", "release": "dev2"}},
+                "spec": {"clusterIP": "None", "ports": [{"port": 443}]},
+            },
+            namespace=ns,
+        )
+        listed = await wait_source(
+            ws, ns, "NotAllImported", "vclusters", matched=3, made=1, notUsable=2
+        )
+        entries = {e["secret"]: e for e in listed["status"]["notImported"]}
+        assert {k: (e["cluster"], e["reason"]) for k, e in entries.items()} == {
+            "vc-evil": ("evil", "SecretNotOwned"),
+            "vc-dev2": ("dev2", "SecretNotOwned"),
+        }
+        assert entries["vc-evil"]["message"].startswith("no vcluster evil runs in this namespace")
+        assert "else delete it" in entries["vc-evil"]["message"]
+        assert '"Service" "dev" of "v1", not vcluster dev2' in entries["vc-dev2"]["message"]
+        assert (
+            "set that ownerReference (apiVersion v1, kind Service, name dev2"
+            in (entries["vc-dev2"]["message"])
+        )
+        assert planted_token not in str(listed) and reg.token not in str(listed)
+        for name in ("evil", "dev2"):
+            with pytest.raises(errors.NotFound):
+                await ws.get_cluster(ns, name)
+
+        # vcluster solo runs with setOwner false: its Secret has no owner, its Service vouches.
+        await vcluster_service(ws, ns, "solo")
+        await vcluster_secret(ws, ns, "solo", reg.kubeconfig, owned=False)
+        await wait_reason(ws, ns, "solo", "Ready")
+        await wait_source(ws, ns, "NotAllImported", "vclusters", matched=4, made=2, notUsable=2)
+        # Its Service goes (the Secret, owned by nothing, stays): its Cluster goes too.
+        await ws.client.delete(SERVICES, "solo", namespace=ns)
+        await gone(ws, ns, "solo")
+        listed = await wait_source(
+            ws, ns, "NotAllImported", "vclusters", matched=4, made=1, notUsable=3
+        )
+        solo = {e["secret"]: e for e in listed["status"]["notImported"]}["vc-solo"]
+        assert solo["message"].startswith("no vcluster solo runs in this namespace")
         await cleanup(ws)

@@ -21,7 +21,7 @@ import attrs
 from kokumi.cmd.cluster.command import OneLineParser, examples, hub_client, hub_flags, runner
 from kokumi.cmd.cluster.errors import api_error
 from kokumi.core import api
-from kokumi.core.cluster import clustersource, secretplan, secretsource
+from kokumi.core.cluster import clustersource, secretplan, secretsource, vcluster
 from kokumi.core.cluster.secretsource import Shape
 from kokumi.core.kubeconfig.connection import Connection, KubeconfigRefused
 from kokumi.core.kubeconfig.reader import minimise, render
@@ -275,14 +275,18 @@ async def import_secrets(
     """Each Secret ``shape`` matches (or each of its contexts) becomes a Cluster that reads it.
 
     The same rules as a ``from: Secrets`` or ``from: VCluster`` source: which Secrets, the
-    Cluster's name, each kubeconfig's verdict (only one the manager can use makes a Cluster),
-    and two Secrets that name one Cluster: the first by name has it. ``label_selector`` lets the
-    server leave out the Secrets no rule would take: their data never leaves it.
+    Cluster's name, vcluster's Service beside a ``vc-<name>`` Secret, each kubeconfig's verdict
+    (only one the manager can use makes a Cluster), and two Secrets that name one Cluster: the
+    first by name has it (a Cluster that exists already is left as it is). ``label_selector``
+    lets the server leave out the Secrets no rule would take: their data never leaves it.
     """
     try:
         listing = await hub.list(SECRETS, namespace=namespace, label_selector=label_selector)
     except KubeError as exc:
         raise api_error(f"cannot list Secrets in namespace {namespace}", exc) from None
+    services = None
+    if shape.tool == secretsource.VCLUSTER_APP and listing["items"]:
+        services = await _vcluster_services(hub, namespace)
     outcomes = []
     taken: dict[str, str] = {}
     for secret in sorted(listing["items"], key=lambda s: s["metadata"]["name"]):
@@ -295,6 +299,13 @@ async def import_secrets(
         if isinstance(named, tuple):
             outcomes.append(ImportResult(source, None, "not importable", named[1]))
             continue
+        if services is not None:
+            owners = vcluster.owners_of(meta.get("ownerReferences"))
+            refused = vcluster.problem(name, named, owners, services)
+            if refused is not None:
+                where = f"{namespace}/{named}"
+                outcomes.append(ImportResult(source, where, "not importable", refused[1]))
+                continue
         wanted: list[tuple[str | tuple[Any, str], str | None, tuple[Any, str] | None]]
         if shape.all_contexts:
             whole, each = secretplan.context_verdicts(secret, shape)
@@ -331,6 +342,25 @@ async def import_secrets(
                 )
             )
     return outcomes
+
+
+async def _vcluster_services(hub: Client, namespace: str) -> vcluster.VClusterView:
+    """vcluster's Services of the namespace: a ``vc-<name>`` Secret is imported only beside its
+    vcluster's Service, as a ClusterSource takes it; a refused list ends the import."""
+    try:
+        listing = await hub.list(
+            vcluster.SERVICES,
+            namespace=namespace,
+            label_selector=vcluster.SERVICE_SELECTOR,
+            metadata_only=True,
+        )
+    except KubeError as exc:
+        what = (
+            f"cannot list Services in namespace {namespace}, which an import needs to take only "
+            "the Secrets vcluster writes beside its Service"
+        )
+        raise api_error(what, exc) from None
+    return vcluster.view_of(True, [item["metadata"] for item in listing["items"]])
 
 
 _ARGOCD_LABELS: Final = "argocd.argoproj.io/"

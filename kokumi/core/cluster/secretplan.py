@@ -14,8 +14,14 @@ from typing import Any
 
 import attrs
 
-from kokumi.core.cluster import clustersource, secretsource
-from kokumi.core.cluster.clustersource import ClusterSource, Existing, Plan, kubeconfig_problem
+from kokumi.core.cluster import clustersource, secretsource, vcluster
+from kokumi.core.cluster.clustersource import (
+    ClusterSource,
+    Existing,
+    OwnerRef,
+    Plan,
+    kubeconfig_problem,
+)
 from kokumi.core.cluster.secretsource import Shape
 from kokumi.core.kubeconfig.connection import Refusal
 from kokumi.core.kubeconfig.reader import examine, parse
@@ -38,6 +44,8 @@ class Labelled:
     problem: tuple[Reason, str] | None = None
     #: With contexts All: each context's verdict (``problem`` is then the Secret's as a whole).
     contexts: tuple[tuple[str, tuple[Reason, str] | None], ...] = ()
+    #: Its ownerReferences, all of them (vcluster's is no controller reference).
+    owners: tuple[OwnerRef, ...] = ()
 
 
 def plan_secrets(
@@ -47,6 +55,7 @@ def plan_secrets(
     *,
     secrets_listable: bool | None = True,
     not_listable_message: str = "",
+    vclusters: vcluster.VClusterView | None = None,
 ) -> Plan:
     """:func:`plan` for a ``from: Secrets`` or ``from: VCluster`` source.
 
@@ -61,6 +70,9 @@ def plan_secrets(
     waiting = clustersource.waiting_on(secrets_listable, not_listable_message)
     if waiting is not None:
         return Plan(kept=tuple(sorted(mine)), blocked=waiting)
+    from_vcluster = source.shape.tool == secretsource.VCLUSTER_APP
+    if from_vcluster and (vclusters is None or not vclusters.readable):
+        return Plan(kept=tuple(sorted(mine)), blocked=_VCLUSTERS_NOT_READABLE)
     candidates = []
     for secret in secrets:
         named = secretsource.cluster_name(source.shape, secret.name, secret.labels)
@@ -71,10 +83,26 @@ def plan_secrets(
         elif source.shape.all_contexts:
             candidates += _per_context(secret, mine)
         else:
+            # Not vcluster's own: as a Secret that stops matching, its Cluster (if ours) goes.
+            refused = (
+                vcluster.problem(secret.name, named, secret.owners, vclusters)
+                if from_vcluster and vclusters is not None
+                else None
+            )
             candidates.append(
-                clustersource.Candidate(secret.name, named, secret.labels, secret.problem, None)
+                clustersource.Candidate(
+                    secret.name, named, secret.labels, refused or secret.problem, refused
+                )
             )
     return clustersource.settle(source, candidates, existing, mine)
+
+
+_VCLUSTERS_NOT_READABLE = (
+    Reason.VCLUSTER_NOT_READABLE,
+    "the manager may not list Services (labelled app: vcluster), and imports a vc-<name> "
+    "Secret only while vcluster's Service <name> is in its namespace: grant it list and watch "
+    "on services; its Clusters stay as they are meanwhile",
+)
 
 
 def _per_context(secret: Labelled, mine: Mapping[str, Existing]) -> list[clustersource.Candidate]:

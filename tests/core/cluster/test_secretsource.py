@@ -12,6 +12,7 @@ from hypothesis import given
 from kokumi.core.cluster import clustersource as cs
 from kokumi.core.cluster import secretplan as sp
 from kokumi.core.cluster import secretsource as ss
+from kokumi.core.cluster import vcluster as vcl
 from kokumi.core.reasons import Reason
 from kokumi.testing import canary
 from tests.support.strategies import dump, kubeconfig
@@ -140,14 +141,20 @@ def test_a_secret_becomes_a_cluster_with_its_labels_and_key() -> None:
     )
     vc = vcluster()
     vdesired = sp.plan_secrets(
-        vc, [sp.Labelled("vc-dev", {"app": "vcluster", "vcluster-name": "dev"})], {}
+        vc,
+        [sp.Labelled("vc-dev", {"app": "vcluster", "vcluster-name": "dev"})],
+        {},
+        vclusters=vcl.VClusterView(True, {"dev": "uid-svc"}),
     ).create[0]
     assert cs.cluster_body(vc, vdesired)["spec"]["kubeconfig"]["secretRef"] == {
         "name": "vc-dev",
         "key": "config",
     }
     assert (
-        "no vcluster kubeconfig Secret" in cs.status_of(vc, sp.plan_secrets(vc, [], {}), {}).message
+        "no vcluster kubeconfig Secret"
+        in cs.status_of(
+            vc, sp.plan_secrets(vc, [], {}, vclusters=vcl.VClusterView(True)), {}
+        ).message
     )
 
 
@@ -260,6 +267,115 @@ def test_the_secret_a_cluster_was_made_from_keeps_it_and_a_newcomer_waits() -> N
         handed = sp.plan_secrets(src, [newcomer], existing)
         assert (handed.create, handed.delete) == ((), ())
         assert [(d.name, d.secret) for d in handed.update] == [("prod", newcomer.name)]
+
+
+VC = {"app": "vcluster", "vcluster-name": "evil"}
+
+
+def service_owner(name: str, uid: str) -> cs.OwnerRef:
+    """The ownerReference vcluster puts on vc-<name>: its Service, controller false."""
+    return cs.OwnerRef("v1", "Service", name, uid)
+
+
+def test_a_vc_secret_without_vclusters_service_beside_it_makes_no_cluster() -> None:
+    """Name and labels are anybody's to write who may create Secrets: vc-evil labelled as
+    vcluster labels its Secret is taken only while vcluster's Service evil runs beside it, and
+    its ownerReferences, if any, name that Service with its uid."""
+    vc = vcluster()
+    planted = sp.Labelled("vc-evil", VC)
+    none_here = sp.plan_secrets(vc, [planted], {}, vclusters=vcl.VClusterView(True, {"dev": "u"}))
+    assert none_here.create == ()
+    (entry,) = none_here.not_imported
+    assert (entry.secret, entry.cluster, entry.reason) == (
+        "vc-evil",
+        "evil",
+        Reason.SECRET_NOT_OWNED,
+    )
+    assert entry.message.startswith("no vcluster evil runs in this namespace")
+    assert "imported once vcluster evil runs here, else delete it" in entry.message
+    status = cs.status_of(vc, none_here, {})
+    assert (status.reason, status.not_usable, status.made) == (Reason.NOT_ALL_IMPORTED, 1, 0)
+
+    running = vcl.VClusterView(True, {"evil": "uid-svc"})
+    cases: list[tuple[tuple[cs.OwnerRef, ...], str | None]] = [
+        ((service_owner("evil", "uid-svc"),), None),  # as vcluster writes it
+        ((), None),  # vcluster with setOwner: false
+        ((service_owner("evil", "uid-old"),), 'uid "uid-old", and the Service evil here'),
+        ((cs.OwnerRef("v1", "ConfigMap", "x", "u"),), '"ConfigMap" "x" of "v1", not vcluster'),
+        ((service_owner("dev", "u"),), '"Service" "dev" of "v1"'),
+    ]
+    for owners, says in cases:
+        decided = sp.plan_secrets(vc, [attrs.evolve(planted, owners=owners)], {}, vclusters=running)
+        if says is None:
+            assert [d.name for d in decided.create] == ["evil"], owners
+            continue
+        assert decided.create == (), owners
+        (entry,) = decided.not_imported
+        assert entry.reason is Reason.SECRET_NOT_OWNED and says in entry.message, entry.message
+        assert "set that ownerReference (apiVersion v1, kind Service, name evil, uid uid-svc)" in (
+            entry.message
+        )
+        assert "\n" not in entry.message
+
+    # A Cluster the source made goes once its Secret has no vcluster beside it.
+    existing = {"evil": made("evil", "vc-evil", {**VC, cs.SOURCE_LABEL: "vc"}, "config")}
+    gone = sp.plan_secrets(vc, [planted], existing, vclusters=vcl.VClusterView(True))
+    assert gone.delete == ("evil",)
+    # The manager may not list the Services: nothing is created or deleted.
+    for view in (None, vcl.VClusterView(False)):
+        blocked = sp.plan_secrets(vc, [planted], existing, vclusters=view)
+        assert (blocked.create, blocked.delete, blocked.kept) == ((), (), ("evil",))
+        assert blocked.blocked is not None
+        assert blocked.blocked[0] is Reason.VCLUSTER_NOT_READABLE
+        assert "grant it list and watch on services" in blocked.blocked[1]
+    # A from: Secrets source needs no Service: its selector is its author's choice.
+    assert sp.plan_secrets(source(), [sp.Labelled("vc-evil", MARK)], {}).create != ()
+
+
+def test_the_owners_vcluster_writes_are_read_whatever_their_controller_flag() -> None:
+    refs = [
+        {"apiVersion": "v1", "kind": "Service", "name": "dev", "uid": "u", "controller": False},
+        "not a reference",
+    ]
+    assert vcl.owners_of(refs) == (service_owner("dev", "u"),)
+    assert vcl.owners_of(None) == ()
+    view = vcl.view_of(True, [{"name": "dev", "uid": "u"}, {"uid": "nameless"}])
+    assert view.services == {"dev": "u"}
+
+
+@given(
+    st.sampled_from(["dev", "evil"]),
+    st.lists(
+        st.builds(
+            cs.OwnerRef,
+            st.sampled_from(["v1", "apps/v1"]),
+            st.sampled_from(["Service", "StatefulSet", "ConfigMap"]),
+            st.sampled_from(["dev", "evil"]),
+            st.sampled_from(["uid-dev", "uid-evil", ""]),
+        ),
+        max_size=3,
+    ),
+    st.dictionaries(st.sampled_from(["dev", "other"]), st.sampled_from(["uid-dev", "uid-o"])),
+)
+def test_a_vc_secret_is_a_cluster_only_beside_its_vclusters_service(
+    name: str, owners: list[cs.OwnerRef], services: dict[str, str]
+) -> None:
+    """Whatever owners and Services are drawn: a Cluster only for a Secret whose vcluster's
+    Service runs in the namespace and, if it has owners, is one of them with its uid."""
+    secret = sp.Labelled(
+        f"vc-{name}", {"app": "vcluster", "vcluster-name": name}, None, (), tuple(owners)
+    )
+    view = vcl.VClusterView(True, services)
+    decided = sp.plan_secrets(vcluster(), [secret], {}, vclusters=view)
+    vouched = name in services and (
+        not owners
+        or any(
+            (o.api_version, o.kind, o.name, o.uid) == ("v1", "Service", name, services[name])
+            for o in owners
+        )
+    )
+    assert bool(decided.create) == vouched
+    assert bool(decided.not_imported) == (not vouched)
 
 
 def test_usability_reads_the_sources_key() -> None:
