@@ -316,61 +316,69 @@ async def test_every_context_of_a_secret_is_a_cluster_and_follows_the_contexts(
         await cleanup(ws)
 
 
+#: (spec beside the selector, the real Secret, the planted one, each one's labels, its text)
+TAKEOVERS: dict[str, tuple[dict[str, Any], str, str, dict[str, str], bool]] = {
+    "trimmed": ({"naming": {"trimSuffix": "-kubeconfig"}}, "prod-kubeconfig", "prod", {}, False),
+    "label": ({"naming": {"label": "cluster"}}, "real", "a-planted", {"cluster": "prod"}, False),
+    "contexts": ({"contexts": "All"}, "real", "a-planted", {}, True),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(TAKEOVERS))
 async def test_a_planted_secret_never_takes_over_a_cluster_and_waits_listed(
-    hub: APIServer, spoke: APIServer, spoke_kubeconfig: Registration
+    hub: APIServer, spoke: APIServer, spoke_kubeconfig: Registration, shape: str
 ) -> None:
     """A user who may only write Secrets adds one that names an existing Cluster and sorts
-    first: the Cluster keeps reading the Secret it was made from, the planted one is listed as
-    a conflict naming both (never the credential). Once the real one is gone, the planted one
-    takes the Cluster over in place: the same object, not a delete and a create."""
+    first (by its trimmed name, by its naming label, by a context of the same name): the
+    Cluster keeps reading the Secret it was made from, the planted one is listed as a conflict
+    naming both (never the credential). Once the real one is gone, the planted one takes the
+    Cluster over in place: the same object, not a delete and a create."""
     reg = spoke_kubeconfig
+    extra, real, planted, labels, contexts = TAKEOVERS[shape]
     async with workspace(hub) as ws, manager(hub, ws.options()):
         ns = await ws.namespace()
         tenant = await secrets_writer(ws, ns)
         with pytest.raises(errors.Forbidden):
             await tenant.list(api.CLUSTERS, namespace=ns)
-        spec = {
-            "from": "Secrets",
-            "secretSelector": {"matchLabels": MARK},
-            "key": "kubeconfig",
-            "naming": {"trimSuffix": "-kubeconfig"},
-        }
-        await source(ws, ns, "team", spec)
-        await labelled_secret(ws, ns, "prod-kubeconfig", MARK, "kubeconfig", reg.kubeconfig)
+        spec = {"from": "Secrets", "secretSelector": {"matchLabels": MARK}, "key": "kubeconfig"}
+        await source(ws, ns, "team", {**spec, **extra})
+        text = with_contexts(reg.kubeconfig, "prod") if contexts else reg.kubeconfig
+        await labelled_secret(ws, ns, real, {**MARK, **labels}, "kubeconfig", text)
         held = await wait_reason(ws, ns, "prod", "Ready")
         await wait_source(ws, ns, "Ready", "team", matched=1, made=1)
 
         planted_token = canary.token("planted")
+        bad = reg.variant(token=planted_token)
         body = {
-            "metadata": {"name": "prod", "namespace": ns, "labels": MARK},
+            "metadata": {"name": planted, "namespace": ns, "labels": {**MARK, **labels}},
             "data": {
-                "kubeconfig": base64.b64encode(reg.variant(token=planted_token).encode()).decode()
+                "kubeconfig": base64.b64encode(
+                    (with_contexts(bad, "prod") if contexts else bad).encode()
+                ).decode()
             },
         }
         await tenant.create(SECRETS, body, namespace=ns)
         listed = await wait_source(ws, ns, "NotAllImported", "team", matched=2, made=1, conflicts=1)
         (entry,) = listed["status"]["notImported"]
         assert (entry["secret"], entry["cluster"], entry["reason"]) == (
-            "prod",
+            planted,
             "prod",
             "ClusterConflict",
         )
-        assert "Secret prod-kubeconfig of this source has Cluster prod" in entry["message"]
-        assert "Secret prod names it too and waits" in entry["message"]
+        holder = f"context prod of Secret {real}" if contexts else f"Secret {real}"
+        assert f"{holder} of this source has Cluster prod" in entry["message"]
+        assert f"Secret {planted} names it too and waits" in entry["message"]
         assert planted_token not in str(listed) and reg.token not in str(listed)
         cluster = await wait_reason(ws, ns, "prod", "Ready")
         assert cluster["metadata"]["uid"] == held["metadata"]["uid"]
-        assert cluster["spec"]["kubeconfig"]["secretRef"] == {
-            "name": "prod-kubeconfig",
-            "key": "kubeconfig",
-        }
+        assert cluster["spec"]["kubeconfig"]["secretRef"] == {"name": real, "key": "kubeconfig"}
 
         # The Secret the Cluster was made from goes: the waiting one takes it over in place.
-        await ws.client.delete(SECRETS, "prod-kubeconfig", namespace=ns)
+        await ws.client.delete(SECRETS, real, namespace=ns)
         await wait_source(ws, ns, "Ready", "team", matched=1, made=1, conflicts=0)
         handed = await wait_reason(ws, ns, "prod", "Unauthorized")
         assert handed["metadata"]["uid"] == held["metadata"]["uid"]
-        assert handed["spec"]["kubeconfig"]["secretRef"]["name"] == "prod"
+        assert handed["spec"]["kubeconfig"]["secretRef"]["name"] == planted
         await cleanup(ws)
 
 
