@@ -675,7 +675,7 @@ def _waits(first: Candidate, other: Candidate) -> str:
     return (
         f"{_named(first)} of this source has Cluster {other.cluster}, made from it (or first by "
         f"name while none was made), and keeps it while it matches: {_named(other)} names it "
-        f"too and waits until Secret {first.secret} goes or stops matching; {fix}"
+        f"too and waits until {_named(first)} goes or stops matching; {fix}"
     )
 
 

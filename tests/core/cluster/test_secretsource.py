@@ -253,7 +253,9 @@ def test_the_secret_a_cluster_was_made_from_keeps_it_and_a_newcomer_waits() -> N
             Reason.CLUSTER_CONFLICT,
         )
         assert says in entry.message and f"Secret {newcomer.name}" in entry.message
-        assert f"waits until Secret {holder.name} goes or stops matching" in entry.message
+        assert f"waits until {says.split(' of this source')[0]} goes or stops matching" in (
+            entry.message
+        )
         assert "\n" not in entry.message
         status = cs.status_of(src, decided, {})
         assert (status.reason, status.conflicts, status.made) == (Reason.NOT_ALL_IMPORTED, 1, 1)
