@@ -13,7 +13,10 @@ every connection it opens, to the server or to a proxy. Two things need that mom
   ``admit`` callback, which raises the caller's own refusal, so this module knows no policy.
 
 A caller whose deadline may fire mid-read (the probe) also has every socket tracked, to close them
-all, shielded, when it is done: eight checks at a time then limit the open sockets.
+all, shielded, when it is done: eight checks at a time then limit the open sockets. A caller that
+reads from servers it does not trust (the probe again) has every read metered: a server that
+answers a byte at a time would otherwise cost a read, a wake-up of the event loop and a parse per
+byte, and httpcore bounds neither the reads nor the bytes of an answer.
 
 The hub client's pool also runs its own pass over its connections (:func:`keep_connections`):
 httpcore's closed a connection a write once the watches were open, and walked every idle
@@ -31,13 +34,13 @@ import ipaddress
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import httpcore
 import httpx
 import trio
 
-__all__ = ["SWEEP", "Admit", "Backend", "install", "keep_connections"]
+__all__ = ["SWEEP", "Admit", "Backend", "Meter", "install", "keep_connections"]
 
 SWEEP = 1.0
 """Seconds between two looks at every idle connection of a pool :func:`keep_connections` made
@@ -49,18 +52,34 @@ Admit = Callable[[str, str], None]
 resolves to) may be opened, and raises the caller's refusal when it may not."""
 
 
+class Meter(Protocol):
+    """The caller's count of what is read, asked at every read of every stream a backend opened,
+    TLS streams started on them included (so a proxy's answer, then the server's)."""
+
+    def room(self, wanted: int) -> int:
+        """How many of the ``wanted`` bytes the next read may ask for; raises the caller's own
+        exception when no more may be read."""
+
+    def took(self, size: int) -> None:
+        """A read returned ``size`` bytes."""
+
+
 def install(
-    transport: httpx.AsyncHTTPTransport, *, admit: Admit | None = None, track: bool = False
+    transport: httpx.AsyncHTTPTransport,
+    *,
+    admit: Admit | None = None,
+    track: bool = False,
+    meter: Meter | None = None,
 ) -> Backend:
     """Put a :class:`Backend` between ``transport``'s pool and the network, and return it.
 
     ``admit``: judge every address before a socket is opened to it. ``track``: remember every
-    socket, for :meth:`Backend.close_all`.
+    socket, for :meth:`Backend.close_all`. ``meter``: count every read (:class:`Meter`).
     """
     pool = transport._pool
     if not hasattr(pool, "_network_backend"):
         raise RuntimeError("httpx/httpcore changed: its pool has no network backend to wrap")
-    backend = Backend(pool._network_backend, admit=admit, track=track)
+    backend = Backend(pool._network_backend, admit=admit, track=track, meter=meter)
     pool._network_backend = backend
     return backend
 
@@ -168,10 +187,16 @@ class Backend(httpcore.AsyncNetworkBackend):
     and remembering its sockets when asked to (see the module's docstring)."""
 
     def __init__(
-        self, inner: httpcore.AsyncNetworkBackend, *, admit: Admit | None, track: bool
+        self,
+        inner: httpcore.AsyncNetworkBackend,
+        *,
+        admit: Admit | None,
+        track: bool,
+        meter: Meter | None = None,
     ) -> None:
         self._inner = inner
         self._admit = admit
+        self._meter = meter
         self._streams: list[httpcore.AsyncNetworkStream] | None = [] if track else None
 
     async def connect_tcp(
@@ -190,7 +215,7 @@ class Backend(httpcore.AsyncNetworkBackend):
             stream = await self._connect_admitted(
                 self._admit, host, port, timeout, local_address, socket_options
             )
-        return self._kept(_ClosingStream(stream))
+        return self._kept(_ClosingStream(stream, self._meter))
 
     async def _connect_admitted(
         self,
@@ -230,7 +255,7 @@ class Backend(httpcore.AsyncNetworkBackend):
         if self._admit is not None:  # never asked for by a URL; no address to judge
             raise httpcore.ConnectError("a unix socket has no address to admit")
         stream = await self._inner.connect_unix_socket(path, timeout, socket_options)
-        return self._kept(_ClosingStream(stream))
+        return self._kept(_ClosingStream(stream, self._meter))
 
     async def sleep(self, seconds: float) -> None:
         await self._inner.sleep(seconds)
@@ -270,13 +295,20 @@ def _literal(host: str) -> list[str] | None:
 
 
 class _ClosingStream(httpcore.AsyncNetworkStream):
-    """A TCP stream that closes itself when its TLS handshake is cancelled."""
+    """A TCP stream that closes itself when its TLS handshake is cancelled, and has its reads
+    metered when its backend has a :class:`Meter` (then the TLS stream started on it too)."""
 
-    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
+    def __init__(self, inner: httpcore.AsyncNetworkStream, meter: Meter | None = None) -> None:
         self._inner = inner
+        self._meter = meter
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
-        return await self._inner.read(max_bytes, timeout)
+        meter = self._meter
+        if meter is None:
+            return await self._inner.read(max_bytes, timeout)
+        data = await self._inner.read(meter.room(max_bytes), timeout)
+        meter.took(len(data))
+        return data
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
         await self._inner.write(buffer, timeout)
@@ -291,11 +323,12 @@ class _ClosingStream(httpcore.AsyncNetworkStream):
         timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
     ) -> httpcore.AsyncNetworkStream:
         try:
-            return await self._inner.start_tls(ssl_context, server_hostname, timeout)
+            tls = await self._inner.start_tls(ssl_context, server_hostname, timeout)
         except BaseException:
             with trio.CancelScope(shield=True):
                 await self._inner.aclose()
             raise
+        return tls if self._meter is None else _ClosingStream(tls, self._meter)
 
     def get_extra_info(self, info: str) -> Any:
         return self._inner.get_extra_info(info)

@@ -26,8 +26,9 @@ and reasons only.
 
 Two ways to ask, one answer. Without a proxy (nearly every check) the two requests go on a
 blocking socket with Python's ``ssl`` in a worker thread (:mod:`.lean`), their answers read
-by h11 as they arrive (linear time, bounded bytes: the thread holds the GIL while it parses, so a
-slow parse of a hostile answer would stall every other check): a check then costs about what its
+by h11 as they arrive (linear time; bounded bytes, reads and parser events an answer, on both
+paths: the thread holds the GIL while it parses, and httpx reads on the event loop, so a slow
+read of a hostile answer would stall every other check): a check then costs about what its
 handshake costs, half of what it cost through httpx's async client. Behind a
 ``proxy-url`` the check goes through httpx, which speaks CONNECT and SOCKS. Both paths hand the
 same exceptions and answers to the same diagnosis, and tests/runtime/probe/test_lean.py holds

@@ -31,6 +31,7 @@ from kokumi.kube.tls import ssl_context
 from kokumi.runtime.probe.lean import _lean_check
 from kokumi.runtime.probe.questions import (
     _ask,
+    _Budget,
     _from_failure,
     _Outcomes,
     _Question,
@@ -201,17 +202,22 @@ async def _check(
             return outcomes.of(diagnosis.no_socks_support())
         except ValueError:
             return outcomes.of(diagnosis.unknown_proxy_scheme())
-        # Every address judged where the pool connects (the server's, or the proxy's), and every
-        # socket closed at the end, even when the deadline fires mid-handshake or mid-read.
+        # Every address judged where the pool connects (the server's, or the proxy's), every
+        # read counted in the answer's budget, and every socket closed at the end, even when the
+        # deadline fires mid-handshake or mid-read.
+        budget = _Budget()
         sockets = backend.install(
-            transport, admit=_admission(egress) if egress is not None else None, track=True
+            transport,
+            admit=_admission(egress) if egress is not None else None,
+            track=True,
+            meter=budget,
         )
         try:
             async with client:
-                outcome = await _ask(client, question, outcomes)
+                outcome = await _ask(client, question, outcomes, budget)
         except _Refused as refused:
             outcome = outcomes.of(refused.verdict)
-        except (httpx.HTTPError, OSError, trio.BrokenResourceError) as exc:
+        except (httpx.HTTPError, OSError, trio.BrokenResourceError, diagnosis.NoHTTPAnswer) as exc:
             outcome = _from_failure(
                 exc, outcomes, base, tls_server_name, proxy_url, certificate_authority
             )

@@ -31,18 +31,17 @@ from kokumi.core.cluster.status import Outcome
 from kokumi.runtime.probe.questions import (
     _ACCESS_REVIEW,
     _ACCESS_REVIEW_PATH,
-    _MAX_BODY,
+    _MAX_ANSWER,
+    _MAX_HEAD,
     _REVIEW,
     _REVIEW_PATH,
+    _Budget,
     _Outcomes,
+    _Overlong,
     _phrase,
     _Question,
     _Refused,
 )
-
-_MAX_HEAD = 16 * 1024
-"""An answer's heads, every interim answer's included, together: as much as h11 (under httpx)
-allows one head. More is no answer."""
 
 _MAX_INTERIM = 8
 """1xx answers skipped before the real one; a server that sends more is not answering."""
@@ -321,7 +320,8 @@ class _Wire:
     The answers are read by h11, the HTTP/1.1 parser under httpx, a server's bytes fed to it as
     they come: it works in time linear in what it is fed (a hand-written parser's regex once
     spent 0.9 s of CPU, with the GIL held, on one header line padded with spaces), and every
-    check here reads a bounded amount, whatever the server sends.
+    answer here is read within its :class:`_Budget` of bytes, reads and parser events, whatever
+    the server sends and however it cuts it up.
 
     Once connected the socket blocks, with no timeout of its own: a socket with a timeout
     polls before every read and write and takes the GIL back twice, 5-11 % of a check's CPU
@@ -338,6 +338,7 @@ class _Wire:
     redial: tuple[int, Any] | None = None
     sock: socket.socket | None = None
     http: h11.Connection | None = None
+    budget: _Budget = attrs.Factory(_Budget)
 
     def time_left(self) -> float:
         left = self.deadline - time.monotonic()
@@ -386,11 +387,11 @@ class _Wire:
         return sock
 
     def send(self, method: bytes, path: bytes, body: bytes | None) -> tuple[int, bytes]:
-        """Status and (at most ``_MAX_BODY`` of the) body, on this check's connection (a new one
-        when the last answer did not leave it usable)."""
+        """Status and body, on this check's connection (a new one when the last answer did not
+        leave it usable); :class:`_Overlong` when the answer is over its budget."""
         if self.sock is None or self.http is None:
             self.sock = self.connect()
-            self.http = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD)
+            self.http = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_ANSWER)
         prefix, fields = self.head
         if body is not None:
             fields = [
@@ -417,31 +418,28 @@ class _Wire:
     def answer(self, http: h11.Connection) -> tuple[int, bytes, bool]:
         """The answer to the request just sent: its status, body, and whether the connection
         may carry the next request."""
-        fed = 0  # bytes received for this answer
+        budget = self.budget
+        budget.start()
         interim = 0
         status: int | None = None
         content = bytearray()
         while True:
             event = http.next_event()
             if event is h11.NEED_DATA:
-                if status is None and fed > _MAX_HEAD:
-                    raise diagnosis.NoHTTPAnswer()  # all of it heads, and more than one may be
-                data = self.receive()
-                fed += len(data)
-                http.receive_data(data)
-            elif isinstance(event, h11.InformationalResponse):
+                http.receive_data(self.receive())
+                continue
+            budget.event()
+            if isinstance(event, h11.InformationalResponse):
                 interim += 1
                 if interim > _MAX_INTERIM:
                     raise diagnosis.NoHTTPAnswer()
             elif isinstance(event, h11.Response):
-                if fed - len(http.trailing_data[0]) > _MAX_HEAD:
+                if budget.received - len(http.trailing_data[0]) > _MAX_HEAD:
                     raise diagnosis.NoHTTPAnswer()
                 status = event.status_code
+                budget.head = False
             elif isinstance(event, h11.Data):
                 content += event.data
-                if len(content) > _MAX_BODY:
-                    assert status is not None
-                    return status, bytes(content[: _MAX_BODY + 1]), False
             elif isinstance(event, h11.EndOfMessage):
                 assert status is not None
                 reusable = http.our_state is h11.DONE and http.their_state is h11.DONE
@@ -452,25 +450,33 @@ class _Wire:
                 raise diagnosis.NoHTTPAnswer()
 
     def receive(self) -> bytes:
-        """The next bytes the server sent; empty at the end of the stream."""
+        """The next bytes the server sent, as many as the answer's budget has room for; empty
+        at the end of the stream."""
         assert self.sock is not None
         self.time_left()
-        return self.sock.recv(65536)
+        data = self.sock.recv(self.budget.room(65536))
+        self.budget.took(len(data))
+        return data
 
 
 def _lean_ask(wire: _Wire, question: _Question, outcomes: _Outcomes) -> Outcome:
     """:func:`_ask`, in the worker thread, on :class:`_Wire`; every socket closed at the end."""
+    said = {"has_credential": question.has_credential, "own": outcomes.own}
+    what = "GET /version"
     try:
-        said = {"has_credential": question.has_credential, "own": outcomes.own}
         status, body = wire.send(b"GET", b"/version", None)
         version = diagnosis.version_answer(status, _phrase(status), body, **said)
         if isinstance(version, tuple):
             return outcomes.of(version)
         outcomes.version = version
 
+        what = "POST selfsubjectreviews"
         status, body = wire.send(b"POST", _REVIEW_PATH.encode(), _REVIEW_BODY)
         if status == 404:  # before Kubernetes 1.28
+            what = "POST selfsubjectaccessreviews"
             status, body = wire.send(b"POST", _ACCESS_REVIEW_PATH.encode(), _ACCESS_REVIEW_BODY)
         return outcomes.of(diagnosis.review_answer(status, _phrase(status), body, **said))
+    except _Overlong as overlong:
+        return outcomes.of(overlong.verdict(what))
     finally:
         wire.line.close()

@@ -18,8 +18,24 @@ from kokumi.core.cluster import diagnosis
 from kokumi.core.cluster.status import Outcome
 from kokumi.core.reasons import Reason
 
-_MAX_BODY = 1 << 20
-"""Answers to our two questions are a few hundred bytes; a server that sends more is cut off."""
+_MAX_HEAD = 16 * 1024
+"""An answer's heads, every interim answer's included, together: as much as h11 (under httpx)
+allows one head. More is no answer."""
+
+_MAX_ANSWER = 64 * 1024
+"""Bytes one answer may take on the wire: its heads, its body and the body's chunk framing
+together. Answers to our questions are under 1 KiB; a server that sends more is not answering
+them."""
+
+_MAX_READS = 64
+"""Reads of the socket one answer may take. An API server's answer comes in one or two; a server
+that sends it a byte at a time would otherwise cost a read and a parse per byte (seconds of CPU
+per check, each read a wake-up of the event loop on the path through httpx, and the GIL held
+by the lean path's thread), until the check's deadline."""
+
+_MAX_EVENTS = 256
+"""Parser events (h11's: heads, pieces of the body, its end) one answer may take. Bytes and reads
+alone do not bound them: 64 KiB of 1-byte chunks read at once are 11,000 pieces."""
 
 _REVIEW_PATH = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 _REVIEW = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
@@ -60,18 +76,85 @@ class _Outcomes:
         return self.of(diagnosis.timed_out(self.timeout, _host_port(httpx.URL(self.server))))
 
 
-async def _ask(client: httpx.AsyncClient, question: _Question, outcomes: _Outcomes) -> Outcome:
-    """Ask both questions; what each answer means is the diagnosis's."""
-    said = {"has_credential": question.has_credential, "own": outcomes.own}
-    status, body = await _send(client, "GET", "/version", question)
-    version = diagnosis.version_answer(status, _phrase(status), body, **said)
-    if isinstance(version, tuple):
-        return outcomes.of(version)
-    outcomes.version = version
+class _Overlong(Exception):
+    """An answer over one of the bounds of :class:`_Budget`; ``how`` says which, in a few words."""
 
-    status, body = await _send(client, "POST", _REVIEW_PATH, question, _REVIEW)
-    if status == 404:  # before Kubernetes 1.28
-        status, body = await _send(client, "POST", _ACCESS_REVIEW_PATH, question, _ACCESS_REVIEW)
+    def __init__(self, how: str) -> None:
+        super().__init__(how)
+        self.how = how
+
+    def verdict(self, what: str) -> diagnosis.Verdict:
+        """The check's Verdict, ``what`` being the question (``GET /version``) so answered."""
+        return diagnosis.not_kubernetes(f"{what} answered {self.how}")
+
+
+class _Budget:
+    """What one answer may take of the wire, counted as it is read, on either path.
+
+    The bounds are on what the server controls: bytes on the wire (heads, body and chunk
+    framing, not only the body), reads of the socket, and parser events. Each read asks for no
+    more than is left, so a check reads at most :data:`_MAX_ANSWER` bytes in at most
+    :data:`_MAX_READS` reads an answer, and its CPU is bounded with them (a read and a parse a
+    byte is what a hostile server aims at). :meth:`room` and :meth:`took` wrap every read
+    (:meth:`room` raises before a read the budget has no room for), :meth:`event` every parser
+    event; :meth:`start` opens the next answer's budget. While ``head`` is true the answer's
+    head is not in yet and :data:`_MAX_HEAD` bounds what is read.
+    """
+
+    __slots__ = ("events", "head", "reads", "received")
+
+    def __init__(self) -> None:
+        self.reads = self.received = self.events = 0
+        self.head = True
+
+    def start(self) -> None:
+        self.reads = self.received = self.events = 0
+        self.head = True
+
+    def room(self, wanted: int) -> int:
+        """How many bytes the next read may ask for; raises when the answer may take no more."""
+        if self.head and self.received > _MAX_HEAD:
+            raise diagnosis.NoHTTPAnswer()  # all of it heads, and more than one may be
+        if self.reads >= _MAX_READS:
+            raise _Overlong(f"in more than {_MAX_READS} reads")
+        left = (_MAX_HEAD + 1 if self.head else _MAX_ANSWER) - self.received
+        if left <= 0:
+            raise _Overlong(f"with more than {_MAX_ANSWER // 1024} KiB")
+        return min(wanted, left)
+
+    def took(self, size: int) -> None:
+        self.reads += 1
+        self.received += size
+
+    def event(self) -> None:
+        self.events += 1
+        if self.events > _MAX_EVENTS:
+            raise _Overlong(f"in more than {_MAX_EVENTS} parts")
+
+
+async def _ask(
+    client: httpx.AsyncClient, question: _Question, outcomes: _Outcomes, budget: _Budget
+) -> Outcome:
+    """Ask both questions; what each answer means is the diagnosis's. ``budget`` is the one the
+    client's network backend counts its reads in."""
+    said = {"has_credential": question.has_credential, "own": outcomes.own}
+    what = "GET /version"
+    try:
+        status, body = await _send(client, "GET", "/version", question, budget)
+        version = diagnosis.version_answer(status, _phrase(status), body, **said)
+        if isinstance(version, tuple):
+            return outcomes.of(version)
+        outcomes.version = version
+
+        what = "POST selfsubjectreviews"
+        status, body = await _send(client, "POST", _REVIEW_PATH, question, budget, _REVIEW)
+        if status == 404:  # before Kubernetes 1.28
+            what = "POST selfsubjectaccessreviews"
+            status, body = await _send(
+                client, "POST", _ACCESS_REVIEW_PATH, question, budget, _ACCESS_REVIEW
+            )
+    except _Overlong as overlong:
+        return outcomes.of(overlong.verdict(what))
     return outcomes.of(diagnosis.review_answer(status, _phrase(status), body, **said))
 
 
@@ -80,25 +163,34 @@ async def _send(
     method: str,
     path: str,
     question: _Question,
+    budget: _Budget,
     body: Mapping[str, Any] | None = None,
 ) -> tuple[int, bytes]:
-    """Status and (at most ``_MAX_BODY`` of the) body; the server URL's own path is kept."""
+    """Status and body, within ``budget``; the server URL's own path is kept.
+
+    The body is read raw, as the lean path reads it: asked for no encoding and decoded from
+    none, so a few compressed bytes cannot become megabytes. Each piece of it is an event of the
+    budget: they are h11's, which httpcore hands on one by one, without a checkpoint between
+    them, on the event loop.
+    """
     url = question.base.copy_with(raw_path=question.base.raw_path.rstrip(b"/") + path.encode())
     request = client.build_request(
         method,
         url,
-        headers=question.headers,
+        headers={**question.headers, "Accept-Encoding": "identity"},
         json=body,
         extensions=dict(question.extensions),
     )
+    budget.start()
     response = await client.send(request, stream=True)
     try:
-        content = b""
-        async for chunk in response.aiter_bytes():
+        budget.head = False
+        budget.event()  # the head
+        content = bytearray()
+        async for chunk in response.aiter_raw():
+            budget.event()
             content += chunk
-            if len(content) > _MAX_BODY:
-                break
-        return response.status_code, content
+        return response.status_code, bytes(content)
     finally:
         await response.aclose()
 

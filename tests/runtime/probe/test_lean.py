@@ -12,21 +12,24 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import itertools
 import json
 import socket
 import ssl
 import struct
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import attrs
+import h11
 import httpx
 import hypothesis.strategies as st
 import pytest
 import trio
+from httpcore._backends.trio import TrioStream
 from hypothesis import given
 
 from kokumi.core.cluster.egress import parse_address
@@ -37,6 +40,7 @@ from kokumi.runtime.probe import checks, lean
 from kokumi.runtime.probe.checks import check
 from kokumi.testing import canary
 from kokumi.testing.controlplane import CertificateAuthority
+from tests.runtime.probe.test_checks import connect_proxy
 from tests.support.spoke_answers import both
 
 TOKEN = canary.token("lean")
@@ -375,9 +379,8 @@ async def endless(peer: Peer, head: bytes, piece: bytes, pause: float = 0.0) -> 
     [
         (b"HTTP/1.1 200 OK\r\n", b"X-Filler: " + b"a" * 1000 + b"\r\n"),
         (b"HTTP/1.1 200 OK\r\nX-Long: ", b"b" * 4096),
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", b"1" * 4096),
     ],
-    ids=["many-headers", "one-endless-header", "endless-chunk-size"],
+    ids=["many-headers", "one-endless-header"],
 )
 async def test_headers_without_end_are_cut_off(
     pki: Pki, serve: Serve, path: str, head: bytes, piece: bytes
@@ -390,24 +393,27 @@ async def test_headers_without_end_are_cut_off(
     assert seen.sent < 16 << 20  # what the kernel's buffers took, not what the server offered
 
 
+CHUNKED = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+OVERLONG = "this is not a Kubernetes API server; check the server URL and its path"
+
+
 @pytest.mark.parametrize(
-    "head",
+    ("head", "piece"),
     [
-        b"HTTP/1.1 200 OK\r\nContent-Length: 100000000000\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 100000000000\r\n\r\n", b"x" * 4096),
+        (b"HTTP/1.1 200 OK\r\n\r\n", b"x" * 4096),
+        (CHUNKED, b"1000\r\n" + b"x" * 4096 + b"\r\n"),
+        (CHUNKED, b"1" * 4096),
     ],
-    ids=["huge-length", "until-closed", "chunked"],
+    ids=["huge-length", "until-closed", "chunked", "endless-chunk-size"],
 )
 async def test_a_body_without_end_is_cut_off(
-    pki: Pki, serve: Serve, path: str, head: bytes
+    pki: Pki, serve: Serve, path: str, head: bytes, piece: bytes
 ) -> None:
-    chunked = b"chunked" in head
-    piece = b"1000\r\n" + b"x" * 4096 + b"\r\n" if chunked else b"x" * 4096
     server, seen = await serve(functools.partial(endless, head=head, piece=piece))
     finding = await checked(pki, server)
     assert finding.reason is Reason.SERVER_ERROR
-    assert finding.message.startswith("GET /version answered without a gitVersion")
+    assert finding.message == f"GET /version answered with more than 64 KiB: {OVERLONG}"
     with trio.fail_after(5):
         await seen.all_closed.wait()
     assert seen.sent < 16 << 20
@@ -471,6 +477,170 @@ async def test_interim_heads_are_bounded_together(
     assert finding.message == f"{server.removeprefix('https://')} {NO_ANSWER}"
     with trio.fail_after(5):
         await seen.all_closed.wait()
+
+
+READS, ANSWER_BYTES, EVENTS = 64, 64 * 1024, 256
+"""An answer's bounds, as docs/operations.md gives them: reads of the socket, bytes on the wire,
+parser events."""
+
+
+@attrs.define
+class Wire:
+    """What a check read, counted at the primitives both paths read with, whatever bounds the
+    probe itself keeps: reads of the TLS socket (the lean path's ``SSLSocket.recv``, httpcore's
+    ``TrioStream.read``), their bytes, and h11's events (both paths parse with h11)."""
+
+    reads: int = 0
+    received: int = 0
+    events: int = 0
+
+
+@pytest.fixture
+def wire(monkeypatch: pytest.MonkeyPatch) -> Wire:
+    counted = Wire()
+    recv, read, next_event = ssl.SSLSocket.recv, TrioStream.read, h11.Connection.next_event
+
+    def counted_recv(sock: ssl.SSLSocket, size: int = 1024, flags: int = 0) -> bytes:
+        data = recv(sock, size, flags)
+        counted.reads += 1
+        counted.received += len(data)
+        return data
+
+    async def counted_read(stream: TrioStream, size: int, timeout: float | None = None) -> bytes:
+        data = await read(stream, size, timeout)
+        counted.reads += 1
+        counted.received += len(data)
+        return data
+
+    def counted_event(http: h11.Connection) -> Any:
+        event = next_event(http)
+        if event is not h11.NEED_DATA:
+            counted.events += 1
+        return event
+
+    monkeypatch.setattr(ssl.SSLSocket, "recv", counted_recv)
+    monkeypatch.setattr(TrioStream, "read", counted_read)
+    monkeypatch.setattr(h11.Connection, "next_event", counted_event)
+    return counted
+
+
+def one_byte_chunks(peer_sends: int) -> bytes:
+    """``peer_sends`` chunks of one byte each: a JSON object's first byte, then spaces."""
+    return b"1\r\n{\r\n" + b"1\r\n \r\n" * (peer_sends - 1)
+
+
+async def trickle(
+    peer: Peer, head: bytes, pieces: Callable[[], Iterable[bytes]], pause: float = 0.0
+) -> None:
+    """Answer ``GET /version`` with ``head``, then each piece as a write of its own (a TLS record
+    of its own: the client's socket reads one at a time)."""
+    await peer.request()
+    await peer.send(head)
+    for piece in pieces():
+        await peer.send(piece)
+        if pause:
+            await trio.sleep(pause)
+
+
+def forever(piece: bytes) -> Callable[[], Iterable[bytes]]:
+    return functools.partial(itertools.repeat, piece)
+
+
+LENGTH = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("handler", "how"),
+    [
+        (
+            functools.partial(trickle, head=CHUNKED, pieces=forever(b"1\r\n \r\n")),
+            "in more than 64 reads",
+        ),
+        (functools.partial(trickle, head=LENGTH, pieces=forever(b" ")), "in more than 64 reads"),
+        (
+            functools.partial(trickle, head=b"HTTP/1.1 200 OK\r\nX-Slow: ", pieces=forever(b"s")),
+            "in more than 64 reads",
+        ),
+        (
+            functools.partial(trickle, head=CHUNKED, pieces=lambda: [one_byte_chunks(50_000)]),
+            "in more than 256 parts",
+        ),
+        (
+            functools.partial(trickle, head=LENGTH, pieces=forever(b" "), pause=0.005),
+            "in more than 64 reads",
+        ),
+    ],
+    ids=[
+        "1-byte-chunks",
+        "1-byte-writes-of-a-length",
+        "1-byte-writes-of-a-head",
+        "1-byte-chunks-at-once",
+        "endless-trickle",
+    ],
+)
+async def test_an_answer_in_tiny_pieces_ends_the_check_within_its_bounds(
+    pki: Pki, serve: Serve, path: str, wire: Wire, handler: Handler, how: str
+) -> None:
+    """A server that cuts its answer into pieces of a byte costs a read, a wake-up and a parse a
+    byte: the answer's reads, bytes on the wire (framing included) and parser events are
+    bounded, and the check ends at the first bound it reaches, long before its deadline, with
+    the same Outcome on both paths."""
+    server, seen = await serve(handler)
+    finding = await check(connection(pki, server))
+    assert canary.found(repr(finding)) == []
+    assert finding.reason is Reason.SERVER_ERROR
+    assert finding.message == f"GET /version answered {how}: {OVERLONG}"
+    assert wire.reads <= READS
+    assert wire.received <= ANSWER_BYTES
+    assert wire.events <= EVENTS + 1
+    with trio.fail_after(5):
+        await seen.all_closed.wait()
+
+
+async def test_a_review_in_tiny_pieces_ends_the_check_and_keeps_the_version(
+    pki: Pki, serve: Serve, path: str, wire: Wire
+) -> None:
+    """Each answer has a budget of its own: the second question's is as bounded as the first's."""
+
+    async def handler(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(response("200 OK", VERSION))
+        await trickle(
+            peer,
+            b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n",
+            forever(b"1\r\n \r\n"),
+        )
+
+    server, _ = await serve(handler)
+    finding = await check(connection(pki, server))
+    assert finding.reason is Reason.SERVER_ERROR
+    assert finding.message == f"POST selfsubjectreviews answered in more than 64 reads: {OVERLONG}"
+    assert finding.kubernetes_version == "v1.36.0-lean"
+    assert wire.reads <= READS + 2  # the first answer's one or two, then the bound
+
+
+async def test_an_answer_in_tiny_pieces_through_a_proxy_is_bounded_alike(
+    pki: Pki, serve: Serve, wire: Wire
+) -> None:
+    """Behind a proxy-url the check reads through httpx, on the event loop, a wake-up a read:
+    the proxy's answer and the server's are read within the same budget."""
+    server, _ = await serve(functools.partial(trickle, head=CHUNKED, pieces=forever(b"1\r\n \r\n")))
+    tunnels: list[str] = []
+
+    async def proxy(stream: trio.SocketStream) -> None:
+        await connect_proxy(stream, tunnels, refuse=False)
+
+    async with trio.open_nursery() as nursery:
+        port = await tcp_server(nursery, proxy)
+        behind = attrs.evolve(
+            connection(pki, server), proxy_url=canary.proxy_url(f"127.0.0.1:{port}")
+        )
+        finding = await check(behind)
+        nursery.cancel_scope.cancel()
+    assert tunnels == [f"CONNECT {server.removeprefix('https://')}"]
+    assert canary.found(repr(finding)) == []
+    assert finding.message == f"GET /version answered in more than 64 reads: {OVERLONG}"
+    assert wire.reads <= READS
 
 
 # --- the lean path itself --------------------------------------------------------------------
