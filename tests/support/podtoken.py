@@ -29,7 +29,8 @@ def holders(pod: dict[str, Any]) -> list[str]:
     found = []
     for container in [*pod.get("initContainers", []), *pod["containers"]]:
         for mount in container.get("volumeMounts", []):
-            if mount["name"] in tokens or mount["mountPath"].startswith("/var/run/secrets/kubernetes.io"):
+            where = mount["mountPath"]
+            if mount["name"] in tokens or where.startswith("/var/run/secrets/kubernetes.io"):
                 found.append(container["name"])
                 break
     return found
