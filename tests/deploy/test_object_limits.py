@@ -7,7 +7,7 @@ bounds are read from the policy and must be the ones docs/operations.md states.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from kokumi.testing.controlplane import APIServer
-from tests.support.deploy import POLICIES
+from tests.support.deploy import POLICIES, apply, run, wait_object_limits_enforced, wait_until
 from tests.support.paths import REPO
 
 pytestmark = pytest.mark.usefixtures("admission_policies")
@@ -166,3 +166,53 @@ def test_annotations_past_the_bounds_are_refused_and_at_them_accepted(
 
     at = create(admin, namespace, kind, "at", {"annotations": annotated(most, most_bytes)})
     assert at.status_code == 201, at.text
+
+
+@pytest.fixture
+def unbound(hub: APIServer) -> Iterator[Callable[[], None]]:
+    """Take kokumi-object-limits' binding away, for objects made before the policy; ``rebind``
+    (the fixture's value) puts it back and waits until it is enforced, as does the teardown."""
+    run(hub.admin_kubeconfig, "delete", "validatingadmissionpolicybinding",
+        "kokumi-object-limits")  # fmt: skip
+    bound = False
+
+    def rebind() -> None:
+        nonlocal bound
+        apply(hub, POLICIES / "kokumi-object-limits.yaml")
+        wait_object_limits_enforced(hub)
+        bound = True
+
+    try:
+        yield rebind
+    finally:
+        if not bound:
+            rebind()
+
+
+def test_an_object_made_before_the_policy_may_still_lose_entries(
+    hub: APIServer, admin: httpx.Client, namespace: str, unbound: Callable[[], None]
+) -> None:
+    most = B["labelsMax"]
+    many = labels(most + 6, (most + 6) * 8)
+    url = f"{GROUP}/namespaces/{namespace}/clusters/old"
+
+    def made() -> bool | None:
+        answer = create(admin, namespace, "Cluster", "old",
+                        {"labels": many, "finalizers": ["example.com/keep"]})  # fmt: skip
+        return True if answer.status_code == 201 else None
+
+    wait_until(made, "the Cluster past the bounds is made without the binding")
+    unbound()
+    current = admin.get(url).json()
+    meta = current["metadata"]
+    # Adding, or changing a value, is refused; dropping labels and the finalizer is not.
+    grown = admin.put(url, json={**current, "metadata": {**meta, "labels": {**many, "x": "y"}}})
+    refused(grown, f"has {most + 7} labels")
+    changed = {**many, next(iter(many)): "other"}
+    refused(admin.put(url, json={**current, "metadata": {**meta, "labels": changed}}))
+    fewer = dict(list(many.items())[1:])
+    answer = admin.put(url, json={**current, "metadata": {**meta, "labels": fewer}})
+    assert answer.status_code == 200, answer.text
+    current = answer.json()
+    answer = admin.put(url, json={**current, "metadata": {**current["metadata"], "finalizers": []}})
+    assert answer.status_code == 200, answer.text

@@ -197,7 +197,7 @@ def install_admission_policies(hub: APIServer) -> tuple[str, ...]:
     _wait_source_access_enforced(hub)
     wait_secret_integrity_enforced(hub)
     _wait_role_bindings_enforced(hub)
-    _wait_object_limits_enforced(hub)
+    wait_object_limits_enforced(hub)
     return (
         "kokumi-cluster-secret-access",
         "kokumi-cluster-source-access",
@@ -207,7 +207,7 @@ def install_admission_policies(hub: APIServer) -> tuple[str, ...]:
     )
 
 
-def _wait_object_limits_enforced(hub: APIServer) -> None:
+def wait_object_limits_enforced(hub: APIServer) -> None:
     """Until a dry-run Cluster with 65 labels is refused by kokumi-object-limits."""
     labels = {f"l{i}": "v" for i in range(65)}
     cluster = json.dumps({"apiVersion": "delivery.kokumi.dev/v1alpha1", "kind": "Cluster",
