@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from typing import Any
 
 import pytest
+import yaml
 
 from kokumi.testing.controlplane import APIServer
 from tests.support.deploy import DEPLOY, run, wait_until
@@ -468,3 +470,69 @@ def test_clustersource_refuses_another_source_and_kokumis_labels(
     assert "keys under delivery.kokumi.dev/ are Kokumi's own" in refused(
         hub, namespace, source(ours)
     )
+
+
+# Every tenant-written spec is bounded in size: the manager and the UI keep these objects whole.
+
+KEY_MAX = 317  # a label key: a DNS prefix of 253, a slash, a name of 63
+
+
+def _spec_schemas() -> dict[str, dict[str, Any]]:
+    out = {}
+    for path in sorted((DEPLOY / "crds").glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        out[crd["spec"]["names"]["kind"]] = schema
+    return out
+
+
+def _unbounded(schema: dict[str, Any], path: str) -> list[str]:
+    kind = schema.get("type")
+    if kind == "string":
+        return [] if "maxLength" in schema else [f"{path}: a string without maxLength"]
+    if kind == "array":
+        missing = [] if "maxItems" in schema else [f"{path}: a list without maxItems"]
+        return missing + _unbounded(schema["items"], f"{path}[]")
+    if kind == "object" and "additionalProperties" in schema:
+        rules = [r["rule"] for r in schema.get("x-kubernetes-validations", [])]
+        missing = [] if "maxProperties" in schema else [f"{path}: a map without maxProperties"]
+        if f"self.all(k, size(k) <= {KEY_MAX})" not in rules:
+            missing.append(f"{path}: a map without a bound on its keys")
+        return missing + _unbounded(schema["additionalProperties"], f"{path}{{}}")
+    if kind == "object":
+        return [m for name, sub in schema.get("properties", {}).items()
+                for m in _unbounded(sub, f"{path}.{name}")]  # fmt: skip
+    return []
+
+
+def _most_characters(schema: dict[str, Any]) -> int:
+    """The longest JSON the schema admits, in characters (what maxLength counts)."""
+    kind = schema.get("type")
+    if kind == "string":
+        return 2 + int(schema["maxLength"])
+    if kind in ("integer", "number"):
+        return 24
+    if kind == "boolean":
+        return 5
+    if kind == "array":
+        return 2 + int(schema["maxItems"]) * (_most_characters(schema["items"]) + 1)
+    if "additionalProperties" in schema:
+        entry = 2 + KEY_MAX + 1 + _most_characters(schema["additionalProperties"]) + 1
+        return 2 + int(schema["maxProperties"]) * entry
+    fields = schema["properties"].items()
+    return 2 + sum(len(name) + 4 + _most_characters(sub) for name, sub in fields)
+
+
+# The largest spec each schema admits, in characters, as docs/operations.md states it.
+MOST = {"Cluster": 1_891, "Environment": 65_491, "ClusterSource": 154_747}
+
+
+def test_every_spec_field_is_bounded_and_a_spec_stays_small() -> None:
+    schemas = _spec_schemas()
+    assert set(schemas) == set(MOST)
+    operations = (DEPLOY.parent / "docs" / "operations.md").read_text()
+    for kind, schema in schemas.items():
+        assert _unbounded(schema, f"{kind}.spec") == []
+        most = _most_characters(schema)
+        assert most == MOST[kind], f"{kind}.spec may be {most} characters"
+        assert f"{kind} {most:,}" in operations

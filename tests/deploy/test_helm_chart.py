@@ -28,6 +28,7 @@ from kokumi.testing import run_kubectl
 from kokumi.testing.controlplane import ControlPlane
 from kokumi.testing.spoke import register
 from tests.support.deploy import DEPLOY, ensure_namespace, replicas, run, wait_until
+from tests.support.podtoken import assert_only_the_ui_holds_the_token
 
 CHART = DEPLOY / "helm" / "kokumi-clusters"
 Key = tuple[str, str, str]
@@ -183,6 +184,22 @@ def test_the_ui_and_its_sign_in_modes(helm: Path) -> None:
     }
     assert impersonate <= proxy.keys()
     assert not [k for k in render(helm) if "ui" in k[2]]
+
+
+def test_in_proxy_mode_only_the_ui_container_holds_the_token(helm: Path) -> None:
+    """The proxy sidecars of ui.proxy.containers face the internet: none gets the UI's account."""
+    for sets in (
+        ("ui.enabled=true",),
+        (
+            "ui.enabled=true",
+            "ui.signIn=proxy",
+            "ui.proxy.containers[0].name=oauth2-proxy",
+            "ui.proxy.containers[0].image=proxy.example/oauth2-proxy:7",
+        ),
+    ):
+        objects = render(helm, *sets)
+        pod = objects[("Deployment", "kokumi", "kokumi-clusters-ui")]["spec"]["template"]["spec"]
+        assert_only_the_ui_holds_the_token(pod)
 
 
 @pytest.mark.parametrize(

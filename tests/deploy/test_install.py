@@ -94,6 +94,8 @@ def test_install_yaml_names() -> None:
         ("ValidatingAdmissionPolicyBinding", "kokumi-argocd-secret-integrity"),
         ("ValidatingAdmissionPolicy", "kokumi-secret-role-bindings"),
         ("ValidatingAdmissionPolicyBinding", "kokumi-secret-role-bindings"),
+        ("ValidatingAdmissionPolicy", "kokumi-object-limits"),
+        ("ValidatingAdmissionPolicyBinding", "kokumi-object-limits"),
         ("Role", "kokumi-manager-leader-election"),
         ("RoleBinding", "kokumi-manager-leader-election"),
         ("Deployment", "kokumi-clusters"),

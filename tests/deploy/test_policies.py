@@ -304,7 +304,7 @@ def test_updates_that_keep_secret_and_key_need_no_access_and_changes_do(
     other_key = {"spec": {"kubeconfig": {"secretRef": {"key": "admin.kubeconfig"}}}}
     result = patch(author, namespace, "spoke", other_key)
     assert denied_reading(result, "spoke-kubeconfig", namespace), result.stderr
-    assert "another key could hold another credential" in result.stderr
+    assert "another key or context could hold another credential" in result.stderr
     other_secret = {"spec": {"kubeconfig": {"secretRef": {"name": "admin-kubeconfig"}}}}
     result = patch(author, namespace, "spoke", other_secret)
     assert denied_reading(result, "admin-kubeconfig", namespace), result.stderr

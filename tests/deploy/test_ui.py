@@ -13,6 +13,7 @@ import yaml
 from kokumi.testing import Kubectl
 from kokumi.testing.controlplane import APIServer
 from tests.support.deploy import DEPLOY, apply, run, wait_until
+from tests.support.podtoken import assert_only_the_ui_holds_the_token
 from tests.support.ui import UI_ACCOUNT, UI_FILES, install_ui_account
 
 FILES = sorted(UI_FILES.glob("*.yaml")) + sorted((UI_FILES / "optional").glob("*.yaml"))
@@ -154,3 +155,10 @@ def test_the_oauth2_proxy_example_is_deploy_uis_pod_with_the_sidecar_in_front() 
     assert {k: v for k, v in fronted.items() if k != "spec"} == {
         k: v for k, v in service.items() if k != "spec"
     }
+
+
+@pytest.mark.parametrize("path", ["deployment.yaml", "optional/oauth2-proxy.yaml"])
+def test_only_the_ui_container_holds_the_service_accounts_token(path: str) -> None:
+    """In proxy mode the sidecar faces the internet: it must not hold the UI's account."""
+    deployment = next(d for d in yaml.safe_load_all((UI_FILES / path).read_text()) if d)
+    assert_only_the_ui_holds_the_token(deployment["spec"]["template"]["spec"])

@@ -197,12 +197,29 @@ def install_admission_policies(hub: APIServer) -> tuple[str, ...]:
     _wait_source_access_enforced(hub)
     wait_secret_integrity_enforced(hub)
     _wait_role_bindings_enforced(hub)
+    wait_object_limits_enforced(hub)
     return (
         "kokumi-cluster-secret-access",
         "kokumi-cluster-source-access",
         "kokumi-argocd-secret-integrity",
         "kokumi-secret-role-bindings",
+        "kokumi-object-limits",
     )
+
+
+def wait_object_limits_enforced(hub: APIServer) -> None:
+    """Until a dry-run Cluster with 65 labels is refused by kokumi-object-limits."""
+    labels = {f"l{i}": "v" for i in range(65)}
+    cluster = json.dumps({"apiVersion": "delivery.kokumi.dev/v1alpha1", "kind": "Cluster",
+                          "metadata": {"name": "probe", "labels": labels},
+                          "spec": {"connection": "InCluster"}})  # fmt: skip
+
+    def refused() -> bool | None:
+        created = run(hub.admin_kubeconfig, "-n", PROBE_NAMESPACE, "create", "--dry-run=server",
+                      "-f", "-", input=cluster, check=False)  # fmt: skip
+        return True if "kokumi-object-limits" in created.stderr else None
+
+    wait_until(refused, "kokumi-object-limits refuses 65 labels", timeout=90)
 
 
 def _wait_role_bindings_enforced(hub: APIServer) -> None:
