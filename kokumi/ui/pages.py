@@ -444,7 +444,7 @@ async def end_session(ui: UI, request: Request) -> None:
     every replica."""
     ended = ui.sessions.end(request.cookies.get(COOKIE))
     if ended is not None and ui.sign_outs is not None:
-        await ui.sign_outs.add(*ended)
+        await ui.sign_outs.add(ended, ui.sessions.lifetime)
 
 
 async def _heed_sign_outs(ui: UI) -> None:
