@@ -28,14 +28,13 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 __all__ = [
     "KEY_BYTES",
     "MAX_COOKIE",
-    "MAX_ENDED",
     "MAX_REMEMBERED",
+    "MAX_SIGNED_OUT_USERS",
     "NONCE_BYTES",
     "Keys",
     "Sealed",
+    "SignedOut",
     "ended_of",
-    "ended_text",
-    "ended_with",
     "remembered",
     "service_account_namespace",
     "token_expiry",
@@ -52,18 +51,21 @@ MAX_REMEMBERED: Final = 8
 """The namespaces a session remembers its user typed, the latest last: enough for a team's few,
 small enough for a cookie that also carries a token."""
 
-MAX_ENDED: Final = 4000
-"""The signed-out sessions every replica is told of, each kept until its cookie would have
-expired: about 200 KiB in the session key's Secret, read by each replica about once a second.
-Past it the ones that expire soonest are dropped first."""
+MAX_SIGNED_OUT_USERS: Final = 1000
+"""The users whose sign-outs are kept one by one (each one entry, whatever their number of
+sign-outs: at most about 53 KiB in the session key's Secret, read by each replica about once a
+second). Past it the oldest sign-outs are folded into one time before which every session is
+signed out: more sessions end than asked, none that was signed out comes back."""
 
 _AAD: Final = b"kokumi-ui-session/1"
 
 
 @attrs.frozen
 class Sealed:
-    """What a session cookie holds: who, until when (Unix seconds), the user's token if any, and
-    the namespaces the user looked in (where to look again when they may not list them all)."""
+    """What a session cookie holds: who, until when (Unix seconds), the user's token if any, the
+    namespaces the user looked in (where to look again when they may not list them all), and
+    when it was issued (Unix milliseconds; 0 in a cookie sealed before cookies said so): a
+    sign-out ends its user's sessions issued until then (:class:`SignedOut`)."""
 
     session_id: str
     expires: int
@@ -71,6 +73,7 @@ class Sealed:
     groups: tuple[str, ...] = ()
     token: str | None = attrs.field(default=None, repr=False)
     namespaces: tuple[str, ...] = ()
+    issued: int = 0
 
 
 def _derive(master: bytes, purpose: bytes) -> bytes:
@@ -103,6 +106,8 @@ class Keys:
             payload["t"] = session.token
         if session.namespaces:
             payload["n"] = list(session.namespaces)
+        if session.issued:
+            payload["i"] = session.issued
         plain = json.dumps(payload, separators=(",", ":")).encode()
         sealed = nonce + self._cookie.encrypt(nonce, plain, _AAD)
         return base64.urlsafe_b64encode(sealed).rstrip(b"=").decode("ascii")
@@ -139,6 +144,7 @@ def _session(plain: bytes) -> Sealed | None:
         return None
     session_id, expires, user = data.get("s"), data.get("e"), data.get("u")
     groups, token, namespaces = data.get("g", []), data.get("t"), data.get("n", [])
+    issued = data.get("i", 0)
     if not (isinstance(session_id, str) and isinstance(user, str)):
         return None
     if not isinstance(expires, int) or isinstance(expires, bool):
@@ -149,7 +155,9 @@ def _session(plain: bytes) -> Sealed | None:
         return None
     if not (isinstance(namespaces, list) and all(isinstance(n, str) for n in namespaces)):
         return None
-    return Sealed(session_id, expires, user, tuple(groups), token, tuple(namespaces))
+    if not isinstance(issued, int) or isinstance(issued, bool):
+        return None
+    return Sealed(session_id, expires, user, tuple(groups), token, tuple(namespaces), issued)
 
 
 def remembered(namespaces: tuple[str, ...], namespace: str) -> tuple[str, ...]:
@@ -188,8 +196,9 @@ def token_expiry(token: str) -> int | None:
 
 
 def ended_of(text: str | bytes | None) -> dict[str, int]:
-    """The signed-out sessions (id -> when its cookie expires) a replica wrote as JSON; anything
-    else in it is left out, so a hand-edited list refuses fewer cookies, never more."""
+    """The signed-out sessions (id -> when its cookie expires) that replicas before
+    :class:`SignedOut` wrote as JSON, still honoured until they expire; anything else in it is
+    left out, so a hand-edited list refuses fewer cookies, never more."""
     if not text:
         return {}
     try:
@@ -205,16 +214,87 @@ def ended_of(text: str | bytes | None) -> dict[str, int]:
     }
 
 
-def ended_with(
-    ended: dict[str, int], session_id: str, until: int, now: float, most: int = MAX_ENDED
-) -> dict[str, int]:
-    """``ended`` with ``session_id`` signed out until ``until``: the expired dropped, and at most
-    ``most`` kept, the ones that expire latest (the newest is kept in any case)."""
-    kept = {sid: at for sid, at in ended.items() if at > now and sid != session_id}
-    latest = sorted(kept.items(), key=lambda item: (-item[1], item[0]))[: max(most - 1, 0)]
-    return {**dict(latest), session_id: until}
+def user_key(user: str) -> str:
+    """How :class:`SignedOut` names a user: 128 bits of SHA-256 of the name, so that an entry is
+    22 characters whatever the name's length (a proxy may name users by long strings) and the
+    Secret lists no names."""
+    digest = hashlib.sha256(user.encode()).digest()[:16]
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
-def ended_text(ended: dict[str, int]) -> str:
-    """The list as the Secret keeps it: compact JSON, in a stable order."""
-    return json.dumps(dict(sorted(ended.items())), separators=(",", ":"))
+@attrs.frozen
+class SignedOut:
+    """The sessions signed out, in constant space per user: "the sessions of user U issued
+    before T" (``users``, by :func:`user_key`; T in Unix milliseconds), and ``before``, a time
+    before which every session is signed out, whoever's (what the oldest entries are folded into
+    when there are more than :data:`MAX_SIGNED_OUT_USERS` users).
+
+    A sign-out ends the session of its cookie and every older one of the same user: however
+    often a user signs in and out, they are one entry, and nobody's sign-out is ever dropped to
+    make room for another's (a list of session ids, bounded, had to drop some: a victim's
+    signed-out cookie came back after another user signed in and out 4,000 times). ``legacy``
+    is the list of session ids older replicas wrote, honoured until those cookies expire.
+    """
+
+    users: dict[str, int] = attrs.field(factory=dict)
+    before: int = 0
+    legacy: dict[str, int] = attrs.field(factory=dict)
+
+    def refuses(self, session: Sealed) -> bool:
+        """Whether ``session`` was signed out: issued before its user's sign-out, or before
+        ``before``, or named by an older replica's list."""
+        if session.issued < self.before or session.session_id in self.legacy:
+            return True
+        return session.issued < self.users.get(user_key(session.user), 0)
+
+    def with_sign_out(
+        self, session: Sealed, now: float, lifetime: float, most: int = MAX_SIGNED_OUT_USERS
+    ) -> SignedOut | None:
+        """This with ``session`` and every older session of its user signed out; None when it
+        already is (nothing to write). Entries whose sessions have all expired (``lifetime``
+        seconds after T) are dropped; past ``most`` users the oldest are folded into
+        ``before``, which ends more sessions than asked and never forgets one."""
+        if self.refuses(session):
+            return None
+        now_ms, life_ms = int(now * 1000), int(lifetime * 1000)
+        users = {u: t for u, t in self.users.items() if t + life_ms > now_ms}
+        key = user_key(session.user)
+        users[key] = max(users.get(key, 0), session.issued + 1)
+        before = self.before if self.before + life_ms > now_ms else 0
+        if len(users) > most:
+            oldest = sorted(users.items(), key=lambda item: (item[1], item[0]))
+            for user, at in oldest[: len(users) - most]:
+                before = max(before, at)
+                del users[user]
+            users = {u: t for u, t in users.items() if t > before}
+        legacy = {sid: until for sid, until in self.legacy.items() if until > now}
+        return SignedOut(users, before, legacy)
+
+    def text(self) -> str:
+        """As the Secret keeps it: compact JSON, in a stable order (the legacy list apart)."""
+        return json.dumps(
+            {"before": self.before, "users": dict(sorted(self.users.items()))},
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def of(cls, text: str | bytes | None, legacy: str | bytes | None = None) -> SignedOut:
+        """What a replica wrote (:meth:`text`), and an older replica's list; anything else in it
+        is left out, so a hand-edited one refuses fewer cookies, never more."""
+        old = ended_of(legacy)
+        try:
+            data: Any = json.loads(text) if text else {}
+        except ValueError:
+            data = {}
+        if not isinstance(data, dict):
+            data = {}
+        users, before = data.get("users"), data.get("before")
+        return cls(
+            {
+                str(user): at
+                for user, at in (users.items() if isinstance(users, dict) else ())
+                if isinstance(at, int) and not isinstance(at, bool)
+            },
+            before if isinstance(before, int) and not isinstance(before, bool) else 0,
+            old,
+        )

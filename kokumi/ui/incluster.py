@@ -23,11 +23,12 @@ from __future__ import annotations
 import base64
 import binascii
 import ipaddress
+import json
 import logging
 import math
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import attrs
@@ -57,7 +58,10 @@ log = logging.getLogger("kokumi.ui")
 KEY_NAMESPACE: Final = "kokumi-signing"
 KEY_SECRET: Final = "kokumi-clusters-ui-session"  # noqa: S105 - a name, not its value
 KEY_FIELD: Final = "key"
+SIGNED_OUT_FIELD: Final = "signedOut"
+"""Where the sign-outs are kept (:class:`~kokumi.core.sessioncookie.SignedOut`), beside the key."""
 ENDED_FIELD: Final = "ended"
+"""Where replicas before ``signedOut`` kept a list of session ids: read until it empties."""
 SIGN_OUTS_SECONDS: Final = 1.0
 """How long a replica trusts its copy of the signed-out sessions before it reads them again."""
 
@@ -161,12 +165,19 @@ class SignOuts:
 
     Sessions live in their cookies, so a sign-out at one replica alone would leave a copy of the
     cookie working at the others until it expired. Each sign-out is written into the Secret's
-    ``data.ended`` (session id -> when its cookie expires; the expired dropped, at most
-    :data:`~kokumi.core.sessioncookie.MAX_ENDED`), with the resourceVersion it was read at, so
-    that two replicas signing out at once both keep theirs. Each replica reads the list again
-    when its copy is older than ``seconds``, on the next request that needs it: a signed-out
-    cookie is refused everywhere within about that long. A list that cannot be read keeps the
-    last one read (and says so once in the log): the pages themselves need the hub anyway.
+    ``data.signedOut`` as "the sessions of this user issued until now"
+    (:class:`~kokumi.core.sessioncookie.SignedOut`): one entry per user, however often they sign
+    in and out, at most :data:`~kokumi.core.sessioncookie.MAX_SIGNED_OUT_USERS` of them (then
+    the oldest are folded into one time before which every session is out), so the Secret stays
+    a few KiB and no sign-out is ever dropped for another. It is written with the
+    resourceVersion it was read at, so that two replicas signing out at once both keep theirs;
+    a sign-out the Secret already covers writes nothing, and sign-outs that arrive while one is
+    written go together in the next write, so a replica writes at most one at a time.
+
+    Each replica reads it again when its copy is older than ``seconds``, on the next request
+    that needs it: a signed-out cookie is refused everywhere within about that long. One that
+    cannot be read keeps the last one read (and says so once in the log): the pages themselves
+    need the hub anyway.
     """
 
     own: Client
@@ -174,16 +185,21 @@ class SignOuts:
     name: str = KEY_SECRET
     seconds: float = SIGN_OUTS_SECONDS
     clock: Callable[[], float] = time.time
-    _ended: dict[str, int] = attrs.field(factory=dict)
+    _ended: sessioncookie.SignedOut = attrs.field(factory=sessioncookie.SignedOut)
     _read_at: float = -math.inf
     _failing: bool = False
     _lock: trio.Lock = attrs.field(factory=trio.Lock)
+    _writing: trio.Lock = attrs.field(factory=trio.Lock)
+    _pending: list[sessioncookie.Sealed] = attrs.field(factory=list)
+    written: int = 0
+    """Bytes of Secret written so far (its ``data``, as sent): what sign-outs cost the hub and
+    every replica that reads them."""
 
     @property
     def where(self) -> str:
         return f"Secret {self.namespace}/{self.name}"
 
-    async def ended(self) -> Mapping[str, int]:
+    async def ended(self) -> sessioncookie.SignedOut:
         """The signed-out sessions, read again if the copy is older than ``seconds``."""
         if trio.current_time() - self._read_at < self.seconds:
             return self._ended
@@ -194,45 +210,73 @@ class SignOuts:
                 except KubeError as exc:
                     self._said(f"cannot read the sessions signed out from {self.where}: {exc}")
                 else:
-                    self._ended = sessioncookie.ended_of(_field(secret, ENDED_FIELD))
+                    self._ended = _signed_out(secret)
                     self._failing = False
                 self._read_at = trio.current_time()
         return self._ended
 
-    async def add(self, session_id: str, until: int) -> bool:
-        """Tell every replica that ``session_id`` is signed out; False if it could not (said in
-        the log: the replica that answered has ended it anyway)."""
-        for _ in range(5):
-            try:
-                secret = await self.own.get(SECRETS, self.name, namespace=self.namespace)
-                ended = sessioncookie.ended_with(
-                    sessioncookie.ended_of(_field(secret, ENDED_FIELD)),
-                    session_id,
-                    until,
-                    self.clock(),
-                )
-                data = {**(secret.get("data") or {}), ENDED_FIELD: _b64(
-                    sessioncookie.ended_text(ended).encode()
-                )}  # fmt: skip
-                await self.own.replace(SECRETS, {**secret, "data": data}, namespace=self.namespace)
-            except Conflict:
-                continue
-            except KubeError as exc:
-                log.warning(
-                    "a sign-out is not shared with the other replicas: cannot write it into "
-                    "%s: %s: apply deploy/ui/ (its Role lets the UI update that Secret)",
-                    self.where, exc,
-                )  # fmt: skip
-                return False
+    async def add(self, session: sessioncookie.Sealed, lifetime: float) -> bool:
+        """Tell every replica that ``session``, and its user's older sessions, are signed out;
+        False if it could not (said in the log: the replica that answered has ended it anyway).
+        ``lifetime`` is how long a session lasts: an entry is dropped once all it covers expired.
+        """
+        self._pending.append(session)
+        async with self._writing:
+            if not any(each is session for each in self._pending):
+                return True  # written with another sign-out while this one waited
+            for _ in range(5):
+                batch = list(self._pending)
+                try:
+                    secret = await self.own.get(SECRETS, self.name, namespace=self.namespace)
+                    current = _signed_out(secret)
+                    ended = current
+                    for each in batch:
+                        ended = ended.with_sign_out(each, self.clock(), lifetime) or ended
+                    if ended is current:  # covered already: nothing to write
+                        self._done(batch, current)
+                        return True
+                    data = {**(secret.get("data") or {}), SIGNED_OUT_FIELD: _b64(
+                        ended.text().encode()
+                    )}  # fmt: skip
+                    data.pop(ENDED_FIELD, None)
+                    if ended.legacy:
+                        data[ENDED_FIELD] = _b64(json.dumps(ended.legacy).encode())
+                    body = {**secret, "data": data}
+                    await self.own.replace(SECRETS, body, namespace=self.namespace)
+                except Conflict:
+                    continue
+                except KubeError as exc:
+                    self._done([session], None)  # the others waiting try again for themselves
+                    log.warning(
+                        "a sign-out is not shared with the other replicas: cannot write it into "
+                        "%s: %s: apply deploy/ui/ (its Role lets the UI update that Secret)",
+                        self.where, exc,
+                    )  # fmt: skip
+                    return False
+                self.written += sum(len(k) + len(v) for k, v in data.items())
+                self._done(batch, ended)
+                return True
+            self._done([session], None)
+            log.warning(
+                "a sign-out is not shared: %s kept changing while it was written", self.where
+            )
+            return False
+
+    def _done(
+        self, batch: list[sessioncookie.Sealed], ended: sessioncookie.SignedOut | None
+    ) -> None:
+        self._pending = [p for p in self._pending if not any(p is b for b in batch)]
+        if ended is not None:
             self._ended, self._read_at = ended, trio.current_time()
-            return True
-        log.warning("a sign-out is not shared: %s kept changing while it was written", self.where)
-        return False
 
     def _said(self, line: str) -> None:
         if not self._failing:
             log.warning("%s: the last list read is used meanwhile", line)
         self._failing = True
+
+
+def _signed_out(secret: dict[str, Any]) -> sessioncookie.SignedOut:
+    return sessioncookie.SignedOut.of(_field(secret, SIGNED_OUT_FIELD), _field(secret, ENDED_FIELD))
 
 
 def _field(secret: dict[str, Any], field: str) -> bytes | None:

@@ -49,6 +49,7 @@ __all__ = [
     "MAX_WATCHES",
     "PER_PROCESS",
     "PER_SESSION",
+    "PER_USER",
     "Streams",
     "event_of",
     "live_url",
@@ -72,8 +73,13 @@ PER_SESSION: Final = 4
 """Live pages a session keeps open at once: a fifth closes the oldest, which is most likely a
 tab navigated away from whose connection has not been noticed closing yet."""
 
+PER_USER: Final = 8
+"""Live pages one user keeps open at once, all their sessions together (sessions are free to
+make: signing in again with the same token is one more): a ninth closes their oldest. So one
+user holds at most an eighth of :data:`PER_PROCESS`, however many times they sign in."""
+
 PER_PROCESS: Final = 64
-"""Live pages the process serves at once, across sessions: beyond them a page reloads instead,
+"""Live pages the process serves at once, across users: beyond them a page reloads instead,
 so that viewers cannot hold an unbounded number of watches open on the hub."""
 
 WATCH_SECONDS: Final = 60
@@ -153,35 +159,46 @@ def live_url(base: str, rows: Sequence[clusterview.Row]) -> str:
 
 @attrs.define
 class Streams:
-    """The open live pages, by session: bounded per session (the oldest closes) and in all."""
+    """The open live pages, by user and session: bounded per session and per user (the oldest
+    closes) and in all.
+
+    The user is the name the session signed in as, not the session: sessions cost nothing to
+    make, so a bound per session alone let one user with sixteen sign-ins take every slot.
+    """
 
     per_session: int = PER_SESSION
+    per_user: int = PER_USER
     per_process: int = PER_PROCESS
-    _open: dict[str, list[trio.CancelScope]] = attrs.field(factory=dict, repr=False)
+    _open: dict[str, list[tuple[str, trio.CancelScope]]] = attrs.field(factory=dict, repr=False)
 
     @property
     def count(self) -> int:
         return sum(len(scopes) for scopes in self._open.values())
 
-    def open(self, owner: str) -> trio.CancelScope | None:
-        """A scope for a new stream of ``owner``'s, or None when the process serves enough."""
-        mine = self._open.setdefault(owner, [])
-        while len(mine) >= self.per_session:
-            mine.pop(0).cancel()
+    def open(self, user: str, session: str) -> trio.CancelScope | None:
+        """A scope for a new stream of ``user``'s ``session``, or None when the process serves
+        enough. The session's oldest closes first when it has its share, else the user's."""
+        theirs = self._open.setdefault(user, [])
+        while (mine := [i for i, (s, _) in enumerate(theirs) if s == session]) and len(
+            mine
+        ) >= self.per_session:
+            theirs.pop(mine[0])[1].cancel()
+        while theirs and len(theirs) >= self.per_user:
+            theirs.pop(0)[1].cancel()
         if self.count >= self.per_process:
-            if not mine:
-                del self._open[owner]
+            if not theirs:
+                del self._open[user]
             return None
         scope = trio.CancelScope()
-        mine.append(scope)
+        theirs.append((session, scope))
         return scope
 
-    def close(self, owner: str, scope: trio.CancelScope) -> None:
-        mine = self._open.get(owner, [])
-        if scope in mine:
-            mine.remove(scope)
-        if not mine:
-            self._open.pop(owner, None)
+    def close(self, user: str, session: str, scope: trio.CancelScope) -> None:
+        theirs = self._open.get(user, [])
+        if (session, scope) in theirs:
+            theirs.remove((session, scope))
+        if not theirs:
+            self._open.pop(user, None)
 
 
 # --- the route --------------------------------------------------------------------------------
@@ -403,9 +420,9 @@ async def live_response(
     except KubeError as exc:
         log.info("live status: cannot start a watch (%s)", exc)
         return refusal("fallback", "the hub does not answer")
-    slot = streams.open(owner)
+    slot = streams.open(session.user, owner)
     if slot is None:
         log.info("live status: %d live pages open already; this one reloads", streams.count)
         return refusal("fallback", "too many live pages are open")
-    done = functools.partial(streams.close, owner, slot)
+    done = functools.partial(streams.close, session.user, owner, slot)
     return LiveStream(hub, frozenset(shown), scopes, alive, slot, done, clock, lifetime)

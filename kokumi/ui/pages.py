@@ -18,6 +18,7 @@ import datetime
 import hashlib
 import importlib.resources
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
@@ -47,13 +48,16 @@ from kokumi.workspace import newcluster
 
 __all__ = [
     "LISTS",
-    "LIST_ROWS",
+    "LISTS_PER_USER",
+    "LIST_BYTES",
+    "LIST_BYTES_PER_USER",
     "LIST_TTL",
     "PARSERS",
     "REFRESH",
     "UI",
     "Listed",
     "Lists",
+    "row_bytes",
     "still_signed_in",
 ]
 
@@ -80,9 +84,24 @@ says how old. The first page in the API's order never comes from here: it is one
 LISTS: Final = 64
 """Lists kept at once, across sessions: the least recently used is dropped first."""
 
-LIST_ROWS: Final = 200_000
-"""Rows kept at once, across sessions and lists (10,000 rows are about 5 MB): twenty viewers of
-a 10,000-Cluster fleet, and a bound on the memory however many sign in."""
+LIST_BYTES: Final = 128 * 1024 * 1024
+"""Bytes of rows kept at once, across users, as :func:`row_bytes` counts them (10,000 ordinary
+Clusters count 15 MB; their rows take about 5 MB, since strings that rows share are counted for
+each): eight viewers of a 10,000-Cluster fleet, and a bound on the memory however many sign in
+and however large their Clusters' labels are."""
+
+LISTS_PER_USER: Final = 8
+"""Lists one user keeps at once, however many sessions they sign in with: their least recently
+used is dropped first, so one user cannot push everyone else's lists out."""
+
+LIST_BYTES_PER_USER: Final = 32 * 1024 * 1024
+"""Bytes of rows one user keeps at once, all their sessions together: two lists of a
+10,000-Cluster fleet. A list larger than this alone is shown and not kept (the next page reads
+it again): 31 Clusters of 90,000 labels each count 490 MB."""
+
+_ROW_ORDERS: Final = 2 * 6 * 8
+"""Per row, the sorted copies a kept list may grow (:meth:`Listed.ordered`: each of the six
+columns both ways, a pointer each): counted when the list is kept, not when they are made."""
 
 _FILES = importlib.resources.files("kokumi.ui")
 _ENV: Final = jinja2.Environment(
@@ -95,14 +114,34 @@ Handler = Callable[[Request, Session, Client], Awaitable[Response]]
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
+def row_bytes(row: clusterview.Row) -> int:
+    """What keeping ``row`` costs in memory, in bytes, counted once when its list is kept.
+
+    Each string's own size as Python reports it (a label's key and value, a message), the
+    tuples holding them, the row, and the sorted copies its list may grow; a string two rows
+    share (``True``, a reason) is counted for each, so the count errs high. Tenants write the
+    labels, so this is what grows without bound: 90,000 labels make one row of about 16 MB.
+    """
+    size = sys.getsizeof(row) + _ROW_ORDERS + sys.getsizeof(row.labels)
+    for field in (row.name, row.namespace, row.connection, row.server, row.version, row.ready,
+                  row.reason, row.message, row.age, row.description, row.created):  # fmt: skip
+        size += sys.getsizeof(field)
+    for pair in row.labels:
+        size += sys.getsizeof(pair) + sys.getsizeof(pair[0]) + sys.getsizeof(pair[1])
+    return size
+
+
 @attrs.frozen
 class Listed:
-    """The rows of every Cluster one session listed with one namespace and selector, and when."""
+    """The rows of every Cluster one session listed with one namespace and selector, and when,
+    and what they cost (:func:`row_bytes`)."""
 
     rows: tuple[clusterview.Row, ...]
     scope: str
     at: float
     looked: tuple[str, ...] = ()
+    size: int = 0
+    user: str = ""
     orders: dict[tuple[str, bool], list[clusterview.Row]] = attrs.field(factory=dict, eq=False)
 
     def ordered(self, sort: str, descending: bool) -> list[clusterview.Row]:
@@ -121,11 +160,19 @@ class Lists:
     act for, so that no other session, and no other user behind the same session, is answered
     from it; a write by the session (New Cluster, an edit, a delete) forgets its lists, so that
     it sees what it did at once.
+
+    What is kept is bounded in bytes (:func:`row_bytes`, counted once as a list is kept) and in
+    lists, per user (the name the session signed in as, whatever the number of its sessions)
+    and in all; past a bound the least recently used goes first, the user's own before anyone
+    else's. A list over a user's whole share is not kept at all. Never an error: a page whose
+    list was dropped reads it again.
     """
 
     ttl: float = LIST_TTL
     size: int = LISTS
-    rows: int = LIST_ROWS
+    bytes: int = LIST_BYTES
+    per_user: int = LISTS_PER_USER
+    bytes_per_user: int = LIST_BYTES_PER_USER
     clock: Callable[[], float] = time.monotonic
     _kept: collections.OrderedDict[tuple[str, str, str, tuple[str, ...]], Listed] = attrs.field(
         factory=collections.OrderedDict, repr=False
@@ -138,6 +185,14 @@ class Lists:
         if identity is not None:
             parts += [identity.token or "", identity.user or "", *identity.groups]
         return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+    @property
+    def held(self) -> int:
+        """Bytes of rows kept now, as :func:`row_bytes` counts them."""
+        return sum(listed.size for listed in self._kept.values())
+
+    def held_by(self, user: str) -> int:
+        return sum(listed.size for listed in self._kept.values() if listed.user == user)
 
     def get(
         self, session: Session, namespace: str, selector: str, known: Sequence[str] = ()
@@ -159,20 +214,27 @@ class Lists:
         self, session: Session, namespace: str, selector: str, rows: list[clusterview.Row],
         scope: str, known: Sequence[str] = (), looked: Sequence[str] = (),
     ) -> Listed:  # fmt: skip
-        """Keep a list, read in ``looked`` (nothing: wherever the user may list). A list read
-        where ``known`` said to look (the namespaces of a user who may not list them all, which
-        grow as they type one) is kept for those only; any other for every ``known``."""
+        """Keep a list, read in ``looked`` (nothing: wherever the user may list), within the
+        bounds. A list read where ``known`` said to look (the namespaces of a user who may not
+        list them all, which grow as they type one) is kept for those only; any other for every
+        ``known``. The list is returned to show whether or not it could be kept."""
         now = self.clock()
         for key in [k for k, kept in self._kept.items() if now - kept.at >= self.ttl]:
             del self._kept[key]  # expired: nobody is answered from it again
-        listed = Listed(tuple(rows), scope, now, tuple(looked))
+        size = sum(row_bytes(row) for row in rows)
+        listed = Listed(tuple(rows), scope, now, tuple(looked), size, session.user)
         key = (self.owner(session), namespace, selector, tuple(known) if looked else ())
         self._kept.pop(key, None)
         self._kept[key] = listed
-        # The newest is kept even alone over the bound: its session's next pages read it.
-        while len(self._kept) > 1 and (
-            len(self._kept) > self.size or sum(len(k.rows) for k in self._kept.values()) > self.rows
-        ):
+        user = session.user
+        while True:  # the user's own least recently used first, the new list last
+            theirs = [k for k, kept in self._kept.items() if kept.user == user]
+            if not theirs or (
+                len(theirs) <= self.per_user and self.held_by(user) <= self.bytes_per_user
+            ):
+                break
+            del self._kept[theirs[0]]
+        while len(self._kept) > self.size or self.held > self.bytes:
             self._kept.popitem(last=False)
         return listed
 
@@ -382,7 +444,7 @@ async def end_session(ui: UI, request: Request) -> None:
     every replica."""
     ended = ui.sessions.end(request.cookies.get(COOKIE))
     if ended is not None and ui.sign_outs is not None:
-        await ui.sign_outs.add(*ended)
+        await ui.sign_outs.add(ended, ui.sessions.lifetime)
 
 
 async def _heed_sign_outs(ui: UI) -> None:

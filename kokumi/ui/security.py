@@ -29,7 +29,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -186,7 +186,7 @@ class Sessions:
             return None
         return session
 
-    def end(self, cookie: str | None) -> tuple[str, int] | None:
+    def end(self, cookie: str | None) -> sessioncookie.Sealed | None:
         """Forget the session of ``cookie``: kept here only, nobody else is to be told."""
         if not cookie:
             return None
@@ -222,8 +222,9 @@ def clear_cookie(*, secure: bool = False) -> str:
 class SealedSessions:
     """Sessions in their cookies, sealed with the key the UI keeps in a Secret (in a cluster).
 
-    Nothing is kept here but the ids of sessions signed out at this replica, until they expire,
-    and ``elsewhere``: those signed out at any replica, as the UI last read them from the hub
+    Nothing is kept here but the sign-outs made at this replica (``signed_out``: one entry per
+    user, the sessions of that user issued until then, :class:`sessioncookie.SignedOut`), and
+    ``elsewhere``: those made at any replica, as the UI last read them from the hub
     (:class:`kokumi.ui.incluster.SignOuts`), so that a cookie copied before its user signed out
     is refused at every replica, not only at the one that answered. ``secure`` marks every
     cookie Secure; without it a cookie is Secure when its request came over TLS (or a proxy
@@ -234,8 +235,9 @@ class SealedSessions:
     lifetime: float = CLUSTER_SESSION_SECONDS
     secure: bool = False
     clock: Callable[[], float] = time.time
-    _ended: dict[str, float] = attrs.field(factory=dict)
-    elsewhere: Mapping[str, int] = attrs.field(factory=dict)
+    signed_out: sessioncookie.SignedOut = attrs.field(factory=sessioncookie.SignedOut)
+    elsewhere: sessioncookie.SignedOut = attrs.field(factory=sessioncookie.SignedOut)
+    _issued: int = 0
 
     def start(
         self, user: str, *, token: str | None = None, groups: Sequence[str] = ()
@@ -247,8 +249,11 @@ class SealedSessions:
             until = sessioncookie.token_expiry(token)
             if until is not None:
                 expires = min(expires, until)
+        # Each session its own millisecond: a sign-out ends the sessions issued until the
+        # signed-out one, and one signed in right after it must not share its stamp.
+        self._issued = max(int(now * 1000), self._issued + 1)
         sealed = sessioncookie.Sealed(
-            secrets.token_urlsafe(16), expires, user, tuple(groups), token
+            secrets.token_urlsafe(16), expires, user, tuple(groups), token, issued=self._issued
         )
         value = self.keys.seal(sealed, secrets.token_bytes(sessioncookie.NONCE_BYTES))
         return value, self._session(sealed)
@@ -258,9 +263,7 @@ class SealedSessions:
             return None
         now = self.clock()
         sealed = self.keys.open(cookie, now)
-        if sealed is None or sealed.session_id in self._ended:
-            return None
-        if sealed.session_id in self.elsewhere:
+        if sealed is None or self.signed_out.refuses(sealed) or self.elsewhere.refuses(sealed):
             return None
         return self._session(sealed)
 
@@ -288,15 +291,17 @@ class SealedSessions:
                 return self.cookie_header(value, secure=secure)
             namespaces = namespaces[1:]
 
-    def end(self, cookie: str | None) -> tuple[str, int] | None:
-        """End the session of ``cookie`` here; its id and expiry, for the other replicas."""
+    def end(self, cookie: str | None) -> sessioncookie.Sealed | None:
+        """End the session of ``cookie`` here, with every older one of its user's; the session,
+        for the other replicas to be told of."""
         now = self.clock()
-        self._ended = {sid: until for sid, until in self._ended.items() if until > now}
         sealed = self.keys.open(cookie or "", now)
         if sealed is None:
             return None
-        self._ended[sealed.session_id] = sealed.expires
-        return sealed.session_id, sealed.expires
+        ended = self.signed_out.with_sign_out(sealed, now, self.lifetime)
+        if ended is not None:
+            self.signed_out = ended
+        return sealed
 
     def cookie_header(self, value: str, *, secure: bool = False) -> str:
         sealed = self.keys.open(value, self.clock())

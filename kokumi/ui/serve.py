@@ -81,6 +81,10 @@ async def serve_app(
     # (its Guard) bounds the whole arrival of a body that trickles in.
     hypercorn.keep_alive_timeout = ui.limits.idle_seconds
     hypercorn.read_timeout = ui.limits.read_seconds
+    # Over TLS the handshake comes before any of those: Hypercorn's own bound on it is 60 s,
+    # so a silent TCP connection to the HTTPS port held its slot twelve times as long as one to
+    # plain HTTP. A client gets the same time to finish the handshake as to send a request head.
+    hypercorn.ssl_handshake_timeout = ui.limits.idle_seconds
     async with trio.open_nursery() as nursery:
         binds: list[str] = await nursery.start(serve, create_app(ui), hypercorn)
         log.info("serving the UI on %s (%s sign-in)", binds[0], ui.mode)

@@ -21,6 +21,7 @@ from kokumi.kube.client import Client
 from kokumi.kube.config import Config, StaticToken
 from kokumi.testing import Kubectl
 from kokumi.testing.controlplane import APIServer
+from kokumi.ui import pages
 from kokumi.ui.app import create_app
 from kokumi.ui.pages import UI, Lists
 from kokumi.ui.security import Session, Sessions
@@ -191,19 +192,53 @@ def test_a_sessions_lists_are_its_own_and_end_with_its_writes() -> None:
     for ns in ("a", "b", "c"):
         lists.put(bob, ns, "", [row], ns)
     assert lists.get(bob, "a", "") is None and lists.get(bob, "c", "") is not None
-    # At most ``rows`` rows in all; the newest list is kept even when it alone is more.
-    lists = Lists(ttl=30, size=10, rows=5, clock=lambda: now[0])
+    # At most ``bytes`` in all: the least recently used goes first.
+    size = pages.row_bytes(row)
+    lists = Lists(ttl=30, size=10, bytes=5 * size, clock=lambda: now[0])
     lists.put(alice, "a", "", [row] * 3, "a")
     lists.put(alice, "b", "", [row] * 2, "b")
-    assert lists.get(alice, "a", "") is not None
+    assert lists.get(alice, "a", "") is not None and lists.held == 5 * size
     lists.put(alice, "c", "", [row] * 2, "c")  # 7 rows: the least recently used (b) goes
     assert lists.get(alice, "b", "") is None and lists.get(alice, "a", "") is not None
-    lists.put(bob, "d", "", [row] * 9, "d")
+    lists.put(bob, "d", "", [row] * 5, "d")
     assert lists.get(bob, "d", "") is not None and lists.get(alice, "a", "") is None
     # An expired list is dropped when another is kept, not only when it is asked for.
     now[0] += 31
     lists.put(alice, "e", "", [row], "e")
     assert list(lists._kept) == [(Lists.owner(alice), "e", "", ())]
+
+
+def _sessions_of(user: str, count: int) -> list[Session]:
+    return [Session(csrf=f"{user}-{i}".ljust(43, "x"), expires=0, user=user) for i in range(count)]
+
+
+def test_a_users_lists_are_bounded_in_bytes_however_many_sessions_and_large_their_labels() -> None:
+    now = [0.0]
+    when = datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC)
+    # 31 Clusters of 9,000 labels each (a tenth of the 90,000 that made 1.44 MB objects).
+    labels = {f"l{i:05d}": "v" * 8 for i in range(9000)}
+    large = [
+        clusterview.row({"metadata": {"name": f"c{i}", "namespace": "p", "labels": labels}}, when)
+        for i in range(31)
+    ]
+    size = sum(pages.row_bytes(r) for r in large)
+    assert size > 31 * 9000 * 100  # each label costs its strings and its pair
+    lists = Lists(bytes_per_user=size // 2, bytes=size * 4, clock=lambda: now[0])
+    for session in _sessions_of("mallory", 16):
+        listed = lists.put(session, "p", "", large, "p")
+        assert listed.rows == tuple(large)  # shown all the same, whether kept or not
+    assert lists.held_by("mallory") <= size // 2 and lists.held <= size // 2
+    # Ordinary lists: each user keeps at most their share in lists and bytes, the oldest first.
+    small = clusterview.row({"metadata": {"name": "x", "namespace": "p"}}, when)
+    lists = Lists(per_user=3, bytes_per_user=10 * pages.row_bytes(small), clock=lambda: now[0])
+    mallory = _sessions_of("mallory", 16)
+    for session in mallory:
+        lists.put(session, "p", "", [small] * 4, "p")
+    assert lists.held_by("mallory") <= 10 * pages.row_bytes(small)
+    assert [lists.get(s, "p", "") is not None for s in mallory[-3:]] == [False, True, True]
+    alice = _sessions_of("alice", 1)[0]
+    lists.put(alice, "p", "", [small], "p")
+    assert lists.get(alice, "p", "") is not None and lists.get(mallory[-1], "p", "") is not None
 
 
 def _sections(page: str) -> dict[str, list[tuple[str, int, str]]]:

@@ -24,6 +24,7 @@ import pytest
 import trio
 
 from kokumi.core import api
+from kokumi.core.sessioncookie import user_key
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config
 from kokumi.kube.errors import Forbidden
@@ -500,11 +501,14 @@ async def test_sign_out_at_one_replica_is_honoured_at_every_other(
             assert out.status_code == 200 and "Signed out" in out.text
             refused = await _refused_within(second, "/clusters")
             assert 'name="token" type="password"' in refused.text
-            # Kept beside the key, as the session's id and its cookie's expiry, nothing more.
+            # Kept beside the key, as a digest of the user and when the session was issued,
+            # nothing more: no name, no token, no session id.
             secret = await admin.get(SECRETS, KEY_SECRET, namespace=KEY_NAMESPACE)
-            ended = json.loads(base64.b64decode(secret["data"]["ended"]))
-            assert ended[sealed.session_id] == sealed.expires
-            assert alice not in json.dumps(secret) and alice.split(".")[1] not in json.dumps(secret)
+            ended = json.loads(base64.b64decode(secret["data"]["signedOut"]))
+            assert ended["users"][user_key(sealed.user)] == sealed.issued + 1
+            kept = json.dumps(secret)
+            assert alice not in kept and alice.split(".")[1] not in kept
+            assert sealed.user not in kept and sealed.session_id not in kept
             # Signing in again is a new session, honoured at both.
             second.browser.cookies.clear()
             await _sign_in(second, alice)

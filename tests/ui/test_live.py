@@ -104,15 +104,28 @@ def test_an_event_is_one_event_whatever_its_text(data: dict[str, str]) -> None:
 
 async def test_live_pages_are_bounded_per_session_the_oldest_closing_and_in_all() -> None:
     streams = live.Streams(per_session=2, per_process=3)
-    first, second = streams.open("a"), streams.open("a")
+    first, second = streams.open("alice", "a"), streams.open("alice", "a")
     assert first is not None and second is not None
-    third = streams.open("a")
+    third = streams.open("alice", "a")
     assert first.cancel_called and not second.cancel_called and third is not None
-    assert streams.open("b") is not None and streams.count == 3
-    assert streams.open("c") is None and streams.count == 3
-    streams.close("a", second)
-    assert streams.open("c") is not None
+    assert streams.open("bob", "b") is not None and streams.count == 3
+    assert streams.open("carol", "c") is None and streams.count == 3
+    streams.close("alice", "a", second)
+    assert streams.open("carol", "c") is not None
     assert live.live_url("/s/k", []) == ""
+
+
+async def test_one_user_signed_in_many_times_holds_at_most_their_share_of_live_pages() -> None:
+    streams = live.Streams()
+    # Sixteen sessions of one token, four pages each: all 64 slots, were they kept by session.
+    opened = [streams.open("mallory", f"session-{i}") for i in range(16) for _ in range(4)]
+    held = [scope for scope in opened if scope is not None and not scope.cancel_called]
+    assert len(held) == streams.count == live.PER_USER
+    assert held == opened[-live.PER_USER :]  # the user's oldest closed, the newest kept
+    # Everyone else still gets theirs.
+    others = [streams.open(f"user-{i}", "s") for i in range(live.PER_PROCESS - live.PER_USER)]
+    assert all(scope is not None for scope in others)
+    assert streams.count == live.PER_PROCESS
 
 
 def _stream(alive: Callable[[], Awaitable[bool]], lifetime: float = 8.0) -> live.LiveStream:

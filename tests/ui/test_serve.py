@@ -9,9 +9,12 @@ answers 404: nothing here gets as far as asking it.
 
 from __future__ import annotations
 
+import functools
 import logging
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import attrs
 import httpx
@@ -21,6 +24,7 @@ import trio
 from kokumi.core.sessioncookie import Keys
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
+from kokumi.testing.controlplane import CertificateAuthority
 from kokumi.ui.pages import UI
 from kokumi.ui.security import Limits, SealedSessions
 from kokumi.ui.serve import serve_app
@@ -50,15 +54,16 @@ def _not_found(request: httpx.Request) -> httpx.Response:
 
 
 @asynccontextmanager
-async def serving(limits: Limits) -> AsyncIterator[int]:
-    """A token-mode UI on a free port of 127.0.0.1, with ``limits``; its port."""
+async def serving(limits: Limits, tls: tuple[str, str] | None = None) -> AsyncIterator[int]:
+    """A token-mode UI on a free port of 127.0.0.1, with ``limits`` (over TLS with ``tls``, a
+    certificate and key file); its port."""
     config = Config(server="https://hub.invalid:6443", namespace="platform")
     async with (
         Client(config, transport=httpx.MockTransport(_not_found)) as hub,
         trio.open_nursery() as nursery,
     ):
         ui = UI(hub, SealedSessions(Keys(bytes(range(32)))), limits=limits)
-        url: str = await nursery.start(serve_app, ui, "127.0.0.1:0")
+        url: str = await nursery.start(functools.partial(serve_app, ui, "127.0.0.1:0", tls=tls))
         yield int(url.rsplit(":", 1)[1])
         nursery.cancel_scope.cancel()
 
@@ -148,6 +153,33 @@ async def test_a_sign_in_body_over_its_limit_is_refused_before_it_is_read() -> N
     assert refused.text == (
         "Refused: the request is larger than 32 KiB: a bearer token is at most 16 KiB."
     )
+
+
+async def test_silent_and_unfinished_tls_handshakes_are_closed_within_the_idle_limit(
+    tmp_path: Path,
+) -> None:
+    # Hypercorn's own bound on a TLS handshake is 60 s, far past WAIT: these would stay open.
+    authority = CertificateAuthority.create("kokumi-ui-test-ca")
+    cert, key = authority.issue("kokumi-ui", server_names=["127.0.0.1"])
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+    silent = [Held(b"") for _ in range(20)]
+    # The first bytes of a ClientHello (a TLS record header), and then nothing.
+    started = [Held(b"\x16\x03\x01\x02\x00\x01") for _ in range(10)]
+    verified = ssl.create_default_context(cadata=authority.pem.decode())
+    tls = (str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"))
+    async with serving(LIMITS, tls) as port, trio.open_nursery() as nursery:
+        for held in (*silent, *started):
+            nursery.start_soon(held.run, port)
+        await trio.sleep(0.5)
+        # The server finishes other handshakes meanwhile, and answers over them.
+        async with httpx.AsyncClient(
+            base_url=f"https://127.0.0.1:{port}", verify=verified
+        ) as other:
+            assert (await other.get("/healthz")).text == "ok"
+    open_ = [h for h in (*silent, *started) if not h.closed]
+    assert open_ == [], f"{len(open_)} of 30 handshakes still open after {WAIT:g} s"
+    assert [held.answer for held in silent if held.answer] == []
 
 
 def test_namespaces_that_no_namespace_can_have_are_refused_before_anything_starts() -> None:

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 
 import attrs
 import httpx
 import pytest
+import trio
+import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
+from starlette.requests import Request
 
 from kokumi.core import sessioncookie
 from kokumi.core.sessioncookie import (
@@ -24,15 +28,23 @@ from kokumi.core.sessioncookie import (
     service_account_namespace,
     token_expiry,
 )
-from kokumi.kube.client import Client, Identity
+from kokumi.kube.client import SECRETS, Client, Identity
 from kokumi.kube.config import Config, StaticToken
 from kokumi.kube.errors import ConfigError
 from kokumi.testing import canary
 from kokumi.testing.controlplane import CertificateAuthority
 from kokumi.ui.app import create_app
-from kokumi.ui.incluster import ProxyTrust
-from kokumi.ui.pages import UI
-from kokumi.ui.security import SealedSessions
+from kokumi.ui.incluster import (
+    KEY_NAMESPACE,
+    KEY_SECRET,
+    SIGN_OUTS_SECONDS,
+    ProxyTrust,
+    SignOuts,
+    session_key,
+)
+from kokumi.ui.pages import UI, end_session, still_signed_in
+from kokumi.ui.security import COOKIE, SealedSessions
+from tests.support.fakeapi import FakeApi
 
 KEY = bytes(range(32))
 NONCE = b"\x01" * sessioncookie.NONCE_BYTES
@@ -45,6 +57,7 @@ sessions = st.builds(
     groups=st.lists(names, max_size=4).map(tuple),
     token=st.none() | names,
     namespaces=st.lists(names, max_size=sessioncookie.MAX_REMEMBERED).map(tuple),
+    issued=st.integers(min_value=0, max_value=2**50),
 )
 
 
@@ -255,22 +268,52 @@ def test_remembered_namespaces_are_sealed_again_the_oldest_dropped_to_fit_a_cook
 
 
 @given(
-    st.dictionaries(st.text("abcdef", min_size=1, max_size=4), st.integers(0, 100), max_size=30),
-    st.integers(0, 100),
-    st.integers(1, 10),
+    st.lists(st.tuples(st.sampled_from("abcdefgh"), st.integers(0, 50)), max_size=40),
+    st.integers(1, 5),
 )
-def test_the_signed_out_list_keeps_the_newest_and_those_expiring_latest_and_no_more(
-    ended: dict[str, int], now: int, most: int
+def test_a_sign_out_is_never_forgotten_while_its_session_lives_and_the_list_stays_bounded(
+    outs: list[tuple[str, int]], most: int
 ) -> None:
-    kept = sessioncookie.ended_with(ended, "new", now + 50, now, most)
-    assert kept["new"] == now + 50
-    assert len(kept) <= most
-    assert all(at > now for at in kept.values())
-    # Whatever was dropped (besides the expired) expires no later than anything kept.
-    dropped = [at for sid, at in ended.items() if at > now and sid not in kept and sid != "new"]
-    others = [at for sid, at in kept.items() if sid != "new"]
-    assert not dropped or not others or max(dropped) <= min(others)
-    assert sessioncookie.ended_of(sessioncookie.ended_text(kept)) == kept
+    """Sign-outs of up to eight users, one second apart, at most ``most`` users kept one by one:
+    every session signed out (and each older one of its user's) stays refused while it could
+    still be used, and the list never holds more than ``most`` users."""
+    lifetime = 1000.0
+    signed_out = sessioncookie.SignedOut()
+    ended: list[Sealed] = []
+    for second, (user, issued_at) in enumerate(outs):
+        now = 10_000.0 + second
+        session = Sealed(
+            f"s{second}", int(now + lifetime), user, issued=int(now * 1000) - issued_at
+        )
+        signed_out = signed_out.with_sign_out(session, now, lifetime, most) or signed_out
+        ended.append(session)
+        assert len(signed_out.users) <= most
+        assert all(signed_out.refuses(s) for s in ended)
+        # A session of the same user issued after the sign-out is not refused by it (only, past
+        # ``most`` users, by the time the oldest were folded into, which is older).
+        later = Sealed("later", int(now + lifetime), user, issued=int(now * 1000) + 1)
+        assert not signed_out.refuses(later)
+    again = sessioncookie.SignedOut.of(signed_out.text())
+    assert again.users == signed_out.users and again.before == signed_out.before
+
+
+def test_sign_outs_keep_one_entry_per_user_and_drop_it_once_its_sessions_expired() -> None:
+    signed_out = sessioncookie.SignedOut()
+    for i in range(4000):
+        session = Sealed(f"s{i}", 2000 + i, "mallory", issued=(1000 + i) * 1000)
+        signed_out = signed_out.with_sign_out(session, 1000.0 + i, 3600.0) or signed_out
+    assert list(signed_out.users.values()) == [4999 * 1000 + 1]
+    assert "mallory" not in signed_out.text() and len(signed_out.text()) < 80
+    # Already signed out: nothing to write.
+    assert signed_out.with_sign_out(Sealed("s0", 2000, "mallory", issued=1), 5000.0, 3600.0) is None
+    # Every session it covers has expired: the next sign-out drops it.
+    alice = Sealed("a", 20_000, "alice", issued=9000 * 1000)
+    after = signed_out.with_sign_out(alice, 9000.0, 3600.0)
+    assert after is not None and list(after.users) == [sessioncookie.user_key("alice")]
+    # An older replica's list is honoured until its cookies expire, then dropped.
+    old = sessioncookie.SignedOut.of(None, b'{"old": 9500, "older": 8000}')
+    assert old.refuses(Sealed("old", 9500, "bob")) and not old.refuses(Sealed("new", 9500, "bob"))
+    assert old.with_sign_out(alice, 9000.0, 3600.0).legacy == {"old": 9500}  # type: ignore[union-attr]
 
 
 def test_a_signed_out_list_that_is_not_one_refuses_nothing_more() -> None:
@@ -286,5 +329,53 @@ def test_a_session_signed_out_elsewhere_is_refused_here() -> None:
     assert other.get(cookie) is not None
     ended = store.end(cookie)
     assert ended is not None and store.get(cookie) is None
-    other.elsewhere = dict([ended])
+    other.elsewhere = store.signed_out
     assert other.get(cookie) is None
+    # As is every older session of the same user's, and no newer one, nor another user's.
+    newer, _ = store.start("alice")
+    bob, _ = store.start("bob")
+    assert other.get(newer) is not None and other.get(bob) is not None
+
+
+async def test_a_victims_sign_out_outlasts_4000_sign_outs_of_another_user_at_every_replica(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Two replicas sharing the session key's Secret on an in-process hub: alice signs out at
+    the first, then mallory signs in and out 4,000 times there. Alice's cookie, put back at the
+    second, is refused, and the Secret stays a few KiB (a bounded list of session ids, which
+    dropped those expiring soonest, forgot her and grew to about 200 KiB)."""
+    hub = FakeApi(namespaces=("default", KEY_NAMESPACE))
+    async with Client(Config(server="https://hub.invalid"), transport=hub) as account:
+        keys = Keys(await session_key(account))
+        now = [time.time()]  # the replicas' wall clock, a second a cycle (sessions last 8 h)
+
+        def clock() -> float:
+            return now[0]
+
+        first = UI(
+            account, SealedSessions(keys, clock=clock), sign_outs=SignOuts(account, clock=clock)
+        )
+        second = UI(
+            account, SealedSessions(keys, clock=clock), sign_outs=SignOuts(account, clock=clock)
+        )
+        assert isinstance(first.sessions, SealedSessions)
+        victim, _ = first.sessions.start("system:serviceaccount:team:alice", token="alice")
+        assert await still_signed_in(second, _request(victim))
+        await end_session(first, _request(victim))
+        for _ in range(4000):
+            now[0] += 1.0
+            cookie, _ = first.sessions.start("system:serviceaccount:team:mallory", token="m")
+            await end_session(first, _request(cookie))
+            assert not await still_signed_in(first, _request(cookie))
+        await trio.sleep(SIGN_OUTS_SECONDS)  # the second's copy is read again
+        assert not await still_signed_in(second, _request(victim))
+        assert not await still_signed_in(first, _request(victim))
+        secret = await account.get(SECRETS, KEY_SECRET, namespace=KEY_NAMESPACE)
+        assert len(json.dumps(secret["data"])) < 1024
+        # A new session of alice's after her sign-out is honoured at both.
+        again, _ = first.sessions.start("system:serviceaccount:team:alice", token="alice")
+        assert await still_signed_in(second, _request(again))
+
+
+def _request(cookie: str) -> Request:
+    return Request({"type": "http", "headers": [(b"cookie", f"{COOKIE}={cookie}".encode())]})
