@@ -63,6 +63,12 @@ class Reason(enum.StrEnum):
     SECRET_NOT_OWNED = "SecretNotOwned"
     """No Cluster API cluster of the Secret's name controls it: whoever may write Secrets could
     have written it, so it lends no credential to the namespace's Environments."""
+    TOO_MANY_CONTEXTS = "TooManyContexts"
+    """A Secret read with contexts All has more contexts than the manager turns into Clusters
+    (``--max-contexts-per-secret``): those past the first by name have none."""
+    TOO_MANY_CLUSTERS = "TooManyClusters"
+    """The source keeps as many Clusters as the manager lets one source keep
+    (``--max-clusters-per-source``): the matched Secrets past them have none yet."""
 
     # An Environment's targets.
     DEPLOY = "Deploy"
