@@ -40,8 +40,13 @@ CLUSTERS_FLAG: Final = "--max-clusters-per-source"
 class Bounds:
     """The manager's bounds on what one source makes (docs/clustersource.md)."""
 
-    contexts_per_secret: int = MAX_CONTEXTS_PER_SECRET
-    clusters_per_source: int = MAX_CLUSTERS_PER_SOURCE
+    # At least 1: a bound of 0 would keep nothing, which deleting the source does.
+    contexts_per_secret: int = attrs.field(
+        default=MAX_CONTEXTS_PER_SECRET, validator=attrs.validators.ge(1)
+    )
+    clusters_per_source: int = attrs.field(
+        default=MAX_CLUSTERS_PER_SOURCE, validator=attrs.validators.ge(1)
+    )
 
 
 def contexts_cut(secret: str, judged: int, beyond: int) -> NotImported:

@@ -156,7 +156,7 @@ def judge_contexts(
     if text is None:
         return kubeconfig_problem(secret, shape), (), 0
     read = read_contexts(text, limit)
-    if not read.verdicts:
+    if read.total == 0:
         if read.refusal is not None:
             return (Reason.INVALID_KUBECONFIG, read.refusal.message), (), 0
         return (
