@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from kokumi.actors.context import Context, wall_shift
+from kokumi.actors.parsing import off_loop
 from kokumi.actors.writes import write_status
 from kokumi.core import api
 from kokumi.core.cluster import handover, schedule
@@ -68,8 +69,6 @@ def _version_of(cluster: api.Cluster, version: str | None) -> str:
     assert ref is not None
     return f"{ref.name}/{ref.key}/{cluster.kubeconfig_context or ''}@{version}"
 
-
-INLINE_PARSE_LIMIT = 64 * 1024  # a typical kubeconfig is 2-10 KiB and parses in ~0.1-1 ms
 
 SECRET_REREAD = 600.0
 """Seconds a kubeconfig read is reused at least while the Secret watch reports the same version.
@@ -671,12 +670,11 @@ class ClusterActor:
             # holds the same kubeconfig, and the same Connection tells the registry that
             # nothing changed. Parsing it anew cost a YAML parse a Cluster every 10-20 minutes.
             parsed = last.connection
-        elif text is not None and len(text) > INLINE_PARSE_LIMIT:
-            # A huge kubeconfig takes YAML seconds to read: off the event loop, so that one
-            # Cluster's odd Secret never stalls every other actor.
-            parsed = await trio.to_thread.run_sync(functools.partial(parse, text, context=context))
         elif text is not None:
-            parsed = parse(text, context=context)
+            # Whoever may write the Secret chooses what this costs: read off the event loop
+            # (kokumi/actors/parsing.py), so that one Cluster's Secret never stalls every other
+            # actor, within the reader's own budget.
+            parsed = await off_loop(functools.partial(parse, text, context=context))
         read = SecretRead(ref.name, ref.key, namespace, keys=secret_keys(secret), kubeconfig=parsed)
         outcome = self._outcome(cluster, read)
         connection = parsed if isinstance(parsed, Connection) else None

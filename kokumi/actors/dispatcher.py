@@ -96,6 +96,7 @@ class Dispatcher:
             own_namespace=context.options.namespace,
             backoff_initial=context.options.retry_initial,
             backoff_max=context.options.retry_max,
+            limits=context.options.source_bounds,
         )
         registry.follow_liveness(self.is_current, self.exists)
 

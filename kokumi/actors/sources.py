@@ -38,10 +38,11 @@ from typing import Any, Literal
 import attrs
 import trio
 
+from kokumi.actors.parsing import off_loop
 from kokumi.actors.secretreads import SecretReads
 from kokumi.actors.writes import replace_status
 from kokumi.core import api
-from kokumi.core.cluster import clustersource, secretplan, secretsource, vcluster
+from kokumi.core.cluster import bounds, clustersource, secretplan, secretsource, vcluster
 from kokumi.core.cluster.clustersource import (
     CAPI_CLUSTER_NAME,
     CAPI_CLUSTERS,
@@ -94,6 +95,8 @@ class _Verdict:
     problem: tuple[Reason, str] | None
     #: With contexts All: each context's verdict; names and verdicts only, never the data.
     contexts: tuple[tuple[str, tuple[Reason, str] | None], ...] = ()
+    #: With contexts All: the contexts past the manager's bound (counted, never judged).
+    beyond: int = 0
 
 
 class SourcesActor:
@@ -109,6 +112,7 @@ class SourcesActor:
         backoff_max: float = 120.0,
         capi_backoff_max: float = 300.0,
         batch: float = 0.1,
+        limits: bounds.Bounds | None = None,
     ) -> None:
         self._client = client
         #: The client of its writes: with shards, fenced by shard 0's Lease.
@@ -121,6 +125,7 @@ class SourcesActor:
         self._backoff_max = backoff_max
         self._capi_backoff_max = capi_backoff_max
         self._batch = batch
+        self._bounds = limits if limits is not None else bounds.Bounds()
         self.sources = Store()
         self.capi = Store()
         self.capi_readable: bool | None = None  # None: not known yet
@@ -388,6 +393,7 @@ class SourcesActor:
                         secrets_listable=listable,
                         not_listable_message=message,
                     )
+                decided = bounds.cap_clusters(decided, self._bounds.clusters_per_source)
                 failed = await self._write(source, decided, clusters)
             status = clustersource.status_of(source, decided, failed)
             failed_any |= bool(failed)
@@ -436,7 +442,8 @@ class SourcesActor:
                 named[n],
                 verdict.problem,
                 verdict.contexts,
-                vcluster.owners_of(owners.get((namespace, n))),
+                beyond=verdict.beyond,
+                owners=vcluster.owners_of(owners.get((namespace, n))),
             )
             for n, verdict in verdicts.items()
         ]
@@ -467,8 +474,8 @@ class SourcesActor:
             if read is False:
                 del found[name]  # deleted meanwhile: the watch says so next
                 return
-            problem, contexts = read
-            verdict = _Verdict(version, problem, contexts)
+            problem, contexts, beyond = read
+            verdict = _Verdict(version, problem, contexts, beyond)
             if problem is None or problem[0] is not Reason.SECRET_NOT_READABLE:
                 self._verdicts[(namespace, name, *where)] = verdict
             else:
@@ -487,9 +494,10 @@ class SourcesActor:
 
     async def _read(
         self, namespace: str, name: str, shape: Shape | None
-    ) -> tuple[tuple[Reason, str] | None, Contexts] | Literal[False]:
-        """The Secret's verdict (None: usable) and, with contexts All, each context's; or False
-        when it is gone. Its data dies here."""
+    ) -> tuple[tuple[Reason, str] | None, Contexts, int] | Literal[False]:
+        """The Secret's verdict (None: usable) and, with contexts All, each context's (the first
+        by name, and how many more); or False when it is gone. Its data dies here, read in a
+        worker thread: it is anybody's text (kokumi/actors/parsing.py)."""
         try:
             secret = await self._reads.get(namespace, name)
         except errors.NotFound:
@@ -498,13 +506,17 @@ class SourcesActor:
             refused = not_readable_message(
                 name, namespace, self._secrets.username(), self._own_namespace
             )
-            return (Reason.SECRET_NOT_READABLE, refused), ()
+            return (Reason.SECRET_NOT_READABLE, refused), (), 0
         except errors.KubeError as exc:
             failed = f"reading Secret {name} failed ({type(exc).__name__}); Kokumi retries"
-            return (Reason.SECRET_NOT_READABLE, failed), ()
+            return (Reason.SECRET_NOT_READABLE, failed), (), 0
         if shape is not None and shape.all_contexts:
-            return secretplan.context_verdicts(secret, shape)
-        return clustersource.kubeconfig_problem(secret, shape), ()
+            limit = self._bounds.contexts_per_secret
+            return await off_loop(
+                functools.partial(secretplan.judge_contexts, secret, shape, limit)
+            )
+        problem = await off_loop(functools.partial(clustersource.kubeconfig_problem, secret, shape))
+        return problem, (), 0
 
     async def _write(
         self,

@@ -10,6 +10,7 @@ import socket
 import trio
 
 from kokumi.cmd import DONE, FAILED, UsageError
+from kokumi.core.cluster.bounds import MAX_CLUSTERS_PER_SOURCE, MAX_CONTEXTS_PER_SECRET, Bounds
 from kokumi.core.cluster.egress import DEFAULT_DENY, EgressPolicy
 from kokumi.core.fleet.leader import DEFAULT_LEASE_NAME, LeaderElection, Timing
 from kokumi.core.fleet.shards import Sharding
@@ -60,6 +61,23 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="CIDR",
         help="probe these addresses even inside a denied CIDR (repeat the flag; on a tie, allow"
         " wins)",
+    )
+    manager.add_argument(
+        "--max-contexts-per-secret",
+        type=_positive,
+        default=MAX_CONTEXTS_PER_SECRET,
+        metavar="N",
+        help="a ClusterSource with contexts: All makes Clusters of the first N contexts of a"
+        " Secret by name, and says so in its status past them (default"
+        f" {MAX_CONTEXTS_PER_SECRET})",
+    )
+    manager.add_argument(
+        "--max-clusters-per-source",
+        type=_positive,
+        default=MAX_CLUSTERS_PER_SOURCE,
+        metavar="N",
+        help="a ClusterSource keeps at most N Clusters, the first by Secret name, and says so"
+        f" in its status past them; none is deleted for it (default {MAX_CLUSTERS_PER_SOURCE:,})",
     )
     manager.add_argument(
         "--service-account-dir",
@@ -147,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
         health_port=args.health_port or None,
         field_manager=args.field_manager,
         freeze_heap=True,
+        source_bounds=Bounds(args.max_contexts_per_secret, args.max_clusters_per_source),
     )
     lost: BaseException | None = None
     try:
@@ -160,6 +179,17 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("kokumi").error("leadership lost: %s; exiting", lost)
         return FAILED
     return DONE
+
+
+def _positive(text: str) -> int:
+    """A bound of 1 or more: 0 would make a source keep nothing, which deleting it does."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is below 1")
+    return value
 
 
 def _leader_election(args: argparse.Namespace) -> LeaderElection | None:

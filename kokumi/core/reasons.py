@@ -66,6 +66,12 @@ class Reason(enum.StrEnum):
     the namespace's Environments."""
     VCLUSTER_NOT_READABLE = "VClusterNotReadable"
     """The manager may not list vcluster's Services, which tell vcluster's Secrets from others."""
+    TOO_MANY_CONTEXTS = "TooManyContexts"
+    """A Secret read with contexts All has more contexts than the manager turns into Clusters
+    (``--max-contexts-per-secret``): those past the first by name have none."""
+    TOO_MANY_CLUSTERS = "TooManyClusters"
+    """The source keeps as many Clusters as the manager lets one source keep
+    (``--max-clusters-per-source``): the matched Secrets past them have none yet."""
 
     # An Environment's targets.
     DEPLOY = "Deploy"

@@ -8,6 +8,7 @@ import random
 import attrs
 
 from kokumi.core.cluster import schedule
+from kokumi.core.cluster.bounds import Bounds
 from kokumi.core.cluster.egress import EgressPolicy
 from kokumi.core.fleet.leader import LeaderElection
 from kokumi.core.fleet.shards import Sharding
@@ -59,6 +60,9 @@ class Options:
     # Freeze the heap as the fleet grows (kokumi/runtime/heap.py): ``kokumi manager`` sets it,
     # since it touches the whole process, which an embedding program owns.
     freeze_heap: bool = False
+    #: What one ClusterSource may make: contexts of a Secret, Clusters of a source
+    #: (kokumi/core/cluster/bounds.py, docs/clustersource.md).
+    source_bounds: Bounds = attrs.field(factory=Bounds)
 
     def check_lateness(self) -> float:
         """How much later than its place a check comes this time: the spec's random lateness."""

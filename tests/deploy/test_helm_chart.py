@@ -126,6 +126,13 @@ def test_the_values_change_what_they_say(helm: Path) -> None:
     assert ("ClusterRoleBinding", "", "kokumi-manager-secrets-cluster-wide") in cluster_wide
     assert ("NetworkPolicy", "kokumi", "kokumi-clusters-egress") in cluster_wide
 
+    bounded = render(helm, "manager.maxContextsPerSecret=20", "manager.maxClustersPerSource=300")
+    assert manager_args(bounded)[-2:] == [
+        "--max-contexts-per-secret=20",
+        "--max-clusters-per-source=300",
+    ]
+    assert not [a for a in manager_args(render(helm)) if a.startswith("--max-c")]
+
 
 def test_the_service_monitor_scrapes_the_managers_metrics(helm: Path) -> None:
     objects = render(helm, "serviceMonitor.enabled=true", "serviceMonitor.labels.release=prom")

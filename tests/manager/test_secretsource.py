@@ -11,6 +11,7 @@ import yaml
 
 from kokumi.cmd.cluster.describe import describe_text
 from kokumi.core import api
+from kokumi.core.cluster.bounds import Bounds
 from kokumi.core.cluster.clustersource import CLUSTER_SOURCES
 from kokumi.core.cluster.vcluster import SERVICES
 from kokumi.kube import errors
@@ -466,4 +467,48 @@ async def test_a_planted_vc_secret_without_its_vcluster_makes_no_cluster(
         )
         solo = {e["secret"]: e for e in listed["status"]["notImported"]}["vc-solo"]
         assert solo["message"].startswith("no vcluster solo runs in this namespace")
+
+
+async def test_a_secret_of_2000_contexts_makes_clusters_up_to_the_bounds_and_says_so(
+    hub: APIServer, spoke_kubeconfig: Registration
+) -> None:
+    """One tenant's Secret of 2,000 contexts (93 KiB) made 2,000 Clusters and kept the loop for a
+    minute: it is read once, off the loop, and the manager's bounds cut it, in the status."""
+    reg = spoke_kubeconfig
+    limits = Bounds(contexts_per_secret=3, clusters_per_source=4)
+    async with workspace(hub) as ws, manager(hub, ws.options(source_bounds=limits)):
+        ns = await ws.namespace()
+        spec = {
+            "from": "Secrets",
+            "secretSelector": {"matchLabels": MARK},
+            "key": "kubeconfig",
+            "contexts": "All",
+        }
+        await source(ws, ns, "fleet", spec)
+        names = [f"edge-{i:04d}" for i in range(2000)]
+        text = with_contexts(reg.kubeconfig, *names)
+        await labelled_secret(ws, ns, "a-fleet", MARK, "kubeconfig", text)
+        cut = await wait_source(ws, ns, "TooManyContexts", "fleet", matched=3, made=3)
+        ready = ready_of(cut)
+        assert ready["status"] == "False"
+        assert ready["message"].startswith(
+            "1 matched Secret has more than 3 contexts (--max-contexts-per-secret)"
+        )
+        (entry,) = cut["status"]["notImported"]
+        assert (entry["secret"], entry["reason"]) == ("a-fleet", "TooManyContexts")
+        assert "it has 2,000 contexts" in entry["message"]
+        for name in names[:3]:
+            await wait_reason(ws, ns, name, "Ready")
+        listed = await ws.client.list(api.CLUSTERS, namespace=ns)
+        assert sorted(c["metadata"]["name"] for c in listed["items"]) == names[:3]
+
+        # Another Secret: one Cluster more, up to the source's bound; the other waits, listed.
+        await labelled_secret(ws, ns, "b-more", MARK, "kubeconfig",
+                              with_contexts(reg.kubeconfig, "more-1", "more-2"))  # fmt: skip
+        both = await wait_source(ws, ns, "TooManyContexts", "fleet", matched=5, made=4)
+        message = ready_of(both)["message"]
+        assert "1 Cluster is not made: one ClusterSource keeps at most 4" in message
+        waiting = [e for e in both["status"]["notImported"] if e["reason"] == "TooManyClusters"]
+        assert [(e["secret"], e["cluster"]) for e in waiting] == [("b-more", "more-2")]
+        await wait_reason(ws, ns, "more-1", "Ready")
         await cleanup(ws)

@@ -438,7 +438,7 @@ async def test_a_hostile_kubeconfig_is_read_off_the_loop_while_other_pages_answe
     (response,) = posted
     assert response.status_code == 422
     assert error_of(response.text, "kubeconfig").startswith(
-        "NotKubeconfig: the kubeconfig is a list"
+        "TooComplex: the kubeconfig holds more than 100,000 YAML values"
     )
     # The page's list of Clusters, and nothing for the refused form.
     assert [(r.method, r.url.path) for r in listed] == [

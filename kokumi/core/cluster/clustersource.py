@@ -502,6 +502,9 @@ class Plan:
     matched: int = 0
     not_imported: tuple[NotImported, ...] = ()
     blocked: tuple[Reason, str] | None = None  # the source cannot decide: nothing changes
+    #: The manager's bounds that cut what the source would make (kokumi.core.cluster.bounds):
+    #: each bound's Reason and one line for the Ready condition, the first one's Reason shown.
+    bounded: tuple[tuple[Reason, str], ...] = ()
 
 
 def plan(
@@ -771,10 +774,15 @@ def status_of(
         f"usable Cluster of this source ({conflicts} in conflict, {not_usable} not usable): "
         "see status.notImported"
     )
+    reason = Reason.NOT_ALL_IMPORTED
+    if decided.bounded:
+        # A bound that cuts comes first: it is the manager's, and no edit of one Secret helps.
+        reason = decided.bounded[0][0]
+        message = "; ".join([*(line for _, line in decided.bounded), message])
     return SourceStatus(
         generation,
         False,
-        Reason.NOT_ALL_IMPORTED,
+        reason,
         message,
         decided.matched,
         made,

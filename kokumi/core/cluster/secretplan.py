@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from kokumi.core.cluster import clustersource, secretsource, vcluster
+from kokumi.core.cluster import bounds, clustersource, secretsource, vcluster
 from kokumi.core.cluster.clustersource import (
     ClusterSource,
     Existing,
@@ -24,11 +24,13 @@ from kokumi.core.cluster.clustersource import (
 )
 from kokumi.core.cluster.secretsource import Shape
 from kokumi.core.kubeconfig.connection import Refusal
-from kokumi.core.kubeconfig.reader import examine, parse
+from kokumi.core.kubeconfig.reader import read_contexts
 from kokumi.core.reasons import Reason
 from kokumi.objects import secret_data
 
-__all__ = ["Labelled", "context_verdicts", "plan_secrets"]
+__all__ = ["Labelled", "context_verdicts", "judge_contexts", "plan_secrets"]
+
+Verdicts = tuple[tuple[str, tuple[Reason, str] | None], ...]
 
 
 @attrs.frozen
@@ -42,10 +44,13 @@ class Labelled:
     name: str
     labels: Mapping[str, str]
     problem: tuple[Reason, str] | None = None
-    #: With contexts All: each context's verdict (``problem`` is then the Secret's as a whole).
-    contexts: tuple[tuple[str, tuple[Reason, str] | None], ...] = ()
+    #: With contexts All: each context's verdict (``problem`` is then the Secret's as a whole),
+    #: of the first ``--max-contexts-per-secret`` by name.
+    contexts: Verdicts = ()
+    #: With contexts All: how many contexts past those the Secret has (none judged, no Cluster).
+    beyond: int = attrs.field(default=0, kw_only=True)
     #: Its ownerReferences, all of them (vcluster's is no controller reference).
-    owners: tuple[OwnerRef, ...] = ()
+    owners: tuple[OwnerRef, ...] = attrs.field(default=(), kw_only=True)
 
 
 def plan_secrets(
@@ -74,6 +79,7 @@ def plan_secrets(
     if from_vcluster and (vclusters is None or not vclusters.readable):
         return Plan(kept=tuple(sorted(mine)), blocked=_VCLUSTERS_NOT_READABLE)
     candidates = []
+    cut: list[Labelled] = []  # Secrets of more contexts than the manager makes Clusters of
     for secret in secrets:
         named = secretsource.cluster_name(source.shape, secret.name, secret.labels)
         if named is None:
@@ -82,6 +88,8 @@ def plan_secrets(
             candidates.append(clustersource.Candidate(secret.name, "", secret.labels, named, named))
         elif source.shape.all_contexts:
             candidates += _per_context(secret, mine)
+            if secret.problem is None and secret.beyond > 0:
+                cut.append(secret)
         else:
             # Not vcluster's own: as a Secret that stops matching, its Cluster (if ours) goes.
             refused = (
@@ -94,7 +102,16 @@ def plan_secrets(
                     secret.name, named, secret.labels, refused or secret.problem, refused
                 )
             )
-    return clustersource.settle(source, candidates, existing, mine)
+    decided = clustersource.settle(source, candidates, existing, mine)
+    if not cut:
+        return decided
+    listed = tuple(bounds.contexts_cut(s.name, len(s.contexts), s.beyond) for s in cut)
+    limit = max(len(s.contexts) for s in cut)
+    return attrs.evolve(
+        decided,
+        not_imported=decided.not_imported + listed,
+        bounded=(bounds.contexts_line(len(cut), limit), *decided.bounded),
+    )
 
 
 _VCLUSTERS_NOT_READABLE = (
@@ -125,6 +142,15 @@ def _per_context(secret: Labelled, mine: Mapping[str, Existing]) -> list[cluster
             clustersource.Candidate(secret.name, "", secret.labels, secret.problem, secret.problem)
         ]
     found = []
+    if secret.beyond:
+        # Past the bound nothing was judged: a Cluster the source made of a context there
+        # (under a higher bound, or of a context since moved past it) stays as it is.
+        judged = {context for context, _ in secret.contexts}
+        found += [
+            clustersource.Candidate(secret.name, e.name, secret.labels, None, None, e.context)
+            for e in mine.values()
+            if e.secret == secret.name and e.context is not None and e.context not in judged
+        ]
     for context, problem in secret.contexts:
         named = secretsource.context_cluster(context)
         if isinstance(named, tuple):
@@ -140,27 +166,37 @@ def _per_context(secret: Labelled, mine: Mapping[str, Existing]) -> list[cluster
 
 def context_verdicts(
     secret: Mapping[str, Any], shape: Shape
-) -> tuple[tuple[Reason, str] | None, tuple[tuple[str, tuple[Reason, str] | None], ...]]:
+) -> tuple[tuple[Reason, str] | None, Verdicts]:
     """With contexts All: why the Secret as a whole cannot be read, or each context's verdict.
 
     Each context is held to the same check as a Cluster's own, read with that context.
     """
+    problem, verdicts, _ = judge_contexts(secret, shape)
+    return problem, verdicts
+
+
+def judge_contexts(
+    secret: Mapping[str, Any], shape: Shape, limit: int | None = None
+) -> tuple[tuple[Reason, str] | None, Verdicts, int]:
+    """:func:`context_verdicts` of the first ``limit`` contexts by name, and how many more the
+    Secret has: from one read of the kubeconfig, whatever the number of its contexts."""
     text = secret_data(secret, shape.key)
     if text is None:
-        return kubeconfig_problem(secret, shape), ()
-    names, first = examine(text)
-    if not names:
-        if isinstance(first, Refusal):
-            return (Reason.INVALID_KUBECONFIG, first.message), ()
+        return kubeconfig_problem(secret, shape), (), 0
+    read = read_contexts(text, limit)
+    if read.total == 0:
+        if read.refusal is not None:
+            return (Reason.INVALID_KUBECONFIG, read.refusal.message), (), 0
         return (
-            Reason.INVALID_KUBECONFIG,
-            "the kubeconfig has no contexts: with contexts All each context is a Cluster",
-        ), ()
-    verdicts = []
-    for name in names:
-        checked = parse(text, context=name)
-        problem = (
-            (Reason.INVALID_KUBECONFIG, checked.message) if isinstance(checked, Refusal) else None
+            (
+                Reason.INVALID_KUBECONFIG,
+                "the kubeconfig has no contexts: with contexts All each context is a Cluster",
+            ),
+            (),
+            0,
         )
-        verdicts.append((name, problem))
-    return None, tuple(verdicts)
+    verdicts = tuple(
+        (name, (Reason.INVALID_KUBECONFIG, v.message) if isinstance(v, Refusal) else None)
+        for name, v in read.verdicts
+    )
+    return None, verdicts, read.total - len(verdicts)

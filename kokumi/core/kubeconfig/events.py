@@ -18,7 +18,7 @@ import yaml
 from kokumi.core.kubeconfig.connection import _FLATTEN, MAX_SIZE, Code, _refuse
 from kokumi.core.text import quoted
 
-__all__ = ["MAX_DEPTH", "MAX_NUMBER", "PARSE_BUDGET"]
+__all__ = ["MAX_DEPTH", "MAX_EVENTS", "MAX_NUMBER", "PARSE_BUDGET", "too_complex"]
 
 _Loader: Final = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # Only its parser is used (libyaml's is ten times faster): _compose builds the document.
@@ -86,6 +86,12 @@ thread cannot be cancelled from outside, so it stops itself here, whatever the t
 
 _BUDGET_EVERY: Final = 256  # events between two looks at the clock
 
+MAX_EVENTS: Final = 100_000
+"""YAML events (values, mappings, lists and their ends) a kubeconfig may hold: the budget of a
+parse that does not depend on the machine or its load. A kubeconfig of 2,000 contexts, each
+with its own cluster and user, holds about 62,000; 1 MiB of tiny values (``[a,a,…]``) 500,000,
+which took 2 s of CPU. Refused at the event past it, after about 0.2 s."""
+
 MAX_NUMBER: Final = 100
 """Characters of the longest number read as one: no kubeconfig field is a number that long, and
 converting a long one costs time quadratic in its length."""
@@ -139,12 +145,15 @@ def _compose(text: str) -> object:
     documents = 0
     result: object = None
     for count, event in enumerate(yaml.parse(text, Loader=_Loader)):
-        if count % _BUDGET_EVERY == 0 and time.thread_time() - started > PARSE_BUDGET:
+        if count >= MAX_EVENTS:
             _refuse(
                 Code.TOO_COMPLEX,
-                f"reading the kubeconfig took more than {PARSE_BUDGET:g} s of CPU: keep only the "
-                f"context Kokumi uses, with its cluster and user, {_FLATTEN}",
+                f"the kubeconfig holds more than {MAX_EVENTS:,} YAML values, mappings and "
+                f"lists: keep only the contexts Kokumi uses, with their clusters and users, "
+                f"{_FLATTEN}",
             )
+        if count % _BUDGET_EVERY == 0 and time.thread_time() - started > PARSE_BUDGET:
+            too_complex()
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             _refuse(
                 Code.NOT_YAML,
@@ -205,6 +214,15 @@ def _compose(text: str) -> object:
 
 
 _NO_KEY: Final = object()
+
+
+def too_complex() -> NoReturn:
+    """Refuse a read past :data:`PARSE_BUDGET`: the backstop beside the deterministic bounds."""
+    _refuse(
+        Code.TOO_COMPLEX,
+        f"reading the kubeconfig took more than {PARSE_BUDGET:g} s of CPU: keep only the "
+        f"context Kokumi uses, with its cluster and user, {_FLATTEN}",
+    )
 
 
 def _at(event: yaml.Event) -> str:

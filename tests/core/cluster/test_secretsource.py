@@ -365,7 +365,7 @@ def test_a_vc_secret_is_a_cluster_only_beside_its_vclusters_service(
     """Whatever owners and Services are drawn: a Cluster only for a Secret whose vcluster's
     Service runs in the namespace and, if it has owners, is one of them with its uid."""
     secret = sp.Labelled(
-        f"vc-{name}", {"app": "vcluster", "vcluster-name": name}, None, (), tuple(owners)
+        f"vc-{name}", {"app": "vcluster", "vcluster-name": name}, None, (), owners=tuple(owners)
     )
     view = vcl.VClusterView(True, services)
     decided = sp.plan_secrets(vcluster(), [secret], {}, vclusters=view)

@@ -154,6 +154,13 @@ REFUSALS = [
         id="nested-too-deep",
     ),
     pytest.param(
+        text("x: [" + ",".join(["1"] * 100_000) + "]"),
+        Code.TOO_COMPLEX,
+        "the kubeconfig holds more than 100,000 YAML values, mappings and lists: keep only the "
+        f"contexts Kokumi uses, with their clusters and users, {FLATTEN}",
+        id="too-many-events",
+    ),
+    pytest.param(
         lambda: b"\xff" + s.dump(s.kubeconfig()).encode(),
         Code.NOT_YAML,
         "the kubeconfig is not UTF-8 text: save it as UTF-8",

@@ -24,4 +24,10 @@
 {{- range $m.probeAllowCIDRs }}
 - --probe-allow-cidr={{ . }}
 {{- end }}
+{{- if ne (int $m.maxContextsPerSecret) 100 }}
+- --max-contexts-per-secret={{ $m.maxContextsPerSecret }}
+{{- end }}
+{{- if ne (int $m.maxClustersPerSource) 1000 }}
+- --max-clusters-per-source={{ $m.maxClustersPerSource }}
+{{- end }}
 {{- end -}}
