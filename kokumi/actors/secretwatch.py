@@ -323,8 +323,10 @@ class SecretWatches:
                     "Secret %s/%s is not read by any ClusterSource: %s", key[0], key[1], why
                 )
             self.over_bounds.add(key)
-        else:
-            self.over_bounds.discard(key)
+            self.labels.pop(key, None)
+            self.owners.pop(key, None)
+            return
+        self.over_bounds.discard(key)
         meta = obj.get("metadata", {})
         labels = meta.get("labels") or {}
         if (self._keep_labelled and labels) or self._keep_labels.intersection(labels):
