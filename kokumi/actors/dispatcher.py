@@ -27,7 +27,7 @@ from kokumi.actors.pace import Pace
 from kokumi.actors.registry import Registry
 from kokumi.actors.secretwatch import SecretWatches
 from kokumi.actors.sources import KEEP_LABELS, SecretsView, SourcesActor
-from kokumi.core import api
+from kokumi.core import api, limits
 from kokumi.core.registry.ownership import ClusterRef
 from kokumi.kube.watch import Key, Resync, Store, WatchEvent, start_watch
 from kokumi.objects import metadata_of
@@ -141,8 +141,16 @@ class Dispatcher:
                 (api.CLUSTERS, self.clusters, self._follow_clusters, False),
             ]
             for resource, store, follow, metadata_only in watches:
+                # Kept as the limits say: an object over the bounds of tenant metadata is a
+                # stub its actor reports ObjectTooLarge on, never 90,000 labels in memory.
                 receive = await start_watch(
-                    nursery, client, resource, buffer=256, store=store, metadata_only=metadata_only
+                    nursery,
+                    client,
+                    resource,
+                    buffer=256,
+                    store=store,
+                    metadata_only=metadata_only,
+                    form=limits.kept,
                 )
                 nursery.start_soon(follow, receive)
             nursery.start_soon(self.environments_actor.run)

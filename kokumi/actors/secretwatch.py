@@ -39,6 +39,7 @@ from typing import Any
 import attrs
 import trio
 
+from kokumi.core import limits
 from kokumi.core.secretaccess import (
     MANAGER_SECRETS_ROLE,
     PROTECTED_NAMESPACES,
@@ -132,6 +133,8 @@ class SecretWatches:
         self.owners: dict[Key, list[dict[str, Any]]] = {}
         self._listable: dict[str | None, bool] = {}
         self._on_listing = on_listing
+        #: The Secrets followed whose metadata is over the bounds, each logged once.
+        self.over_bounds: set[Key] = set()
 
     def listable(self, namespace: str) -> bool | None:
         """Whether Secrets of ``namespace`` have been listed (True), refused (False), or not yet."""
@@ -197,6 +200,7 @@ class SecretWatches:
             for key in [k for k in self.labels if k[0] == namespace]:
                 del self.labels[key]
                 self.owners.pop(key, None)
+            self.over_bounds -= {k for k in self.over_bounds if k[0] == namespace}
             self._listable.pop(namespace, None)
             log.debug("no longer following Secrets in namespace %s", namespace)
 
@@ -210,6 +214,9 @@ class SecretWatches:
                     SECRETS,
                     namespace=namespace,
                     metadata_only=True,
+                    # Labels within the bounds, no annotations (kubectl's last-applied copy of
+                    # a Secret is all of it): see _keep.
+                    form=limits.kept,
                     # A binding removed later shows as refused relists: retried (and logged) at
                     # most every two minutes. The Clusters' own reads report it.
                     backoff_max=120.0,
@@ -280,6 +287,7 @@ class SecretWatches:
             changed = {k for k in mine | set(fresh) if versions.get(k) != fresh.get(k)}
             for key in mine - set(fresh):
                 del versions[key]
+                self.over_bounds.discard(key)
             versions.update(fresh)
             if self._keep_labels or self._keep_labelled:
                 for key in [k for k in self.labels if namespace is None or k[0] == namespace]:
@@ -293,6 +301,7 @@ class SecretWatches:
                 versions.pop(key, None)
                 self.labels.pop(key, None)
                 self.owners.pop(key, None)
+                self.over_bounds.discard(key)
             else:
                 versions[key] = _version(event.object)
                 self._keep(key, event.object)
@@ -302,6 +311,22 @@ class SecretWatches:
             self._changed(key, first)
 
     def _keep(self, key: Key, obj: dict[str, Any]) -> None:
+        """Keep the labels and owners a source reads; none of a Secret over the bounds.
+
+        Such a Secret matches no source (its labels are not kept, so no selector sees them):
+        logged once, with the fix, since a Secret has no status to say it in.
+        """
+        why = limits.over_bounds(obj)
+        if why is not None:
+            if key not in self.over_bounds and (self._keep_labels or self._keep_labelled):
+                log.warning(
+                    "Secret %s/%s is not read by any ClusterSource: %s", key[0], key[1], why
+                )
+            self.over_bounds.add(key)
+            self.labels.pop(key, None)
+            self.owners.pop(key, None)
+            return
+        self.over_bounds.discard(key)
         meta = obj.get("metadata", {})
         labels = meta.get("labels") or {}
         if (self._keep_labelled and labels) or self._keep_labels.intersection(labels):

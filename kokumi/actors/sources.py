@@ -41,7 +41,7 @@ import trio
 from kokumi.actors.parsing import off_loop
 from kokumi.actors.secretreads import SecretReads
 from kokumi.actors.writes import replace_status
-from kokumi.core import api
+from kokumi.core import api, limits
 from kokumi.core.cluster import bounds, clustersource, secretplan, secretsource, vcluster
 from kokumi.core.cluster.clustersource import (
     CAPI_CLUSTER_NAME,
@@ -195,7 +195,9 @@ class SourcesActor:
             self._nursery = nursery
             send, receive = trio.open_memory_channel[WatchEvent | Resync](64)
             await nursery.start(
-                functools.partial(watch, self._client, CLUSTER_SOURCES, send, store=self.sources)
+                functools.partial(
+                    watch, self._client, CLUSTER_SOURCES, send, store=self.sources, form=limits.kept
+                )
             )
             nursery.start_soon(self._follow_sources, receive)
             nursery.start_soon(self._follow_capi)
@@ -359,7 +361,7 @@ class SourcesActor:
         message = not_listable_message(namespace, self._secrets.username(), self._own_namespace)
         failed_any = False
         for obj in sorted(self.sources.in_namespace(namespace), key=_name):
-            source = clustersource.parse_source(obj)
+            source = _source_of(obj)
             decided = None
             failed: dict[str, str] = {}
             if isinstance(source, clustersource.ClusterSource):
@@ -635,6 +637,24 @@ class SourcesActor:
     async def _again_after(self, namespace: str, delay: float) -> None:
         await trio.sleep(delay)
         self.changed(namespace)
+
+
+def _source_of(obj: Mapping[str, Any]) -> clustersource.ClusterSource | clustersource.SourceInvalid:
+    """The source as its plan reads it; one over the bounds of tenant metadata (kept as a stub,
+    see :mod:`kokumi.core.limits`) plans nothing and says so in its Ready condition."""
+    why = limits.over_bounds(obj)
+    if why is None:
+        return clustersource.parse_source(obj)
+    meta = obj.get("metadata", {})
+    generation = meta.get("generation")
+    return clustersource.SourceInvalid(
+        str(meta.get("name", "")),
+        str(meta.get("namespace", "")),
+        str(meta.get("uid", "")),
+        generation if isinstance(generation, int) else 0,
+        Reason.OBJECT_TOO_LARGE,
+        why,
+    )
 
 
 def _name(obj: dict[str, Any]) -> str:

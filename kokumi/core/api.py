@@ -17,6 +17,7 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
+from kokumi.core.limits import over_bounds
 from kokumi.core.reasons import Reason
 from kokumi.objects import Resource, metadata_of
 
@@ -170,6 +171,9 @@ class Invalid:
     #: The status as the object has it, read leniently: an invalid object still keeps its
     #: condition's transition time, so re-reporting the same problem writes nothing.
     status: ClusterStatus | EnvironmentStatus | None = None
+    #: What its Ready condition says: a spec that does not fit, or metadata over the bounds
+    #: (:mod:`kokumi.core.limits`), which the manager does not keep.
+    reason: Reason = Reason.INVALID_SPEC
 
 
 # --- the converter ------------------------------------------------------------------------------
@@ -231,10 +235,12 @@ def _string_map(value: object) -> dict[str, str]:
     return dict(value)
 
 
-def _meta(obj: Mapping[str, Any]) -> Meta:
-    """The metadata, read leniently: whatever else is wrong, we need a name to report it on."""
+def _meta(obj: Mapping[str, Any], *, labels: bool = True) -> Meta:
+    """The metadata, read leniently: whatever else is wrong, we need a name to report it on.
+
+    Without ``labels`` for an object over the bounds: its labels are never copied."""
     raw = metadata_of(obj)
-    labels = raw.get("labels")
+    labels_of = raw.get("labels") if labels else None
     finalizers = raw.get("finalizers")
     return Meta(
         name=str(raw.get("name", "")),
@@ -242,7 +248,9 @@ def _meta(obj: Mapping[str, Any]) -> Meta:
         uid=str(raw.get("uid", "")),
         generation=raw["generation"] if isinstance(raw.get("generation"), int) else 0,
         resource_version=str(raw.get("resourceVersion", "")),
-        labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {},
+        labels=(
+            {str(k): str(v) for k, v in labels_of.items()} if isinstance(labels_of, Mapping) else {}
+        ),
         finalizers=tuple(str(f) for f in finalizers) if isinstance(finalizers, list) else (),
         deletion_timestamp=raw.get("deletionTimestamp") or None,
     )
@@ -271,8 +279,17 @@ def _why(exc: BaseException) -> str:
     return text
 
 
+def _too_large(obj: Mapping[str, Any]) -> Invalid | None:
+    """An object over the bounds of tenant metadata, as an ``ObjectTooLarge`` Invalid: checked,
+    selected and registered by nothing until its metadata is cut back."""
+    why = over_bounds(obj)
+    if why is None:
+        return None
+    return Invalid(_meta(obj, labels=False), why, reason=Reason.OBJECT_TOO_LARGE)
+
+
 def parse_cluster(obj: Mapping[str, Any]) -> Cluster | Invalid:
-    parsed = _parse_cluster(obj)
+    parsed = _too_large(obj) or _parse_cluster(obj)
     if isinstance(parsed, Invalid):
         return attrs.evolve(parsed, status=_lenient(obj.get("status"), ClusterStatus))
     return parsed
@@ -327,7 +344,7 @@ def _lenient(value: object, cls: type[_T]) -> _T:
 
 
 def parse_environment(obj: Mapping[str, Any]) -> Environment | Invalid:
-    parsed = _parse_environment(obj)
+    parsed = _too_large(obj) or _parse_environment(obj)
     if isinstance(parsed, Invalid):
         return attrs.evolve(parsed, status=_lenient(obj.get("status"), EnvironmentStatus))
     return parsed

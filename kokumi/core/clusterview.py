@@ -151,7 +151,7 @@ READY_REASONS: Final = (
     Reason.SERVER_ERROR, Reason.EGRESS_DENIED, Reason.INVALID_KUBECONFIG,
     Reason.SECRET_NOT_FOUND, Reason.SECRET_KEY_NOT_FOUND, Reason.SECRET_NOT_READABLE,
     Reason.CLUSTER_CONFLICT, Reason.REGISTRATION_FAILED, Reason.REGISTRATION_PENDING,
-    Reason.INVALID_SPEC,
+    Reason.INVALID_SPEC, Reason.OBJECT_TOO_LARGE,
 )  # fmt: skip
 """Every reason a Cluster's Ready condition can have: the filter offers them all, whichever the
 Clusters of one page happen to have."""

@@ -44,6 +44,9 @@ class Reason(enum.StrEnum):
     REGISTRATION_PENDING = "RegistrationPending"
     INVALID_SPEC = "InvalidSpec"
     """Also an Environment's: the object does not fit its schema."""
+    OBJECT_TOO_LARGE = "ObjectTooLarge"
+    """Also an Environment's and a ClusterSource's: its labels or annotations are over the bounds
+    of kokumi.core.limits, and the manager keeps nothing of it but its name and status."""
 
     # An Event on the Cluster that takes a server over.
     ARGOCD_NAME_CHANGED = "ArgoCDNameChanged"

@@ -336,13 +336,15 @@ class Client:
         field_selector: str | None = None,
         limit: int = 500,
         metadata_only: bool = False,
+        keep: Callable[[Obj], Obj] | None = None,
     ) -> Obj:
         """Every matching object, read in pages of ``limit`` but returned as one list.
 
         All pages come from the snapshot of the first, so ``metadata.resourceVersion`` is the
         version to watch from. Items get ``apiVersion`` and ``kind`` (lists leave them out), so a
         listed object looks like a watched one. When a continue token expires mid-way the list
-        starts over in one unpaged request.
+        starts over in one unpaged request. ``keep`` makes each item what the caller keeps of
+        it as its page comes in: the decoded pages are then never held all at once.
         """
         path = resource_path(resource, namespace=namespace)
         params: dict[str, str] = {}
@@ -351,21 +353,24 @@ class Client:
         if field_selector:
             params["fieldSelector"] = field_selector
         accept = METADATA_LIST if metadata_only else JSON
-        try:
-            result = await self._list_pages(path, params, limit, accept)
-        except ApiError as exc:
-            if exc.code != 410 or limit <= 0:
-                raise
-            log.info("list %s: continue token expired; listing again in one request", path)
-            result = await self._list_pages(path, params, 0, accept)
         api_version, kind = (
             ("meta.k8s.io/v1", "PartialObjectMetadata")
             if metadata_only
             else (resource.api_version, resource.kind)
         )
-        for item in result["items"]:
+
+        def typed(item: Obj) -> Obj:
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)
+            return keep(item) if keep is not None else item
+
+        try:
+            result = await self._list_pages(path, params, limit, accept, typed)
+        except ApiError as exc:
+            if exc.code != 410 or limit <= 0:
+                raise
+            log.info("list %s: continue token expired; listing again in one request", path)
+            result = await self._list_pages(path, params, 0, accept, typed)
         return result
 
     async def pages(
@@ -410,13 +415,21 @@ class Client:
             if not token:
                 return
 
-    async def _list_pages(self, path: str, params: dict[str, str], limit: int, accept: str) -> Obj:
+    async def _list_pages(
+        self,
+        path: str,
+        params: dict[str, str],
+        limit: int,
+        accept: str,
+        typed: Callable[[Obj], Obj],
+    ) -> Obj:
         first: Obj | None = None
         items: list[Obj] = []
         async for page in self._pages(path, params, limit, accept):
-            items.extend(page.get("items") or [])
+            items.extend(typed(item) for item in page.get("items") or [])
             if first is None:
-                first = page
+                # Without its items: the page as decoded is not held while the next comes.
+                first = {key: value for key, value in page.items() if key != "items"}
         assert first is not None  # _pages yields at least one page or raises
         metadata = dict(metadata_of(first))
         metadata.pop("continue", None)

@@ -28,7 +28,7 @@ import json
 import logging
 import math
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
 import attrs
@@ -168,6 +168,7 @@ async def watch(
     metadata_only: bool = False,
     store: Store | None = None,
     managed_fields: bool = False,
+    form: Callable[[Mapping[str, Any]], dict[str, Any]] = kept_form,
     inactivity_timeout: float = 70.0,
     timeout_seconds: int | None = None,
     backoff_initial: float = 0.5,
@@ -188,7 +189,10 @@ async def watch(
     :func:`~kokumi.objects.kept_form` (no ``metadata.managedFields``, which no consumer of the
     manager's reads; keys and repeated values shared: a store holds them for as long as they
     live); ``managed_fields`` passes them on as decoded, for a test that tells writers apart by
-    their field managers. ``timeout_seconds`` is the server-side lifetime of
+    their field managers. ``form`` is what is kept of each object instead (a caller that knows
+    what it reads keeps less: see ``kokumi.core.limits.kept``), applied as each list page and
+    event comes in, so an object is held as decoded only until then. ``timeout_seconds`` is the
+    server-side lifetime of
     one watch request (default: 5 to 10 minutes, jittered so that many watchers do not reconnect
     together).
     """
@@ -202,6 +206,7 @@ async def watch(
         metadata_only=metadata_only,
         store=store,
         managed_fields=managed_fields,
+        form=form,
         inactivity_timeout=inactivity_timeout,
         timeout_seconds=timeout_seconds,
         backoff=Backoff(backoff_initial, backoff_max),
@@ -223,6 +228,7 @@ class _Watcher:
     metadata_only: bool
     store: Store | None
     managed_fields: bool
+    form: Callable[[Mapping[str, Any]], dict[str, Any]]
     inactivity_timeout: float
     timeout_seconds: int | None
     backoff: Backoff
@@ -281,16 +287,14 @@ class _Watcher:
             label_selector=self.label_selector,
             field_selector=self.field_selector,
             metadata_only=self.metadata_only,
+            keep=None if self.managed_fields else self.form,
         )
         version = resource_version(result)
         if not version:
             raise TransportError(f"list {self.path}: the list has no resourceVersion")
         self.resource_version = version
         self.backoff.reset()
-        items = result["items"]
-        if self.managed_fields:
-            return tuple(items)
-        return tuple(kept_form(item) for item in items)
+        return tuple(result["items"])
 
     async def _follow(self) -> bool:
         """One watch request, from the current version until it ends; True if it was useful.
@@ -368,7 +372,7 @@ class _Watcher:
             self.resource_version = version
         if kind not in _CHANGES:
             return None  # BOOKMARK, or a type this client does not know: only the version counts
-        event = WatchEvent(kind, obj if self.managed_fields else kept_form(obj))
+        event = WatchEvent(kind, obj if self.managed_fields else self.form(obj))
         if self.store is not None:
             self.store._apply(event)
         return event

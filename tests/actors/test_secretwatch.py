@@ -7,7 +7,10 @@ stopped with the namespace's last Kubeconfig Cluster.
 from __future__ import annotations
 
 import base64
+import logging
 from typing import Any
+
+import pytest
 
 from kokumi.actors.secretwatch import (
     SecretWatches,
@@ -15,6 +18,7 @@ from kokumi.actors.secretwatch import (
     not_readable_message,
     subject_flag,
 )
+from kokumi.core import limits
 from kokumi.core.secretaccess import SecretScope
 from kokumi.kube.client import SECRETS
 from kokumi.kube.watch import Resync, WatchEvent
@@ -136,3 +140,30 @@ async def test_cluster_scope_follows_every_namespace_with_one_watch(
         # Well before the minute's check: the watch told the Cluster.
         await wait_reason(ws, ns, "spoke", "Unauthorized", timeout=20)
         await ws.cleanup()
+
+
+def test_a_labelled_secret_over_the_bounds_keeps_no_labels_and_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A ``from: Secrets`` source selects by any label, so every labelled Secret's labels are
+    kept: one written with 90,000 of them must not be, in the watch's form or as read."""
+    many = {f"k{i}": "v" for i in range(limits.LABELS_MAX + 1)}
+
+    def labelled(version: str, labels: dict[str, str]) -> dict[str, Any]:
+        body = secret("a", "big", version)
+        body["metadata"]["labels"] = labels
+        return body
+
+    watches = SecretWatches(None, {}, lambda key, first: None, keep_labelled=True)  # type: ignore[arg-type]
+    key = ("a", "big")
+    with caplog.at_level(logging.WARNING, logger="kokumi.actors.secretwatch"):
+        watches._apply("a", Resync((limits.kept(labelled("1", many)),)), True)
+        watches._apply("a", WatchEvent("MODIFIED", labelled("2", many)), False)
+    assert key not in watches.labels and key not in watches.owners
+    assert watches.over_bounds == {key}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "Secret a/big is not read by any ClusterSource: metadata.labels has 65" in warnings[0]
+    assert "k0" not in warnings[0]
+    watches._apply("a", WatchEvent("MODIFIED", limits.kept(labelled("3", {"k0": "v"}))), False)
+    assert watches.labels[key] == {"k0": "v"} and watches.over_bounds == set()

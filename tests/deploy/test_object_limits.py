@@ -14,6 +14,7 @@ import httpx
 import pytest
 import yaml
 
+from kokumi.core import limits
 from kokumi.testing.controlplane import APIServer
 from tests.support.deploy import POLICIES, apply, run, wait_object_limits_enforced, wait_until
 from tests.support.paths import REPO
@@ -48,8 +49,11 @@ def test_the_bounds_are_the_documented_ones() -> None:
         f"at most {B['annotationsMax']} annotations of at most {B['annotationBytesMax']} bytes"
         " in all" in operations
     )
+    # The door and the manager hold one set of numbers: the manager reports as ObjectTooLarge
+    # exactly what the policy would have refused.
     assert (B["labelsMax"], B["labelBytesMax"], B["annotationsMax"], B["annotationBytesMax"]) == (
-        64, 16384, 64, 131072
+        limits.LABELS_MAX, limits.LABEL_BYTES_MAX, limits.ANNOTATIONS_MAX,
+        limits.ANNOTATION_BYTES_MAX,
     )  # fmt: skip
 
 

@@ -111,7 +111,7 @@ def cluster_outcome(
     :func:`cluster_status`.
     """
     if isinstance(cluster, api.Invalid):
-        return Outcome(False, Reason.INVALID_SPEC, cluster.message, None, None)
+        return Outcome(False, cluster.reason, cluster.message, None, None)
     if secret is None:
         return None
     return _kubeconfig_objection(secret, username, own_namespace)

@@ -57,7 +57,7 @@ def environment_status(
     if isinstance(environment, api.Invalid):
         return api.EnvironmentStatus(
             observed_generation=generation,
-            conditions=ready("False", Reason.INVALID_SPEC, environment.message),
+            conditions=ready("False", environment.reason, environment.message),
         )
     selector = selectors.parse(environment.spec.cluster_selector)
     if isinstance(selector, selectors.SelectorError):
