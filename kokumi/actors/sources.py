@@ -329,6 +329,10 @@ class SourcesActor:
                 store=store,
                 metadata_only=True,
                 label_selector=label_selector,
+                # Whoever may create them writes their metadata: kept within the bounds, as
+                # the sources' own (a Service or a Cluster API cluster of 90,000 labels is a
+                # stub here).
+                form=limits.kept,
             )
         )
         async for event in receive:
@@ -355,6 +359,11 @@ class SourcesActor:
                 for o in capis
             },
             {str(o["metadata"].get("name")): str(o["metadata"].get("uid") or "") for o in capis},
+            {
+                str(o["metadata"].get("name")): why
+                for o in capis
+                if (why := limits.over_bounds(o)) is not None
+            },
         )
         clusters = self._clusters.named_in_namespace(namespace)
         existing = {name: clustersource.existing_of(obj) for name, obj in clusters.items()}

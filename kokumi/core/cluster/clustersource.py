@@ -317,6 +317,9 @@ class CapiView:
     readable: bool
     labels: Mapping[str, Mapping[str, str]] = attrs.field(factory=dict)
     uids: Mapping[str, str] = attrs.field(factory=dict)
+    #: Clusters whose metadata is over the bounds (:mod:`kokumi.core.limits`), with why: the
+    #: manager kept no labels of them, so no selector can be judged on them.
+    over: Mapping[str, str] = attrs.field(factory=dict)
 
 
 def owner_problem(secret: SecretView, capi: CapiView) -> tuple[Reason, str] | None:
@@ -546,6 +549,18 @@ def plan(
         )
     candidates = []
     for secret in secrets:
+        too_large = capi.over.get(secret.cluster)
+        if too_large is not None:
+            # Listed, never made nor re-labelled: a Cluster made before stays as it is (its
+            # labels as last written), as for a Secret a bad rotation broke.
+            why = (
+                Reason.OBJECT_TOO_LARGE,
+                f"its Cluster API cluster {secret.cluster}: {too_large}",
+            )
+            held = mine.get(secret.cluster)
+            as_is = dict(held.labels) if held is not None else {}
+            candidates.append(Candidate(secret.name, secret.cluster, as_is, why, None))
+            continue
         labels = capi.labels.get(secret.cluster, {})
         if not source.selector.matches(labels):
             continue

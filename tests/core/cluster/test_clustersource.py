@@ -494,3 +494,22 @@ def test_only_secrets_their_capi_cluster_controls_keep_a_cluster(world: World) -
                 assert reasons[s.name] is Reason.SECRET_NOT_OWNED, s
     kept = {n for n, e in after.items() if e.owner == ("capi", UID)}
     assert kept <= {s.cluster for s in secrets if cluster_apis_own(s, capi)}
+
+
+def test_a_capi_cluster_over_the_bounds_is_listed_and_its_cluster_stays_as_it_is() -> None:
+    """The manager keeps no labels of a Cluster API cluster over the metadata bounds, so no
+    selector can be judged on it: its Secret is listed as ObjectTooLarge (counts, never a
+    label), no Cluster is made for it, and one made before stays, labels and all, untouched."""
+    why = "metadata.labels has 90000 entries of 1439932 bytes (at most 64 entries of 16384 bytes)"
+    over = cs.CapiView(True, {"w": {}}, {"w": "uid-w"}, {"w": why})
+    src = source(selector={"matchLabels": {"env": "prod"}})
+    decided = cs.plan(src, [good("w")], over, {})
+    assert decided.create == ()
+    (entry,) = decided.not_imported
+    assert entry.reason is Reason.OBJECT_TOO_LARGE
+    assert entry.message == f"its Cluster API cluster w: {why}"
+    existing = {"w": made("w", {cs.SOURCE_LABEL: "capi", "env": "prod"})}
+    decided = cs.plan(src, [good("w")], over, existing)
+    assert (decided.create, decided.update, decided.delete) == ((), (), ())
+    assert decided.kept == ("w",)
+    assert [e.reason for e in decided.not_imported] == [Reason.OBJECT_TOO_LARGE]
