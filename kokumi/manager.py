@@ -34,8 +34,8 @@ from kokumi.actors.incluster import keep_in_cluster
 from kokumi.actors.metrics import Metrics
 from kokumi.actors.registry import Registry
 from kokumi.actors.writes import EventRecorder
-from kokumi.core.cluster import handover
 from kokumi.core.cluster.status import Outcome
+from kokumi.core.fleet import stoprecord
 from kokumi.core.fleet.leader import LeaderElection
 from kokumi.core.fleet.shards import preference
 from kokumi.core.registry.ownership import ClusterRef
@@ -220,7 +220,7 @@ class Manager:
     async def _run(self, task_status: trio.TaskStatus[Manager]) -> None:
         async with trio.open_nursery() as nursery:
             if not self.shard_electors:
-                await self._read_handover()
+                await self._read_stop_record()
             await nursery.start(self.registry.run)
             await nursery.start(self.context.alarms.run)
             if self.options.keep_in_cluster and not self.shard_electors:
@@ -237,26 +237,26 @@ class Manager:
             self.started.set()
             task_status.started(self)
 
-    def _may_hand_over(self) -> bool:
+    def _may_record_stop(self) -> bool:
         """Whether this process serves every Cluster now (no shards; the leader, or no Lease)."""
         if self.shard_electors or not self.started.is_set():
             return False
         return self.elector is None or self.elector.serving_until() is not None
 
-    async def _read_handover(self) -> None:
-        """Read the record of the manager that stopped before this one, if it left a fresh one.
+    async def _read_stop_record(self) -> None:
+        """Read the stop record of the manager that stopped before this one, if it left a fresh one.
 
         One GET. Whatever goes wrong, each Cluster is checked at its place, as without a record:
         the record only makes the checks across a restart come on time.
         """
-        where = f"ConfigMap {self.options.namespace}/{handover.NAME}"
+        where = f"ConfigMap {self.options.namespace}/{stoprecord.NAME}"
         try:
             with trio.fail_after(self.options.probe_timeout):
                 obj = await self.client.get(
-                    CONFIG_MAPS, handover.NAME, namespace=self.options.namespace
+                    CONFIG_MAPS, stoprecord.NAME, namespace=self.options.namespace
                 )
             now = trio.current_time() - wall_shift()
-            recorded = handover.read_config_map(obj, now, 2 * self.options.check_interval)
+            recorded = stoprecord.read_config_map(obj, now, 2 * self.options.check_interval)
         except errors.NotFound:
             return
         except (errors.KubeError, trio.TooSlowError) as exc:
@@ -267,7 +267,7 @@ class Manager:
                 _why(exc),
             )
             return
-        except handover.RecordError as exc:
+        except stoprecord.RecordError as exc:
             log.warning(
                 "%s is not a record of next checks (%s): each Cluster is checked at its place in"
                 " the minute; the next stop writes it anew",
@@ -275,26 +275,26 @@ class Manager:
                 exc,
             )
             return
-        self.context.handover.recorded = recorded
+        self.context.stop_record.recorded = recorded
         log.info("read %s: the next checks of %d Clusters", where, len(recorded))
 
-    async def hand_over(self) -> None:
+    async def record_stop(self) -> None:
         """Stop gracefully: check every answering Cluster due within
-        :data:`~kokumi.core.cluster.handover.HORIZON` now, then record every Cluster's next due
-        for the next manager (:mod:`kokumi.core.cluster.handover`).
+        :data:`~kokumi.core.fleet.stoprecord.HORIZON` now, then write the stop record, every
+        Cluster's next due, for the next manager (:mod:`kokumi.core.fleet.stoprecord`).
 
-        Waits for those checks at most :data:`~kokumi.core.cluster.handover.BUDGET`; the write
+        Waits for those checks at most :data:`~kokumi.core.fleet.stoprecord.BUDGET`; the write
         has its own timeout. A refused or failed write is logged once: the next manager then
         checks each Cluster at its place, as after a crash. Does nothing in a replica that does
         not serve every Cluster (a standby, or with shards).
         """
-        if not self._may_hand_over():
+        if not self._may_record_stop():
             return
-        state = self.context.handover
+        state = self.context.stop_record
         now = trio.current_time()
-        asked = sum(a.hand_over(now + handover.HORIZON) for a in self.dispatcher.actors)
+        asked = sum(a.check_before_stop(now + stoprecord.HORIZON) for a in self.dispatcher.actors)
         state.begin(asked)
-        with trio.move_on_after(handover.BUDGET):
+        with trio.move_on_after(stoprecord.BUDGET):
             await state.done.wait()
         shift = wall_shift()
         dues = [
@@ -302,10 +302,10 @@ class Manager:
             for actor in self.dispatcher.actors
             if actor.uid and (due := actor.next_due) is not None
         ]
-        body = handover.config_map(
+        body = stoprecord.config_map(
             dues, trio.current_time() - shift, namespace=self.options.namespace
         )
-        where = f"ConfigMap {self.options.namespace}/{handover.NAME}"
+        where = f"ConfigMap {self.options.namespace}/{stoprecord.NAME}"
         try:
             with trio.fail_after(self.options.probe_timeout):
                 await self._record_writer.apply(CONFIG_MAPS, body)
@@ -322,10 +322,14 @@ class Manager:
             " checks of %d in %s",
             asked - max(state.pending, 0),
             asked,
-            handover.HORIZON,
+            stoprecord.HORIZON,
             len(dues),
             where,
         )
+
+    #: The first name of :meth:`record_stop` (docs/embedding.md), kept so that embedding
+    #: programs that call it keep working.
+    hand_over = record_stop
 
     async def _stand_for_all(self, nursery: trio.Nursery) -> None:
         """Stand for every shard in this replica's order of preference, each first try made
@@ -412,11 +416,12 @@ async def run_manager(
 
 
 async def run_manager_until_signalled(config: Config | None, options: Options) -> None:
-    """``kokumi manager``: run until SIGINT or SIGTERM, hand over (:meth:`Manager.hand_over`),
-    then stop; a signal before the manager has started, or a second one, stops at once.
+    """``kokumi manager``: run until SIGINT or SIGTERM, record the stop
+    (:meth:`Manager.record_stop`), then stop; a signal before the manager has started, or a
+    second one, stops at once.
 
     Kubernetes stops a pod with SIGTERM and kills it ``terminationGracePeriodSeconds`` (30)
-    later: the hand-over takes at most half of that, and cancelling lets every actor, watch and
+    later: the stop record takes at most half of that, and cancelling lets every actor, watch and
     check end inside its own nursery. The signals are heard from the first moment: a start that
     waits for a hub that does not answer must not make a pod deaf to its stop.
     """
@@ -434,18 +439,18 @@ async def run_manager_until_signalled(config: Config | None, options: Options) -
                 log.info(
                     "%s received: %s",
                     signal.Signals(signum).name,
-                    "handing over, then stopping" if running else "stopping",
+                    "writing the stop record, then stopping" if running else "stopping",
                 )
                 break
             if running:
-                with trio.CancelScope() as handing:
+                with trio.CancelScope() as recording:
 
                     async def second_signal() -> None:
                         async for again in signals:
                             log.info("%s received again: stopping now", signal.Signals(again).name)
-                            handing.cancel()
+                            recording.cancel()
                             return
 
                     nursery.start_soon(second_signal)
-                    await running[0].hand_over()
+                    await running[0].record_stop()
             nursery.cancel_scope.cancel()

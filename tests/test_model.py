@@ -86,9 +86,10 @@ from trio._core import _run as trio_run
 
 from kokumi.actors import pace
 from kokumi.core import api
-from kokumi.core.cluster import clustersource, handover
+from kokumi.core.cluster import clustersource
 from kokumi.core.cluster.status import Outcome
 from kokumi.core.environments import selectors
+from kokumi.core.fleet import stoprecord
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.reasons import Reason
 from kokumi.core.registry import argocd
@@ -137,7 +138,7 @@ SEEN = {
     "waiters": 0,
     "blocked": 0,
     "restarts": 0,
-    "hand_overs": 0,
+    "stop_records": 0,
     "faults": 0,
     "sourced": 0,
     "source_conflicts": 0,
@@ -357,25 +358,25 @@ class World:
         self._nursery.start_soon(run)
         await self.settle()
 
-    async def hand_over(self) -> None:
-        """A stop as on SIGTERM: the manager's hand-over (its early checks and its record of next
+    async def record_stop(self) -> None:
+        """A stop as on SIGTERM: the manager's stop record (its early checks and its record of next
         checks), while time passes, before :meth:`stop_manager`. It ends within its budget and
         its write's timeout, whatever the hub does."""
         manager = self.manager
         assert manager is not None and self._nursery is not None
         done = trio.Event()
 
-        async def hand_over() -> None:
+        async def record_stop() -> None:
             try:
-                await manager.hand_over()
+                await manager.record_stop()
             finally:
                 done.set()
 
-        self._nursery.start_soon(hand_over)
-        limit = handover.BUDGET + manager.options.probe_timeout + 1.0
+        self._nursery.start_soon(record_stop)
+        limit = stoprecord.BUDGET + manager.options.probe_timeout + 1.0
         began = trio.current_time()
         while not done.is_set():
-            assert trio.current_time() - began <= limit, "the hand-over did not end in time"
+            assert trio.current_time() - began <= limit, "the stop record was not written in time"
             await self.advance(0.5)
 
     async def stop_manager(self) -> None:
@@ -1029,16 +1030,16 @@ class ManagerMachine(RuleBasedStateMachine):
     def restart_manager(self, refused: int | None, graceful: bool) -> None:
         """A crash and a new start, its memory gone; perhaps with the start-up's clean-up of
         Argo CD's Secrets refused or cut (it must be retried, never end the manager). Or a stop
-        as on SIGTERM: the hand-over first, its record's write refused or cut as well."""
+        as on SIGTERM: the stop record first, its write refused or cut as well."""
         SEEN["restarts"] += 1
         fake = self.world.fake
         if graceful:
-            SEEN["hand_overs"] += 1
+            SEEN["stop_records"] += 1
             if refused == 0:
                 self.world.run(lambda: fake.reset(resource="configmaps", times=1))
             elif refused is not None:
                 self.world.run(lambda: fake.fail(refused, resource="configmaps", times=1))
-            self.world.arun(self.world.hand_over)
+            self.world.arun(self.world.record_stop)
         self.world.arun(self.world.stop_manager)
         if refused == 0:
             self.world.run(lambda: fake.reset(verb="delete", namespace=ARGOCD, times=2))
@@ -1537,7 +1538,7 @@ def test_the_manager_survives_faults_and_converges() -> None:
                 "waiters",
                 "blocked",
                 "restarts",
-                "hand_overs",
+                "stop_records",
                 "sourced",
                 "source_conflicts",
                 "team_sourced",

@@ -1145,7 +1145,7 @@ async def main_async(
                     and before_restart.get(name) == "Ready"
                 }
                 result["restart"]["not_ready_meanwhile"] = len(not_ready)
-                # From SIGTERM to the exit: the hand-over's early checks and its one write.
+                # From SIGTERM to the exit: the stop record's early checks and its one write.
                 result["restart"]["stop_s"] = restarted_at - stopping
                 nursery.cancel_scope.cancel()
             print("restart:", result["restart"], flush=True)
@@ -1334,7 +1334,7 @@ def report(r: dict[str, Any]) -> str:
             "",
         ),
         (
-            "restart: from SIGTERM to the exit (the hand-over)",
+            "restart: from SIGTERM to the exit (the stop record)",
             f"{rs.get('stop_s', math.nan):.1f} s",
             "",
         ),

@@ -21,7 +21,7 @@ from kokumi.actors.context import Context, wall_shift
 from kokumi.actors.parsing import off_loop
 from kokumi.actors.writes import write_status
 from kokumi.core import api
-from kokumi.core.cluster import handover, schedule
+from kokumi.core.cluster import schedule
 from kokumi.core.cluster.status import (
     Outcome,
     SecretRead,
@@ -32,6 +32,7 @@ from kokumi.core.cluster.status import (
     ready_event,
     seeded_outcome,
 )
+from kokumi.core.fleet import stoprecord
 from kokumi.core.kubeconfig.connection import Connection, Refusal
 from kokumi.core.kubeconfig.reader import parse
 from kokumi.core.reasons import PROBE_REASONS, Reason
@@ -109,8 +110,6 @@ class ClusterActor:
         "_context",
         "_doing",
         "_failures",
-        "_handing_over",
-        "_handover_due",
         "_may_hold",
         "_missed_due",
         "_next_check",
@@ -125,6 +124,8 @@ class ClusterActor:
         "_serial",
         "_since",
         "_slot_wait",
+        "_stop_check",
+        "_stop_check_due",
         "_stopping",
         "_superseded",
         "_unanswered",
@@ -186,9 +187,9 @@ class ClusterActor:
         # it among the others checked at once (schedule.missed_due). None once it has run.
         self._missed_due: float | None = None
         # This manager's stop asked for its check (1), which has been made (2), and when that
-        # check fell due before the stop asked for it: see hand_over.
-        self._handing_over = 0
-        self._handover_due = math.nan
+        # check fell due before the stop asked for it: see check_before_stop.
+        self._stop_check = 0
+        self._stop_check_due = math.nan
         # Checks in a row that got no answer, and whether any check ever got one: they choose
         # the class of its next check (schedule.check_class); silent checks take only the slots
         # that answering Clusters leave.
@@ -250,7 +251,7 @@ class ClusterActor:
             self._registration = registration
             self._interrupt()
 
-    def hand_over(self, until: float) -> bool:
+    def check_before_stop(self, until: float) -> bool:
         """The manager is stopping: check now if the next check falls due by ``until``, so that
         it does not fall due while no manager checks; whether a check was asked for.
 
@@ -264,23 +265,23 @@ class ClusterActor:
             or schedule.check_class(self._unanswered, self._answered) != schedule.ANSWERING
         ):
             return False
-        self._missed_due = self._handover_due = self._next_check  # soonest due first
+        self._missed_due = self._stop_check_due = self._next_check  # soonest due first
         self._plan(trio.current_time())
-        self._handing_over = 1
+        self._stop_check = 1
         self._wake.set()
         return True
 
     @property
     def next_due(self) -> float | None:
-        """When the next check falls due (Trio time), for the stop's record; None without one.
+        """When the next check falls due (Trio time), for the stop record; None without one.
 
         A check the stop asked for that has not ended yet is due when it was before the stop
         asked: the next manager orders the checks it makes at once by when they fell due.
         """
         if self._check is None or self._stopping or not math.isfinite(self._next_check):
             return None
-        if self._handing_over == 1:
-            return self._handover_due
+        if self._stop_check == 1:
+            return self._stop_check_due
         return self._next_check
 
     def stop(self) -> None:
@@ -362,11 +363,11 @@ class ClusterActor:
                     if self._retry_at == math.inf:
                         self._backoffs.clear()
                         self._failures.recovered()
-                if self._handing_over == 2:
-                    # Counted once the step is over, its status written: the stop's record must
+                if self._stop_check == 2:
+                    # Counted once the step is over, its status written: the stop record must
                     # not follow a finding the status does not show yet.
-                    self._handing_over = 0
-                    self._context.handover.checked()
+                    self._stop_check = 0
+                    self._context.stop_record.checked()
             await self._release()
         finally:
             # An actor that ends (its Cluster gone) is never checked: wait_checked goes on.
@@ -469,8 +470,8 @@ class ClusterActor:
             )
         )
         self.checked.set()
-        if self._handing_over:
-            self._handing_over = 2
+        if self._stop_check:
+            self._stop_check = 2
 
     def _needs_check(self, now: float) -> bool:
         """A reconcile for another reason reuses a check under half a minute old.
@@ -541,8 +542,8 @@ class ClusterActor:
         options = self._context.options
         after = trio.current_time()
         recorded = (
-            self._context.handover.recorded.pop(handover.uid_key(self.uid), None)
-            if self.uid and self._context.handover.recorded
+            self._context.stop_record.recorded.pop(stoprecord.uid_key(self.uid), None)
+            if self.uid and self._context.stop_record.recorded
             else None
         )
         if recorded is not None:

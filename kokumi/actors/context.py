@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from kokumi.core.registry.ownership import ClusterRef
     from kokumi.core.registry.registration import Registration
 
-__all__ = ["Context", "Handover", "RegistryHandle", "wall_shift"]
+__all__ = ["Context", "RegistryHandle", "StopRecord", "wall_shift"]
 
 _SHIFTS: weakref.WeakKeyDictionary[trio.abc.Clock, float] = weakref.WeakKeyDictionary()
 
@@ -57,9 +57,9 @@ class RegistryHandle(Protocol):
     async def release(self, cluster: ClusterRef, uid: str) -> bool: ...
 
 
-class Handover:
-    """The record of the manager that stopped before this one, and the checks of this one's stop
-    (:mod:`kokumi.core.cluster.handover`).
+class StopRecord:
+    """The stop record of the manager that stopped before this one, and the checks of this one's
+    stop (:mod:`kokumi.core.fleet.stoprecord`).
 
     ``recorded`` holds each recorded Cluster's next due (Unix time) by its uid's key; an actor
     takes its own entry as it starts. ``pending`` counts the checks a stop asked for that have
@@ -108,7 +108,7 @@ class Context:
         )
     )
     #: The last manager's record of its Clusters' next checks, and this one's stop.
-    handover: Handover = attrs.field(factory=Handover)
+    stop_record: StopRecord = attrs.field(factory=StopRecord)
     #: The actors' timers, rung a tick at a time by one task of the manager.
     alarms: Alarms = attrs.field(factory=Alarms)
     #: The client of a Cluster's writes (status, finalizer, Events); with shards or a leader

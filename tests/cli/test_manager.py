@@ -51,7 +51,7 @@ def test_manager_command_runs_until_stopped(
         output, _ = process.communicate(timeout=30)
     assert process.returncode == 0, output  # a clean stop, as on a pod's SIGTERM
     assert "manager started" in output
-    assert f"{stop.name} received: handing over, then stopping" in output
+    assert f"{stop.name} received: writing the stop record, then stopping" in output
     # The in-cluster Cluster's next check, recorded for the next manager before it stopped.
     assert f"recorded the next checks of 1 in ConfigMap {namespace}/kokumi-clusters-handover" in (
         output
@@ -125,7 +125,7 @@ def test_manager_command_refuses_shard_flags_that_make_no_sense(
 
 def test_manager_command_stops_at_once_while_its_start_waits_for_the_hub(tmp_path: Path) -> None:
     """A hub that does not answer holds the manager's start (it retries with backoff): SIGTERM
-    must still stop the process then, with nothing to hand over, not when Kubernetes kills it."""
+    must still stop the process then, with no stop record to write, not when Kubernetes kills it."""
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]

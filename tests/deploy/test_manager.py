@@ -28,8 +28,8 @@ import pytest
 import trio
 
 from kokumi.core import api
-from kokumi.core.cluster import handover
 from kokumi.core.cluster.clustersource import CAPI_CLUSTER_NAME, CAPI_CLUSTERS, CLUSTER_SOURCES
+from kokumi.core.fleet import stoprecord
 from kokumi.core.registry import argocd
 from kokumi.kube import errors
 from kokumi.kube.client import CONFIG_MAPS, EVENTS, NAMESPACES, SECRETS, Client
@@ -342,14 +342,14 @@ async def test_manager_works_with_the_installed_rbac_and_policies(
 
                 await wait_for(edge_gone, bool, "the Cluster is deleted")
 
-                # The stop's record of next checks: created, then written again over it.
+                # The stop record of next checks: created, then written again over it.
                 for _ in range(2):
-                    await manager.hand_over()
-                    record = await admin.get(CONFIG_MAPS, handover.NAME, namespace=own)
+                    await manager.record_stop()
+                    record = await admin.get(CONFIG_MAPS, stoprecord.NAME, namespace=own)
                     in_cluster = await admin.get(api.CLUSTERS, "in-cluster", namespace=own)
                     uid = in_cluster["metadata"]["uid"]
-                    recorded = handover.read_config_map(record, time.time(), 60.0)
-                    assert handover.uid_key(uid) in recorded, record["data"]
+                    recorded = stoprecord.read_config_map(record, time.time(), 60.0)
+                    assert stoprecord.uid_key(uid) in recorded, record["data"]
                 nursery.cancel_scope.cancel()
         finally:
             try:

@@ -1,4 +1,5 @@
-"""The Lease loop against the real hub: one leader, a handover on stop, and a leader that loses.
+"""The Lease loop against the real hub: one leader, the Lease handed back on stop, and a leader
+that loses.
 
 Short timings (a 2 s lease) keep the tests quick; the rules are the same as with 15/10/2.
 """

@@ -33,8 +33,8 @@ One answer makes a Cluster answering, from its next check on.
 clock of one process, so a restarted manager (or the replica a shard moves to) checks each
 Cluster at the same second of the minute as the one before it; a Cluster whose place came while
 no manager was checking is checked at once (:func:`missed_place`). That is the rule after a
-crash: a manager that is stopped leaves a record of each Cluster's next due, which the next one
-follows instead (:mod:`kokumi.core.cluster.handover`).
+crash: a manager that is stopped leaves a stop record of each Cluster's next due, which the next
+one follows instead (:mod:`kokumi.core.fleet.stoprecord`).
 
 **Every gap about a minute.** A Cluster's first check comes when it appears, anywhere in the
 minute; its next one is due an interval later, moved toward its place plus this check's random

@@ -1,4 +1,5 @@
-"""Many replicas, one fleet: who leads, and which replica checks which Cluster.
+"""Many replicas, one fleet: who leads, which replica checks which Cluster, and what a stopping
+manager leaves for the next (its stop record).
 
 The pure rules of running more than one manager: leader election as a function of what the Lease
 says and the clock, and each Cluster's shard and each replica's order of preference over shards.

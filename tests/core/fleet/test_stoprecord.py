@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kokumi.core.cluster import handover
+from kokumi.core.fleet import stoprecord
 
 WRITTEN = 1_780_000_000.0  # a Unix time in 2026
 
@@ -22,41 +22,43 @@ dues = st.floats(min_value=-86_400.0, max_value=86_400.0, allow_nan=False)
 
 @given(st.dictionaries(uids, dues, max_size=200))
 def test_each_due_comes_back_within_a_millisecond_under_its_uid(entries: dict[str, float]) -> None:
-    body = handover.config_map(
+    body = stoprecord.config_map(
         ((uid, WRITTEN + d) for uid, d in entries.items()), WRITTEN, namespace="kokumi"
     )
     json.dumps(body)  # what the API server is sent
-    read = handover.read_config_map(body, WRITTEN + 5.0, 60.0)
-    assert set(read) == {handover.uid_key(uid) for uid in entries}
+    read = stoprecord.read_config_map(body, WRITTEN + 5.0, 60.0)
+    assert set(read) == {stoprecord.uid_key(uid) for uid in entries}
     for uid, due in entries.items():
-        assert math.isclose(read[handover.uid_key(uid)], WRITTEN + due, abs_tol=0.0006)
+        assert math.isclose(read[stoprecord.uid_key(uid)], WRITTEN + due, abs_tol=0.0006)
 
 
 @given(st.lists(st.sampled_from([math.inf, -math.inf, math.nan, 30 * 86_400.0]), max_size=5))
 def test_dues_that_cannot_be_recorded_are_left_out(bad: list[float]) -> None:
     entries = [(str(uuid.uuid4()), WRITTEN + d) for d in bad] + [("kept", WRITTEN + 10.0)]
-    read = handover.read_config_map(handover.config_map(entries, WRITTEN, "kokumi"), WRITTEN, 60.0)
-    assert read == {handover.uid_key("kept"): WRITTEN + 10.0}
+    read = stoprecord.read_config_map(
+        stoprecord.config_map(entries, WRITTEN, "kokumi"), WRITTEN, 60.0
+    )
+    assert read == {stoprecord.uid_key("kept"): WRITTEN + 10.0}
 
 
 def test_ten_thousand_clusters_fit_a_config_map_many_times_over() -> None:
     entries = [(str(uuid.uuid4()), WRITTEN + i / 100) for i in range(10_000)]
-    size = len(json.dumps(handover.config_map(entries, WRITTEN, "kokumi")))
+    size = len(json.dumps(stoprecord.config_map(entries, WRITTEN, "kokumi")))
     assert size < 170_000, size  # 12 bytes a Cluster, as base64
 
 
 def test_past_the_limit_the_clusters_due_soonest_are_kept() -> None:
     extra = 10
     entries = [
-        (f"uid-{i}", WRITTEN + (handover.MAX_ENTRIES + extra - i) / 1000)
-        for i in range(handover.MAX_ENTRIES + extra)
+        (f"uid-{i}", WRITTEN + (stoprecord.MAX_ENTRIES + extra - i) / 1000)
+        for i in range(stoprecord.MAX_ENTRIES + extra)
     ]
-    body = handover.config_map(entries, WRITTEN, "kokumi")
+    body = stoprecord.config_map(entries, WRITTEN, "kokumi")
     assert len(json.dumps(body)) < 1_000_000  # a ConfigMap's limit is 1 MiB
-    read = handover.read_config_map(body, WRITTEN, 60.0)
-    assert len(read) == handover.MAX_ENTRIES
-    assert handover.uid_key("uid-0") not in read  # the latest due
-    assert handover.uid_key(f"uid-{handover.MAX_ENTRIES + extra - 1}") in read  # the soonest
+    read = stoprecord.read_config_map(body, WRITTEN, 60.0)
+    assert len(read) == stoprecord.MAX_ENTRIES
+    assert stoprecord.uid_key("uid-0") not in read  # the latest due
+    assert stoprecord.uid_key(f"uid-{stoprecord.MAX_ENTRIES + extra - 1}") in read  # the soonest
 
 
 @pytest.mark.parametrize(
@@ -64,12 +66,12 @@ def test_past_the_limit_the_clusters_due_soonest_are_kept() -> None:
     [(0.0, True), (119.0, True), (121.0, False), (-30.0, True), (-121.0, False)],
 )
 def test_a_record_older_than_the_limit_gives_nothing(age: float, used: bool) -> None:
-    body = handover.config_map([("a", WRITTEN + 50.0)], WRITTEN, "kokumi")
-    assert bool(handover.read_config_map(body, WRITTEN + age, 120.0)) is used
+    body = stoprecord.config_map([("a", WRITTEN + 50.0)], WRITTEN, "kokumi")
+    assert bool(stoprecord.read_config_map(body, WRITTEN + age, 120.0)) is used
 
 
 def _record(written_at: object = "1780000000.000", blob: object = "") -> dict[str, object]:
-    return {"data": {handover.WRITTEN_AT: written_at}, "binaryData": {handover.KEY: blob}}
+    return {"data": {stoprecord.WRITTEN_AT: written_at}, "binaryData": {stoprecord.KEY: blob}}
 
 
 @pytest.mark.parametrize(
@@ -80,26 +82,26 @@ def _record(written_at: object = "1780000000.000", blob: object = "") -> dict[st
         (_record(written_at="yesterday"), "data.written-at is not a Unix time in seconds"),
         (_record(written_at="nan"), "data.written-at is not a Unix time in seconds"),
         (_record(written_at=None), "data.written-at is not a Unix time in seconds"),
-        ({"data": {handover.WRITTEN_AT: "1"}, "binaryData": {}}, "next-checks is missing"),
+        ({"data": {stoprecord.WRITTEN_AT: "1"}, "binaryData": {}}, "next-checks is missing"),
         (_record(blob="not base64!"), "binaryData.next-checks is not base64"),
         (_record(blob=base64.b64encode(b"x" * 13).decode()), "13 bytes: not a whole number"),
         (
-            _record(blob=base64.b64encode(b"\0" * 12 * (handover.MAX_ENTRIES + 1)).decode()),
-            f"at most {handover.MAX_ENTRIES}",
+            _record(blob=base64.b64encode(b"\0" * 12 * (stoprecord.MAX_ENTRIES + 1)).decode()),
+            f"at most {stoprecord.MAX_ENTRIES}",
         ),
     ],
 )
 def test_what_is_not_a_record_is_named(obj: dict[str, object], said: str) -> None:
-    with pytest.raises(handover.RecordError, match=said.replace(".", r"\.")):
-        handover.read_config_map(obj, WRITTEN, 120.0)
+    with pytest.raises(stoprecord.RecordError, match=said.replace(".", r"\.")):
+        stoprecord.read_config_map(obj, WRITTEN, 120.0)
 
 
 @given(st.binary(max_size=300), st.text(max_size=30))
 def test_any_bytes_or_time_is_a_record_or_a_record_error(blob: bytes, written_at: str) -> None:
     obj = _record(written_at=written_at, blob=base64.b64encode(blob).decode())
     try:
-        read = handover.read_config_map(obj, WRITTEN, 120.0)
-    except handover.RecordError:
+        read = stoprecord.read_config_map(obj, WRITTEN, 120.0)
+    except stoprecord.RecordError:
         return
     assert len(read) <= len(blob) // 12
 
@@ -107,7 +109,7 @@ def test_any_bytes_or_time_is_a_record_or_a_record_error(blob: bytes, written_at
 def test_a_uid_key_is_the_same_in_every_process() -> None:
     """A fixed hash (not Python's ``hash()``, which each process seeds anew): the process that
     reads the record is not the one that wrote it."""
-    key = handover.uid_key("00000000-0000-0000-0000-000000000000")
+    key = stoprecord.uid_key("00000000-0000-0000-0000-000000000000")
     assert key.hex() == "27653cbf106bd80a"
-    assert len(handover.uid_key("x")) == 8
-    assert handover.uid_key("a") != handover.uid_key("b")
+    assert len(stoprecord.uid_key("x")) == 8
+    assert stoprecord.uid_key("a") != stoprecord.uid_key("b")

@@ -1,4 +1,5 @@
-"""The record a stopping manager leaves for the next one: when each Cluster's next check is due.
+"""The stop record: what a stopping manager leaves for the next one, when each Cluster's next
+check is due.
 
 Why it exists: a restarted manager cannot tell when each Cluster was last checked (the status
 changes only when the finding does), so it checks each at its place in the minute
@@ -8,7 +9,7 @@ place, 6 s a check, so its place can be half a minute from its last check: a gap
 across the restart. And every Cluster due in the seconds a new manager needs before its first
 check (its lists of Clusters and Secrets: 11-15 s at 10,000) waits that long past its minute.
 
-So a manager that is asked to stop (SIGTERM) hands over: it checks at once every answering
+So a manager that is asked to stop (SIGTERM) records its stop: it checks at once every answering
 Cluster due within :data:`HORIZON` (they would otherwise fall due while no manager checks), then
 writes one ConfigMap, :data:`NAME` in its own namespace, with every Cluster's next due; the next
 manager reads it once and checks each Cluster when the last one would have. One write per stop,
@@ -46,7 +47,9 @@ __all__ = [
 ]
 
 NAME: Final = "kokumi-clusters-handover"
-"""The ConfigMap, in the manager's own namespace (the namespace of its Lease)."""
+"""The ConfigMap, in the manager's own namespace (the namespace of its Lease). Its name is older
+than the word "stop record" and stays: the Role grants access to it by name, and a new manager
+reads the record an older one wrote."""
 
 KEY: Final = "next-checks"
 WRITTEN_AT: Final = "written-at"

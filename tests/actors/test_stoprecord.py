@@ -1,5 +1,6 @@
-"""A stopping manager hands over: it checks the Clusters due in the next seconds and records
-every Cluster's next check; the next manager checks each Cluster when the last one would have.
+"""A stopping manager leaves a stop record: it checks the Clusters due in the next seconds and
+records every Cluster's next check; the next manager checks each Cluster when the last one would
+have.
 
 The real Manager and Cluster actors on the in-process API fake, under Trio's autojump clock, with
 a stand-in for the spoke check. The fleet is young when the restart comes (its Clusters created
@@ -20,7 +21,7 @@ import trio.testing
 
 from kokumi.actors.context import wall_shift
 from kokumi.core import api
-from kokumi.core.cluster import handover
+from kokumi.core.fleet import stoprecord
 from kokumi.kube.client import CONFIG_MAPS, Client
 from kokumi.kube.config import Config
 from kokumi.manager import Manager
@@ -43,9 +44,10 @@ def _options() -> Options:
     return Options(namespace="kokumi", argocd_namespace="argocd", keep_in_cluster=False)
 
 
-async def _restart(fake: FakeApi, fleet: StandInSpokes, *, hand_over: bool) -> tuple[float, float]:
-    """Create the fleet over 100 s, stop the manager a minute later (handing over or not), start
-    another ``DOWN`` s later and run it 150 s; when the first stopped and the second started."""
+async def _restart(fake: FakeApi, fleet: StandInSpokes, *, record: bool) -> tuple[float, float]:
+    """Create the fleet over 100 s, stop the manager a minute later (leaving a stop record or not),
+    start another ``DOWN`` s later and run it 150 s; when the first stopped and the second
+    started."""
     options = _options()
     async with Client(Config(server="https://hub.example:6443"), transport=fake) as client:
         first = Manager(client, options, check=fleet.check, check_own=fleet.check_own)
@@ -55,8 +57,8 @@ async def _restart(fake: FakeApi, fleet: StandInSpokes, *, hand_over: bool) -> t
                 put_cluster(fake, NS, f"c{index:03d}", server(index))
                 await trio.sleep(100.0 / COUNT)
             await trio.sleep(60.0)
-            if hand_over:
-                await first.hand_over()
+            if record:
+                await first.record_stop()
             stopped = trio.current_time()
             nursery.cancel_scope.cancel()
         await trio.sleep(DOWN)
@@ -90,16 +92,16 @@ def _across(fleet: StandInSpokes, stopped: float) -> list[float]:
 
 
 @pytest.mark.parametrize("seed", [41, 42])
-async def test_a_handed_over_restart_keeps_every_cluster_on_its_minute(
+async def test_a_restart_with_a_stop_record_keeps_every_cluster_on_its_minute(
     autojump_clock: trio.testing.MockClock, seed: int
 ) -> None:
     fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=seed)
     fleet = StandInSpokes()
-    stopped, started = await _restart(fake, fleet, hand_over=True)
+    stopped, started = await _restart(fake, fleet, record=True)
 
-    record = fake.object(CONFIG_MAPS, handover.NAME, "kokumi")
+    record = fake.object(CONFIG_MAPS, stoprecord.NAME, "kokumi")
     assert record is not None
-    assert len(handover.read_config_map(record, stopped, 60.0)) == COUNT
+    assert len(stoprecord.read_config_map(record, stopped, 60.0)) == COUNT
     across = _across(fleet, stopped)
     # The gap across the restart is a gap of the chain, as if no restart had come: the new
     # manager's first checks come 18 s after the stop, 25 s of dues were checked before it.
@@ -108,13 +110,13 @@ async def test_a_handed_over_restart_keeps_every_cluster_on_its_minute(
         times = fleet.asked[server(index)]
         gaps = [b - a for a, b in itertools.pairwise(times)]
         # The stop's early checks shorten one gap each, by at most the horizon.
-        assert min(gaps) >= 60.0 - handover.HORIZON - 6.0 - 0.1, (index, times)
+        assert min(gaps) >= 60.0 - stoprecord.HORIZON - 6.0 - 0.1, (index, times)
         # Every gap after the restart's first check is a minute again.
         after = [t for t in times if t > started]
         assert all(53.9 <= b - a <= 66.1 for a, b in itertools.pairwise(after)), (index, after)
 
 
-async def test_without_a_hand_over_the_same_restart_leaves_gaps_over_a_minute_and_a_quarter(
+async def test_without_a_stop_record_the_same_restart_leaves_gaps_over_a_minute_and_a_quarter(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """The fleet of the test above restarted as after a crash: the young Clusters resume at
@@ -122,16 +124,16 @@ async def test_without_a_hand_over_the_same_restart_leaves_gaps_over_a_minute_an
     the record is for; if this test fails, the test above proves nothing."""
     fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=41)
     fleet = StandInSpokes()
-    stopped, _ = await _restart(fake, fleet, hand_over=False)
-    assert fake.object(CONFIG_MAPS, handover.NAME, "kokumi") is None
+    stopped, _ = await _restart(fake, fleet, record=False)
+    assert fake.object(CONFIG_MAPS, stoprecord.NAME, "kokumi") is None
     across = sorted(_across(fleet, stopped))
     assert across[-COUNT // 20] > 75.0, across[-COUNT // 20 :]
 
 
-async def _hand_over_then_start(
+async def _record_stop_then_start(
     fake: FakeApi, fleet: StandInSpokes, down: float = DOWN, between: Callable[[], object] = list
 ) -> tuple[float, Manager]:
-    """A settled fleet of 40 Clusters, a manager that hands over, ``between()``, and the next
+    """A settled fleet of 40 Clusters, a manager that records its stop, ``between()``, and the next
     one ``down`` s later run 70 s; when the first stopped, and the second manager."""
     options = _options()
     for index in range(40):
@@ -141,8 +143,8 @@ async def _hand_over_then_start(
         async with trio.open_nursery() as nursery:
             await nursery.start(first.run)
             await trio.sleep(200.0)
-            with trio.fail_after(handover.BUDGET + options.probe_timeout + 1):
-                await first.hand_over()
+            with trio.fail_after(stoprecord.BUDGET + options.probe_timeout + 1):
+                await first.record_stop()
             stopped = trio.current_time()
             nursery.cancel_scope.cancel()
         await trio.sleep(down)
@@ -162,11 +164,11 @@ async def test_a_refused_record_write_is_logged_once_and_the_stop_goes_on(
     fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=43)
     fake.fail(403, times=None, verb="patch", resource="configmaps")
     fleet = StandInSpokes()
-    stopped, _ = await _hand_over_then_start(fake, fleet)
-    assert fake.object(CONFIG_MAPS, handover.NAME, "kokumi") is None
+    stopped, _ = await _record_stop_then_start(fake, fleet)
+    assert fake.object(CONFIG_MAPS, stoprecord.NAME, "kokumi") is None
     warnings = [m for level, m in _said(caplog) if level == logging.WARNING]
     assert len(warnings) == 1, warnings
-    assert f"could not write ConfigMap kokumi/{handover.NAME}" in warnings[0]
+    assert f"could not write ConfigMap kokumi/{stoprecord.NAME}" in warnings[0]
     assert "at its place in the minute" in warnings[0]
     # The next manager checks each Cluster at its place, as after a crash: every one again.
     for index in range(40):
@@ -176,9 +178,9 @@ async def test_a_refused_record_write_is_logged_once_and_the_stop_goes_on(
 @pytest.mark.parametrize(
     ("record", "said"),
     [
-        ({"data": {"written-at": "soon"}, "binaryData": {handover.KEY: ""}}, "not a Unix time"),
-        ({"data": {"written-at": "1"}, "binaryData": {handover.KEY: "@@"}}, "is not base64"),
-        ({"data": {"written-at": "1"}, "binaryData": {handover.KEY: "AAAA"}}, "3 bytes"),
+        ({"data": {"written-at": "soon"}, "binaryData": {stoprecord.KEY: ""}}, "not a Unix time"),
+        ({"data": {"written-at": "1"}, "binaryData": {stoprecord.KEY: "@@"}}, "is not base64"),
+        ({"data": {"written-at": "1"}, "binaryData": {stoprecord.KEY: "AAAA"}}, "3 bytes"),
         ({"data": {}}, "binaryData"),
     ],
     ids=["time", "base64", "length", "missing"],
@@ -197,7 +199,7 @@ async def test_a_record_that_is_not_one_is_named_and_each_cluster_checked_at_its
         {
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": {"name": handover.NAME, "namespace": "kokumi"},
+            "metadata": {"name": stoprecord.NAME, "namespace": "kokumi"},
             **record,
         }
     )
@@ -210,7 +212,7 @@ async def test_a_record_that_is_not_one_is_named_and_each_cluster_checked_at_its
             nursery.cancel_scope.cancel()
     warnings = [m for level, m in _said(caplog) if level == logging.WARNING]
     assert len(warnings) == 1, warnings
-    assert f"ConfigMap kokumi/{handover.NAME} is not a record of next checks" in warnings[0]
+    assert f"ConfigMap kokumi/{stoprecord.NAME} is not a record of next checks" in warnings[0]
     assert said in warnings[0]
     assert all(len(fleet.asked[server(i)]) >= 2 for i in range(10))
 
@@ -221,14 +223,14 @@ async def test_a_refused_record_read_is_logged_once_and_each_cluster_checked_at_
     caplog.set_level(logging.INFO, logger=LOGGER)
     fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=45)
     fleet = StandInSpokes()
-    stopped, second = await _hand_over_then_start(
+    stopped, second = await _record_stop_then_start(
         fake, fleet, between=lambda: fake.fail(403, times=None, verb="get", resource="configmaps")
     )
-    assert fake.object(CONFIG_MAPS, handover.NAME, "kokumi") is not None
-    assert second.context.handover.recorded == {}
+    assert fake.object(CONFIG_MAPS, stoprecord.NAME, "kokumi") is not None
+    assert second.context.stop_record.recorded == {}
     warnings = [m for level, m in _said(caplog) if level == logging.WARNING]
     assert len(warnings) == 1, warnings
-    assert f"could not read ConfigMap kokumi/{handover.NAME}" in warnings[0]
+    assert f"could not read ConfigMap kokumi/{stoprecord.NAME}" in warnings[0]
     for index in range(40):
         assert any(t > stopped for t in fleet.asked[server(index)]), index
 
@@ -240,25 +242,25 @@ async def test_a_record_older_than_two_minutes_is_not_used(
     where the places spread the checks over the minute."""
     fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=46)
     fleet = StandInSpokes()
-    _, second = await _hand_over_then_start(fake, fleet, down=121.0)
-    assert second.context.handover.recorded == {}
+    _, second = await _record_stop_then_start(fake, fleet, down=121.0)
+    assert second.context.stop_record.recorded == {}
     fresh = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=46)
-    _, second = await _hand_over_then_start(fresh, StandInSpokes(), down=DOWN)
+    _, second = await _record_stop_then_start(fresh, StandInSpokes(), down=DOWN)
     # Each actor took its own entry as it started: the record is spent, not kept.
-    assert second.context.handover.recorded == {}
+    assert second.context.stop_record.recorded == {}
 
 
 async def test_a_stop_records_unix_times(autojump_clock: trio.testing.MockClock) -> None:
     """The record holds Unix times, not Trio's clock of the process that wrote it."""
     fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=47)
-    stopped, _ = await _hand_over_then_start(fake, StandInSpokes())
-    record = fake.object(CONFIG_MAPS, handover.NAME, "kokumi")
+    stopped, _ = await _record_stop_then_start(fake, StandInSpokes())
+    record = fake.object(CONFIG_MAPS, stoprecord.NAME, "kokumi")
     assert record is not None
     wall = stopped - wall_shift()
-    dues = handover.read_config_map(record, wall, 60.0)
+    dues = stoprecord.read_config_map(record, wall, 60.0)
     assert len(dues) == 40
     # Due within the horizon: checked by the stop, so due a minute on; the others beyond it.
-    assert all(wall + handover.HORIZON - 1.0 <= d <= wall + 66.1 for d in dues.values()), sorted(
+    assert all(wall + stoprecord.HORIZON - 1.0 <= d <= wall + 66.1 for d in dues.values()), sorted(
         d - wall for d in dues.values()
     )
 
@@ -283,19 +285,25 @@ async def test_checks_the_stop_could_not_make_are_recorded_when_they_fell_due(
             await nursery.start(manager.run)
             await trio.sleep(300.0)
             began = trio.current_time()
-            await manager.hand_over()
+            await manager.record_stop()
             took = trio.current_time() - began
-            left = manager.context.handover.pending
+            left = manager.context.stop_record.pending
             nursery.cancel_scope.cancel()
-    assert took <= handover.BUDGET + 1.0, took
+    assert took <= stoprecord.BUDGET + 1.0, took
     assert left > 10, left  # the budget ran out: the case this test is for
-    record = fake.object(CONFIG_MAPS, handover.NAME, "kokumi")
+    record = fake.object(CONFIG_MAPS, stoprecord.NAME, "kokumi")
     assert record is not None
-    dues = handover.read_config_map(record, began, 60.0)
+    dues = stoprecord.read_config_map(record, began, 60.0)
     for index in range(count):
         cluster = fake.object(api.CLUSTERS, f"c{index:03d}", NS)
         assert cluster is not None
         uid = cluster["metadata"]["uid"]
         # The Cluster's last check that had ended when the record was written.
         last = max(t for t in fleet.asked[server(index)] if t + fleet.latency < began + took)
-        assert dues[handover.uid_key(uid)] - last >= 54.0 - 0.01, (index, dues, last)
+        assert dues[stoprecord.uid_key(uid)] - last >= 54.0 - 0.01, (index, dues, last)
+
+
+def test_the_first_name_of_record_stop_is_kept_for_embedding_programs() -> None:
+    """``Manager.hand_over`` was the public name (docs/embedding.md); programs that call it keep
+    working."""
+    assert Manager.hand_over is Manager.record_stop
