@@ -30,8 +30,9 @@ import trio
 import yaml
 
 import kokumi
-from kokumi.core.cluster import clustersource, secretplan
 from kokumi.core.kubeconfig.reader import parse
+from kokumi.core.sources import secretplan
+from kokumi.core.sources.spec import parse_source
 
 
 def _this_checkout() -> Any:
@@ -46,7 +47,7 @@ def _this_checkout() -> Any:
 PARSING: Any = _this_checkout()
 PLAN: Any = secretplan  # judge_contexts is this checkout's only
 LIMIT: int = (
-    importlib.import_module("kokumi.core.cluster.bounds").MAX_CONTEXTS_PER_SECRET if PARSING else 0
+    importlib.import_module("kokumi.core.sources.bounds").MAX_CONTEXTS_PER_SECRET if PARSING else 0
 )
 
 SERVER = "https://spoke.example:6443"
@@ -105,7 +106,7 @@ SHAPES: list[tuple[str, Callable[[], str]]] = [
     ("wide: 1 MB of one-character values", lambda: wide(1_000_000)),
 ]
 
-_SOURCE: Any = clustersource.parse_source(
+_SOURCE: Any = parse_source(
     {
         "metadata": {"name": "s", "namespace": "n", "uid": "u"},
         "spec": {

@@ -86,7 +86,6 @@ from trio._core import _run as trio_run
 
 from kokumi.actors import pace
 from kokumi.core import api
-from kokumi.core.cluster import clustersource
 from kokumi.core.cluster.status import Outcome
 from kokumi.core.environments import selectors
 from kokumi.core.fleet import stoprecord
@@ -94,6 +93,15 @@ from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.reasons import Reason
 from kokumi.core.registry import argocd
 from kokumi.core.registry.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
+from kokumi.core.sources import clusterapi
+from kokumi.core.sources.plan import kubeconfig_problem
+from kokumi.core.sources.spec import (
+    CLUSTER_SOURCES,
+    SOURCE_LABEL,
+    ClusterSource,
+    parse_source,
+    source_of,
+)
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config
 from kokumi.manager import Manager
@@ -124,8 +132,8 @@ TEAM_MARK = {"kokumi.dev/kubeconfig": "true"}
 
 def cs_parse(obj: dict[str, Any]) -> Any:
     """The team source's shape, as the manager reads it."""
-    parsed = clustersource.parse_source(obj)
-    assert isinstance(parsed, clustersource.ClusterSource), parsed
+    parsed = parse_source(obj)
+    assert isinstance(parsed, ClusterSource), parsed
     return parsed.shape
 
 
@@ -746,7 +754,7 @@ class ManagerMachine(RuleBasedStateMachine):
     @rule(ns=st.sampled_from(WORKSPACES), tier=st.sampled_from(TIERS))
     def put_source(self, ns: str, tier: str) -> None:
         """A ClusterSource that labels its Clusters with a tier, so Environments select them."""
-        existing = self._object(clustersource.CLUSTER_SOURCES, "capi", ns)
+        existing = self._object(CLUSTER_SOURCES, "capi", ns)
         body = existing or {
             "apiVersion": api.API_VERSION,
             "kind": "ClusterSource",
@@ -759,8 +767,8 @@ class ManagerMachine(RuleBasedStateMachine):
     @rule(ns=st.sampled_from(WORKSPACES))
     def delete_source(self, ns: str) -> None:
         """The source goes, and the garbage collector deletes the Clusters it controls."""
-        if self._object(clustersource.CLUSTER_SOURCES, "capi", ns) is not None:
-            self._delete(clustersource.CLUSTER_SOURCES, "capi", ns)
+        if self._object(CLUSTER_SOURCES, "capi", ns) is not None:
+            self._delete(CLUSTER_SOURCES, "capi", ns)
         self._step()
 
     def _collect_garbage(self) -> None:
@@ -769,11 +777,11 @@ class ManagerMachine(RuleBasedStateMachine):
         lands after the source's deletion, and is collected then, too)."""
         live = {
             (obj["metadata"]["namespace"], obj["metadata"]["uid"])
-            for obj in self._objects(clustersource.CLUSTER_SOURCES)
+            for obj in self._objects(CLUSTER_SOURCES)
         }
         for obj in self._objects(api.CLUSTERS):
             meta = obj["metadata"]
-            owner = clustersource.source_of(obj)
+            owner = source_of(obj)
             gone = owner is not None and (meta["namespace"], owner[1]) not in live
             if gone and not meta.get("deletionTimestamp"):
                 self._delete(api.CLUSTERS, meta["name"], meta["namespace"])
@@ -793,20 +801,20 @@ class ManagerMachine(RuleBasedStateMachine):
     def _put_capi_secret(self, ns: str, name: str, server: str, broken: str | None) -> None:
         """The Secret as Cluster API writes it: its cluster exists and controls it (unless
         ``unowned``)."""
-        capi = self._object(clustersource.CAPI_CLUSTERS, name, ns)
+        capi = self._object(clusterapi.CAPI_CLUSTERS, name, ns)
         if capi is None:
             self._put(
                 {
-                    "apiVersion": clustersource.CAPI_CLUSTERS.api_version,
+                    "apiVersion": clusterapi.CAPI_CLUSTERS.api_version,
                     "kind": "Cluster",
                     "metadata": {"name": name, "namespace": ns},
                     "spec": {},
                 }
             )
-            capi = self._object(clustersource.CAPI_CLUSTERS, name, ns)
+            capi = self._object(clusterapi.CAPI_CLUSTERS, name, ns)
             assert capi is not None
         owner = {
-            "apiVersion": clustersource.CAPI_CLUSTERS.api_version,
+            "apiVersion": clusterapi.CAPI_CLUSTERS.api_version,
             "kind": "Cluster",
             "name": name,
             "uid": capi["metadata"]["uid"],
@@ -827,7 +835,7 @@ class ManagerMachine(RuleBasedStateMachine):
                 "metadata": {
                     "name": f"{name}-kubeconfig",
                     "namespace": ns,
-                    "labels": {clustersource.CAPI_CLUSTER_NAME: name},
+                    "labels": {clusterapi.CAPI_CLUSTER_NAME: name},
                     "ownerReferences": [] if broken == "unowned" else [owner],
                 },
                 "data": data,
@@ -842,7 +850,7 @@ class ManagerMachine(RuleBasedStateMachine):
     @rule(ns=st.sampled_from(WORKSPACES), tier=st.sampled_from(TIERS))
     def put_team_source(self, ns: str, tier: str) -> None:
         """A from: Secrets source of a team's labelled Secrets <name>-team, key kubeconfig."""
-        existing = self._object(clustersource.CLUSTER_SOURCES, "team", ns)
+        existing = self._object(CLUSTER_SOURCES, "team", ns)
         body = existing or {
             "apiVersion": api.API_VERSION,
             "kind": "ClusterSource",
@@ -860,8 +868,8 @@ class ManagerMachine(RuleBasedStateMachine):
 
     @rule(ns=st.sampled_from(WORKSPACES))
     def delete_team_source(self, ns: str) -> None:
-        if self._object(clustersource.CLUSTER_SOURCES, "team", ns) is not None:
-            self._delete(clustersource.CLUSTER_SOURCES, "team", ns)
+        if self._object(CLUSTER_SOURCES, "team", ns) is not None:
+            self._delete(CLUSTER_SOURCES, "team", ns)
         self._step()
 
     @rule(
@@ -1169,7 +1177,7 @@ class ManagerMachine(RuleBasedStateMachine):
             return  # the in-cluster keeper's own Cluster
         body = json.loads(request.content) if request.content else {}
         if request.method == "POST":
-            if clustersource.source_of(body) is None:
+            if source_of(body) is None:
                 self.violations.append(f"created Cluster {namespace}/? without a source: {body}")
             return
         if len(parts) != at + 2:
@@ -1180,7 +1188,7 @@ class ManagerMachine(RuleBasedStateMachine):
         ):
             return  # a read, or the finalizer
         current = self.world.fake.object(api.CLUSTERS, name, namespace)
-        if current is not None and clustersource.source_of(current) is None:
+        if current is not None and source_of(current) is None:
             self.violations.append(
                 f"{request.method} of Cluster {namespace}/{name}, which no ClusterSource controls"
             )
@@ -1371,25 +1379,24 @@ class ManagerMachine(RuleBasedStateMachine):
 
     def check_sources_converged(self) -> None:
         for ns in WORKSPACES:
-            source = self._object(clustersource.CLUSTER_SOURCES, "capi", ns)
+            source = self._object(CLUSTER_SOURCES, "capi", ns)
             clusters = {c["metadata"]["name"]: c for c in self._objects(api.CLUSTERS, ns)}
             mine = {
                 n
                 for n, c in clusters.items()
-                if source is not None
-                and (clustersource.source_of(c) or ("", ""))[1] == source["metadata"]["uid"]
+                if source is not None and (source_of(c) or ("", ""))[1] == source["metadata"]["uid"]
             }
             capi = {}
             owned = set()  # the Secrets their Cluster API cluster controls, uid and all
             uids = {
                 c["metadata"]["name"]: c["metadata"]["uid"]
-                for c in self._objects(clustersource.CAPI_CLUSTERS, ns)
+                for c in self._objects(clusterapi.CAPI_CLUSTERS, ns)
             }
             for secret in self._objects(SECRETS, ns):
                 meta = secret["metadata"]
-                name = clustersource.capi_cluster_of(meta["name"], meta.get("labels") or {})
+                name = clusterapi.capi_cluster_of(meta["name"], meta.get("labels") or {})
                 if name is not None:
-                    capi[name] = clustersource.kubeconfig_problem(secret)
+                    capi[name] = kubeconfig_problem(secret)
                     controllers = [
                         (r.get("kind"), r.get("name"), r.get("uid"))
                         for r in meta.get("ownerReferences") or ()
@@ -1398,11 +1405,7 @@ class ManagerMachine(RuleBasedStateMachine):
                     if name in uids and controllers == [("Cluster", name, uids[name])]:
                         owned.add(name)
             orphans = (
-                [
-                    n
-                    for n, c in clusters.items()
-                    if (clustersource.source_of(c) or ("",))[0] == "capi"
-                ]
+                [n for n, c in clusters.items() if (source_of(c) or ("",))[0] == "capi"]
                 if source is None
                 else sorted(mine - owned)
             )
@@ -1425,7 +1428,7 @@ class ManagerMachine(RuleBasedStateMachine):
                     labels = cluster["metadata"].get("labels") or {}
                     assert labels == {
                         **source["spec"]["labels"],
-                        clustersource.SOURCE_LABEL: "capi",
+                        SOURCE_LABEL: "capi",
                     }, labels
             status = source.get("status") or {}
             not_usable = sum(
@@ -1450,9 +1453,9 @@ class ManagerMachine(RuleBasedStateMachine):
         """Each labelled usable <name>-team Secret has the team source's Cluster <name> unless
         another Cluster of that name is in the way; the source has no Cluster without one."""
         for ns in WORKSPACES:
-            source = self._object(clustersource.CLUSTER_SOURCES, "team", ns)
+            source = self._object(CLUSTER_SOURCES, "team", ns)
             clusters = {c["metadata"]["name"]: c for c in self._objects(api.CLUSTERS, ns)}
-            owners = {n: clustersource.source_of(c) for n, c in clusters.items()}
+            owners = {n: source_of(c) for n, c in clusters.items()}
             if source is None:
                 left = [n for n, o in owners.items() if o is not None and o[0] == "team"]
                 assert not left, f"{ns}: Clusters of a deleted team source: {left}"
@@ -1464,9 +1467,7 @@ class ManagerMachine(RuleBasedStateMachine):
             for secret in self._objects(SECRETS, ns):
                 meta = secret["metadata"]
                 if meta["name"].endswith("-team") and meta.get("labels") == TEAM_MARK:
-                    matched[meta["name"][: -len("-team")]] = clustersource.kubeconfig_problem(
-                        secret, shape
-                    )
+                    matched[meta["name"][: -len("-team")]] = kubeconfig_problem(secret, shape)
             assert mine <= set(matched), f"{ns}: team Clusters without their Secret: {mine}"
             for name, problem in matched.items():
                 if name in clusters and name not in mine:
@@ -1840,7 +1841,7 @@ def test_a_sourced_cluster_whose_secret_loses_its_owner_goes_and_lets_go_of_argo
         machine.converges_cleanly()
         assert machine._object(api.CLUSTERS, "b", "ws2") is None
         assert b not in {argocd.holder_of(s) for s in machine.ours().values()}
-        source = machine._object(clustersource.CLUSTER_SOURCES, "capi", "ws2") or {}
+        source = machine._object(CLUSTER_SOURCES, "capi", "ws2") or {}
         (entry,) = source["status"]["notImported"]
         assert (entry["secret"], entry["reason"]) == ("b-kubeconfig", "SecretNotOwned")
         machine.put_capi_secret(ns="ws2", name="b", server=s0, broken=None)

@@ -60,12 +60,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fleet import PORT, SERVER_NAME, TOKEN, address  # noqa: E402
 
 from kokumi.core import api  # noqa: E402
-from kokumi.core.cluster.clustersource import (  # noqa: E402
-    CAPI_CLUSTER_NAME,
-    CAPI_CLUSTERS,
-    CLUSTER_SOURCES,
-)
 from kokumi.core.registry import argocd  # noqa: E402
+from kokumi.core.sources.clusterapi import CAPI_CLUSTER_NAME, CAPI_CLUSTERS  # noqa: E402
+from kokumi.core.sources.spec import CLUSTER_SOURCES  # noqa: E402
 from kokumi.kube import errors  # noqa: E402
 from kokumi.kube.client import NAMESPACES, SECRETS, Client  # noqa: E402
 from kokumi.kube.config import Config  # noqa: E402

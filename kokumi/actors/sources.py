@@ -2,7 +2,7 @@
 
 A source follows Cluster API's Secrets (``from: ClusterAPI``), or labelled Secrets of any tool
 (``from: Secrets``, and the preset ``from: VCluster``): the same loop, the same writes, the same
-rules (:mod:`kokumi.core.cluster.clustersource`), over what the Secret watches keep.
+rules (:mod:`kokumi.core.sources`), over what the Secret watches keep.
 
 It follows, with watches only (never a periodic list):
 
@@ -20,7 +20,7 @@ It follows, with watches only (never a periodic list):
 - the Clusters, through the dispatcher's store, which tells it of every change.
 
 Each change marks its namespace; one loop takes the marked namespaces in turn and makes each
-source's Clusters what :func:`kokumi.core.cluster.clustersource.plan` says, then writes its status
+source's Clusters what its plan (:mod:`kokumi.core.sources.plan`) says, then writes its status
 if it differs. A quiet fleet plans nothing and writes nothing; after a restart the plan finds every
 Cluster as it should be, and the status byte-identical. A refused write, and a Secret whose read
 was refused or failed (reported ``SecretNotReadable``), are retried for their namespace with
@@ -42,18 +42,28 @@ from kokumi.actors.parsing import off_loop
 from kokumi.actors.secretreads import SecretReads
 from kokumi.actors.writes import replace_status
 from kokumi.core import api, limits
-from kokumi.core.cluster import bounds, clustersource, secretplan, secretsource, vcluster
-from kokumi.core.cluster.clustersource import (
-    CAPI_CLUSTER_NAME,
-    CAPI_CLUSTERS,
-    CLUSTER_SOURCES,
-    CapiView,
-    SecretView,
-)
-from kokumi.core.cluster.secretplan import Labelled, plan_secrets
-from kokumi.core.cluster.secretsource import Shape
 from kokumi.core.reasons import Reason
 from kokumi.core.secretaccess import not_listable_message, not_readable_message
+from kokumi.core.sources import bounds, clusterapi, secretplan, secretsource, vcluster
+from kokumi.core.sources.clusterapi import CAPI_CLUSTER_NAME, CAPI_CLUSTERS, CapiView, SecretView
+from kokumi.core.sources.plan import (
+    Existing,
+    Plan,
+    cluster_body,
+    controller_of,
+    existing_of,
+    kubeconfig_problem,
+)
+from kokumi.core.sources.secretplan import Labelled, plan_secrets
+from kokumi.core.sources.secretsource import Shape
+from kokumi.core.sources.spec import (
+    CAPI_KEY,
+    CLUSTER_SOURCES,
+    ClusterSource,
+    SourceInvalid,
+    parse_source,
+)
+from kokumi.core.sources.status import SourceStatus, status_of, status_patch
 from kokumi.core.text import one_line
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
@@ -140,7 +150,7 @@ class SourcesActor:
         self._unread: set[str] = set()
         #: Namespaces whose last pass had a write refused as stale (see _attempt).
         self._behind: set[str] = set()
-        self._clusters_seen: dict[Key, clustersource.Existing] = {}
+        self._clusters_seen: dict[Key, Existing] = {}
         self._writes = trio.CapacityLimiter(8)  # Cluster writes in flight
         self._failures: dict[tuple[str, str], FailureLog] = {}
         self._held: dict[str, str] = {}  # source uid -> namespace
@@ -166,7 +176,7 @@ class SourcesActor:
         (name, controlling source, labels, Secret) changed; a status write changes none of it."""
         meta = obj.get("metadata", {})
         key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
-        seen = None if deleted else clustersource.existing_of(obj)
+        seen = None if deleted else existing_of(obj)
         if self._clusters_seen.get(key) == seen:
             return
         if seen is None:
@@ -181,7 +191,7 @@ class SourcesActor:
         for obj in objects:
             meta = obj.get("metadata", {})
             key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
-            self._clusters_seen[key] = clustersource.existing_of(obj)
+            self._clusters_seen[key] = existing_of(obj)
         self.changed(None)
 
     def secret_changed(self, key: Key) -> None:
@@ -366,14 +376,14 @@ class SourcesActor:
             },
         )
         clusters = self._clusters.named_in_namespace(namespace)
-        existing = {name: clustersource.existing_of(obj) for name, obj in clusters.items()}
+        existing = {name: existing_of(obj) for name, obj in clusters.items()}
         message = not_listable_message(namespace, self._secrets.username(), self._own_namespace)
         failed_any = False
         for obj in sorted(self.sources.in_namespace(namespace), key=_name):
             source = _source_of(obj)
             decided = None
             failed: dict[str, str] = {}
-            if isinstance(source, clustersource.ClusterSource):
+            if isinstance(source, ClusterSource):
                 if source.shape is not None:
                     vclusters = None
                     if source.shape.tool == secretsource.VCLUSTER_APP:
@@ -396,7 +406,7 @@ class SourcesActor:
                 else:
                     if views is None:
                         views = await self._secret_views(namespace)
-                    decided = clustersource.plan(
+                    decided = clusterapi.plan(
                         source,
                         views,
                         capi,
@@ -406,7 +416,7 @@ class SourcesActor:
                     )
                 decided = bounds.cap_clusters(decided, self._bounds.clusters_per_source)
                 failed = await self._write(source, decided, clusters)
-            status = clustersource.status_of(source, decided, failed)
+            status = status_of(source, decided, failed)
             failed_any |= bool(failed)
             failed_any |= not await self._write_status(obj, status)
         if namespace in self._behind:
@@ -420,13 +430,13 @@ class SourcesActor:
         for (ns, name), labels in list(self._secrets.labels.items()):
             if ns != namespace:
                 continue
-            cluster = clustersource.capi_cluster_of(name, labels)
+            cluster = clusterapi.capi_cluster_of(name, labels)
             if cluster is not None:
                 found[name] = cluster
         verdicts = await self._verdicts_of(namespace, found, None)
         views = []
         for name, verdict in verdicts.items():
-            controller = clustersource.controller_of(self._secrets.owners.get((namespace, name)))
+            controller = controller_of(self._secrets.owners.get((namespace, name)))
             views.append(SecretView(name, found[name], verdict.problem, controller))
         return views
 
@@ -469,7 +479,7 @@ class SourcesActor:
         held the first pass for tens of seconds.
         """
         where = (
-            (clustersource.CAPI_KEY, "")
+            (CAPI_KEY, "")
             if shape is None
             else (shape.key, f"{shape.tool}/{'all' if shape.all_contexts else 'current'}")
         )
@@ -526,13 +536,13 @@ class SourcesActor:
             return await off_loop(
                 functools.partial(secretplan.judge_contexts, secret, shape, limit)
             )
-        problem = await off_loop(functools.partial(clustersource.kubeconfig_problem, secret, shape))
+        problem = await off_loop(functools.partial(kubeconfig_problem, secret, shape))
         return problem, (), 0
 
     async def _write(
         self,
-        source: clustersource.ClusterSource,
-        decided: clustersource.Plan,
+        source: ClusterSource,
+        decided: Plan,
         clusters: Mapping[str, dict[str, Any]],
     ) -> dict[str, str]:
         failed: dict[str, str] = {}
@@ -541,7 +551,7 @@ class SourcesActor:
         try:
             async with trio.open_nursery() as nursery:
                 for desired in decided.create:
-                    body = clustersource.cluster_body(source, desired)
+                    body = cluster_body(source, desired)
                     nursery.start_soon(
                         self._attempt, source, desired.name, "create", failed,
                         functools.partial(self.writer.create, api.CLUSTERS, body, namespace=ns),
@@ -551,7 +561,7 @@ class SourcesActor:
             # group itself went past `run`'s handler and ended the manager).
             raise errors.Fenced("creates not sent: this replica may not write now") from fenced
         for desired in decided.update:
-            body = clustersource.cluster_body(source, desired)
+            body = cluster_body(source, desired)
             old = clusters.get(desired.name, {}).get("metadata", {}).get("labels") or {}
             labels: dict[str, str | None] = {k: None for k in old if k not in desired.labels}
             labels.update(desired.labels)
@@ -575,7 +585,7 @@ class SourcesActor:
 
     async def _attempt(
         self,
-        source: clustersource.ClusterSource,
+        source: ClusterSource,
         cluster: str,
         verb: str,
         failed: dict[str, str],
@@ -605,10 +615,10 @@ class SourcesActor:
         failures.recovered()
         log.info("ClusterSource %s/%s: %sd %s", source.namespace, source.name, verb[:-1], where)
 
-    async def _write_status(self, obj: dict[str, Any], status: clustersource.SourceStatus) -> bool:
+    async def _write_status(self, obj: dict[str, Any], status: SourceStatus) -> bool:
         """Write the status if it differs; whether it is as it should be now."""
         meta = obj.get("metadata", {})
-        patch = clustersource.status_patch(obj.get("status"), status, api.now_rfc3339())
+        patch = status_patch(obj.get("status"), status, api.now_rfc3339())
         if patch is None:
             return True
         try:
@@ -648,15 +658,15 @@ class SourcesActor:
         self.changed(namespace)
 
 
-def _source_of(obj: Mapping[str, Any]) -> clustersource.ClusterSource | clustersource.SourceInvalid:
+def _source_of(obj: Mapping[str, Any]) -> ClusterSource | SourceInvalid:
     """The source as its plan reads it; one over the bounds of tenant metadata (kept as a stub,
     see :mod:`kokumi.core.limits`) plans nothing and says so in its Ready condition."""
     why = limits.over_bounds(obj)
     if why is None:
-        return clustersource.parse_source(obj)
+        return parse_source(obj)
     meta = obj.get("metadata", {})
     generation = meta.get("generation")
-    return clustersource.SourceInvalid(
+    return SourceInvalid(
         str(meta.get("name", "")),
         str(meta.get("namespace", "")),
         str(meta.get("uid", "")),

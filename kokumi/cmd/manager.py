@@ -10,11 +10,11 @@ import socket
 import trio
 
 from kokumi.cmd import DONE, FAILED, UsageError
-from kokumi.core.cluster.bounds import MAX_CLUSTERS_PER_SOURCE, MAX_CONTEXTS_PER_SECRET, Bounds
 from kokumi.core.cluster.egress import DEFAULT_DENY, EgressPolicy
 from kokumi.core.fleet.leader import DEFAULT_LEASE_NAME, LeaderElection, Timing
 from kokumi.core.fleet.shards import Sharding
 from kokumi.core.secretaccess import SecretScope
+from kokumi.core.sources.bounds import MAX_CLUSTERS_PER_SOURCE, MAX_CONTEXTS_PER_SECRET, Bounds
 from kokumi.kube.config import SERVICE_ACCOUNT_ROOT, Config
 from kokumi.kube.errors import ConfigError
 from kokumi.runtime.election import LeadershipLost

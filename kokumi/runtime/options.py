@@ -8,11 +8,11 @@ import random
 import attrs
 
 from kokumi.core.cluster import schedule
-from kokumi.core.cluster.bounds import Bounds
 from kokumi.core.cluster.egress import EgressPolicy
 from kokumi.core.fleet.leader import LeaderElection
 from kokumi.core.fleet.shards import Sharding
 from kokumi.core.secretaccess import SecretScope
+from kokumi.core.sources.bounds import Bounds
 from kokumi.kube.backoff import Backoff
 
 __all__ = ["Options"]
@@ -61,7 +61,7 @@ class Options:
     # since it touches the whole process, which an embedding program owns.
     freeze_heap: bool = False
     #: What one ClusterSource may make: contexts of a Secret, Clusters of a source
-    #: (kokumi/core/cluster/bounds.py, docs/clustersource.md).
+    #: (kokumi/core/sources/bounds.py, docs/clustersource.md).
     source_bounds: Bounds = attrs.field(factory=Bounds)
 
     def check_lateness(self) -> float:

@@ -21,10 +21,10 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from kokumi.core import api, clusterview, sessioncookie
-from kokumi.core.cluster.clustersource import CLUSTER_SOURCES, SOURCE_LABEL
 from kokumi.core.environments import selectors
 from kokumi.core.kubeconfig.connection import Code, Refusal
 from kokumi.core.registry.ownership import IN_CLUSTER_SERVER
+from kokumi.core.sources.spec import CLUSTER_SOURCES, SOURCE_LABEL
 from kokumi.core.text import one_line
 from kokumi.kube.client import NAMESPACES, Client
 from kokumi.kube.errors import Conflict, Forbidden, KubeError, NotFound

@@ -14,13 +14,13 @@ import pytest
 import trio
 
 from kokumi.core import api
-from kokumi.core.cluster.bounds import Bounds
-from kokumi.core.cluster.clustersource import CLUSTER_SOURCES
 from kokumi.core.cluster.status import Outcome
 from kokumi.core.kubeconfig import events, reader
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.reasons import Reason
 from kokumi.core.registry.ownership import IN_CLUSTER_SERVER
+from kokumi.core.sources.bounds import Bounds
+from kokumi.core.sources.spec import CLUSTER_SOURCES
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
 from kokumi.manager import Manager

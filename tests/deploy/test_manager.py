@@ -28,9 +28,10 @@ import pytest
 import trio
 
 from kokumi.core import api
-from kokumi.core.cluster.clustersource import CAPI_CLUSTER_NAME, CAPI_CLUSTERS, CLUSTER_SOURCES
 from kokumi.core.fleet import stoprecord
 from kokumi.core.registry import argocd
+from kokumi.core.sources.clusterapi import CAPI_CLUSTER_NAME, CAPI_CLUSTERS
+from kokumi.core.sources.spec import CLUSTER_SOURCES
 from kokumi.kube import errors
 from kokumi.kube.client import CONFIG_MAPS, EVENTS, NAMESPACES, SECRETS, Client
 from kokumi.kube.config import Config

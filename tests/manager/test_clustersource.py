@@ -11,7 +11,8 @@ import trio
 
 from kokumi.cmd.cluster.describe import describe_text
 from kokumi.core import api
-from kokumi.core.cluster.clustersource import CAPI_CLUSTER_NAME, CAPI_CLUSTERS, CLUSTER_SOURCES
+from kokumi.core.sources.clusterapi import CAPI_CLUSTER_NAME, CAPI_CLUSTERS
+from kokumi.core.sources.spec import CLUSTER_SOURCES
 from kokumi.kube import errors
 from kokumi.kube.client import CONFIG_MAPS, SECRETS
 from kokumi.testing import canary

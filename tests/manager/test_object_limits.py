@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from kokumi.core import api, limits
-from kokumi.core.cluster.clustersource import CLUSTER_SOURCES
+from kokumi.core.sources.spec import CLUSTER_SOURCES
 from kokumi.kube import errors
 from kokumi.kube.client import Client
 from kokumi.kube.paths import resource_path

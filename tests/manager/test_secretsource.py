@@ -11,9 +11,9 @@ import yaml
 
 from kokumi.cmd.cluster.describe import describe_text
 from kokumi.core import api
-from kokumi.core.cluster.bounds import Bounds
-from kokumi.core.cluster.clustersource import CLUSTER_SOURCES
-from kokumi.core.cluster.vcluster import SERVICES
+from kokumi.core.sources.bounds import Bounds
+from kokumi.core.sources.spec import CLUSTER_SOURCES
+from kokumi.core.sources.vcluster import SERVICES
 from kokumi.kube import errors
 from kokumi.kube.client import SECRETS, Client, Identity
 from kokumi.objects import Resource

@@ -17,7 +17,7 @@ import httpx
 import trio
 
 from kokumi.core import api
-from kokumi.core.cluster.clustersource import CLUSTER_SOURCES
+from kokumi.core.sources.spec import CLUSTER_SOURCES
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
 from kokumi.testing.controlplane import APIServer

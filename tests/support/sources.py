@@ -6,7 +6,7 @@ from typing import Any
 
 import trio
 
-from kokumi.core.cluster.clustersource import CLUSTER_SOURCES
+from kokumi.core.sources.spec import CLUSTER_SOURCES
 from kokumi.kube import errors
 from kokumi.manager import Manager
 from tests.support.manager import Workspace, ready_of, wait_for

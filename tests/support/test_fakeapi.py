@@ -20,7 +20,7 @@ import trio
 import trio.testing
 
 from kokumi.core import api
-from kokumi.core.cluster.clustersource import CAPI_CLUSTERS
+from kokumi.core.sources.clusterapi import CAPI_CLUSTERS
 from kokumi.kube import (
     CONFIG_MAPS,
     SECRETS,

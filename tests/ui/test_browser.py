@@ -28,7 +28,7 @@ from selenium.webdriver.chrome.options import Options as ChromeOptions
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
-from kokumi.core.cluster.clustersource import SOURCE_LABEL
+from kokumi.core.sources.spec import SOURCE_LABEL
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config
 from kokumi.kube.errors import NotFound

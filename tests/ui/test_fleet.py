@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from kokumi.core import clusterview
-from kokumi.core.cluster.clustersource import SOURCE_LABEL
+from kokumi.core.sources.spec import SOURCE_LABEL
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config, StaticToken
 from kokumi.testing import Kubectl

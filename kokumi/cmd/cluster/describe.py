@@ -18,9 +18,9 @@ from kokumi.cmd.cluster.command import (
     table,
 )
 from kokumi.cmd.cluster.errors import CliError, api_error
-from kokumi.core.cluster import clustersource
 from kokumi.core.clusterview import environment_targets, registration
 from kokumi.core.registry import argocd
+from kokumi.core.sources.spec import source_of
 from kokumi.core.text import one_line
 from kokumi.kube.errors import KubeError, NotFound
 from kokumi.objects import metadata_of
@@ -84,7 +84,7 @@ def describe_text(
         ("Description", str(spec.get("description") or "-")),
         ("Connection", connection),
     ]
-    made_by = clustersource.source_of(cluster)
+    made_by = source_of(cluster)
     if made_by is not None:
         # Edits to a sourced Cluster's labels or spec are undone: the source is where to edit.
         # Cluster API's sources describe their Clusters as "Cluster API cluster <name>".

@@ -4,7 +4,7 @@ Argo CD's become a ``<name>-kubeconfig`` Secret and a Cluster through
 :mod:`kokumi.workspace.newcluster`, as ``add`` would make them; Cluster API's Secrets, and the
 labelled Secrets of ``--from secrets`` and ``--from vcluster``, stay where their tool rotates
 them, and the Cluster reads them there. Which Secrets, their names and their verdicts are the
-ClusterSource's own rules (:mod:`kokumi.core.cluster.secretsource`), once instead of for as long
+ClusterSource's own rules (:mod:`kokumi.core.sources.secretsource`), once instead of for as long
 as a source exists.
 """
 
@@ -21,12 +21,13 @@ import attrs
 from kokumi.cmd.cluster.command import OneLineParser, examples, hub_client, hub_flags, runner
 from kokumi.cmd.cluster.errors import api_error
 from kokumi.core import api
-from kokumi.core.cluster import clustersource, secretplan, secretsource, vcluster
-from kokumi.core.cluster.secretsource import Shape
 from kokumi.core.kubeconfig.connection import Connection, KubeconfigRefused
 from kokumi.core.kubeconfig.reader import minimise, render
 from kokumi.core.registry import argocd
 from kokumi.core.registry.ownership import is_argocd_own
+from kokumi.core.sources import clusterapi, secretplan, secretsource, vcluster
+from kokumi.core.sources.plan import controller_of, kubeconfig_problem
+from kokumi.core.sources.secretsource import Shape
 from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.errors import KubeError, NotFound
 from kokumi.objects import secret_data
@@ -51,7 +52,7 @@ __all__ = [
 ]
 
 
-CAPI_CLUSTER_NAME: Final = clustersource.CAPI_CLUSTER_NAME
+CAPI_CLUSTER_NAME: Final = clusterapi.CAPI_CLUSTER_NAME
 
 
 @attrs.frozen
@@ -81,7 +82,7 @@ async def import_cluster_api(hub: Client, namespace: str, *, dry_run: bool) -> l
 
     The Secret stays where it is and whose it is: Cluster API rotates it, and the Cluster reads the
     rotated kubeconfig from it. As a ClusterSource, the import takes only a Secret whose Cluster API
-    cluster exists and controls it (:func:`~kokumi.core.cluster.clustersource.owner_problem`), then
+    cluster exists and controls it (:func:`~kokumi.core.sources.clusterapi.owner_problem`), then
     checks its kubeconfig, so a Cluster is only created for one the manager can use.
     """
     try:
@@ -91,17 +92,15 @@ async def import_cluster_api(hub: Client, namespace: str, *, dry_run: bool) -> l
     found = []
     for secret in sorted(listing["items"], key=lambda s: s["metadata"]["name"]):
         meta = secret["metadata"]
-        name = clustersource.capi_cluster_of(meta["name"], meta.get("labels") or {})
+        name = clusterapi.capi_cluster_of(meta["name"], meta.get("labels") or {})
         if name is not None:  # not Cluster API's other Secrets of the cluster: CAs, keys
-            controller = clustersource.controller_of(meta.get("ownerReferences"))
-            found.append((secret, clustersource.SecretView(meta["name"], name, None, controller)))
-    capi = await _capi_clusters(hub, namespace) if found else clustersource.CapiView(True)
+            controller = controller_of(meta.get("ownerReferences"))
+            found.append((secret, clusterapi.SecretView(meta["name"], name, None, controller)))
+    capi = await _capi_clusters(hub, namespace) if found else clusterapi.CapiView(True)
     outcomes = []
     for secret, view in found:
         source = f"{namespace}/{view.name}"
-        problem = clustersource.owner_problem(view, capi) or clustersource.kubeconfig_problem(
-            secret
-        )
+        problem = clusterapi.owner_problem(view, capi) or kubeconfig_problem(secret)
         if problem is not None:
             outcomes.append(ImportResult(source, None, "not importable", problem[1]))
             continue
@@ -109,17 +108,15 @@ async def import_cluster_api(hub: Client, namespace: str, *, dry_run: bool) -> l
     return outcomes
 
 
-async def _capi_clusters(hub: Client, namespace: str) -> clustersource.CapiView:
+async def _capi_clusters(hub: Client, namespace: str) -> clusterapi.CapiView:
     """The Cluster API clusters of the namespace; none when Cluster API is not installed.
 
     Without them no Secret can be told to be Cluster API's, so a refused list ends the import.
     """
     try:
-        listing = await hub.list(
-            clustersource.CAPI_CLUSTERS, namespace=namespace, metadata_only=True
-        )
+        listing = await hub.list(clusterapi.CAPI_CLUSTERS, namespace=namespace, metadata_only=True)
     except NotFound:
-        return clustersource.CapiView(True)  # no such kind: no Cluster API cluster either
+        return clusterapi.CapiView(True)  # no such kind: no Cluster API cluster either
     except KubeError as exc:
         what = (
             f"cannot list Cluster API's clusters in namespace {namespace}, which an import "
@@ -127,7 +124,7 @@ async def _capi_clusters(hub: Client, namespace: str) -> clustersource.CapiView:
         )
         raise api_error(what, exc) from None
     metas = [item["metadata"] for item in listing["items"]]
-    return clustersource.CapiView(
+    return clusterapi.CapiView(
         True,
         {str(m["name"]): dict(m.get("labels") or {}) for m in metas},
         {str(m["name"]): str(m.get("uid") or "") for m in metas},
@@ -314,7 +311,7 @@ async def import_secrets(
                 continue
             wanted = [(secretsource.context_cluster(c), c, problem) for c, problem in each]
         else:
-            wanted = [(named, None, clustersource.kubeconfig_problem(secret, shape))]
+            wanted = [(named, None, kubeconfig_problem(secret, shape))]
         for cluster, context, problem in wanted:
             if isinstance(cluster, tuple):
                 outcomes.append(ImportResult(source, None, "not importable", cluster[1]))

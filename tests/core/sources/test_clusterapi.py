@@ -9,22 +9,33 @@ import hypothesis.strategies as st
 from hypothesis import given
 
 from kokumi.cmd.cluster.describe import describe_text
-from kokumi.core.cluster import clustersource as cs
 from kokumi.core.reasons import Reason
+from kokumi.core.sources import clusterapi
+from kokumi.core.sources.plan import (
+    Existing,
+    OwnerRef,
+    Plan,
+    cluster_body,
+    controller_of,
+    existing_of,
+    kubeconfig_problem,
+)
+from kokumi.core.sources.spec import SOURCE_LABEL, ClusterSource, SourceInvalid, parse_source
+from kokumi.core.sources.status import MAX_LISTED, status_of, status_patch
 from kokumi.testing import canary
 from tests.support.strategies import dump, kubeconfig
 
 UID = "uid-capi"
 
 
-def source(**spec: Any) -> cs.ClusterSource:
-    parsed = cs.parse_source(
+def source(**spec: Any) -> ClusterSource:
+    parsed = parse_source(
         {
             "metadata": {"name": "capi", "namespace": "platform", "uid": UID, "generation": 3},
             "spec": {"from": "ClusterAPI", **spec},
         }
     )
-    assert isinstance(parsed, cs.ClusterSource), parsed
+    assert isinstance(parsed, ClusterSource), parsed
     return parsed
 
 
@@ -33,42 +44,42 @@ def secret(value: str | None) -> dict[str, Any]:
     return {"metadata": {"name": "w-kubeconfig"}, "data": data}
 
 
-def capi_ref(cluster: str, uid: str | None = None) -> cs.OwnerRef:
+def capi_ref(cluster: str, uid: str | None = None) -> OwnerRef:
     """The controller ownerReference Cluster API puts on its cluster's kubeconfig Secret."""
-    return cs.OwnerRef("cluster.x-k8s.io/v1beta1", "Cluster", cluster, uid or f"uid-{cluster}")
+    return OwnerRef("cluster.x-k8s.io/v1beta1", "Cluster", cluster, uid or f"uid-{cluster}")
 
 
-def good(cluster: str, problem: tuple[Reason, str] | None = None) -> cs.SecretView:
+def good(cluster: str, problem: tuple[Reason, str] | None = None) -> clusterapi.SecretView:
     """A kubeconfig Secret as Cluster API writes it: controlled by its cluster."""
-    return cs.SecretView(f"{cluster}-kubeconfig", cluster, problem, capi_ref(cluster))
+    return clusterapi.SecretView(f"{cluster}-kubeconfig", cluster, problem, capi_ref(cluster))
 
 
-def capi_of(*names: str, **labels: dict[str, str]) -> cs.CapiView:
+def capi_of(*names: str, **labels: dict[str, str]) -> clusterapi.CapiView:
     """Cluster API's clusters ``names`` and those of ``labels``, readable, each with its uid."""
     clusters: dict[str, dict[str, str]] = {**{n: {} for n in names}, **labels}
-    return cs.CapiView(True, clusters, {n: f"uid-{n}" for n in clusters})
+    return clusterapi.CapiView(True, clusters, {n: f"uid-{n}" for n in clusters})
 
 
-def made(name: str, labels: dict[str, str], owner: str = UID) -> cs.Existing:
-    return cs.Existing(name, ("capi", owner), labels, f"{name}-kubeconfig")
+def made(name: str, labels: dict[str, str], owner: str = UID) -> Existing:
+    return Existing(name, ("capi", owner), labels, f"{name}-kubeconfig")
 
 
 def test_only_the_kubeconfig_secret_of_a_capi_cluster_matches() -> None:
-    label = {cs.CAPI_CLUSTER_NAME: "work"}
-    assert cs.capi_cluster_of("work-kubeconfig", label) == "work"
-    assert cs.capi_cluster_of("work-ca", label) is None  # Cluster API's other Secrets
-    assert cs.capi_cluster_of("work-kubeconfig", {}) is None
-    assert cs.capi_cluster_of("other-kubeconfig", label) is None
+    label = {clusterapi.CAPI_CLUSTER_NAME: "work"}
+    assert clusterapi.capi_cluster_of("work-kubeconfig", label) == "work"
+    assert clusterapi.capi_cluster_of("work-ca", label) is None  # Cluster API's other Secrets
+    assert clusterapi.capi_cluster_of("work-kubeconfig", {}) is None
+    assert clusterapi.capi_cluster_of("other-kubeconfig", label) is None
 
 
 def test_usability_is_the_clusters_own_check_and_never_quotes_the_secret() -> None:
     token = canary.token("capi-admin")
     text = dump(kubeconfig(user={"token": token}))
-    assert cs.kubeconfig_problem(secret(text)) is None
-    reason, message = cs.kubeconfig_problem(secret(None)) or (None, "")
+    assert kubeconfig_problem(secret(text)) is None
+    reason, message = kubeconfig_problem(secret(None)) or (None, "")
     assert reason is Reason.SECRET_KEY_NOT_FOUND
     assert "no key value" in message
-    reason, message = cs.kubeconfig_problem(secret("{{{ not yaml " + token)) or (None, "")
+    reason, message = kubeconfig_problem(secret("{{{ not yaml " + token)) or (None, "")
     assert reason is Reason.INVALID_KUBECONFIG
     assert token not in message
     assert "\n" not in message
@@ -77,13 +88,13 @@ def test_usability_is_the_clusters_own_check_and_never_quotes_the_secret() -> No
 def test_a_secret_becomes_a_cluster_with_both_labels_marked_and_owned() -> None:
     src = source(labels={"fleet": "edge"})
     capi = capi_of(work={"env": "prod", "fleet": "capi"})
-    decided = cs.plan(src, [good("work")], capi, {})
+    decided = clusterapi.plan(src, [good("work")], capi, {})
     assert [d.name for d in decided.create] == ["work"]
-    body = cs.cluster_body(src, decided.create[0])
+    body = cluster_body(src, decided.create[0])
     assert body["metadata"]["labels"] == {
         "env": "prod",
         "fleet": "edge",  # the source's labels win
-        cs.SOURCE_LABEL: "capi",
+        SOURCE_LABEL: "capi",
     }
     assert body["metadata"]["ownerReferences"] == [
         {
@@ -99,10 +110,10 @@ def test_a_secret_becomes_a_cluster_with_both_labels_marked_and_owned() -> None:
     assert "ClusterSource capi (from Cluster API's Secret work-kubeconfig)" in described
     hand = describe_text({**body, "metadata": {"name": "work"}}, [], [], None, [])
     assert "Source:" not in hand
-    assert cs.existing_of(body) == cs.Existing(
+    assert existing_of(body) == Existing(
         "work", ("capi", UID), body["metadata"]["labels"], "work-kubeconfig"
     )
-    status = cs.status_of(src, decided, {})
+    status = status_of(src, decided, {})
     assert (status.ready, status.reason, status.matched, status.made) == (
         True,
         Reason.READY,
@@ -114,13 +125,13 @@ def test_a_secret_becomes_a_cluster_with_both_labels_marked_and_owned() -> None:
 def test_the_selector_is_over_the_capi_clusters_labels() -> None:
     src = source(selector={"matchLabels": {"env": "prod"}})
     capi = capi_of(a={"env": "prod"}, b={"env": "dev"}, c={})
-    decided = cs.plan(src, [good("a"), good("b"), good("c")], capi, {})
+    decided = clusterapi.plan(src, [good("a"), good("b"), good("c")], capi, {})
     assert [d.name for d in decided.create] == ["a"]
     assert decided.matched == 1
     # b stops matching: its Cluster goes, a's stays.
-    labels = {"env": "prod", cs.SOURCE_LABEL: "capi"}
-    existing = {"a": made("a", labels), "b": made("b", {"env": "dev", cs.SOURCE_LABEL: "capi"})}
-    decided = cs.plan(src, [good("a"), good("b")], capi, existing)
+    labels = {"env": "prod", SOURCE_LABEL: "capi"}
+    existing = {"a": made("a", labels), "b": made("b", {"env": "dev", SOURCE_LABEL: "capi"})}
+    decided = clusterapi.plan(src, [good("a"), good("b")], capi, existing)
     assert (decided.create, decided.update, decided.delete, decided.kept) == (
         (),
         (),
@@ -131,17 +142,17 @@ def test_the_selector_is_over_the_capi_clusters_labels() -> None:
 
 def test_capi_clusters_not_readable_change_nothing_with_or_without_a_selector() -> None:
     """Which Secret is Cluster API's needs its clusters: a missing permission deletes nothing."""
-    existing = {"a": made("a", {cs.SOURCE_LABEL: "capi"})}
+    existing = {"a": made("a", {SOURCE_LABEL: "capi"})}
     for src, names_selector in (
         (source(selector={"matchLabels": {"env": "prod"}}), True),
         (source(), False),
     ):
         # a's Secret is still there, b's is new, c's lost its owner: none of it is acted on.
-        secrets = [good("a"), good("b"), cs.SecretView("c-kubeconfig", "c")]
-        decided = cs.plan(src, secrets, cs.CapiView(False), existing)
+        secrets = [good("a"), good("b"), clusterapi.SecretView("c-kubeconfig", "c")]
+        decided = clusterapi.plan(src, secrets, clusterapi.CapiView(False), existing)
         assert (decided.create, decided.update, decided.delete) == ((), (), ())
         assert decided.kept == ("a",)
-        status = cs.status_of(src, decided, {})
+        status = status_of(src, decided, {})
         assert (status.reason, status.made) == (Reason.CLUSTER_API_NOT_READABLE, 1)
         assert "clusters.cluster.x-k8s.io" in status.message
         assert "controls it" in status.message
@@ -150,9 +161,9 @@ def test_capi_clusters_not_readable_change_nothing_with_or_without_a_selector() 
 
 
 def test_secrets_not_listable_change_nothing_and_say_so() -> None:
-    existing = {"a": made("a", {cs.SOURCE_LABEL: "capi"})}
+    existing = {"a": made("a", {SOURCE_LABEL: "capi"})}
     for listable, message in ((False, "Kokumi may not list"), (None, "not listed")):
-        decided = cs.plan(
+        decided = clusterapi.plan(
             source(),
             [],
             capi_of("a"),
@@ -161,18 +172,18 @@ def test_secrets_not_listable_change_nothing_and_say_so() -> None:
             not_listable_message="Kokumi may not list Secrets here: bind ...",
         )
         assert (decided.create, decided.delete, decided.kept) == ((), (), ("a",))
-        status = cs.status_of(source(), decided, {})
+        status = status_of(source(), decided, {})
         assert status.reason is Reason.SECRET_NOT_READABLE
         assert message in status.message
 
 
 def test_a_hand_made_cluster_is_never_touched_and_is_a_conflict() -> None:
-    hand = cs.Existing("work", None, {}, "other")
-    other_source = cs.Existing("work", ("second", "uid-2"), {}, "work-kubeconfig")
+    hand = Existing("work", None, {}, "other")
+    other_source = Existing("work", ("second", "uid-2"), {}, "work-kubeconfig")
     for there, who in ((hand, "not made by this ClusterSource"), (other_source, "second made")):
-        decided = cs.plan(source(), [good("work")], capi_of("work"), {"work": there})
+        decided = clusterapi.plan(source(), [good("work")], capi_of("work"), {"work": there})
         assert (decided.create, decided.update, decided.delete) == ((), (), ())
-        status = cs.status_of(source(), decided, {})
+        status = status_of(source(), decided, {})
         assert (status.reason, status.conflicts, status.made) == (Reason.NOT_ALL_IMPORTED, 1, 0)
         entry = status.not_imported[0]
         assert (entry.secret, entry.cluster, entry.reason) == (
@@ -185,15 +196,15 @@ def test_a_hand_made_cluster_is_never_touched_and_is_a_conflict() -> None:
 
 def test_an_unusable_secret_makes_no_cluster_but_keeps_one_it_made() -> None:
     broken = good("w", (Reason.INVALID_KUBECONFIG, "user x uses exec"))
-    decided = cs.plan(source(), [broken], capi_of("w"), {})
+    decided = clusterapi.plan(source(), [broken], capi_of("w"), {})
     assert decided.create == ()
-    status = cs.status_of(source(), decided, {})
+    status = status_of(source(), decided, {})
     assert (status.not_usable, status.made, status.reason) == (1, 0, Reason.NOT_ALL_IMPORTED)
     assert status.not_imported[0].message == "user x uses exec"
-    existing = {"w": made("w", {cs.SOURCE_LABEL: "capi"})}
-    decided = cs.plan(source(), [broken], capi_of("w"), existing)
+    existing = {"w": made("w", {SOURCE_LABEL: "capi"})}
+    decided = clusterapi.plan(source(), [broken], capi_of("w"), existing)
     assert (decided.delete, decided.kept) == ((), ("w",))
-    assert cs.status_of(source(), decided, {}).made == 1
+    assert status_of(source(), decided, {}).made == 1
 
 
 # --- whose the Secret is -----------------------------------------------------------------------
@@ -202,11 +213,11 @@ def test_an_unusable_secret_makes_no_cluster_but_keeps_one_it_made() -> None:
 def test_controller_of_reads_the_one_controller_reference() -> None:
     capi = {"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "name": "w", "uid": "u"}
     other = {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "c"}
-    assert cs.controller_of(None) is None
-    assert cs.controller_of("not a list") is None
-    assert cs.controller_of([capi]) is None  # an owner, not the controller
-    assert cs.controller_of([{**capi, "controller": False}]) is None
-    assert cs.controller_of([other, {**capi, "controller": True}]) == cs.OwnerRef(
+    assert controller_of(None) is None
+    assert controller_of("not a list") is None
+    assert controller_of([capi]) is None  # an owner, not the controller
+    assert controller_of([{**capi, "controller": False}]) is None
+    assert controller_of([other, {**capi, "controller": True}]) == OwnerRef(
         "cluster.x-k8s.io/v1beta1", "Cluster", "w", "u"
     )
 
@@ -219,12 +230,12 @@ NOT_ITS_OWN = [
     ("no controller", None, "it has no controller ownerReference"),
     (
         "another kind",
-        cs.OwnerRef("v1", "ConfigMap", "w", "uid-w"),
+        OwnerRef("v1", "ConfigMap", "w", "uid-w"),
         'its controller is "ConfigMap" "w" of "v1", not Cluster API\'s cluster w',
     ),
     (
         "another group",
-        cs.OwnerRef("delivery.kokumi.dev/v1alpha1", "Cluster", "w", "uid-w"),
+        OwnerRef("delivery.kokumi.dev/v1alpha1", "Cluster", "w", "uid-w"),
         "not Cluster API's cluster w",
     ),
     ("another name", capi_ref("other"), 'its controller is Cluster API\'s cluster "other", not w'),
@@ -239,13 +250,13 @@ NOT_ITS_OWN = [
 def test_only_a_secret_its_capi_cluster_controls_is_imported() -> None:
     """Name and label are anybody's to write who may create Secrets; the controller is not."""
     capi = capi_of("w", "other")
-    assert cs.owner_problem(good("w"), capi) is None
-    assert [d.name for d in cs.plan(source(), [good("w")], capi, {}).create] == ["w"]
+    assert clusterapi.owner_problem(good("w"), capi) is None
+    assert [d.name for d in clusterapi.plan(source(), [good("w")], capi, {}).create] == ["w"]
     for case, ref, text in NOT_ITS_OWN:
-        secret = cs.SecretView("w-kubeconfig", "w", None, ref)
-        decided = cs.plan(source(), [secret], capi, {})
+        secret = clusterapi.SecretView("w-kubeconfig", "w", None, ref)
+        decided = clusterapi.plan(source(), [secret], capi, {})
         assert (decided.create, decided.update, decided.delete) == ((), (), ()), case
-        status = cs.status_of(source(), decided, {})
+        status = status_of(source(), decided, {})
         assert (status.ready, status.reason, status.matched, status.made, status.not_usable) == (
             False,
             Reason.NOT_ALL_IMPORTED,
@@ -263,7 +274,7 @@ def test_only_a_secret_its_capi_cluster_controls_is_imported() -> None:
         assert FIX in entry.message, (case, entry.message)  # the fix, as Cluster API writes it
         assert "\n" not in entry.message
     # No Cluster API cluster w at all: a Secret of its name is anybody's, whatever it says.
-    decided = cs.plan(source(), [good("w")], capi_of("other"), {})
+    decided = clusterapi.plan(source(), [good("w")], capi_of("other"), {})
     assert decided.create == ()
     (entry,) = decided.not_imported
     assert entry.reason is Reason.SECRET_NOT_OWNED
@@ -271,16 +282,22 @@ def test_only_a_secret_its_capi_cluster_controls_is_imported() -> None:
 
 
 def test_the_uid_counts_where_known_and_odd_owners_stay_on_one_line() -> None:
-    unknown = cs.CapiView(True, {"w": {}})
+    unknown = clusterapi.CapiView(True, {"w": {}})
     assert (
-        cs.owner_problem(cs.SecretView("w-kubeconfig", "w", None, capi_ref("w", "x")), unknown)
+        clusterapi.owner_problem(
+            clusterapi.SecretView("w-kubeconfig", "w", None, capi_ref("w", "x")), unknown
+        )
         is None
     )
-    reason, message = cs.owner_problem(cs.SecretView("w-kubeconfig", "w"), unknown) or (None, "")
+    reason, message = clusterapi.owner_problem(
+        clusterapi.SecretView("w-kubeconfig", "w"), unknown
+    ) or (None, "")
     assert reason is Reason.SECRET_NOT_OWNED
     assert "(apiVersion cluster.x-k8s.io/v1beta1, kind Cluster, name w, controller true)" in message
-    odd = cs.SecretView("w-kubeconfig", "w", None, cs.OwnerRef("v1\nx", "Config\nMap", "a\rb", "u"))
-    _, message = cs.owner_problem(odd, capi_of("w")) or (None, "")
+    odd = clusterapi.SecretView(
+        "w-kubeconfig", "w", None, OwnerRef("v1\nx", "Config\nMap", "a\rb", "u")
+    )
+    _, message = clusterapi.owner_problem(odd, capi_of("w")) or (None, "")
     assert "\n" not in message and "\r" not in message
     assert '"Config\\nMap"' in message
 
@@ -288,37 +305,41 @@ def test_the_uid_counts_where_known_and_odd_owners_stay_on_one_line() -> None:
 def test_a_cluster_whose_secret_stops_being_its_capi_clusters_goes_as_if_unmatched() -> None:
     """As when its Secret stops matching: the Cluster is deleted (its registration released as
     for any deleted Cluster), and the Secret is listed with why."""
-    existing = {"w": made("w", {cs.SOURCE_LABEL: "capi"})}
+    existing = {"w": made("w", {SOURCE_LABEL: "capi"})}
     capi = capi_of("w")
-    assert cs.plan(source(), [good("w")], capi, existing).kept == ("w",)
-    unmatched = cs.plan(
+    assert clusterapi.plan(source(), [good("w")], capi, existing).kept == ("w",)
+    unmatched = clusterapi.plan(
         source(selector={"matchLabels": {"env": "prod"}}), [good("w")], capi, existing
     )
     assert unmatched.delete == ("w",)
     for case, secret, now in (
-        ("the owner removed", cs.SecretView("w-kubeconfig", "w"), capi),
+        ("the owner removed", clusterapi.SecretView("w-kubeconfig", "w"), capi),
         ("the Cluster API cluster gone", good("w"), capi_of()),
-        ("made again under the name", good("w"), cs.CapiView(True, {"w": {}}, {"w": "uid-new"})),
+        (
+            "made again under the name",
+            good("w"),
+            clusterapi.CapiView(True, {"w": {}}, {"w": "uid-new"}),
+        ),
     ):
-        decided = cs.plan(source(), [secret], now, existing)
+        decided = clusterapi.plan(source(), [secret], now, existing)
         assert (decided.create, decided.update, decided.delete, decided.kept) == (
             (),
             (),
             ("w",),
             (),
         ), case
-        status = cs.status_of(source(), decided, {})
+        status = status_of(source(), decided, {})
         assert status.made == 0, case
         assert [e.reason for e in status.not_imported] == [Reason.SECRET_NOT_OWNED], case
     # A Cluster the source did not make is never touched, whoever's the Secret is.
-    hand = {"w": cs.Existing("w", None, {}, "w-kubeconfig")}
-    decided = cs.plan(source(), [cs.SecretView("w-kubeconfig", "w")], capi, hand)
+    hand = {"w": Existing("w", None, {}, "w-kubeconfig")}
+    decided = clusterapi.plan(source(), [clusterapi.SecretView("w-kubeconfig", "w")], capi, hand)
     assert (decided.create, decided.update, decided.delete) == ((), (), ())
 
 
 def test_a_refused_create_is_listed_and_not_counted() -> None:
-    decided = cs.plan(source(), [good("a"), good("b")], capi_of("a", "b"), {})
-    status = cs.status_of(source(), decided, {"a": "Forbidden: quota"})
+    decided = clusterapi.plan(source(), [good("a"), good("b")], capi_of("a", "b"), {})
+    status = status_of(source(), decided, {"a": "Forbidden: quota"})
     assert (status.made, status.reason) == (1, Reason.NOT_ALL_IMPORTED)
     assert [(e.cluster, e.reason) for e in status.not_imported] == [
         ("a", Reason.CLUSTER_WRITE_FAILED)
@@ -332,33 +353,33 @@ def test_invalid_specs_say_what_to_fix() -> None:
         ({"from": "ClusterAPI", "selector": 3}, Reason.INVALID_SELECTOR, "spec.selector"),
         ({"from": "ClusterAPI", "labels": {"a": 1}}, Reason.INVALID_SPEC, "spec.labels"),
         (
-            {"from": "ClusterAPI", "labels": {cs.SOURCE_LABEL: "x"}},
+            {"from": "ClusterAPI", "labels": {SOURCE_LABEL: "x"}},
             Reason.INVALID_SPEC,
             "Kokumi's own",
         ),
         ({"from": "ClusterAPI", "labels": {"a b": "x"}}, Reason.INVALID_SPEC, "spec.labels"),
     ]
     for spec, reason, text in cases:
-        parsed = cs.parse_source({**base, "spec": spec})
-        assert isinstance(parsed, cs.SourceInvalid), spec
+        parsed = parse_source({**base, "spec": spec})
+        assert isinstance(parsed, SourceInvalid), spec
         assert parsed.reason is reason
         assert text in parsed.message, parsed.message
-        status = cs.status_of(parsed, None, {})
+        status = status_of(parsed, None, {})
         assert (status.ready, status.reason) == (False, reason)
 
 
 def test_the_status_is_bounded_and_written_only_when_it_changes() -> None:
     broken = [good(f"c{i:03}", (Reason.SECRET_KEY_NOT_FOUND, "no key")) for i in range(120)]
     capi = capi_of(*(f"c{i:03}" for i in range(120)))
-    status = cs.status_of(source(), cs.plan(source(), broken, capi, {}), {})
-    patch = cs.status_patch({}, status, "2026-01-01T00:00:00Z")
+    status = status_of(source(), clusterapi.plan(source(), broken, capi, {}), {})
+    patch = status_patch({}, status, "2026-01-01T00:00:00Z")
     assert patch is not None
-    assert len(patch["notImported"]) == cs.MAX_LISTED
-    assert patch["more"] == 120 - cs.MAX_LISTED
+    assert len(patch["notImported"]) == MAX_LISTED
+    assert patch["more"] == 120 - MAX_LISTED
     assert patch["notImported"][0]["secret"] == "c000-kubeconfig"
-    assert cs.status_patch(patch, status, "2026-02-02T00:00:00Z") is None
-    fixed = cs.status_of(source(), cs.plan(source(), [], capi, {}), {})
-    cleared = cs.status_patch(patch, fixed, "2026-02-02T00:00:00Z")
+    assert status_patch(patch, status, "2026-02-02T00:00:00Z") is None
+    fixed = status_of(source(), clusterapi.plan(source(), [], capi, {}), {})
+    cleared = status_patch(patch, fixed, "2026-02-02T00:00:00Z")
     assert cleared is not None
     assert cleared["more"] is None  # the merge patch removes it
     assert cleared["conditions"][0]["lastTransitionTime"] == "2026-02-02T00:00:00Z"
@@ -370,17 +391,17 @@ cluster_names = st.sampled_from(["a", "b", "c", "d", "e"])
 label_sets = st.dictionaries(st.sampled_from(["env", "tier"]), st.sampled_from(["prod", "dev"]))
 
 
-World = tuple[cs.ClusterSource, list[cs.SecretView], cs.CapiView, dict[str, cs.Existing]]
+World = tuple[ClusterSource, list[clusterapi.SecretView], clusterapi.CapiView, dict[str, Existing]]
 
 
-def controllers(cluster: str) -> st.SearchStrategy[cs.OwnerRef | None]:
+def controllers(cluster: str) -> st.SearchStrategy[OwnerRef | None]:
     """A Secret's controller: mostly its Cluster API cluster, else none or somebody else."""
     return st.sampled_from(
         [
             capi_ref(cluster),
             capi_ref(cluster),
             None,
-            cs.OwnerRef("v1", "ConfigMap", cluster, f"uid-{cluster}"),
+            OwnerRef("v1", "ConfigMap", cluster, f"uid-{cluster}"),
             capi_ref("a" if cluster != "a" else "b"),
             capi_ref(cluster, "uid-before"),
         ]
@@ -392,7 +413,7 @@ def worlds(draw: st.DrawFn) -> World:
     selector = draw(st.sampled_from([{}, {"matchLabels": {"env": "prod"}}]))
     src = source(selector=selector, labels=draw(st.sampled_from([{}, {"fleet": "edge"}])))
     secrets = [
-        cs.SecretView(
+        clusterapi.SecretView(
             f"{n}-kubeconfig",
             n,
             draw(st.sampled_from([None, (Reason.INVALID_KUBECONFIG, "bad")])),
@@ -401,27 +422,25 @@ def worlds(draw: st.DrawFn) -> World:
         for n in draw(st.sets(cluster_names))
     ]
     labels = draw(st.dictionaries(cluster_names, label_sets))
-    capi = cs.CapiView(draw(st.booleans()), labels, {n: f"uid-{n}" for n in labels})
+    capi = clusterapi.CapiView(draw(st.booleans()), labels, {n: f"uid-{n}" for n in labels})
     existing = {}
     for n in draw(st.sets(cluster_names)):
         owner = draw(st.sampled_from([None, ("capi", UID), ("other", "uid-o")]))
-        existing[n] = cs.Existing(n, owner, draw(label_sets), f"{n}-kubeconfig")
+        existing[n] = Existing(n, owner, draw(label_sets), f"{n}-kubeconfig")
     return src, secrets, capi, existing
 
 
-def apply(
-    src: cs.ClusterSource, decided: cs.Plan, existing: dict[str, cs.Existing]
-) -> dict[str, cs.Existing]:
+def apply(src: ClusterSource, decided: Plan, existing: dict[str, Existing]) -> dict[str, Existing]:
     after = {n: e for n, e in existing.items() if n not in decided.delete}
     for d in (*decided.create, *decided.update):
-        after[d.name] = cs.existing_of(cs.cluster_body(src, d))
+        after[d.name] = existing_of(cluster_body(src, d))
     return after
 
 
 @given(worlds())
 def test_the_plan_never_touches_what_is_not_the_sources(world: World) -> None:
     src, secrets, capi, existing = world
-    decided = cs.plan(src, secrets, capi, existing)
+    decided = clusterapi.plan(src, secrets, capi, existing)
     touched = {d.name for d in (*decided.create, *decided.update)} | set(decided.delete)
     for name in touched:
         there = existing.get(name)
@@ -433,21 +452,21 @@ def test_the_plan_never_touches_what_is_not_the_sources(world: World) -> None:
 def test_one_step_reaches_the_fixed_point(world: World) -> None:
     """After its writes, the source plans nothing more: 0 writes when nothing changes."""
     src, secrets, capi, existing = world
-    decided = cs.plan(src, secrets, capi, existing)
+    decided = clusterapi.plan(src, secrets, capi, existing)
     after = apply(src, decided, existing)
-    again = cs.plan(src, secrets, capi, after)
+    again = clusterapi.plan(src, secrets, capi, after)
     assert (again.create, again.update, again.delete) == ((), (), ())
-    first = cs.status_of(src, decided, {})
-    second = cs.status_of(src, again, {})
+    first = status_of(src, decided, {})
+    second = status_of(src, again, {})
     assert first == second
-    patch = cs.status_patch({}, second, "t0")
-    assert patch is not None and cs.status_patch(patch, second, "t1") is None
+    patch = status_patch({}, second, "t0")
+    assert patch is not None and status_patch(patch, second, "t1") is None
 
 
 @given(worlds())
 def test_every_matched_secret_has_its_cluster_or_a_reason(world: World) -> None:
     src, secrets, capi, existing = world
-    decided = cs.plan(src, secrets, capi, existing)
+    decided = clusterapi.plan(src, secrets, capi, existing)
     if decided.blocked is not None:
         assert (decided.create, decided.update, decided.delete) == ((), (), ())
         return
@@ -463,7 +482,7 @@ def test_every_matched_secret_has_its_cluster_or_a_reason(world: World) -> None:
         assert (s.problem is None and ours) or s.name in listed
 
 
-def cluster_apis_own(secret: cs.SecretView, capi: cs.CapiView) -> bool:
+def cluster_apis_own(secret: clusterapi.SecretView, capi: clusterapi.CapiView) -> bool:
     """The rule, said again without the code under test: Cluster API's cluster of the Secret's
     name exists, and is the Secret's controller, uid and all."""
     ref = secret.controller
@@ -479,7 +498,7 @@ def cluster_apis_own(secret: cs.SecretView, capi: cs.CapiView) -> bool:
 @given(worlds())
 def test_only_secrets_their_capi_cluster_controls_keep_a_cluster(world: World) -> None:
     src, secrets, capi, existing = world
-    decided = cs.plan(src, secrets, capi, existing)
+    decided = clusterapi.plan(src, secrets, capi, existing)
     if not capi.readable:  # which Secrets are Cluster API's is unknown: nothing moves
         assert (decided.create, decided.update, decided.delete) == ((), (), ())
         assert decided.blocked is not None and decided.blocked[0] is Reason.CLUSTER_API_NOT_READABLE
@@ -501,15 +520,15 @@ def test_a_capi_cluster_over_the_bounds_is_listed_and_its_cluster_stays_as_it_is
     selector can be judged on it: its Secret is listed as ObjectTooLarge (counts, never a
     label), no Cluster is made for it, and one made before stays, labels and all, untouched."""
     why = "metadata.labels has 90000 entries of 1439932 bytes (at most 64 entries of 16384 bytes)"
-    over = cs.CapiView(True, {"w": {}}, {"w": "uid-w"}, {"w": why})
+    over = clusterapi.CapiView(True, {"w": {}}, {"w": "uid-w"}, {"w": why})
     src = source(selector={"matchLabels": {"env": "prod"}})
-    decided = cs.plan(src, [good("w")], over, {})
+    decided = clusterapi.plan(src, [good("w")], over, {})
     assert decided.create == ()
     (entry,) = decided.not_imported
     assert entry.reason is Reason.OBJECT_TOO_LARGE
     assert entry.message == f"its Cluster API cluster w: {why}"
-    existing = {"w": made("w", {cs.SOURCE_LABEL: "capi", "env": "prod"})}
-    decided = cs.plan(src, [good("w")], over, existing)
+    existing = {"w": made("w", {SOURCE_LABEL: "capi", "env": "prod"})}
+    decided = clusterapi.plan(src, [good("w")], over, existing)
     assert (decided.create, decided.update, decided.delete) == ((), (), ())
     assert decided.kept == ("w",)
     assert [e.reason for e in decided.not_imported] == [Reason.OBJECT_TOO_LARGE]

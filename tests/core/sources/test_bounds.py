@@ -11,18 +11,20 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given
 
-from kokumi.core.cluster import bounds
-from kokumi.core.cluster import clustersource as cs
-from kokumi.core.cluster import secretplan as sp
 from kokumi.core.kubeconfig import reader
 from kokumi.core.kubeconfig.connection import Refusal
 from kokumi.core.kubeconfig.reader import examine, parse
 from kokumi.core.reasons import Reason
-from tests.core.cluster.test_secretsource import MARK, UID, apply, source
+from kokumi.core.sources import bounds
+from kokumi.core.sources import secretplan as sp
+from kokumi.core.sources.plan import Existing
+from kokumi.core.sources.spec import ClusterSource
+from kokumi.core.sources.status import status_of
 from tests.core.kubeconfig.test_contexts import many_contexts, shared
+from tests.core.sources.test_secretsource import MARK, UID, apply, source
 
 
-def all_contexts() -> cs.ClusterSource:
+def all_contexts() -> ClusterSource:
     return source(key="kubeconfig", contexts="All")
 
 
@@ -106,7 +108,7 @@ def test_a_secret_of_2000_contexts_makes_the_first_100_and_says_so() -> None:
     src = all_contexts()
     decided = sp.plan_secrets(src, [fleet(2000, 100)], {})
     assert [d.context for d in decided.create] == [f"edge-{i:04d}" for i in range(100)]
-    status = cs.status_of(src, decided, {})
+    status = status_of(src, decided, {})
     assert (status.ready, status.reason) == (False, Reason.TOO_MANY_CONTEXTS)
     assert "1 matched Secret has more than 100 contexts (--max-contexts-per-secret)" in (
         status.message
@@ -120,13 +122,13 @@ def test_a_secret_of_2000_contexts_makes_the_first_100_and_says_so() -> None:
 def test_clusters_of_contexts_past_the_bound_stay() -> None:
     """Made under a higher bound (or before the Secret grew): the cut deletes none of them."""
     src = all_contexts()
-    existing: dict[str, cs.Existing] = {}
+    existing: dict[str, Existing] = {}
     existing = apply(src, sp.plan_secrets(src, [fleet(300, 300)], existing), existing)
     assert len(existing) == 300
     lowered = sp.plan_secrets(src, [fleet(300, 100)], existing)
     assert (lowered.create, lowered.delete) == ((), ())
     assert len(lowered.kept) == 300
-    assert cs.status_of(src, lowered, {}).reason is Reason.TOO_MANY_CONTEXTS
+    assert status_of(src, lowered, {}).reason is Reason.TOO_MANY_CONTEXTS
     # Under the bound again: as before, a context gone takes its Cluster with it.
     fewer = sp.plan_secrets(src, [fleet(90, 100)], existing)
     assert len(fewer.delete) == 210 and fewer.bounded == ()
@@ -143,14 +145,14 @@ def test_a_source_makes_the_first_clusters_by_secret_name_and_says_so() -> None:
     src = source()
     decided = bounds.cap_clusters(sp.plan_secrets(src, secrets(30), {}), 10)
     assert [d.secret for d in decided.create] == [f"s{i:04d}" for i in range(10)]
-    status = cs.status_of(src, decided, {})
+    status = status_of(src, decided, {})
     assert (status.ready, status.reason) == (False, Reason.TOO_MANY_CLUSTERS)
     assert "20 Clusters are not made: one ClusterSource keeps at most 10" in status.message
     waiting = [e for e in status.not_imported if e.reason is Reason.TOO_MANY_CLUSTERS]
     assert [e.secret for e in waiting] == [f"s{i:04d}" for i in range(10, 30)]
     assert status.not_usable == 0 and status.conflicts == 0
     within = bounds.cap_clusters(sp.plan_secrets(src, secrets(10), {}), 10)
-    assert cs.status_of(src, within, {}).reason is Reason.READY
+    assert status_of(src, within, {}).reason is Reason.READY
 
 
 @given(
@@ -164,7 +166,7 @@ def test_the_bound_holds_keeps_existing_clusters_and_is_stable(
     than the bound through its own creates, never deletes a Cluster whose Secret is still
     matched, makes the first by name, and a second pass changes nothing."""
     src = source()
-    existing: dict[str, cs.Existing] = {}
+    existing: dict[str, Existing] = {}
     for i, count in enumerate(counts):
         limit = limits[i % len(limits)]
         matched = secrets(count)
@@ -175,13 +177,13 @@ def test_the_bound_holds_keeps_existing_clusters_and_is_stable(
         assert before & names <= set(after)  # none of those still matched went
         assert len(after) <= max(limit, len(before & names))
         if len(after) < len(names):
-            assert cs.status_of(src, decided, {}).reason is Reason.TOO_MANY_CLUSTERS
+            assert status_of(src, decided, {}).reason is Reason.TOO_MANY_CLUSTERS
             made = sorted(set(after) - before)
             waiting = sorted(names - set(after))
             assert not made or not waiting or made[-1] < waiting[0]
         again = bounds.cap_clusters(sp.plan_secrets(src, matched, after), limit)
         assert (again.create, again.update, again.delete) == ((), (), ())
-        assert cs.status_of(src, again, {}) == cs.status_of(
+        assert status_of(src, again, {}) == status_of(
             src, bounds.cap_clusters(sp.plan_secrets(src, matched, after), limit), {}
         )
         existing = after

@@ -10,7 +10,8 @@ name: the Secret ``vc-<name>`` labelled ``app: vcluster`` and ``vcluster-name: <
 ``config``, and goes through the same rules.
 
 Pure functions only, so that Hypothesis holds them without a server; the plan and the status that
-use them are :mod:`kokumi.core.cluster.clustersource`'s, shared with Cluster API's sources.
+use them are :mod:`kokumi.core.sources.plan`'s and :mod:`kokumi.core.sources.status`'s, shared
+with Cluster API's sources.
 """
 
 from __future__ import annotations

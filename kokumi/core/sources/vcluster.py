@@ -23,8 +23,8 @@ from typing import Final
 
 import attrs
 
-from kokumi.core.cluster.clustersource import OwnerRef
 from kokumi.core.reasons import Reason
+from kokumi.core.sources.plan import OwnerRef
 from kokumi.core.text import quoted
 from kokumi.objects import Resource
 

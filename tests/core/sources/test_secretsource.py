@@ -9,11 +9,20 @@ import attrs
 import hypothesis.strategies as st
 from hypothesis import given
 
-from kokumi.core.cluster import clustersource as cs
-from kokumi.core.cluster import secretplan as sp
-from kokumi.core.cluster import secretsource as ss
-from kokumi.core.cluster import vcluster as vcl
 from kokumi.core.reasons import Reason
+from kokumi.core.sources import secretplan as sp
+from kokumi.core.sources import secretsource as ss
+from kokumi.core.sources import vcluster as vcl
+from kokumi.core.sources.plan import (
+    Existing,
+    OwnerRef,
+    Plan,
+    cluster_body,
+    existing_of,
+    kubeconfig_problem,
+)
+from kokumi.core.sources.spec import SOURCE_LABEL, ClusterSource, SourceInvalid, parse_source
+from kokumi.core.sources.status import status_of
 from kokumi.testing import canary
 from tests.support.strategies import dump, kubeconfig
 
@@ -21,34 +30,34 @@ UID = "uid-team"
 MARK = {"kokumi.dev/kubeconfig": "true"}
 
 
-def source(**spec: Any) -> cs.ClusterSource:
+def source(**spec: Any) -> ClusterSource:
     body = {"from": "Secrets", "secretSelector": {"matchLabels": MARK}, **spec}
-    parsed = cs.parse_source(
+    parsed = parse_source(
         {"metadata": {"name": "team", "namespace": "p", "uid": UID, "generation": 2}, "spec": body}
     )
-    assert isinstance(parsed, cs.ClusterSource), parsed
+    assert isinstance(parsed, ClusterSource), parsed
     return parsed
 
 
-def vcluster(**spec: Any) -> cs.ClusterSource:
-    parsed = cs.parse_source(
+def vcluster(**spec: Any) -> ClusterSource:
+    parsed = parse_source(
         {
             "metadata": {"name": "vc", "namespace": "p", "uid": UID},
             "spec": {"from": "VCluster", **spec},
         }
     )
-    assert isinstance(parsed, cs.ClusterSource), parsed
+    assert isinstance(parsed, ClusterSource), parsed
     return parsed
 
 
-def invalid(**spec: Any) -> cs.SourceInvalid:
-    parsed = cs.parse_source({"metadata": {"name": "s", "namespace": "p"}, "spec": spec})
-    assert isinstance(parsed, cs.SourceInvalid), parsed
+def invalid(**spec: Any) -> SourceInvalid:
+    parsed = parse_source({"metadata": {"name": "s", "namespace": "p"}, "spec": spec})
+    assert isinstance(parsed, SourceInvalid), parsed
     return parsed
 
 
-def made(name: str, secret: str, labels: dict[str, str], key: str = "value") -> cs.Existing:
-    return cs.Existing(name, ("team", UID), labels, secret, key)
+def made(name: str, secret: str, labels: dict[str, str], key: str = "value") -> Existing:
+    return Existing(name, ("team", UID), labels, secret, key)
 
 
 def test_naming_by_label_by_trimmed_name_or_by_the_secret_name() -> None:
@@ -125,16 +134,16 @@ def test_a_secret_becomes_a_cluster_with_its_labels_and_key() -> None:
     decided = sp.plan_secrets(src, [secret], {})
     (desired,) = decided.create
     assert (desired.name, desired.secret, desired.key) == ("edge-1", "edge-1", "kubeconfig")
-    body = cs.cluster_body(src, desired)
+    body = cluster_body(src, desired)
     assert body["metadata"]["labels"] == {
         **MARK,
         "env": "prod",
         "fleet": "edge",
-        cs.SOURCE_LABEL: "team",
+        SOURCE_LABEL: "team",
     }
     assert body["spec"]["kubeconfig"]["secretRef"] == {"name": "edge-1", "key": "kubeconfig"}
     assert body["spec"]["description"] == "kubeconfig Secret edge-1, from ClusterSource team"
-    status = cs.status_of(src, decided, {})
+    status = status_of(src, decided, {})
     assert (status.ready, status.message) == (
         True,
         "1 kubeconfig Secrets matched, each with its Cluster",
@@ -146,23 +155,21 @@ def test_a_secret_becomes_a_cluster_with_its_labels_and_key() -> None:
         {},
         vclusters=vcl.VClusterView(True, {"dev": "uid-svc"}),
     ).create[0]
-    assert cs.cluster_body(vc, vdesired)["spec"]["kubeconfig"]["secretRef"] == {
+    assert cluster_body(vc, vdesired)["spec"]["kubeconfig"]["secretRef"] == {
         "name": "vc-dev",
         "key": "config",
     }
     assert (
         "no vcluster kubeconfig Secret"
-        in cs.status_of(
-            vc, sp.plan_secrets(vc, [], {}, vclusters=vcl.VClusterView(True)), {}
-        ).message
+        in status_of(vc, sp.plan_secrets(vc, [], {}, vclusters=vcl.VClusterView(True)), {}).message
     )
 
 
 def test_a_secret_that_stops_matching_deletes_its_cluster_and_a_hand_made_one_stays() -> None:
     src = source()
     existing = {
-        "edge-1": made("edge-1", "edge-1", {**MARK, cs.SOURCE_LABEL: "team"}),
-        "hand": cs.Existing("hand", None, {}, "mine"),
+        "edge-1": made("edge-1", "edge-1", {**MARK, SOURCE_LABEL: "team"}),
+        "hand": Existing("hand", None, {}, "mine"),
     }
     decided = sp.plan_secrets(src, [sp.Labelled("edge-1", {}), sp.Labelled("hand", MARK)], existing)
     assert decided.delete == ("edge-1",)
@@ -174,20 +181,20 @@ def test_a_secret_that_stops_matching_deletes_its_cluster_and_a_hand_made_one_st
 
 def test_secrets_not_listable_change_nothing() -> None:
     src = source()
-    existing = {"edge-1": made("edge-1", "edge-1", {**MARK, cs.SOURCE_LABEL: "team"})}
+    existing = {"edge-1": made("edge-1", "edge-1", {**MARK, SOURCE_LABEL: "team"})}
     for listable in (None, False):
         decided = sp.plan_secrets(
             src, [], existing, secrets_listable=listable, not_listable_message="bind it"
         )
         assert (decided.create, decided.update, decided.delete) == ((), (), ())
         assert decided.kept == ("edge-1",)
-        status = cs.status_of(src, decided, {})
+        status = status_of(src, decided, {})
         assert (status.reason, status.made) == (Reason.SECRET_NOT_READABLE, 1)
 
 
 def test_a_rotation_to_another_key_or_a_broken_kubeconfig_keeps_the_cluster() -> None:
     src = source(key="kubeconfig")
-    labels = {**MARK, cs.SOURCE_LABEL: "team"}
+    labels = {**MARK, SOURCE_LABEL: "team"}
     existing = {"edge-1": made("edge-1", "edge-1", labels)}  # key value: a spec.key change
     broken = (Reason.INVALID_KUBECONFIG, "an exec plugin")
     decided = sp.plan_secrets(src, [sp.Labelled("edge-1", MARK, broken)], existing)
@@ -214,11 +221,11 @@ def test_the_secret_a_cluster_was_made_from_keeps_it_and_a_newcomer_waits() -> N
     """A Secret that sorts first, written later by anybody who may write Secrets, never takes
     over a Cluster the source made: with trimmed names, with naming.label, with contexts All.
     Once the holder goes, the newcomer takes the Cluster over in place."""
-    labels = {**MARK, cs.SOURCE_LABEL: "team"}
+    labels = {**MARK, SOURCE_LABEL: "team"}
     trimmed = source(naming={"trimSuffix": "-kubeconfig"})
     by_label = source(naming={"label": "name"})
     contexts = all_contexts()
-    cases: list[tuple[cs.ClusterSource, cs.Existing, sp.Labelled, sp.Labelled, str]] = [
+    cases: list[tuple[ClusterSource, Existing, sp.Labelled, sp.Labelled, str]] = [
         (
             trimmed,
             made("prod", "prod-kubeconfig", labels),
@@ -235,7 +242,7 @@ def test_the_secret_a_cluster_was_made_from_keeps_it_and_a_newcomer_waits() -> N
         ),
         (
             contexts,
-            cs.Existing("prod", ("team", UID), labels, "real", "kubeconfig", "prod"),
+            Existing("prod", ("team", UID), labels, "real", "kubeconfig", "prod"),
             sp.Labelled("real", MARK, None, (("prod", None),)),
             sp.Labelled("evil", MARK, None, (("prod", None),)),
             "context prod of Secret real of this source has Cluster prod",
@@ -257,7 +264,7 @@ def test_the_secret_a_cluster_was_made_from_keeps_it_and_a_newcomer_waits() -> N
             entry.message
         )
         assert "\n" not in entry.message
-        status = cs.status_of(src, decided, {})
+        status = status_of(src, decided, {})
         assert (status.reason, status.conflicts, status.made) == (Reason.NOT_ALL_IMPORTED, 1, 1)
         # The holder broken by a rotation: it still holds the Cluster.
         broken = attrs.evolve(holder, problem=(Reason.INVALID_KUBECONFIG, "bad"))
@@ -274,9 +281,9 @@ def test_the_secret_a_cluster_was_made_from_keeps_it_and_a_newcomer_waits() -> N
 VC = {"app": "vcluster", "vcluster-name": "evil"}
 
 
-def service_owner(name: str, uid: str) -> cs.OwnerRef:
+def service_owner(name: str, uid: str) -> OwnerRef:
     """The ownerReference vcluster puts on vc-<name>: its Service, controller false."""
-    return cs.OwnerRef("v1", "Service", name, uid)
+    return OwnerRef("v1", "Service", name, uid)
 
 
 def test_a_vc_secret_without_vclusters_service_beside_it_makes_no_cluster() -> None:
@@ -295,15 +302,15 @@ def test_a_vc_secret_without_vclusters_service_beside_it_makes_no_cluster() -> N
     )
     assert entry.message.startswith("no vcluster evil runs in this namespace")
     assert "imported once vcluster evil runs here, else delete it" in entry.message
-    status = cs.status_of(vc, none_here, {})
+    status = status_of(vc, none_here, {})
     assert (status.reason, status.not_usable, status.made) == (Reason.NOT_ALL_IMPORTED, 1, 0)
 
     running = vcl.VClusterView(True, {"evil": "uid-svc"})
-    cases: list[tuple[tuple[cs.OwnerRef, ...], str | None]] = [
+    cases: list[tuple[tuple[OwnerRef, ...], str | None]] = [
         ((service_owner("evil", "uid-svc"),), None),  # as vcluster writes it
         ((), None),  # vcluster with setOwner: false
         ((service_owner("evil", "uid-old"),), 'uid "uid-old", and the Service evil here'),
-        ((cs.OwnerRef("v1", "ConfigMap", "x", "u"),), '"ConfigMap" "x" of "v1", not vcluster'),
+        ((OwnerRef("v1", "ConfigMap", "x", "u"),), '"ConfigMap" "x" of "v1", not vcluster'),
         ((service_owner("dev", "u"),), '"Service" "dev" of "v1"'),
     ]
     for owners, says in cases:
@@ -320,7 +327,7 @@ def test_a_vc_secret_without_vclusters_service_beside_it_makes_no_cluster() -> N
         assert "\n" not in entry.message
 
     # A Cluster the source made goes once its Secret has no vcluster beside it.
-    existing = {"evil": made("evil", "vc-evil", {**VC, cs.SOURCE_LABEL: "vc"}, "config")}
+    existing = {"evil": made("evil", "vc-evil", {**VC, SOURCE_LABEL: "vc"}, "config")}
     gone = sp.plan_secrets(vc, [planted], existing, vclusters=vcl.VClusterView(True))
     assert gone.delete == ("evil",)
     # The manager may not list the Services: nothing is created or deleted.
@@ -349,7 +356,7 @@ def test_the_owners_vcluster_writes_are_read_whatever_their_controller_flag() ->
     st.sampled_from(["dev", "evil"]),
     st.lists(
         st.builds(
-            cs.OwnerRef,
+            OwnerRef,
             st.sampled_from(["v1", "apps/v1"]),
             st.sampled_from(["Service", "StatefulSet", "ConfigMap"]),
             st.sampled_from(["dev", "evil"]),
@@ -360,7 +367,7 @@ def test_the_owners_vcluster_writes_are_read_whatever_their_controller_flag() ->
     st.dictionaries(st.sampled_from(["dev", "other"]), st.sampled_from(["uid-dev", "uid-o"])),
 )
 def test_a_vc_secret_is_a_cluster_only_beside_its_vclusters_service(
-    name: str, owners: list[cs.OwnerRef], services: dict[str, str]
+    name: str, owners: list[OwnerRef], services: dict[str, str]
 ) -> None:
     """Whatever owners and Services are drawn: a Cluster only for a Secret whose vcluster's
     Service runs in the namespace and, if it has owners, is one of them with its uid."""
@@ -384,18 +391,18 @@ def test_usability_reads_the_sources_key() -> None:
     good = dump(kubeconfig(user={"token": canary.token("team-admin")}))
     data = {"kubeconfig": base64.b64encode(good.encode()).decode()}
     shape = source(key="kubeconfig").shape
-    assert cs.kubeconfig_problem({"data": data}, shape) is None
-    missing = cs.kubeconfig_problem({"data": data}, source().shape)
+    assert kubeconfig_problem({"data": data}, shape) is None
+    missing = kubeconfig_problem({"data": data}, source().shape)
     assert missing is not None and missing[0] is Reason.SECRET_KEY_NOT_FOUND
     assert "its keys: kubeconfig" in missing[1] and "set spec.key" in missing[1]
-    vc = cs.kubeconfig_problem({"data": data}, vcluster().shape)
+    vc = kubeconfig_problem({"data": data}, vcluster().shape)
     assert vc is not None and "vcluster writes the kubeconfig there" in vc[1]
 
 
 # --- properties ---------------------------------------------------------------------------------
 
 names = st.sampled_from(["a", "b", "c", "d"])
-World = tuple[cs.ClusterSource, list[sp.Labelled], dict[str, cs.Existing], bool | None]
+World = tuple[ClusterSource, list[sp.Labelled], dict[str, Existing], bool | None]
 
 
 @st.composite
@@ -414,17 +421,15 @@ def worlds(draw: st.DrawFn) -> World:
     existing = {}
     for n in draw(st.sets(names)):
         owner = draw(st.sampled_from([None, ("team", UID), ("other", "uid-o")]))
-        labels = draw(st.sampled_from([{}, {**MARK, cs.SOURCE_LABEL: "team"}]))
-        existing[n] = cs.Existing(n, owner, labels, draw(st.sampled_from([n, "a", "b-kc"])))
+        labels = draw(st.sampled_from([{}, {**MARK, SOURCE_LABEL: "team"}]))
+        existing[n] = Existing(n, owner, labels, draw(st.sampled_from([n, "a", "b-kc"])))
     return src, secrets, existing, draw(st.sampled_from([True, True, True, None, False]))
 
 
-def apply(
-    src: cs.ClusterSource, decided: cs.Plan, existing: dict[str, cs.Existing]
-) -> dict[str, cs.Existing]:
+def apply(src: ClusterSource, decided: Plan, existing: dict[str, Existing]) -> dict[str, Existing]:
     after = {n: e for n, e in existing.items() if n not in decided.delete}
     for d in (*decided.create, *decided.update):
-        after[d.name] = cs.existing_of(cs.cluster_body(src, d))
+        after[d.name] = existing_of(cluster_body(src, d))
     return after
 
 
@@ -443,7 +448,7 @@ def test_the_plan_touches_only_the_sources_clusters_and_settles_in_one_step(worl
     after = apply(src, decided, existing)
     again = sp.plan_secrets(src, secrets, after)
     assert (again.create, again.update, again.delete) == ((), (), ())
-    assert cs.status_of(src, decided, {}) == cs.status_of(src, again, {})
+    assert status_of(src, decided, {}) == status_of(src, again, {})
 
 
 @given(worlds())
@@ -527,7 +532,7 @@ def merged(*contexts: str, exec_in: str = "") -> str:
     return dump(first)
 
 
-def all_contexts() -> cs.ClusterSource:
+def all_contexts() -> ClusterSource:
     return source(key="kubeconfig", contexts="All")
 
 
@@ -558,13 +563,13 @@ def test_one_cluster_per_context_named_after_it_and_a_context_removed_goes() -> 
         ("edge-1", "fleet", "edge-1"),
         ("edge-2", "fleet", "edge-2"),
     ]
-    body = cs.cluster_body(src, decided.create[0])
+    body = cluster_body(src, decided.create[0])
     assert body["spec"]["kubeconfig"] == {
         "secretRef": {"name": "fleet", "key": "kubeconfig"},
         "context": "edge-1",
     }
-    assert cs.status_of(src, decided, {}).matched == 2
-    after = {d.name: cs.existing_of(cs.cluster_body(src, d)) for d in decided.create}
+    assert status_of(src, decided, {}).matched == 2
+    after = {d.name: existing_of(cluster_body(src, d)) for d in decided.create}
     assert after["edge-2"].context == "edge-2"
     # A third context appears: a third Cluster. One goes: its Cluster goes.
     three = sp.Labelled("fleet", MARK, None, (("edge-1", None), ("edge-3", None)))
@@ -603,7 +608,7 @@ def test_contexts_all_settles_in_one_step_and_keeps_only_present_contexts(
     """Contexts come and go over rotations: each plan settles at once, and the source's
     Clusters are exactly the present, nameable contexts (all kept while the Secret is broken)."""
     src = all_contexts()
-    existing: dict[str, cs.Existing] = {}
+    existing: dict[str, Existing] = {}
     for i, names in enumerate(rounds):
         broken = broken_last and i == len(rounds) - 1 and i > 0
         secret = (
@@ -637,7 +642,7 @@ def test_with_contexts_all_a_clusters_secret_and_context_never_change_while_they
     Secret and context it was made from while that Secret still has the context."""
     src = all_contexts()
     present: dict[str, list[str]] = {}
-    existing: dict[str, cs.Existing] = {}
+    existing: dict[str, Existing] = {}
     for secret, names in rounds:
         present[secret] = sorted(set(names))
         secrets = [

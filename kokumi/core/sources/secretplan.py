@@ -1,8 +1,8 @@
 """How a ``from: Secrets`` source's Secrets become candidates for its plan, contexts and all.
 
-The plan's shared rules (conflicts, rotations, deletions, the status) are
-:mod:`kokumi.core.cluster.clustersource`'s; the shapes (which Secrets, their key, the Clusters'
-names) :mod:`kokumi.core.cluster.secretsource`'s. Here: what the actor read of each matched Secret
+The plan's shared rules (conflicts, rotations, deletions) are :mod:`kokumi.core.sources.plan`'s,
+the status :mod:`kokumi.core.sources.status`'s; the shapes (which Secrets, their key, the Clusters'
+names) :mod:`kokumi.core.sources.secretsource`'s. Here: what the actor read of each matched Secret
 (:class:`Labelled`, with each context's verdict when the source takes every context) and the plan
 over it. Pure functions, for Hypothesis.
 """
@@ -14,18 +14,22 @@ from typing import Any
 
 import attrs
 
-from kokumi.core.cluster import bounds, clustersource, secretsource, vcluster
-from kokumi.core.cluster.clustersource import (
-    ClusterSource,
+from kokumi.core.kubeconfig.connection import Refusal
+from kokumi.core.kubeconfig.reader import read_contexts
+from kokumi.core.reasons import Reason
+from kokumi.core.sources import bounds, secretsource, vcluster
+from kokumi.core.sources.plan import (
+    Candidate,
     Existing,
     OwnerRef,
     Plan,
     kubeconfig_problem,
+    mine_of,
+    settle,
+    waiting_on,
 )
-from kokumi.core.cluster.secretsource import Shape
-from kokumi.core.kubeconfig.connection import Refusal
-from kokumi.core.kubeconfig.reader import read_contexts
-from kokumi.core.reasons import Reason
+from kokumi.core.sources.secretsource import Shape
+from kokumi.core.sources.spec import ClusterSource
 from kokumi.objects import secret_data
 
 __all__ = ["Labelled", "context_verdicts", "judge_contexts", "plan_secrets"]
@@ -68,11 +72,11 @@ def plan_secrets(
     keeps a Cluster named as ``spec.naming`` says, with the Secret's labels and the source's; a
     Secret that stops matching takes its Cluster with it; while the Secrets cannot be listed
     nothing is created or deleted. Two Secrets that name the same Cluster: the one the
-    Cluster was made from keeps it, the other waits as a conflict (:func:`clustersource.settle`).
+    Cluster was made from keeps it, the other waits as a conflict (:func:`settle`).
     """
     assert source.shape is not None
-    mine = clustersource.mine_of(source, existing)
-    waiting = clustersource.waiting_on(secrets_listable, not_listable_message)
+    mine = mine_of(source, existing)
+    waiting = waiting_on(secrets_listable, not_listable_message)
     if waiting is not None:
         return Plan(kept=tuple(sorted(mine)), blocked=waiting)
     from_vcluster = source.shape.tool == secretsource.VCLUSTER_APP
@@ -85,7 +89,7 @@ def plan_secrets(
         if named is None:
             continue
         if isinstance(named, tuple):
-            candidates.append(clustersource.Candidate(secret.name, "", secret.labels, named, named))
+            candidates.append(Candidate(secret.name, "", secret.labels, named, named))
         elif source.shape.all_contexts:
             candidates += _per_context(secret, mine)
             if secret.problem is None and secret.beyond > 0:
@@ -98,11 +102,9 @@ def plan_secrets(
                 else None
             )
             candidates.append(
-                clustersource.Candidate(
-                    secret.name, named, secret.labels, refused or secret.problem, refused
-                )
+                Candidate(secret.name, named, secret.labels, refused or secret.problem, refused)
             )
-    decided = clustersource.settle(source, candidates, existing, mine)
+    decided = settle(source, candidates, existing, mine)
     if not cut:
         return decided
     listed = tuple(bounds.contexts_cut(s.name, len(s.contexts), s.beyond) for s in cut)
@@ -122,7 +124,7 @@ _VCLUSTERS_NOT_READABLE = (
 )
 
 
-def _per_context(secret: Labelled, mine: Mapping[str, Existing]) -> list[clustersource.Candidate]:
+def _per_context(secret: Labelled, mine: Mapping[str, Existing]) -> list[Candidate]:
     """With contexts All: a candidate per context of the Secret, named after it.
 
     A Secret that cannot be read as a whole (its key gone, its YAML broken by a rotation) tells
@@ -132,35 +134,27 @@ def _per_context(secret: Labelled, mine: Mapping[str, Existing]) -> list[cluster
     """
     if secret.problem is not None:
         kept = [
-            clustersource.Candidate(
-                secret.name, e.name, secret.labels, secret.problem, None, e.context
-            )
+            Candidate(secret.name, e.name, secret.labels, secret.problem, None, e.context)
             for e in mine.values()
             if e.secret == secret.name and e.context is not None
         ]
-        return kept or [
-            clustersource.Candidate(secret.name, "", secret.labels, secret.problem, secret.problem)
-        ]
+        return kept or [Candidate(secret.name, "", secret.labels, secret.problem, secret.problem)]
     found = []
     if secret.beyond:
         # Past the bound nothing was judged: a Cluster the source made of a context there
         # (under a higher bound, or of a context since moved past it) stays as it is.
         judged = {context for context, _ in secret.contexts}
         found += [
-            clustersource.Candidate(secret.name, e.name, secret.labels, None, None, e.context)
+            Candidate(secret.name, e.name, secret.labels, None, None, e.context)
             for e in mine.values()
             if e.secret == secret.name and e.context is not None and e.context not in judged
         ]
     for context, problem in secret.contexts:
         named = secretsource.context_cluster(context)
         if isinstance(named, tuple):
-            found.append(
-                clustersource.Candidate(secret.name, "", secret.labels, named, named, context)
-            )
+            found.append(Candidate(secret.name, "", secret.labels, named, named, context))
         else:
-            found.append(
-                clustersource.Candidate(secret.name, named, secret.labels, problem, None, context)
-            )
+            found.append(Candidate(secret.name, named, secret.labels, problem, None, context))
     return found
 
 

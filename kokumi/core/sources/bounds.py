@@ -13,8 +13,8 @@ from typing import Final
 
 import attrs
 
-from kokumi.core.cluster.clustersource import NotImported, Plan
 from kokumi.core.reasons import Reason
+from kokumi.core.sources.plan import NotImported, Plan
 
 __all__ = [
     "MAX_CLUSTERS_PER_SOURCE",
