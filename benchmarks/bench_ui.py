@@ -36,7 +36,7 @@ from kokumi.core import clusterview
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config, StaticToken
 from kokumi.ui.app import create_app
-from kokumi.ui.pages import UI, _page
+from kokumi.ui.pages import UI, page
 from kokumi.ui.security import Session, Sessions
 
 NOW = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.UTC)
@@ -151,7 +151,7 @@ def render_alone(counts: list[int]) -> None:
                 paged = {"shown": clusterview.Window(tuple(rows), len(rows), 1, 1, len(rows)),
                          "q": clusterview.Query(), "readies": clusterview.READIES,
                          "sorts": clusterview.SORTS, "age": None}  # fmt: skip
-            return _page(
+            return page(
                 "clusters.html",
                 {"title": "Clusters", "session": session, "rows": rows, "namespace": "",
                  "selector": "", "reason": "", "reasons": list(REASONS), "scope": "all",

@@ -8,6 +8,10 @@ package's ``__init__`` is not counted, since it is not what the module depends o
 
 The architecture page's "where does X live" table is held to the tree too: each path it names
 exists and defines the names it gives.
+
+Rooms have doors, not holes: a name one module of Kokumi shares with another is public in the
+module that owns it, so that no module reaches for a leading-underscore name of another, whether
+imported by name or read as an attribute of an imported module. Tests may still reach them.
 """
 
 from __future__ import annotations
@@ -58,6 +62,11 @@ def _modules() -> dict[str, Path]:
 
 
 MODULES = _modules()
+#: Kokumi's packages, by dotted name, and where their ``__init__`` is.
+PACKAGES = {
+    ".".join(path.parent.relative_to(PACKAGE.parent).parts): path
+    for path in PACKAGE.rglob("__init__.py")
+}
 
 
 def _imports(name: str) -> tuple[set[str], set[str]]:
@@ -82,6 +91,64 @@ def _imports(name: str) -> tuple[set[str], set[str]]:
             else:
                 theirs.add(base)
     return {m for m in ours if m in MODULES}, {t.split(".")[0] for t in theirs}
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _dotted(node: ast.expr) -> str | None:
+    """``a.b.c`` for a chain of attributes over a name, else None."""
+    match node:
+        case ast.Name(id=name):
+            return name
+        case ast.Attribute(value=value, attr=attr):
+            base = _dotted(value)
+            return None if base is None else f"{base}.{attr}"
+    return None
+
+
+def _holes(module: str, source: str, modules: frozenset[str]) -> list[str]:
+    """The private names of other Kokumi modules that ``module`` (``source``) reaches, as
+    ``line: owner.name``. ``modules`` are the dotted names of Kokumi's modules and packages."""
+    package = module if module in PACKAGES else module.rpartition(".")[0]
+    bound: dict[str, str] = {}  # local name -> the Kokumi module it stands for
+    found = []
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in modules:
+                    if alias.asname:
+                        bound[alias.asname] = alias.name
+                    else:
+                        head = alias.name.split(".")[0]
+                        bound[head] = head
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                up = parts[: len(parts) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            if base not in modules:
+                continue
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                if _is_private(alias.name):
+                    found.append(f"{node.lineno}: {full}")
+                if full in modules:
+                    bound[alias.asname or alias.name] = full
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _is_private(node.attr):
+            dotted = _dotted(node.value)
+            if dotted is None:
+                continue
+            head, _, rest = dotted.partition(".")
+            if head in bound:
+                owner = ".".join(filter(None, (bound[head], rest)))
+                if owner in modules and owner != module:
+                    found.append(f"{node.lineno}: {owner}.{node.attr}")
+    return found
 
 
 def _reaches_io(name: str, seen: set[str] | None = None) -> set[str]:
@@ -121,6 +188,48 @@ def test_the_check_sees_io_through_other_modules() -> None:
     """The closure is followed: the manager reaches Trio only through the modules it imports."""
     assert any(path.endswith("-> trio") for path in _reaches_io("kokumi.runtime.probe.checks"))
     assert not _reaches_io("kokumi.core.registry.ownership")
+
+
+def test_no_module_reaches_a_private_name_of_another() -> None:
+    """What modules share is public in the module that owns it (docs/architecture.md)."""
+    modules = frozenset(MODULES) | frozenset(PACKAGES)
+    holes = {
+        name: found
+        for name, path in sorted({**MODULES, **PACKAGES}.items())
+        if (found := _holes(name, path.read_text(), modules))
+    }
+    assert holes == {}
+
+
+def test_the_check_sees_private_names_imported_and_read() -> None:
+    """Both ways through a wall are seen, relative imports included; a module's own names,
+    dunders and the private names of other packages are not holes."""
+    modules = frozenset({"kokumi", "kokumi.a", "kokumi.a.b", "kokumi.a.c", "kokumi.d"})
+    source = """
+import kokumi.a.b
+import kokumi.d as d
+from kokumi.a import c
+from kokumi.a.b import _one, __version__, two
+from . import c as see
+from .b import _three
+from trio import _core
+
+kokumi.a.b._four
+d._five
+c._six
+see._seven
+d.__name__
+_one._not_a_module
+c.__class__._private
+"""
+    assert _holes("kokumi.a.e", source, modules) == [
+        "5: kokumi.a.b._one",
+        "7: kokumi.a.b._three",
+        "10: kokumi.a.b._four",
+        "11: kokumi.d._five",
+        "12: kokumi.a.c._six",
+        "13: kokumi.a.c._seven",
+    ]
 
 
 def _where_rows() -> list[tuple[str, list[tuple[str, list[str]]]]]:

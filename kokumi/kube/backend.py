@@ -22,9 +22,10 @@ The hub client's pool also runs its own pass over its connections (:func:`keep_c
 httpcore's closed a connection a write once the watches were open, and walked every idle
 connection twice a request.
 
-The backend is private to httpcore's pool (``_network_backend``); tests/kube/test_backend.py and
-tests/core/cluster/test_egress.py fail if it moves, so an httpcore that renames it fails CI
-loudly.
+The backend is private to httpcore's pool (``_network_backend``), and so is the pass; httpcore is
+pinned in pyproject.toml to the range tested, and tests/kube/test_backend.py (every kind of pool
+httpx makes, through each private part used here) and tests/core/cluster/test_egress.py fail if
+one moves, so an httpcore that renames one fails CI loudly.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
-__all__ = ["APIServer", "Binaries", "BuildError", "ControlPlane", "ensure_binaries"]
+__all__ = ["APIServer", "Binaries", "BuildError", "ControlPlane", "ensure_binaries", "go_build"]
 
 # Package data of kokumi.testing: found the same way in a checkout and in an installed wheel.
 GO_MODULES = Path(__file__).resolve().parent / "go"
@@ -107,7 +107,7 @@ def _cached_build(out: Path, names: Sequence[str], build: Callable[[Path], None]
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _go_build(
+def go_build(
     module_dir: Path,
     out: Path,
     binaries: Sequence[tuple[str, str]],
@@ -117,7 +117,8 @@ def _go_build(
     """Build each (package, name) into ``out`` unless there: a broken build leaves no cache.
 
     ``env`` adds to the build's environment: a module that needs a newer Go than the machine's
-    names its toolchain there (``GOTOOLCHAIN``), so no shell has to export it.
+    names its toolchain there (``GOTOOLCHAIN``), so no shell has to export it. Shared with
+    :mod:`kokumi.testing.tools`, which builds the other tools the tests run the same way.
     """
     go = shutil.which("go")
 
@@ -155,7 +156,7 @@ def ensure_binaries() -> Binaries:
     ldflags = (
         f"-s -w -X {pkg}.gitVersion={kube_version} -X {pkg}.gitMajor=1 -X {pkg}.gitMinor={minor}"
     )
-    _go_build(
+    go_build(
         GO_MODULES / "kube",
         kube_dir,
         [
@@ -164,7 +165,7 @@ def ensure_binaries() -> Binaries:
         ],
         ldflags,
     )
-    _go_build(GO_MODULES / "etcd", etcd_dir, [("go.etcd.io/etcd/server/v3", "etcd")], "-s -w")
+    go_build(GO_MODULES / "etcd", etcd_dir, [("go.etcd.io/etcd/server/v3", "etcd")], "-s -w")
     return Binaries(
         kube_apiserver=kube_dir / "kube-apiserver",
         kube_controller_manager=kube_dir / "kube-controller-manager",

@@ -17,9 +17,9 @@ from pathlib import Path
 from kokumi.testing.controlplane import (
     GO_MODULES,
     BuildError,
-    _go_build,
     cache_root,
     ensure_binaries,
+    go_build,
 )
 
 __all__ = [
@@ -51,7 +51,7 @@ def ensure_argocd_lua_health() -> Path:
     """The program that runs ``health_test.yaml`` cases through Argo CD's own Lua health code."""
     version = _module_version("argocd", "github.com/argoproj/argo-cd/v3")
     out = cache_root() / f"argocd-lua-health-{version}"
-    _go_build(
+    go_build(
         GO_MODULES / "argocd",
         out,
         [(".", "argocd-lua-health")],
@@ -68,7 +68,7 @@ def ensure_helm(version: str) -> Path:
     major = version.split(".", maxsplit=1)[0]
     out = cache_root() / f"helm-{version}"
     module = GO_MODULES / f"helm{major.removeprefix('v')}"
-    _go_build(module, out, [(f"helm.sh/helm/{major}/cmd/helm", "helm")], "-s -w")
+    go_build(module, out, [(f"helm.sh/helm/{major}/cmd/helm", "helm")], "-s -w")
     return out / "helm"
 
 
@@ -80,7 +80,7 @@ def ensure_promtool() -> Path:
     """
     version = _module_version("promtool", "github.com/prometheus/prometheus")
     out = cache_root() / f"promtool-{version}"
-    _go_build(
+    go_build(
         GO_MODULES / "promtool",
         out,
         [("github.com/prometheus/prometheus/cmd/promtool", "promtool")],

@@ -23,13 +23,13 @@ from kokumi.ui.clusters import cluster_routes
 from kokumi.ui.environments import environment_routes
 from kokumi.ui.incluster import Who, who_is
 from kokumi.ui.pages import (
-    _FILES,
+    FILES,
     UI,
     Endpoint,
-    _secure,
-    _signed_in,
-    _signin_page,
     end_session,
+    secure,
+    signed_in,
+    signin_page,
 )
 from kokumi.ui.security import (
     MAX_TOKEN,
@@ -62,7 +62,7 @@ def create_app(ui: UI) -> Guard:
         Route("/", index),
         Route("/healthz", healthz),
         sign_in,
-        Mount("/static", StaticFiles(directory=str(_FILES / "static")), name="static"),
+        Mount("/static", StaticFiles(directory=str(FILES / "static")), name="static"),
     ]
     if ui.mode == "local":
         # The session's pages under its secret path; the same paths without it answer the
@@ -82,7 +82,7 @@ def _sign_in_routes(ui: UI) -> tuple[BaseRoute, BaseRoute]:
         exchanged = ui.sessions.exchange(request.query_params.get("token", ""))
         if exchanged is None:
             log.warning("refused a sign-in: the link was used already or is wrong")
-            return _signin_page(ui, status=403, spent=True)
+            return signin_page(ui, status=403, spent=True)
         cookie, session = exchanged
         log.info("signed in with the one-time link")
         response = RedirectResponse(f"{session.base}/clusters", status_code=303)
@@ -94,14 +94,14 @@ def _sign_in_routes(ui: UI) -> tuple[BaseRoute, BaseRoute]:
             if "token" in request.query_params:
                 # Said without the token: a URL ends up in histories, proxies' logs, Referers.
                 log.warning("refused a sign-in: a token in the URL")
-                return _signin_page(
+                return signin_page(
                     ui,
                     status=400,
                     message="Refused: a token in a URL ends up in browser histories and logs: "
                     "paste it into this form instead, and make a new one, since this one was "
                     "exposed.",
                 )
-            return _signin_page(ui, status=200)
+            return signin_page(ui, status=200)
         form = await request.form(max_files=0, max_fields=4, max_part_size=MAX_TOKEN)
         try:
             given = form.get("token")
@@ -112,12 +112,12 @@ def _sign_in_routes(ui: UI) -> tuple[BaseRoute, BaseRoute]:
         if isinstance(who, tuple):
             refusal, status = who
             log.warning("refused a sign-in: %s", refusal)
-            return _signin_page(ui, status=status, message=f"Refused: {refusal}.")
+            return signin_page(ui, status=status, message=f"Refused: {refusal}.")
         assert isinstance(ui.sessions, SealedSessions)
         cookie, _ = ui.sessions.start(who.user, token=token)
         if len(cookie) > sessioncookie.MAX_COOKIE:
             log.warning("refused a sign-in as %s: the token is too long for a cookie", who.user)
-            return _signin_page(
+            return signin_page(
                 ui,
                 status=400,
                 message="Refused: this token is too long to keep in a session cookie (at most "
@@ -127,7 +127,7 @@ def _sign_in_routes(ui: UI) -> tuple[BaseRoute, BaseRoute]:
         log.info("signed in as %s with a bearer token", who.user)
         response = RedirectResponse("/clusters", status_code=303)
         response.headers.append(
-            "set-cookie", ui.sessions.cookie_header(cookie, secure=_secure(request))
+            "set-cookie", ui.sessions.cookie_header(cookie, secure=secure(request))
         )
         return response
 
@@ -136,14 +136,14 @@ def _sign_in_routes(ui: UI) -> tuple[BaseRoute, BaseRoute]:
 
     async def sign_out(request: Request, session: Session, hub: Client) -> Response:
         await end_session(ui, request)
-        response = _signin_page(ui, status=200, title="Signed out", out=True)
-        response.headers.append("set-cookie", clear_cookie(secure=_secure(request)))
+        response = signin_page(ui, status=200, title="Signed out", out=True)
+        response.headers.append("set-cookie", clear_cookie(secure=secure(request)))
         return response
 
     sign_in: Endpoint = {"local": local_sign_in, "token": token_sign_in}.get(ui.mode, proxy_sign_in)
     return (
         Route("/signin", sign_in, methods=["GET", "POST"] if ui.mode == "token" else ["GET"]),
-        Route("/signout", _signed_in(ui, sign_out), methods=["POST"]),
+        Route("/signout", signed_in(ui, sign_out), methods=["POST"]),
     )
 
 

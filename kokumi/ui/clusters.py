@@ -35,11 +35,11 @@ from kokumi.ui.pages import (
     UI,
     Listed,
     Lists,
-    _error,
-    _listed_namespace,
-    _named,
-    _page,
-    _signed_in,
+    error_page,
+    listed_namespace,
+    named,
+    page,
+    signed_in,
     still_signed_in,
 )
 from kokumi.ui.security import MAX_TOKEN, Session
@@ -75,13 +75,13 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
     async def clusters(request: Request, session: Session, hub: Client) -> Response:
         query = clusterview.parse_query(request.query_params)
         if isinstance(query, str):
-            return _error(session, newcluster.Refused(query), status=400)
-        if (refused := _listed_namespace(session, query.namespace)) is not None:
+            return error_page(session, newcluster.Refused(query), status=400)
+        if (refused := listed_namespace(session, query.namespace)) is not None:
             return refused
         shown, scope, error, age, looked = await _list_page(ui, session, hub, query)
         if query.namespace and not error:
             session.namespaces = sessioncookie.remembered(session.namespaces, query.namespace)
-        return _page(
+        return page(
             "clusters.html",
             {
                 "title": "Clusters",
@@ -113,16 +113,16 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
         keys = [k.strip() for k in params.get("labels", "").split(",") if k.strip()]
         refused = query if isinstance(query, str) else _label_key_problem(keys)
         if refused:
-            return _error(session, newcluster.Refused(refused), status=400)
+            return error_page(session, newcluster.Refused(refused), status=400)
         assert isinstance(query, clusterview.Query)
-        if (wrong := _listed_namespace(session, query.namespace)) is not None:
+        if (wrong := listed_namespace(session, query.namespace)) is not None:
             return wrong
         listed, error, age = await _every(ui, session, hub, query.namespace, query.selector)
         sources, note = await _sources(hub, query.namespace, listed.rows)
         view = clusterview.overview(
             listed.rows, sources, label_keys=keys, source_label=SOURCE_LABEL
         )
-        return _page(
+        return page(
             "overview.html",
             {"title": "Overview", "session": session, "view": view, "q": query,
              "labels": ",".join(keys), "scope": listed.scope, "error": error, "note": note,
@@ -136,13 +136,13 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
         except NotFound:
             return _missing(session, namespace, name)
         except KubeError as exc:
-            return _error(
+            return error_page(
                 session, newcluster.api_error(f"cannot read Cluster {namespace}/{name}", exc)
             )
         except newcluster.Refused as refused:
-            return _error(session, refused)
+            return error_page(session, refused)
         context = _cluster_context(facts, ui.argocd_namespace, ui.clock())
-        return _page(
+        return page(
             "cluster.html",
             {"title": f"Cluster {name}", "session": session, "refresh": REFRESH,
              "live": live_url(session.base, [context["row"]]), **context},
@@ -155,7 +155,7 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
         except NotFound:
             return _missing(session, namespace, name)
         except KubeError as exc:
-            return _error(
+            return error_page(
                 session, newcluster.api_error(f"cannot read Cluster {namespace}/{name}", exc)
             )
         labels = (current["metadata"].get("labels")) or {}
@@ -178,7 +178,7 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
                 return RedirectResponse(
                     f"{session.base}/clusters/{namespace}/{name}", status_code=303
                 )
-        return _page(
+        return page(
             "edit.html",
             {"title": f"Edit {name}", "session": session, "namespace": namespace, "name": name,
              "values": values, "error": error},
@@ -206,7 +206,7 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
                     return RedirectResponse(
                         f"{session.base}/clusters?namespace={namespace}", status_code=303
                     )
-        return _page(
+        return page(
             "delete.html",
             {"title": f"Delete {name}", "session": session, "namespace": namespace,
              "name": name, "error": error,
@@ -235,7 +235,7 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
                 ui.lists.forget(session)
                 return RedirectResponse(session.base + outcome, status_code=303)
             errors, contexts = outcome
-        return _page(
+        return page(
             "new.html",
             {"title": "New Cluster", "session": session, "values": values, "errors": errors,
              "contexts": contexts, "in_cluster_server": IN_CLUSTER_SERVER},
@@ -245,20 +245,20 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
     both = ["GET", "POST"]
     limit = newcluster.MAX_CLUSTER_NAME
     return [
-        Route("/clusters", _signed_in(ui, clusters)),
-        Route("/clusters/live", _signed_in(ui, live)),
-        Route("/overview", _signed_in(ui, overview)),
-        Route("/clusters/new", _signed_in(ui, new), methods=both),
-        Route("/clusters/{namespace}/{name}", _signed_in(ui, _named("Cluster", cluster, limit))),
-        Route("/clusters/{namespace}/{name}/edit", _signed_in(ui, _named("Cluster", edit, limit)),
+        Route("/clusters", signed_in(ui, clusters)),
+        Route("/clusters/live", signed_in(ui, live)),
+        Route("/overview", signed_in(ui, overview)),
+        Route("/clusters/new", signed_in(ui, new), methods=both),
+        Route("/clusters/{namespace}/{name}", signed_in(ui, named("Cluster", cluster, limit))),
+        Route("/clusters/{namespace}/{name}/edit", signed_in(ui, named("Cluster", edit, limit)),
               methods=both),
         Route("/clusters/{namespace}/{name}/delete",
-              _signed_in(ui, _named("Cluster", delete, limit)), methods=both),
+              signed_in(ui, named("Cluster", delete, limit)), methods=both),
     ]  # fmt: skip
 
 
 def _missing(session: Session, namespace: str, name: str) -> HTMLResponse:
-    return _error(
+    return error_page(
         session,
         newcluster.Refused(
             f"no Cluster {name} in namespace {namespace}: it was deleted, or you may not read it"

@@ -13,7 +13,7 @@ from starlette.routing import BaseRoute, Route
 from kokumi.core import api, clusterview, sessioncookie
 from kokumi.kube.client import NAMESPACES, Client
 from kokumi.kube.errors import Forbidden, KubeError, NotFound
-from kokumi.ui.pages import REFRESH, UI, _error, _listed_namespace, _named, _page, _signed_in
+from kokumi.ui.pages import REFRESH, UI, error_page, listed_namespace, named, page, signed_in
 from kokumi.ui.security import Session
 from kokumi.workspace import newcluster
 
@@ -23,7 +23,7 @@ __all__ = ["environment_routes"]
 def environment_routes(ui: UI) -> list[BaseRoute]:
     async def environments(request: Request, session: Session, hub: Client) -> Response:
         namespace = request.query_params.get("namespace", "").strip()
-        if (refused := _listed_namespace(session, namespace)) is not None:
+        if (refused := listed_namespace(session, namespace)) is not None:
             return refused
         views: list[clusterview.EnvironmentView] = []
         error = ""
@@ -42,7 +42,7 @@ def environment_routes(ui: UI) -> list[BaseRoute]:
             where = f"namespace {namespace}" if namespace else "all namespaces"
             error = str(newcluster.api_error(f"cannot list Environments in {where}", exc))
         views.sort(key=lambda v: (v.namespace, v.name))
-        return _page(
+        return page(
             "environments.html",
             {"title": "Environments", "session": session, "views": views,
              "namespace": namespace, "error": error, "looked": looked},
@@ -55,24 +55,22 @@ def environment_routes(ui: UI) -> list[BaseRoute]:
             items = (await hub.list(api.CLUSTERS, namespace=namespace))["items"]
         except NotFound:
             missing = newcluster.Refused(f"no Environment {name} in namespace {namespace}")
-            return _error(session, missing, status=404)
+            return error_page(session, missing, status=404)
         except KubeError as exc:
-            return _error(
+            return error_page(
                 session, newcluster.api_error(f"cannot read Environment {namespace}/{name}", exc)
             )
         view = clusterview.environment_view(env, items)
         rows = {r.name: r for r in (clusterview.row(c, ui.clock()) for c in items)}
-        return _page(
+        return page(
             "environment.html",
             {"title": f"Environment {name}", "session": session, "view": view, "rows": rows,
              "refresh": REFRESH},
         )  # fmt: skip
 
     return [
-        Route("/environments", _signed_in(ui, environments)),
-        Route(
-            "/environments/{namespace}/{name}", _signed_in(ui, _named("Environment", environment))
-        ),
+        Route("/environments", signed_in(ui, environments)),
+        Route("/environments/{namespace}/{name}", signed_in(ui, named("Environment", environment))),
     ]
 
 

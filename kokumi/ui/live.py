@@ -4,7 +4,7 @@ The list and a Cluster's page are whole without script (they reload every
 :data:`~kokumi.ui.pages.REFRESH` seconds inside ``<noscript>``); with script, ``/static/live.js``
 opens ``/clusters/live?c=NAMESPACE/NAME&...`` for the Clusters the page shows and writes each
 change into their cells. The stream is a page of the session like any other (through
-``_signed_in``), so every request it makes acts as the user, under their RBAC.
+``signed_in``), so every request it makes acts as the user, under their RBAC.
 
 What one open page costs the hub: one ``limit=1`` list per watched namespace to learn the
 collection's resourceVersion (never the Clusters themselves: no synthetic ADDED for each of
@@ -399,7 +399,7 @@ async def live_response(
 ) -> Response:  # fmt: skip
     """The stream for ``?c=`` of ``request``: resumed from its ``Last-Event-ID``, else after a
     first list of each watched namespace as the user. A 401 for the user's own token is raised,
-    for ``_signed_in`` to end the session as on any page; a 403 or a failing hub answers one
+    for ``signed_in`` to end the session as on any page; a 403 or a failing hub answers one
     ``fallback`` event."""
     shown = parse_shown(request.query_params.getlist("c"))
     if isinstance(shown, str):

@@ -4,7 +4,7 @@ Server-rendered HTML (Jinja2, autoescaped) that needs no script, so the Content-
 forbids every script but the UI's own live status (:mod:`kokumi.ui.live`). A refusal is one line
 under the field it is about; a kubeconfig, a token or a key is never put back into a page, not
 even into the form after a failed attempt. Every page but the sign-in's goes through
-:func:`_signed_in`, which finds the session, checks the CSRF token of an unsafe request, and
+:func:`signed_in`, which finds the session, checks the CSRF token of an unsafe request, and
 hands the page the client that acts as the session's user; a page whose calls the API server
 answers 401 for the user's own token ends the session instead, back at the sign-in with one
 line, since every other page would be refused too. Apart from the routes so that the Clusters'
@@ -47,6 +47,7 @@ from kokumi.ui.security import (
 from kokumi.workspace import newcluster
 
 __all__ = [
+    "FILES",
     "LISTS",
     "LISTS_PER_USER",
     "LIST_BYTES",
@@ -57,7 +58,14 @@ __all__ = [
     "UI",
     "Listed",
     "Lists",
+    "error_page",
+    "listed_namespace",
+    "named",
+    "page",
     "row_bytes",
+    "secure",
+    "signed_in",
+    "signin_page",
     "still_signed_in",
 ]
 
@@ -103,9 +111,10 @@ _ROW_ORDERS: Final = 2 * 6 * 8
 """Per row, the sorted copies a kept list may grow (:meth:`Listed.ordered`: each of the six
 columns both ways, a pointer each): counted when the list is kept, not when they are made."""
 
-_FILES = importlib.resources.files("kokumi.ui")
+FILES = importlib.resources.files("kokumi.ui")
+"""The UI's package data: the templates here, the static files the app serves."""
 _ENV: Final = jinja2.Environment(
-    loader=jinja2.FunctionLoader(lambda name: (_FILES / "templates" / name).read_text("utf-8")),
+    loader=jinja2.FunctionLoader(lambda name: (FILES / "templates" / name).read_text("utf-8")),
     autoescape=True,
     undefined=jinja2.StrictUndefined,
 )
@@ -303,8 +312,9 @@ class UI:
 # --- sessions ---------------------------------------------------------------------------------
 
 
-def _secure(request: Request) -> bool:
-    """Whether the browser reached us over TLS: directly, or through a proxy that says so."""
+def secure(request: Request) -> bool:
+    """Whether the browser reached us over TLS: directly, or through a proxy that says so. The
+    app's sign-in and sign-out set their cookies by it too."""
     forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
     return request.url.scheme == "https" or forwarded == "https"
 
@@ -313,8 +323,9 @@ def _refused(text: str, status: int) -> Response:
     return PlainTextResponse(text, status_code=status)
 
 
-def _signin_page(ui: UI, *, status: int = 401, **context: Any) -> HTMLResponse:
-    return _page(
+def signin_page(ui: UI, *, status: int = 401, **context: Any) -> HTMLResponse:
+    """The sign-in, as the app's route shows it and as a page without a session falls back to."""
+    return page(
         "signin.html",
         {"title": "Sign in", "session": None, "mode": ui.mode, "message": "", **context},
         status=status,
@@ -334,11 +345,14 @@ def _proxy_session(ui: UI, request: Request) -> tuple[Session, str | None] | Res
     fresh = None
     if session is None or session.user != identity.user:
         cookie, session = ui.sessions.start(identity.user, groups=identity.groups)
-        fresh = ui.sessions.cookie_header(cookie, secure=_secure(request))
+        fresh = ui.sessions.cookie_header(cookie, secure=secure(request))
     return attrs.evolve(session, identity=identity), fresh
 
 
-def _signed_in(ui: UI, handler: Handler) -> Endpoint:
+def signed_in(ui: UI, handler: Handler) -> Endpoint:
+    """``handler`` as a route of the session's (module docstring): every page module wraps its
+    routes in it, so none of them reaches the hub but as the signed-in user."""
+
     async def endpoint(request: Request) -> Response:
         fresh = None
         await _heed_sign_outs(ui)
@@ -356,7 +370,7 @@ def _signed_in(ui: UI, handler: Handler) -> Endpoint:
             else:
                 looked_up = ui.sessions.get(cookie)
             if looked_up is None:
-                return _signin_page(ui)
+                return signin_page(ui)
             session = looked_up
         hub = ui.client_for(session)
         refused = _Refusals(hub.observer)
@@ -373,7 +387,7 @@ def _signed_in(ui: UI, handler: Handler) -> Endpoint:
         if refused.unauthorized:
             return await _token_refused(ui, request, session)
         if session.namespaces != looked_in:
-            fresh = ui.sessions.updated(session, secure=_secure(request)) or fresh
+            fresh = ui.sessions.updated(session, secure=secure(request)) or fresh
         if fresh is not None:
             response.headers.append("set-cookie", fresh)
         return response
@@ -459,15 +473,15 @@ async def _token_refused(ui: UI, request: Request, session: Session) -> Response
     session ends and its cookie is cleared, rather than every page saying Unauthorized."""
     await end_session(ui, request)
     log.warning("ended the session of %s: the API server no longer accepts its token", session.user)
-    response = _signin_page(ui, status=401, message=REVOKED_LINE)
-    response.headers.append("set-cookie", clear_cookie(secure=_secure(request)))
+    response = signin_page(ui, status=401, message=REVOKED_LINE)
+    response.headers.append("set-cookie", clear_cookie(secure=secure(request)))
     return response
 
 
 # --- shared by the pages ----------------------------------------------------------------------
 
 
-def _named(kind: str, handler: Handler, limit: int = 253) -> Handler:
+def named(kind: str, handler: Handler, limit: int = 253) -> Handler:
     """``handler`` of a route that names one object: a namespace or a name that no object can
     have (``..``, ``.``, ``Upper``) is a 404 page, never a segment of a request's path, where a
     dot-segment would name another resource than the one asked for."""
@@ -477,23 +491,25 @@ def _named(kind: str, handler: Handler, limit: int = 253) -> Handler:
             newcluster.check_namespace(request.path_params["namespace"])
             newcluster.check_object_name(kind, request.path_params["name"], limit)
         except newcluster.Refused as refused:
-            return _error(session, refused, status=404)
+            return error_page(session, refused, status=404)
         return await handler(request, session, hub)
 
     return named
 
 
-def _listed_namespace(session: Session, namespace: str) -> HTMLResponse | None:
+def listed_namespace(session: Session, namespace: str) -> HTMLResponse | None:
     """The 400 page for a ``?namespace=`` that no namespace can have; None for a good one."""
     try:
         if namespace:
             newcluster.check_namespace(namespace)
     except newcluster.Refused as refused:
-        return _error(session, refused, status=400)
+        return error_page(session, refused, status=400)
     return None
 
 
-def _page(template: str, context: Mapping[str, Any], *, status: int = 200) -> HTMLResponse:
+def page(template: str, context: Mapping[str, Any], *, status: int = 200) -> HTMLResponse:
+    """``template`` rendered with what every page's layout needs (the session's CSRF token, the
+    base path); every page module renders through it."""
     context = {"refresh": 0, "csrf": "", "base": "", "live": "", **context}
     session = context.get("session")
     if isinstance(session, Session):
@@ -502,8 +518,9 @@ def _page(template: str, context: Mapping[str, Any], *, status: int = 200) -> HT
     return HTMLResponse(_ENV.get_template(template).render(**context), status_code=status)
 
 
-def _error(session: Session, refused: newcluster.Refused, *, status: int = 502) -> HTMLResponse:
-    return _page(
+def error_page(session: Session, refused: newcluster.Refused, *, status: int = 502) -> HTMLResponse:
+    """The page of one refusal's line, the same on every page module's route."""
+    return page(
         "error.html", {"title": "Refused", "session": session, "message": str(refused)},
         status=status,
     )  # fmt: skip

@@ -103,13 +103,13 @@ async def test_a_secret_of_2000_contexts_is_read_off_the_loop_and_cut_at_the_bou
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     on_loop: list[bool] = []
-    load = events._load
+    load = events.load
 
     def watched(text: str | bytes) -> object:
         on_loop.append(threading.current_thread() is threading.main_thread())
         return load(text)
 
-    monkeypatch.setattr(reader, "_load", watched)
+    monkeypatch.setattr(reader, "load", watched)
     fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS, "team"))
     fake.put(_source())
     fake.put(_secret("many", shared(2_000)))

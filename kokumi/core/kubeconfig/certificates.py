@@ -17,9 +17,9 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 
-from kokumi.core.kubeconfig.connection import Code, _Entry, _refuse
+from kokumi.core.kubeconfig.connection import Code, Entry, refuse
 
-__all__ = []
+__all__ = ["certificate_authority", "client_certificate"]
 
 _PRIVATE_KEY_PEM: Final = re.compile(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
 
@@ -28,13 +28,13 @@ _CERTIFICATE_PEM: Final = b"-----BEGIN CERTIFICATE-----"
 _CURVES: Final = frozenset({"secp256r1", "secp384r1", "secp521r1"})  # those Go's TLS signs with
 
 
-def _decode(value: str, owner: _Entry, field: str, code: Code) -> bytes:
+def _decode(value: str, owner: Entry, field: str, code: Code) -> bytes:
     """Base64 as client-go reads it: the standard alphabet, padded, line breaks ignored."""
     path = owner.path(field)
     try:
         data = base64.b64decode(value.replace("\r", "").replace("\n", ""), validate=True)
     except (binascii.Error, ValueError):
-        _refuse(
+        refuse(
             code,
             f"{owner} has {field} that is not base64 ({path}): put the base64 of the PEM file "
             "there, e.g. from base64 -w0",
@@ -45,23 +45,25 @@ def _decode(value: str, owner: _Entry, field: str, code: Code) -> bytes:
         except (binascii.Error, ValueError):
             twice = b""
         if b"-----BEGIN " in twice:
-            _refuse(code, f"{owner} has {field} encoded in base64 twice ({path}): decode it once")
+            refuse(code, f"{owner} has {field} encoded in base64 twice ({path}): decode it once")
     return data
 
 
-def _certificate_authority(value: str, owner: _Entry) -> bytes:
+def certificate_authority(value: str, owner: Entry) -> bytes:
+    """The PEM bundle of ``certificate-authority-data``, or refused naming ``owner``; the reader
+    calls it for each cluster it reads."""
     field = "certificate-authority-data"
     path = owner.path(field)
     code = Code.INVALID_CERTIFICATE_AUTHORITY
     data = _decode(value, owner, field, code)
     if _PRIVATE_KEY_PEM.search(data):
-        _refuse(
+        refuse(
             code,
             f"{owner} has a private key in {field} ({path}): keep only the CA's certificates "
             "there, and replace the key, since it has been shared",
         )
     if _CERTIFICATE_PEM not in data:
-        _refuse(
+        refuse(
             code,
             f"{owner} has {field} that holds no PEM certificate ({path}): put the base64 of the "
             "CA's PEM certificates there",
@@ -69,7 +71,7 @@ def _certificate_authority(value: str, owner: _Entry) -> bytes:
     try:
         x509.load_pem_x509_certificates(data)
     except ValueError:
-        _refuse(
+        refuse(
             code,
             f"{owner} has {field} with a certificate that does not parse ({path}): put the "
             "base64 of the CA's PEM certificates there",
@@ -77,19 +79,21 @@ def _certificate_authority(value: str, owner: _Entry) -> bytes:
     return data
 
 
-def _client_certificate(
-    certificate_data: str | None, key_data: str | None, owner: _Entry
+def client_certificate(
+    certificate_data: str | None, key_data: str | None, owner: Entry
 ) -> tuple[bytes | None, bytes | None]:
+    """The PEM certificate and key of a user, matched, or refused naming ``owner``; the reader
+    calls it for each user it reads."""
     if certificate_data is None and key_data is None:
         return None, None
     if key_data is None:
-        _refuse(
+        refuse(
             Code.INCOMPLETE_CLIENT_CERTIFICATE,
             f"{owner} has client-certificate-data but no client-key-data "
             f"({owner.path('client-key-data')}): add the key the certificate was issued for",
         )
     if certificate_data is None:
-        _refuse(
+        refuse(
             Code.INCOMPLETE_CLIENT_CERTIFICATE,
             f"{owner} has client-key-data but no client-certificate-data "
             f"({owner.path('client-certificate-data')}): add the certificate issued for the key",
@@ -99,7 +103,7 @@ def _client_certificate(
     code = Code.INVALID_CLIENT_CERTIFICATE
     certificate_pem = _decode(certificate_data, owner, field, code)
     if _CERTIFICATE_PEM not in certificate_pem:
-        _refuse(
+        refuse(
             code,
             f"{owner} has {field} that holds no PEM certificate ({owner.path(field)}): put the "
             "base64 of the client's PEM certificate there",
@@ -109,7 +113,7 @@ def _client_certificate(
         leaf = x509.load_pem_x509_certificates(certificate_pem)[0]
         public_key = leaf.public_key()
     except (ValueError, UnsupportedAlgorithm):
-        _refuse(
+        refuse(
             code,
             f"{owner} has {field} with a certificate that does not parse ({owner.path(field)}): "
             "put the base64 of the client's PEM certificate there",
@@ -120,7 +124,7 @@ def _client_certificate(
     path = owner.path(field)
     key_pem = _decode(key_data, owner, field, code)
     if not _PRIVATE_KEY_PEM.search(key_pem):
-        _refuse(
+        refuse(
             code,
             f"{owner} has {field} that holds no PEM private key ({path}): put the base64 of the "
             "client's PEM private key there",
@@ -132,20 +136,20 @@ def _client_certificate(
             key_pem, password=None, unsafe_skip_rsa_key_validation=True
         )
     except TypeError:
-        _refuse(
+        refuse(
             code,
             f"{owner} has {field} that is encrypted ({path}): store the key unencrypted, e.g. "
             "from openssl pkey -in key.pem",
         )
     except (ValueError, UnsupportedAlgorithm):
-        _refuse(
+        refuse(
             code,
             f"{owner} has {field} with a private key that does not parse ({path}): put the "
             "base64 of the client's PEM private key there",
         )
     _check_key_type(key, owner)
     if not _signs_for(key, public_key):
-        _refuse(
+        refuse(
             Code.CLIENT_KEY_MISMATCH,
             f"{owner} has a client key that does not belong to its client certificate ({path}): "
             "use the key the certificate was issued for",
@@ -153,11 +157,11 @@ def _client_certificate(
     return certificate_pem, key_pem
 
 
-def _check_key_type(key: object, owner: _Entry) -> None:
+def _check_key_type(key: object, owner: Entry) -> None:
     path = owner.path("client-key-data")
     if isinstance(key, rsa.RSAPrivateKey):
         if not 1024 <= key.key_size <= 8192:
-            _refuse(
+            refuse(
                 Code.INVALID_CLIENT_KEY,
                 f"{owner} has an RSA client key of {key.key_size} bits ({path}): use one of "
                 "1024 to 8192 bits, as Kubernetes clients accept",
@@ -165,7 +169,7 @@ def _check_key_type(key: object, owner: _Entry) -> None:
         return
     if isinstance(key, ec.EllipticCurvePrivateKey):
         if key.curve.name not in _CURVES:
-            _refuse(
+            refuse(
                 Code.INVALID_CLIENT_KEY,
                 f"{owner} has an EC client key on a curve TLS clients do not sign with ({path}): "
                 "use P-256, P-384 or P-521",
@@ -173,7 +177,7 @@ def _check_key_type(key: object, owner: _Entry) -> None:
         return
     if isinstance(key, ed25519.Ed25519PrivateKey):
         return
-    _refuse(
+    refuse(
         Code.INVALID_CLIENT_KEY,
         f"{owner} has a client key of a type TLS clients do not sign with ({path}): use an RSA, "
         "ECDSA or Ed25519 key",

@@ -16,7 +16,24 @@ import attrs
 from kokumi.core.reasons import Reason
 from kokumi.core.text import quoted, type_name
 
-__all__ = ["Code", "Connection", "KubeconfigRefused", "MAX_SIZE", "REASON", "Refusal"]
+__all__ = [
+    "FLATTEN",
+    "MAX_SIZE",
+    "REASON",
+    "TOP",
+    "Body",
+    "Code",
+    "Connection",
+    "Entry",
+    "KubeconfigRefused",
+    "Owner",
+    "Refusal",
+    "Refused",
+    "present",
+    "refuse",
+    "string",
+    "wrong_type",
+]
 
 REASON: Final = Reason.INVALID_KUBECONFIG
 """The Reason of a Cluster's Ready condition for every refusal; the message tells them apart."""
@@ -117,24 +134,31 @@ class KubeconfigRefused(ValueError):
         self.refusal = refusal
 
 
-class _Refused(Exception):
-    """Carries a Refusal out of deep checks; never leaves this module."""
+class Refused(Exception):
+    """Carries a Refusal out of deep checks. Shared with the reader, which catches it, and the
+    modules it raises from; the reader's entry points turn it into a Refusal, so it never leaves
+    the package."""
 
     def __init__(self, refusal: Refusal) -> None:
         super().__init__(refusal.code)
         self.refusal = refusal
 
 
-def _refuse(code: Code, message: str) -> NoReturn:
-    raise _Refused(Refusal(code.value, message))
+def refuse(code: Code, message: str) -> NoReturn:
+    """How every part of the reader (events, certificates, the walk) refuses: one exception, so
+    one place catches them all."""
+    raise Refused(Refusal(code.value, message))
 
 
-_Body = dict[object, object]
+Body = dict[object, object]
+"""A mapping of the document as read: shared by the reader's walk and its field helpers here."""
 
 
 @attrs.frozen
-class _Entry:
-    """One named entry of a list, as messages name it: ``user "kokumi"`` and ``users[].user``."""
+class Entry:
+    """One named entry of a list, as messages name it: ``user "kokumi"`` and ``users[].user``.
+
+    Shared with the reader and the certificates, whose messages name entries the same way."""
 
     kind: str  # context, cluster, user
     name: str
@@ -157,26 +181,32 @@ class _Top:
         return field or ""
 
 
-_TOP: Final = _Top()
+TOP: Final = _Top()
+"""The document as the owner of its top-level fields, for the reader's messages."""
 
-_Owner = _Entry | _Top
+Owner = Entry | _Top
+"""Whatever holds a field a message names: an entry or the document."""
 
-_FLATTEN: Final = "e.g. with kubectl config view --minify --flatten"
+FLATTEN: Final = "e.g. with kubectl config view --minify --flatten"
+"""The fix for a kubeconfig that points at files, quoted by the reader and the event reader."""
 
 
-def _present(value: object) -> bool:
-    """Set to something: kubectl treats null, "" and empty lists or mappings as absent."""
+def present(value: object) -> bool:
+    """Set to something: kubectl treats null, "" and empty lists or mappings as absent. Here
+    beside :func:`string` so the reader's walk reads every field through one set of helpers."""
     if value is None:
         return False
     return not (isinstance(value, str | list | dict) and len(value) == 0)
 
 
-def _string(body: _Body, key: str, owner: _Owner) -> str | None:
+def string(body: Body, key: str, owner: Owner) -> str | None:
+    """``body[key]`` as a string, or None when absent or empty; refused when another type, in
+    the words every field of the reader uses."""
     value = body.get(key)
     if value is None or value == "":
         return None
     if not isinstance(value, str):
-        _wrong_type(owner, key, owner.path(key), value, "string")
+        wrong_type(owner, key, owner.path(key), value, "string")
     return value
 
 
@@ -188,8 +218,9 @@ _FIXES: Final = {
 }
 
 
-def _wrong_type(owner: _Owner, key: str, path: str, value: object, expected: str) -> NoReturn:
-    _refuse(
+def wrong_type(owner: Owner, key: str, path: str, value: object, expected: str) -> NoReturn:
+    """One message for a field of the wrong type, wherever the reader meets it."""
+    refuse(
         Code.WRONG_TYPE,
         f"{owner} has {key} as {type_name(value, 'yaml')}, not a {expected} ({path}): "
         f"{_FIXES[expected]}",

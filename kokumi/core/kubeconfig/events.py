@@ -15,10 +15,10 @@ from typing import Final, NoReturn
 
 import yaml
 
-from kokumi.core.kubeconfig.connection import _FLATTEN, MAX_SIZE, Code, _refuse
+from kokumi.core.kubeconfig.connection import FLATTEN, MAX_SIZE, Code, refuse
 from kokumi.core.text import quoted
 
-__all__ = ["MAX_DEPTH", "MAX_EVENTS", "MAX_NUMBER", "PARSE_BUDGET", "too_complex"]
+__all__ = ["MAX_DEPTH", "MAX_EVENTS", "MAX_NUMBER", "PARSE_BUDGET", "load", "too_complex"]
 
 _Loader: Final = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # Only its parser is used (libyaml's is ten times faster): _compose builds the document.
@@ -26,10 +26,11 @@ _Loader: Final = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _QUOTED: Final = re.compile(r"'(?!<)[^']*'|\"[^\"]*\"")
 
 
-def _load(text: str | bytes) -> object:
+def load(text: str | bytes) -> object:
+    """The document of ``text``, within the bounds above, or refused; the reader's one way in."""
     size = len(text) if isinstance(text, bytes) or text.isascii() else _utf8_size(text)
     if size > MAX_SIZE:
-        _refuse(
+        refuse(
             Code.TOO_LARGE,
             "the kubeconfig is larger than 1 MiB: keep only the context Kokumi uses, with its "
             "cluster and user, e.g. with kubectl config view --minify --flatten",
@@ -38,7 +39,7 @@ def _load(text: str | bytes) -> object:
         try:
             text = text.decode("utf-8-sig")
         except UnicodeDecodeError:
-            _refuse(Code.NOT_YAML, "the kubeconfig is not UTF-8 text: save it as UTF-8")
+            refuse(Code.NOT_YAML, "the kubeconfig is not UTF-8 text: save it as UTF-8")
     document: object
     if text.lstrip().startswith("{"):
         # client-go reads JSON as JSON; PyYAML's YAML 1.1 rejects some valid JSON (tabs, "\/").
@@ -63,12 +64,12 @@ def _load(text: str | bytes) -> object:
     try:
         document = _compose(text)
     except yaml.MarkedYAMLError as error:
-        _refuse(
+        refuse(
             Code.NOT_YAML,
             f"the kubeconfig is not valid YAML or JSON{_where(error)}: fix its syntax",
         )
     except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError):
-        _refuse(
+        refuse(
             Code.NOT_YAML,
             "the kubeconfig is not valid YAML or JSON (a value cannot be read): fix its syntax",
         )
@@ -146,16 +147,16 @@ def _compose(text: str) -> object:
     result: object = None
     for count, event in enumerate(yaml.parse(text, Loader=_Loader)):
         if count >= MAX_EVENTS:
-            _refuse(
+            refuse(
                 Code.TOO_COMPLEX,
                 f"the kubeconfig holds more than {MAX_EVENTS:,} YAML values, mappings and "
                 f"lists: keep only the contexts Kokumi uses, with their clusters and users, "
-                f"{_FLATTEN}",
+                f"{FLATTEN}",
             )
         if count % _BUDGET_EVERY == 0 and time.thread_time() - started > PARSE_BUDGET:
             too_complex()
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-            _refuse(
+            refuse(
                 Code.NOT_YAML,
                 f"the kubeconfig uses YAML anchors or aliases (&, *){_at(event)}, which a "
                 "kubeconfig has no need of: write each value out",
@@ -173,7 +174,7 @@ def _compose(text: str) -> object:
         elif isinstance(event, yaml.CollectionStartEvent):
             _check_tag(event, _MAP if isinstance(event, yaml.MappingStartEvent) else _SEQ)
             if len(stack) >= MAX_DEPTH:
-                _refuse(
+                refuse(
                     Code.NOT_YAML,
                     f"the kubeconfig nests deeper than {MAX_DEPTH} levels: a kubeconfig is a "
                     "few levels deep; write it as kubectl config view --minify --flatten does",
@@ -199,7 +200,7 @@ def _compose(text: str) -> object:
             if isinstance(value, list | dict):
                 _syntax(event, "found a mapping or a list as a key")
             if value == "<<" and isinstance(event, yaml.ScalarEvent) and not event.style:
-                _refuse(
+                refuse(
                     Code.NOT_YAML,
                     f"the kubeconfig uses a YAML merge key (<<){_at(event)}, which a kubeconfig "
                     "has no need of: write the mapping out",
@@ -218,10 +219,10 @@ _NO_KEY: Final = object()
 
 def too_complex() -> NoReturn:
     """Refuse a read past :data:`PARSE_BUDGET`: the backstop beside the deterministic bounds."""
-    _refuse(
+    refuse(
         Code.TOO_COMPLEX,
         f"reading the kubeconfig took more than {PARSE_BUDGET:g} s of CPU: keep only the "
-        f"context Kokumi uses, with its cluster and user, {_FLATTEN}",
+        f"context Kokumi uses, with its cluster and user, {FLATTEN}",
     )
 
 
@@ -234,7 +235,7 @@ def _syntax(event: yaml.Event, problem: str) -> NoReturn:
     """Refused as PyYAML's composer would have: where, and its words (never the value)."""
     mark = event.start_mark
     where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-    _refuse(
+    refuse(
         Code.NOT_YAML,
         f"the kubeconfig is not valid YAML or JSON ({where}{problem}): fix its syntax",
     )
@@ -263,7 +264,7 @@ def _repeated_key(key: object, where: str) -> NoReturn:
     reach another server than the next reader of the Secret does.
     """
     named = f"the key {quoted(key)}" if isinstance(key, str) and key in _FIELDS else "a key"
-    _refuse(
+    refuse(
         Code.DUPLICATE_KEY,
         f"the kubeconfig has {named} twice in one mapping{where}, and readers differ on which "
         "value counts: keep one",
@@ -342,7 +343,7 @@ def _resolve(value: str) -> object:
     if not value or value[0] not in "+-.0123456789":
         return value
     if len(value) > MAX_NUMBER and (_INT.fullmatch(value) or _FLOAT.fullmatch(value)):
-        _refuse(
+        refuse(
             Code.NOT_YAML,
             f"the kubeconfig holds a number longer than {MAX_NUMBER} characters, which no "
             "kubeconfig field is: quote it if it is text",
@@ -374,7 +375,7 @@ def _utf8_size(text: str) -> int:
 
 def _nonempty(document: object) -> object:
     if document is None:
-        _refuse(Code.EMPTY, "the kubeconfig is empty: store the kubeconfig itself in the Secret")
+        refuse(Code.EMPTY, "the kubeconfig is empty: store the kubeconfig itself in the Secret")
     return document
 
 

@@ -25,24 +25,24 @@ from urllib.parse import urlsplit
 import attrs
 import yaml
 
-from kokumi.core.kubeconfig.certificates import _certificate_authority, _client_certificate
+from kokumi.core.kubeconfig.certificates import certificate_authority, client_certificate
 from kokumi.core.kubeconfig.connection import (
-    _FLATTEN,
-    _TOP,
+    FLATTEN,
+    TOP,
+    Body,
     Code,
     Connection,
+    Entry,
     KubeconfigRefused,
+    Owner,
     Refusal,
-    _Body,
-    _Entry,
-    _Owner,
-    _present,
-    _refuse,
-    _Refused,
-    _string,
-    _wrong_type,
+    Refused,
+    present,
+    refuse,
+    string,
+    wrong_type,
 )
-from kokumi.core.kubeconfig.events import PARSE_BUDGET, _load, too_complex
+from kokumi.core.kubeconfig.events import PARSE_BUDGET, load, too_complex
 from kokumi.core.text import b64, quoted, type_name
 
 __all__ = ["ContextVerdicts", "examine", "minimise", "parse", "read_contexts", "render"]
@@ -55,8 +55,8 @@ def parse(text: str | bytes, *, context: str | None = None) -> Connection | Refu
     bug here becomes a Refusal with code ``InternalError`` rather than an exception.
     """
     try:
-        return _read(_load(text), context)[1]
-    except _Refused as refused:
+        return _read(load(text), context)[1]
+    except Refused as refused:
         return refused.refusal
     except Exception as error:
         return _internal(error)
@@ -82,15 +82,15 @@ def examine(
     and only once. Total, as :func:`parse` is: the names are () when none can be read.
     """
     try:
-        document = _load(text)
-    except _Refused as refused:
+        document = load(text)
+    except Refused as refused:
         return (), refused.refusal
     except Exception as error:
         return (), _internal(error)
     names = _context_names(document)
     try:
         (context_name, cluster_name, user_name), connection = _read(document, context)
-    except _Refused as refused:
+    except Refused as refused:
         return names, refused.refusal
     except Exception as error:
         return names, _internal(error)
@@ -122,8 +122,8 @@ def read_contexts(text: str | bytes, limit: int | None = None) -> ContextVerdict
     """
     started = time.thread_time()
     try:
-        document = _load(text)
-    except _Refused as refused:
+        document = load(text)
+    except Refused as refused:
         return ContextVerdicts((), 0, refused.refusal)
     except Exception as error:
         return ContextVerdicts((), 0, _internal(error))
@@ -131,7 +131,7 @@ def read_contexts(text: str | bytes, limit: int | None = None) -> ContextVerdict
     if not names:
         try:
             _read(document, None)
-        except _Refused as refused:
+        except Refused as refused:
             return ContextVerdicts((), 0, refused.refusal)
         except Exception as error:
             return ContextVerdicts((), 0, _internal(error))
@@ -143,12 +143,12 @@ def read_contexts(text: str | bytes, limit: int | None = None) -> ContextVerdict
             # One budget for the whole text, its contexts' certificates and keys included.
             try:
                 too_complex()
-            except _Refused as refused:
+            except Refused as refused:
                 return ContextVerdicts((), 0, refused.refusal)
         verdict: Connection | Refusal
         try:
             verdict = _read(document, name, lookup)[1]
-        except _Refused as refused:
+        except Refused as refused:
             verdict = refused.refusal
         except Exception as error:
             verdict = _internal(error)
@@ -173,8 +173,8 @@ def minimise(text: str | bytes, context: str | None = None) -> str:
     Raises :class:`KubeconfigRefused` when the context cannot be used.
     """
     try:
-        (context_name, cluster_name, user_name), connection = _read(_load(text), context)
-    except _Refused as refused:
+        (context_name, cluster_name, user_name), connection = _read(load(text), context)
+    except Refused as refused:
         raise KubeconfigRefused(refused.refusal) from None
     return render(connection, context=context_name, cluster=cluster_name, user=user_name)
 
@@ -241,10 +241,10 @@ class _Lookup:
     context made the cost grow with the square of the contexts."""
 
     def __init__(self) -> None:
-        self._by_name: dict[str, dict[str, list[_Body]]] = {}
+        self._by_name: dict[str, dict[str, list[Body]]] = {}
         self._checked: dict[tuple[str, str, str], object] = {}
 
-    def named(self, plural: str, entries: list[object]) -> dict[str, list[_Body]]:
+    def named(self, plural: str, entries: list[object]) -> dict[str, list[Body]]:
         """The entries of ``plural`` by name; built once, since the list is the document's."""
         index = self._by_name.get(plural)
         if index is None:
@@ -257,21 +257,21 @@ class _Lookup:
             self._by_name[plural] = index
         return index
 
-    def once(self, what: str, owner: _Entry, check: Callable[[], _T]) -> _T:
+    def once(self, what: str, owner: Entry, check: Callable[[], _T]) -> _T:
         """``check()``'s value or refusal for ``owner``, made the first time only."""
         key = (what, owner.kind, owner.name)
         if key not in self._checked:
             try:
                 self._checked[key] = check()
-            except _Refused as refused:
+            except Refused as refused:
                 self._checked[key] = refused
         found = self._checked[key]
-        if isinstance(found, _Refused):
-            raise _Refused(found.refusal)
+        if isinstance(found, Refused):
+            raise Refused(found.refusal)
         return found  # type: ignore[return-value] # stored by this method for this key
 
 
-def _once(lookup: _Lookup | None, what: str, owner: _Entry, check: Callable[[], _T]) -> _T:
+def _once(lookup: _Lookup | None, what: str, owner: Entry, check: Callable[[], _T]) -> _T:
     return check() if lookup is None else lookup.once(what, owner, check)
 
 
@@ -285,37 +285,37 @@ def _read(
     if not isinstance(document, dict):
         if isinstance(document, str):
             _not_a_kubeconfig(document)
-        _refuse(
+        refuse(
             Code.NOT_KUBECONFIG,
             f"the kubeconfig is {type_name(document, 'yaml')}, not a mapping: store a kubeconfig, "
             "with clusters, contexts, users and current-context",
         )
     kind = document.get("kind")
     if kind is not None and kind != "Config":
-        _refuse(
+        refuse(
             Code.NOT_KUBECONFIG,
             "the document's kind is not Config (kind): store a kubeconfig, not another object",
         )
     api_version = document.get("apiVersion")
     if api_version is not None and api_version != "v1":
-        _refuse(
+        refuse(
             Code.NOT_KUBECONFIG, "the kubeconfig's apiVersion is not v1 (apiVersion): set it to v1"
         )
     if not any(field in document for field in _KUBECONFIG_FIELDS):
-        _refuse(
+        refuse(
             Code.NOT_KUBECONFIG,
             "the document has none of a kubeconfig's fields (clusters, contexts, users, "
             "current-context): store a kubeconfig",
         )
-    _no_extensions(document, _TOP, "extensions")
+    _no_extensions(document, TOP, "extensions")
     preferences = document.get("preferences")
     if isinstance(preferences, dict):
-        _no_extensions(preferences, _TOP, "preferences.extensions")
+        _no_extensions(preferences, TOP, "preferences.extensions")
 
     if context is None:
-        current = _string(document, "current-context", _TOP)
+        current = string(document, "current-context", TOP)
         if current is None:
-            _refuse(
+            refuse(
                 Code.NO_CURRENT_CONTEXT,
                 "the kubeconfig has no current context (current-context): set it to the context "
                 "Kokumi should use, e.g. with kubectl config use-context",
@@ -330,24 +330,24 @@ def _read(
             f"context {quoted(context)} is not in contexts (contexts[].name): name one that is "
             "there"
         )
-    ctx = _Entry("context", context)
+    ctx = Entry("context", context)
     context_body = _body(_find(document, ctx, Code.UNKNOWN_CONTEXT, missing, lookup), ctx)
     _no_extensions(context_body, ctx, ctx.path("extensions"))
 
-    cluster_name = _string(context_body, "cluster", ctx)
+    cluster_name = string(context_body, "cluster", ctx)
     if cluster_name is None:
-        _refuse(
+        refuse(
             Code.UNKNOWN_CLUSTER,
             f"{ctx} names no cluster ({ctx.path('cluster')}): set it to the name of an entry "
             "of clusters",
         )
-    user_name = _string(context_body, "user", ctx)
+    user_name = string(context_body, "user", ctx)
     if user_name is None:
-        _refuse(
+        refuse(
             Code.UNKNOWN_USER,
             f"{ctx} names no user ({ctx.path('user')}): set it to the name of an entry of users",
         )
-    cluster_owner = _Entry("cluster", cluster_name)
+    cluster_owner = Entry("cluster", cluster_name)
     missing = (
         f"{ctx} names {cluster_owner}, which is not in clusters ({ctx.path('cluster')}): add the "
         "cluster or name one that is there"
@@ -355,7 +355,7 @@ def _read(
     cluster = _body(
         _find(document, cluster_owner, Code.UNKNOWN_CLUSTER, missing, lookup), cluster_owner
     )
-    user_owner = _Entry("user", user_name)
+    user_owner = Entry("user", user_name)
     missing = (
         f"{ctx} names {user_owner}, which is not in users ({ctx.path('user')}): add the user or "
         "name one that is there"
@@ -367,82 +367,82 @@ def _read(
 
 
 def _find(
-    document: _Body, owner: _Entry, code: Code, missing: str, lookup: _Lookup | None = None
-) -> _Body:
+    document: Body, owner: Entry, code: Code, missing: str, lookup: _Lookup | None = None
+) -> Body:
     """The one entry of that name; the others may hold anything, since kubectl ignores them too."""
     plural = f"{owner.kind}s"
     entries = document.get(plural)
     if entries is None:
         entries = []
     if not isinstance(entries, list):
-        _wrong_type(_TOP, plural, plural, entries, "list")
+        wrong_type(TOP, plural, plural, entries, "list")
     if lookup is not None:
         found = lookup.named(plural, entries).get(owner.name, [])
     else:
         found = [e for e in entries if isinstance(e, dict) and e.get("name") == owner.name]
     if not found:
-        _refuse(code, missing)
+        refuse(code, missing)
     if len(found) > 1:
         # client-go refuses the whole kubeconfig then; which entry was meant is anybody's guess.
-        _refuse(
+        refuse(
             Code.DUPLICATE_NAME,
             f"{owner} appears {len(found)} times in {plural} ({plural}[].name): keep one",
         )
     return found[0]
 
 
-def _body(entry: _Body, owner: _Entry) -> _Body:
+def _body(entry: Body, owner: Entry) -> Body:
     body = entry.get(owner.kind)
     if body is None:
         return {}  # as in client-go: an entry without a body is an empty one
     if not isinstance(body, dict):
-        _wrong_type(owner, owner.kind, owner.path(), body, "mapping")
+        wrong_type(owner, owner.kind, owner.path(), body, "mapping")
     return body
 
 
-def _refuse_user_mechanisms(user: _Body, owner: _Entry) -> None:
-    if _present(user.get("exec")):
-        _refuse(
+def _refuse_user_mechanisms(user: Body, owner: Entry) -> None:
+    if present(user.get("exec")):
+        refuse(
             Code.EXEC_PLUGIN,
             f"{owner} uses an exec plugin ({owner.path('exec')}), which Kokumi does not run: "
             f"{_INLINE}",
         )
-    if _present(user.get("auth-provider")):
-        _refuse(
+    if present(user.get("auth-provider")):
+        refuse(
             Code.AUTH_PROVIDER,
             f"{owner} uses an auth provider ({owner.path('auth-provider')}), which Kokumi does not "
             f"run: {_INLINE}",
         )
-    basic = [field for field in ("username", "password") if _present(user.get(field))]
+    basic = [field for field in ("username", "password") if present(user.get(field))]
     if basic:
-        _refuse(
+        refuse(
             Code.BASIC_AUTH,
             f"{owner} uses basic authentication ({owner.path(', '.join(basic))}), which "
             f"Kubernetes does not offer: {_INLINE}",
         )
-    if _present(user.get("client-certificate")):
-        _refuse(
+    if present(user.get("client-certificate")):
+        refuse(
             Code.FILE_PATH,
             f"{owner} reads its client certificate from a file "
             f"({owner.path('client-certificate')}), which Kokumi cannot read: embed it as "
-            f"client-certificate-data, {_FLATTEN}",
+            f"client-certificate-data, {FLATTEN}",
         )
-    if _present(user.get("client-key")):
-        _refuse(
+    if present(user.get("client-key")):
+        refuse(
             Code.FILE_PATH,
             f"{owner} reads its client key from a file ({owner.path('client-key')}), which "
-            f"Kokumi cannot read: embed it as client-key-data, {_FLATTEN}",
+            f"Kokumi cannot read: embed it as client-key-data, {FLATTEN}",
         )
-    if _present(user.get("tokenFile")):
-        _refuse(
+    if present(user.get("tokenFile")):
+        refuse(
             Code.FILE_PATH,
             f"{owner} reads its token from a file ({owner.path('tokenFile')}), which Kokumi cannot "
             "read: put the token itself into token",
         )
-    impersonation = [field for field in _IMPERSONATION if _present(user.get(field))]
+    impersonation = [field for field in _IMPERSONATION if present(user.get(field))]
     if impersonation:
         # Argo CD would connect as the user itself, with rights the kubeconfig did not mean to use.
-        _refuse(
+        refuse(
             Code.IMPERSONATION,
             f"{owner} impersonates another identity ({owner.path(impersonation[0])}), which "
             "Kokumi does not do: use a credential of the identity Kokumi should act as",
@@ -450,30 +450,30 @@ def _refuse_user_mechanisms(user: _Body, owner: _Entry) -> None:
     _no_extensions(user, owner, owner.path("extensions"))
 
 
-def _refuse_cluster_mechanisms(cluster: _Body, owner: _Entry) -> None:
-    if _present(cluster.get("certificate-authority")):
-        _refuse(
+def _refuse_cluster_mechanisms(cluster: Body, owner: Entry) -> None:
+    if present(cluster.get("certificate-authority")):
+        refuse(
             Code.FILE_PATH,
             f"{owner} reads its CA from a file ({owner.path('certificate-authority')}), which "
-            f"Kokumi cannot read: embed it as certificate-authority-data, {_FLATTEN}",
+            f"Kokumi cannot read: embed it as certificate-authority-data, {FLATTEN}",
         )
     _no_extensions(cluster, owner, owner.path("extensions"))
 
 
-def _no_extensions(body: _Body, owner: _Owner, path: str) -> None:
-    if _present(body.get("extensions")):
+def _no_extensions(body: Body, owner: Owner, path: str) -> None:
+    if present(body.get("extensions")):
         # What an extension configures (a proxy, a plugin's settings) would silently be lost.
-        _refuse(
+        refuse(
             Code.EXTENSION,
             f"{owner} has extensions ({path}), which Kokumi does not apply: remove them",
         )
 
 
 def _connection(
-    cluster: _Body,
-    cluster_owner: _Entry,
-    user: _Body,
-    user_owner: _Entry,
+    cluster: Body,
+    cluster_owner: Entry,
+    user: Body,
+    user_owner: Entry,
     lookup: _Lookup | None = None,
 ) -> Connection:
     # In this order, so that the first refusal is the same whichever way the context is read.
@@ -483,30 +483,30 @@ def _connection(
     return attrs.evolve(reached, token=token, client_certificate=certificate, client_key=key)
 
 
-def _cluster(cluster: _Body, cluster_owner: _Entry) -> Connection:
+def _cluster(cluster: Body, cluster_owner: Entry) -> Connection:
     """The cluster's half of the Connection (no credential), or its refusal."""
     _refuse_cluster_mechanisms(cluster, cluster_owner)
-    server = _string(cluster, "server", cluster_owner)
+    server = string(cluster, "server", cluster_owner)
     if server is None:
-        _refuse(
+        refuse(
             Code.NO_SERVER,
             f"{cluster_owner} has no server ({cluster_owner.path('server')}): set it to the API "
             "server's URL as Kokumi's cluster reaches it, e.g. https://spoke.example:6443",
         )
     _check_server(server, cluster_owner)
 
-    proxy_url = _string(cluster, "proxy-url", cluster_owner)
+    proxy_url = string(cluster, "proxy-url", cluster_owner)
     if proxy_url is not None and _url_problem(proxy_url, _PROXY_SCHEMES) not in (None, "userinfo"):
-        _refuse(
+        refuse(
             Code.INVALID_PROXY_URL,
             f"{cluster_owner} has a proxy-url that is not an http, https or socks5 URL "
             f"({cluster_owner.path('proxy-url')}): write it as http://proxy.example:3128",
         )
-    tls_server_name = _string(cluster, "tls-server-name", cluster_owner)
+    tls_server_name = string(cluster, "tls-server-name", cluster_owner)
     if tls_server_name is not None and (
         not _SERVER_NAME.fullmatch(tls_server_name) or _tls_refuses(tls_server_name)
     ):
-        _refuse(
+        refuse(
             Code.INVALID_TLS_SERVER_NAME,
             f"{cluster_owner} has a tls-server-name that is not a host name "
             f"({cluster_owner.path('tls-server-name')}): set it to a name in the API server's "
@@ -516,22 +516,22 @@ def _cluster(cluster: _Body, cluster_owner: _Entry) -> Connection:
     if insecure is None:
         insecure = False
     if not isinstance(insecure, bool):
-        _wrong_type(
+        wrong_type(
             cluster_owner,
             "insecure-skip-tls-verify",
             cluster_owner.path("insecure-skip-tls-verify"),
             insecure,
             "boolean",
         )
-    ca_data = _string(cluster, "certificate-authority-data", cluster_owner)
+    ca_data = string(cluster, "certificate-authority-data", cluster_owner)
     if insecure and ca_data is not None:
-        _refuse(
+        refuse(
             Code.INSECURE_WITH_CA,
             f"{cluster_owner} has both certificate-authority-data and insecure-skip-tls-verify "
             f"({cluster_owner.path('insecure-skip-tls-verify')}), which kubectl refuses too: keep "
             "the CA and remove insecure-skip-tls-verify",
         )
-    authority = None if ca_data is None else _certificate_authority(ca_data, cluster_owner)
+    authority = None if ca_data is None else certificate_authority(ca_data, cluster_owner)
     return Connection(
         server=server,
         certificate_authority=authority,
@@ -541,20 +541,20 @@ def _cluster(cluster: _Body, cluster_owner: _Entry) -> Connection:
     )
 
 
-def _user(user: _Body, user_owner: _Entry) -> tuple[str | None, bytes | None, bytes | None]:
+def _user(user: Body, user_owner: Entry) -> tuple[str | None, bytes | None, bytes | None]:
     """The user's credential: its token, client certificate and key, or its refusal."""
-    token = _string(user, "token", user_owner)
-    certificate_data = _string(user, "client-certificate-data", user_owner)
-    key_data = _string(user, "client-key-data", user_owner)
+    token = string(user, "token", user_owner)
+    certificate_data = string(user, "client-certificate-data", user_owner)
+    key_data = string(user, "client-key-data", user_owner)
     if token is None and certificate_data is None and key_data is None:
-        _refuse(
+        refuse(
             Code.NO_CREDENTIAL,
             f"{user_owner} has no credential ({user_owner.path()}): add a token, or "
             "client-certificate-data and client-key-data",
         )
     if token is not None:
         _check_token(token, user_owner)
-    certificate, key = _client_certificate(certificate_data, key_data, user_owner)
+    certificate, key = client_certificate(certificate_data, key_data, user_owner)
     return token, certificate, key
 
 
@@ -601,46 +601,46 @@ def _url_problem(url: str, schemes: frozenset[str]) -> str | None:
     return None
 
 
-def _check_server(server: str, owner: _Entry) -> None:
+def _check_server(server: str, owner: Entry) -> None:
     path = owner.path("server")
     problem = _url_problem(server, _SERVER_SCHEMES)
     if problem == "url":
-        _refuse(
+        refuse(
             Code.INVALID_SERVER,
             f"{owner} has a server that is not an absolute http or https URL ({path}): write it "
             "as https://host:port",
         )
     if problem == "userinfo":
-        _refuse(
+        refuse(
             Code.INVALID_SERVER,
             f"{owner} has a user name or password in its server URL ({path}): remove them and "
             "put the credential into the user",
         )
     if problem == "query":
-        _refuse(
+        refuse(
             Code.INVALID_SERVER,
             f"{owner} has a query or fragment in its server URL ({path}): write it as "
             "https://host:port, with a path only if the API server is served under one",
         )
     if problem == "host":
-        _refuse(
+        refuse(
             Code.INVALID_SERVER,
             f"{owner} has a server whose host name has an empty label or one over 63 characters "
             f"({path}): write the API server's DNS name or address",
         )
 
 
-def _check_token(token: str, owner: _Entry) -> None:
+def _check_token(token: str, owner: Entry) -> None:
     if _VISIBLE_ASCII.fullmatch(token):
         return
     path = owner.path("token")
     if any(character.isspace() for character in token):
-        _refuse(
+        refuse(
             Code.INVALID_TOKEN,
             f"{owner} has whitespace in its token ({path}): copy the token without spaces or "
             "line breaks",
         )
-    _refuse(
+    refuse(
         Code.INVALID_TOKEN,
         f"{owner} has characters in its token that cannot go into an HTTP header ({path}): copy "
         "the token as its Secret holds it, decoded from base64",
@@ -658,18 +658,18 @@ def _not_a_kubeconfig(text: str) -> None:
     if pem is not None:
         label = pem.group(1)
         if label.endswith("PRIVATE KEY"):
-            _refuse(
+            refuse(
                 Code.NOT_KUBECONFIG,
                 f"the kubeconfig is a PEM private key ({label}), not a kubeconfig: store the "
                 "kubeconfig; a client key belongs in its user's client-key-data",
             )
         if label.endswith("CERTIFICATE"):
-            _refuse(
+            refuse(
                 Code.NOT_KUBECONFIG,
                 f"the kubeconfig is a PEM certificate ({label}), not a kubeconfig: store the "
                 "kubeconfig; a CA certificate belongs in its cluster's certificate-authority-data",
             )
-        _refuse(
+        refuse(
             Code.NOT_KUBECONFIG,
             f"the kubeconfig is a PEM block ({label}), not a kubeconfig: store the kubeconfig",
         )
@@ -680,7 +680,7 @@ def _not_a_kubeconfig(text: str) -> None:
         except ValueError:
             decoded = b""
         if any(field.encode() in decoded for field in (*_KUBECONFIG_FIELDS, "apiVersion")):
-            _refuse(
+            refuse(
                 Code.NOT_KUBECONFIG,
                 "the kubeconfig is base64-encoded once more than it should be: store the "
                 "kubeconfig's text (the Secret's data is base64 of it, nothing more)",

@@ -28,14 +28,14 @@ from kokumi.kube.client import Client
 from kokumi.kube.config import Config
 from kokumi.kube.errors import ConfigError
 from kokumi.kube.tls import ssl_context
-from kokumi.runtime.probe.lean import _lean_check
+from kokumi.runtime.probe.lean import lean_check
 from kokumi.runtime.probe.questions import (
-    _ask,
-    _Budget,
-    _from_failure,
-    _Outcomes,
-    _Question,
-    _Refused,
+    Budget,
+    Outcomes,
+    Question,
+    Refused,
+    ask,
+    from_failure,
 )
 
 __all__ = ["check", "check_client", "check_config"]
@@ -69,7 +69,7 @@ async def check(
     the probe's sight, which is what the example NetworkPolicy in deploy/optional is for.
     """
     return await _check(
-        _Outcomes(connection.server, timeout, own=False),
+        Outcomes(connection.server, timeout, own=False),
         egress=egress or _DEFAULT_EGRESS,
         token=connection.token,
         client_certificate=connection.client_certificate,
@@ -106,7 +106,7 @@ async def check_config(
     borrowing the client's pool: it must prove that a new connection works, not that an old one
     still does. A rotating token that the server refuses is re-read once, as the client does.
     """
-    outcomes = _Outcomes(config.server, timeout, own=True)
+    outcomes = Outcomes(config.server, timeout, own=True)
     with trio.move_on_after(timeout):
         provider = config.token
         try:
@@ -134,7 +134,7 @@ async def check_config(
 
 
 async def _check(
-    outcomes: _Outcomes,
+    outcomes: Outcomes,
     *,
     token: str | None,
     client_certificate: bytes | None,
@@ -171,20 +171,20 @@ async def _check(
     if token:
         headers["Authorization"] = f"Bearer {token}"
     extensions = {"sni_hostname": tls_server_name} if tls_server_name else {}
-    question = _Question(
+    question = Question(
         base, headers, extensions, has_credential=bool(token) or bool(client_certificate)
     )
     started = trio.current_time()
     with trio.move_on_after(outcomes.timeout):
         if proxy_url is None and _LEAN:
             try:
-                outcome = await _lean_check(
+                outcome = await lean_check(
                     question, outcomes, context, base, tls_server_name, egress, started
                 )
-            except _Refused as refused:
+            except Refused as refused:
                 outcome = outcomes.of(refused.verdict)
             except (OSError, diagnosis.NoHTTPAnswer) as exc:
-                outcome = _from_failure(
+                outcome = from_failure(
                     exc, outcomes, base, tls_server_name, proxy_url, certificate_authority
                 )
             return _logged(outcome, outcomes, started)
@@ -205,7 +205,7 @@ async def _check(
         # Every address judged where the pool connects (the server's, or the proxy's), every
         # read counted in the answer's budget, and every socket closed at the end, even when the
         # deadline fires mid-handshake or mid-read.
-        budget = _Budget()
+        budget = Budget()
         sockets = backend.install(
             transport,
             admit=_admission(egress) if egress is not None else None,
@@ -214,11 +214,11 @@ async def _check(
         )
         try:
             async with client:
-                outcome = await _ask(client, question, outcomes, budget)
-        except _Refused as refused:
+                outcome = await ask(client, question, outcomes, budget)
+        except Refused as refused:
             outcome = outcomes.of(refused.verdict)
         except (httpx.HTTPError, OSError, trio.BrokenResourceError, diagnosis.NoHTTPAnswer) as exc:
-            outcome = _from_failure(
+            outcome = from_failure(
                 exc, outcomes, base, tls_server_name, proxy_url, certificate_authority
             )
         finally:
@@ -299,7 +299,7 @@ def _header_safe(token: str) -> bool:
     return token.isascii() and token.isprintable() and " " not in token
 
 
-def _logged(outcome: Outcome, outcomes: _Outcomes, started: float) -> Outcome:
+def _logged(outcome: Outcome, outcomes: Outcomes, started: float) -> Outcome:
     """The outcome, logged at debug with the check's time, whichever path found it."""
     log.debug(
         "checked %s in %.0f ms: %s",
@@ -316,7 +316,7 @@ def _admission(egress: EgressPolicy) -> Callable[[str, str], None]:
     def admit(host: str, address: str) -> None:
         verdict = judge(egress, host, address=address)
         if verdict is not None:
-            raise _Refused(verdict)
+            raise Refused(verdict)
 
     return admit
 

@@ -29,18 +29,18 @@ from kokumi.core.cluster.egress import EgressPolicy, judge, parse_address
 from kokumi.core.cluster.schedule import CHECK_SLOTS
 from kokumi.core.cluster.status import Outcome
 from kokumi.runtime.probe.questions import (
-    _ACCESS_REVIEW,
-    _ACCESS_REVIEW_PATH,
-    _MAX_ANSWER,
-    _MAX_HEAD,
-    _REVIEW,
-    _REVIEW_PATH,
-    _Budget,
-    _Outcomes,
-    _Overlong,
-    _phrase,
-    _Question,
-    _Refused,
+    ACCESS_REVIEW,
+    ACCESS_REVIEW_PATH,
+    MAX_ANSWER,
+    MAX_HEAD,
+    REVIEW,
+    REVIEW_PATH,
+    Budget,
+    Outcomes,
+    Overlong,
+    Question,
+    Refused,
+    phrase,
 )
 
 _MAX_INTERIM = 8
@@ -52,8 +52,8 @@ _THREAD_LIMIT = 2 * CHECK_SLOTS
 manager's own check and checks abandoned at their deadline (each ends at once: its socket is shut
 down). A limiter of their own, so that checks never wait for other users of Trio's threads."""
 
-_REVIEW_BODY = json.dumps(_REVIEW, separators=(",", ":")).encode()
-_ACCESS_REVIEW_BODY = json.dumps(_ACCESS_REVIEW, separators=(",", ":")).encode()
+_REVIEW_BODY = json.dumps(REVIEW, separators=(",", ":")).encode()
+_ACCESS_REVIEW_BODY = json.dumps(ACCESS_REVIEW, separators=(",", ":")).encode()
 
 
 def _threads() -> trio.CapacityLimiter:
@@ -159,16 +159,16 @@ async def _in_thread(fn: Callable[..., _T], *args: Any) -> _T:
     return answer
 
 
-async def _lean_check(
-    question: _Question,
-    outcomes: _Outcomes,
+async def lean_check(
+    question: Question,
+    outcomes: Outcomes,
     context: ssl.SSLContext,
     base: httpx.URL,
     tls_server_name: str | None,
     egress: EgressPolicy | None,
     started: float,
 ) -> Outcome:
-    """The check as :func:`_ask` asks it, without httpx: what a check costs is then mostly the
+    """The check as :func:`ask` asks it, without httpx: what a check costs is then mostly the
     handshake's cryptography.
 
     Here, on Trio: a host name is resolved and every address it resolves to judged by
@@ -180,6 +180,8 @@ async def _lean_check(
     budget, the rest on a blocking socket (see :class:`_Wire`). If the check's deadline fires
     first, the thread is abandoned and its
     socket shut down, which wakes it at once; the thread closes the socket as it leaves.
+
+    Public for :mod:`~kokumi.runtime.probe.checks`, which chooses the path of each check.
     """
     host = base.raw_host.decode("ascii")  # IDNA-encoded, as httpcore resolves and names it
     port = base.port or (443 if base.scheme == "https" else 80)
@@ -194,7 +196,7 @@ async def _lean_check(
         for _, sockaddr in targets:
             verdict = judge(egress, host, address=str(sockaddr[0]))
             if verdict is not None:
-                raise _Refused(verdict)
+                raise Refused(verdict)
     line = _Line()
     failure: OSError | None = None
     try:
@@ -238,7 +240,7 @@ def _numeric_targets(host: str, port: int) -> tuple[tuple[int, Any], ...] | None
     return ((socket.AF_INET6, (str(literal), port, 0, 0)),)
 
 
-def _request_head(question: _Question, base: httpx.URL) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+def _request_head(question: Question, base: httpx.URL) -> tuple[bytes, list[tuple[bytes, bytes]]]:
     """What comes before the request target, and the headers: the same headers httpx sends,
     but no ``Accept-Encoding`` (the answers are small; nothing to decompress)."""
     host = base.netloc.split(b"@")[-1]
@@ -320,7 +322,7 @@ class _Wire:
     The answers are read by h11, the HTTP/1.1 parser under httpx, a server's bytes fed to it as
     they come: it works in time linear in what it is fed (a hand-written parser's regex once
     spent 0.9 s of CPU, with the GIL held, on one header line padded with spaces), and every
-    answer here is read within its :class:`_Budget` of bytes, reads and parser events, whatever
+    answer here is read within its :class:`Budget` of bytes, reads and parser events, whatever
     the server sends and however it cuts it up.
 
     Once connected the socket blocks, with no timeout of its own: a socket with a timeout
@@ -338,7 +340,7 @@ class _Wire:
     redial: tuple[int, Any] | None = None
     sock: socket.socket | None = None
     http: h11.Connection | None = None
-    budget: _Budget = attrs.Factory(_Budget)
+    budget: Budget = attrs.Factory(Budget)
 
     def time_left(self) -> float:
         left = self.deadline - time.monotonic()
@@ -388,10 +390,10 @@ class _Wire:
 
     def send(self, method: bytes, path: bytes, body: bytes | None) -> tuple[int, bytes]:
         """Status and body, on this check's connection (a new one when the last answer did not
-        leave it usable); :class:`_Overlong` when the answer is over its budget."""
+        leave it usable); :class:`Overlong` when the answer is over its budget."""
         if self.sock is None or self.http is None:
             self.sock = self.connect()
-            self.http = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_ANSWER)
+            self.http = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_ANSWER)
         prefix, fields = self.head
         if body is not None:
             fields = [
@@ -434,7 +436,7 @@ class _Wire:
                 if interim > _MAX_INTERIM:
                     raise diagnosis.NoHTTPAnswer()
             elif isinstance(event, h11.Response):
-                if budget.received - len(http.trailing_data[0]) > _MAX_HEAD:
+                if budget.received - len(http.trailing_data[0]) > MAX_HEAD:
                     raise diagnosis.NoHTTPAnswer()
                 status = event.status_code
                 budget.head = False
@@ -459,24 +461,24 @@ class _Wire:
         return data
 
 
-def _lean_ask(wire: _Wire, question: _Question, outcomes: _Outcomes) -> Outcome:
-    """:func:`_ask`, in the worker thread, on :class:`_Wire`; every socket closed at the end."""
+def _lean_ask(wire: _Wire, question: Question, outcomes: Outcomes) -> Outcome:
+    """:func:`ask`, in the worker thread, on :class:`_Wire`; every socket closed at the end."""
     said = {"has_credential": question.has_credential, "own": outcomes.own}
     what = "GET /version"
     try:
         status, body = wire.send(b"GET", b"/version", None)
-        version = diagnosis.version_answer(status, _phrase(status), body, **said)
+        version = diagnosis.version_answer(status, phrase(status), body, **said)
         if isinstance(version, tuple):
             return outcomes.of(version)
         outcomes.version = version
 
         what = "POST selfsubjectreviews"
-        status, body = wire.send(b"POST", _REVIEW_PATH.encode(), _REVIEW_BODY)
+        status, body = wire.send(b"POST", REVIEW_PATH.encode(), _REVIEW_BODY)
         if status == 404:  # before Kubernetes 1.28
             what = "POST selfsubjectaccessreviews"
-            status, body = wire.send(b"POST", _ACCESS_REVIEW_PATH.encode(), _ACCESS_REVIEW_BODY)
-        return outcomes.of(diagnosis.review_answer(status, _phrase(status), body, **said))
-    except _Overlong as overlong:
+            status, body = wire.send(b"POST", ACCESS_REVIEW_PATH.encode(), _ACCESS_REVIEW_BODY)
+        return outcomes.of(diagnosis.review_answer(status, phrase(status), body, **said))
+    except Overlong as overlong:
         return outcomes.of(overlong.verdict(what))
     finally:
         wire.line.close()

@@ -3,6 +3,8 @@
 Both ways of asking (the lean reader and httpx) ask these same questions, and hand what they get
 back, an answer or an exception, to the same functions here, which ask
 :mod:`kokumi.core.cluster.diagnosis` what it means: so both paths find the same Outcome.
+What this module exports is what the two paths (:mod:`~kokumi.runtime.probe.checks` and
+:mod:`~kokumi.runtime.probe.lean`) share: the questions, their bounds and the Outcome they make.
 """
 
 from __future__ import annotations
@@ -18,11 +20,28 @@ from kokumi.core.cluster import diagnosis
 from kokumi.core.cluster.status import Outcome
 from kokumi.core.reasons import Reason
 
-_MAX_HEAD = 16 * 1024
+__all__ = [
+    "ACCESS_REVIEW",
+    "ACCESS_REVIEW_PATH",
+    "MAX_ANSWER",
+    "MAX_HEAD",
+    "REVIEW",
+    "REVIEW_PATH",
+    "Budget",
+    "Outcomes",
+    "Overlong",
+    "Question",
+    "Refused",
+    "ask",
+    "from_failure",
+    "phrase",
+]
+
+MAX_HEAD = 16 * 1024
 """An answer's heads, every interim answer's included, together: as much as h11 (under httpx)
 allows one head. More is no answer."""
 
-_MAX_ANSWER = 64 * 1024
+MAX_ANSWER = 64 * 1024
 """Bytes one answer may take on the wire: its heads, its body and the body's chunk framing
 together. Answers to our questions are under 1 KiB; a server that sends more is not answering
 them."""
@@ -37,18 +56,22 @@ _MAX_EVENTS = 256
 """Parser events (h11's: heads, pieces of the body, its end) one answer may take. Bytes and reads
 alone do not bound them: 64 KiB of 1-byte chunks read at once are 11,000 pieces."""
 
-_REVIEW_PATH = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
-_REVIEW = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
-_ACCESS_REVIEW_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
-_ACCESS_REVIEW = {
+REVIEW_PATH = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+REVIEW = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+ACCESS_REVIEW_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+ACCESS_REVIEW = {
     "apiVersion": "authorization.k8s.io/v1",
     "kind": "SelfSubjectAccessReview",
     "spec": {"nonResourceAttributes": {"path": "/version", "verb": "get"}},
 }
+"""The second question and, before Kubernetes 1.28, its older form: written once here, sent as
+they are by httpx and as bytes by the lean path."""
 
 
 @attrs.frozen
-class _Question:
+class Question:
+    """Where and how to ask, the same for both paths."""
+
     base: httpx.URL
     headers: Mapping[str, str]
     extensions: Mapping[str, Any]
@@ -56,7 +79,7 @@ class _Question:
 
 
 @attrs.define
-class _Outcomes:
+class Outcomes:
     """Builds the Outcomes of one check; remembers the version once ``/version`` told it.
 
     ``own`` is true for the manager's own connection, whose credential is fixed elsewhere than
@@ -76,8 +99,8 @@ class _Outcomes:
         return self.of(diagnosis.timed_out(self.timeout, _host_port(httpx.URL(self.server))))
 
 
-class _Overlong(Exception):
-    """An answer over one of the bounds of :class:`_Budget`; ``how`` says which, in a few words."""
+class Overlong(Exception):
+    """An answer over one of the bounds of :class:`Budget`; ``how`` says which, in a few words."""
 
     def __init__(self, how: str) -> None:
         super().__init__(how)
@@ -88,17 +111,17 @@ class _Overlong(Exception):
         return diagnosis.not_kubernetes(f"{what} answered {self.how}")
 
 
-class _Budget:
+class Budget:
     """What one answer may take of the wire, counted as it is read, on either path.
 
     The bounds are on what the server controls: bytes on the wire (heads, body and chunk
     framing, not only the body), reads of the socket, and parser events. Each read asks for no
-    more than is left, so a check reads at most :data:`_MAX_ANSWER` bytes in at most
+    more than is left, so a check reads at most :data:`MAX_ANSWER` bytes in at most
     :data:`_MAX_READS` reads an answer, and its CPU is bounded with them (a read and a parse a
     byte is what a hostile server aims at). :meth:`room` and :meth:`took` wrap every read
     (:meth:`room` raises before a read the budget has no room for), :meth:`event` every parser
     event; :meth:`start` opens the next answer's budget. While ``head`` is true the answer's
-    head is not in yet and :data:`_MAX_HEAD` bounds what is read.
+    head is not in yet and :data:`MAX_HEAD` bounds what is read.
     """
 
     __slots__ = ("events", "head", "reads", "received")
@@ -113,13 +136,13 @@ class _Budget:
 
     def room(self, wanted: int) -> int:
         """How many bytes the next read may ask for; raises when the answer may take no more."""
-        if self.head and self.received > _MAX_HEAD:
+        if self.head and self.received > MAX_HEAD:
             raise diagnosis.NoHTTPAnswer()  # all of it heads, and more than one may be
         if self.reads >= _MAX_READS:
-            raise _Overlong(f"in more than {_MAX_READS} reads")
-        left = (_MAX_HEAD + 1 if self.head else _MAX_ANSWER) - self.received
+            raise Overlong(f"in more than {_MAX_READS} reads")
+        left = (MAX_HEAD + 1 if self.head else MAX_ANSWER) - self.received
         if left <= 0:
-            raise _Overlong(f"with more than {_MAX_ANSWER // 1024} KiB")
+            raise Overlong(f"with more than {MAX_ANSWER // 1024} KiB")
         return min(wanted, left)
 
     def took(self, size: int) -> None:
@@ -129,11 +152,11 @@ class _Budget:
     def event(self) -> None:
         self.events += 1
         if self.events > _MAX_EVENTS:
-            raise _Overlong(f"in more than {_MAX_EVENTS} parts")
+            raise Overlong(f"in more than {_MAX_EVENTS} parts")
 
 
-async def _ask(
-    client: httpx.AsyncClient, question: _Question, outcomes: _Outcomes, budget: _Budget
+async def ask(
+    client: httpx.AsyncClient, question: Question, outcomes: Outcomes, budget: Budget
 ) -> Outcome:
     """Ask both questions; what each answer means is the diagnosis's. ``budget`` is the one the
     client's network backend counts its reads in."""
@@ -141,29 +164,29 @@ async def _ask(
     what = "GET /version"
     try:
         status, body = await _send(client, "GET", "/version", question, budget)
-        version = diagnosis.version_answer(status, _phrase(status), body, **said)
+        version = diagnosis.version_answer(status, phrase(status), body, **said)
         if isinstance(version, tuple):
             return outcomes.of(version)
         outcomes.version = version
 
         what = "POST selfsubjectreviews"
-        status, body = await _send(client, "POST", _REVIEW_PATH, question, budget, _REVIEW)
+        status, body = await _send(client, "POST", REVIEW_PATH, question, budget, REVIEW)
         if status == 404:  # before Kubernetes 1.28
             what = "POST selfsubjectaccessreviews"
             status, body = await _send(
-                client, "POST", _ACCESS_REVIEW_PATH, question, budget, _ACCESS_REVIEW
+                client, "POST", ACCESS_REVIEW_PATH, question, budget, ACCESS_REVIEW
             )
-    except _Overlong as overlong:
+    except Overlong as overlong:
         return outcomes.of(overlong.verdict(what))
-    return outcomes.of(diagnosis.review_answer(status, _phrase(status), body, **said))
+    return outcomes.of(diagnosis.review_answer(status, phrase(status), body, **said))
 
 
 async def _send(
     client: httpx.AsyncClient,
     method: str,
     path: str,
-    question: _Question,
-    budget: _Budget,
+    question: Question,
+    budget: Budget,
     body: Mapping[str, Any] | None = None,
 ) -> tuple[int, bytes]:
     """Status and body, within ``budget``; the server URL's own path is kept.
@@ -195,9 +218,9 @@ async def _send(
         await response.aclose()
 
 
-def _from_failure(
+def from_failure(
     exc: BaseException,
-    outcomes: _Outcomes,
+    outcomes: Outcomes,
     base: httpx.URL,
     tls_server_name: str | None,
     proxy_url: str | None,
@@ -238,11 +261,12 @@ def _host_port(url: httpx.URL) -> str:
     return f"{host}:{port}"
 
 
-def _phrase(status: int) -> str:
+def phrase(status: int) -> str:
+    """The reason phrase both paths give the diagnosis, whatever the server sent."""
     return httpx.codes.get_reason_phrase(status)
 
 
-class _Refused(Exception):
+class Refused(Exception):
     """A connection the egress policy refuses, with its verdict; no credential, only where."""
 
     def __init__(self, verdict: diagnosis.Verdict) -> None:

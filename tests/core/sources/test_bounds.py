@@ -75,8 +75,8 @@ def test_a_secret_of_many_contexts_is_read_once_and_its_cluster_checked_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Read once per context, 2,000 contexts took a minute of the manager's loop."""
-    loads = counting(monkeypatch, "_load")
-    authorities = counting(monkeypatch, "_certificate_authority")
+    loads = counting(monkeypatch, "load")
+    authorities = counting(monkeypatch, "certificate_authority")
     shape = all_contexts().shape
     assert shape is not None
     whole, each = sp.context_verdicts(secret_of(shared(300)), shape)
