@@ -49,7 +49,8 @@ Cluster unless another Cluster of its name is in the way, the source has no Clus
 a Secret, and its status counts say so; the same for each team source and its labelled Secrets.
 
 ``MODEL_EXAMPLES`` sets the number of examples and ``MODEL_MIN_STEPS`` the steps a run must
-count (the soak session runs 2,200 examples and asserts 50,000 steps).
+count (the soak session runs 2,200 examples and asserts 50,000 steps); the runner, its settings
+and its counters are ``tests.support.model``'s, shared with the two-replica model.
 """
 
 from __future__ import annotations
@@ -61,7 +62,6 @@ import gc
 import heapq
 import itertools
 import json
-import os
 import random
 import sys
 import threading
@@ -73,15 +73,8 @@ import httpx
 import pytest
 import trio
 import trio.testing
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (
-    RuleBasedStateMachine,
-    initialize,
-    invariant,
-    rule,
-    run_state_machine_as_test,
-)
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from trio._core import _run as trio_run
 
 from kokumi.actors import pace
@@ -106,19 +99,12 @@ from kokumi.kube.client import SECRETS, Client
 from kokumi.kube.config import Config
 from kokumi.manager import Manager
 from kokumi.runtime.options import Options
-from tests.support import prediction
+from tests.support import model, prediction
 from tests.support import strategies as s
 from tests.support.fakeapi import CAPI_CLUSTERS, DEFAULT_KINDS, EPOCH, FakeApi
+from tests.support.model import SEEN, seed_scheduler
 
 T = TypeVar("T")
-
-
-def seed_scheduler(seed: int) -> None:
-    """Seed the jitter's ``random`` and Trio's scheduler, for a replay of fixed steps outside
-    Hypothesis: the order of two tasks then depends on ``seed`` alone (the World runs the work
-    of worker threads in the task itself, so no thread finishes in real time)."""
-    random.seed(seed)
-    trio_run._r.seed(seed)
 
 
 OWN = "kokumi"
@@ -139,29 +125,7 @@ def cs_parse(obj: dict[str, Any]) -> Any:
 
 HUB = "https://hub.example:6443"
 
-# Counted across all examples of one test: rules run, and what the convergence checks saw.
-SEEN = {
-    "steps": 0,
-    "holders": 0,
-    "waiters": 0,
-    "blocked": 0,
-    "restarts": 0,
-    "stop_records": 0,
-    "faults": 0,
-    "sourced": 0,
-    "source_conflicts": 0,
-    "source_unowned": 0,
-    "team_sourced": 0,
-    "secret_lists": 0,
-}
-EXAMPLES = int(os.environ.get("MODEL_EXAMPLES", "90"))
-MIN_STEPS = int(os.environ.get("MODEL_MIN_STEPS", "2000"))
-STEPS_PER_EXAMPLE = 30
-# Each example runs at least this many steps. Left to itself Hypothesis ends an example early
-# when its data runs long, so a run's steps were a matter of the seed: seed 600 ran 1,707, under
-# the 1,800 the test requires, and failed with nothing wrong in the manager. ``_min_steps`` is
-# Hypothesis's own parameter for this (private, so a release that drops it fails loudly here).
-MIN_STEPS_PER_EXAMPLE = STEPS_PER_EXAMPLE // 2
+EXAMPLES = model.examples(90)
 
 
 def kubeconfig_text(server: str, token: str) -> str:
@@ -1514,22 +1478,10 @@ class OneReplicaMachine(ManagerMachine):
 
 def test_the_manager_survives_faults_and_converges() -> None:
     """At least 2,000 steps per run, counted: a run that did fewer proves less than it claims."""
-    SEEN.update(dict.fromkeys(SEEN, 0))
-    started = time.monotonic()
-    run_state_machine_as_test(
-        OneReplicaMachine,
-        settings=settings(
-            max_examples=EXAMPLES,
-            stateful_step_count=STEPS_PER_EXAMPLE,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-            database=None,
-        ),
-        _min_steps=MIN_STEPS_PER_EXAMPLE,
-    )
-    elapsed = time.monotonic() - started
+    model.reset(SEEN)
+    elapsed = model.run(OneReplicaMachine, EXAMPLES)
     print(f"model test: {SEEN['steps']} steps in {elapsed:.0f} s; counted {SEEN}")
-    assert min(MIN_STEPS, EXAMPLES * 20) <= SEEN["steps"], f"only {SEEN['steps']} steps ran"
+    assert model.enough_steps(EXAMPLES) <= SEEN["steps"], f"only {SEEN['steps']} steps ran"
     # A run that never converged on a holder, a waiter or a foreign block proved nothing of them.
     if EXAMPLES >= 50:
         assert all(

@@ -25,23 +25,21 @@ served by exactly one replica, and the state is the one ``tests.support.predicti
 the objects alone, as for one replica.
 
 ``MODEL_SHARDS_EXAMPLES`` (else ``MODEL_EXAMPLES``) sets the examples and ``MODEL_MIN_STEPS``
-the steps a run must count; the soak session runs 2,200 examples and asserts 50,000 steps.
+the steps a run must count; the soak session runs 2,200 examples and asserts 50,000 steps. The
+runner, its settings and its counters are ``tests.support.model``'s, as for one replica.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import time
 from typing import Any
 
 import attrs
 import httpx
 import pytest
 import trio
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import invariant, rule
 
 from kokumi.core import api
 from kokumi.core.fleet.leader import Timing
@@ -53,8 +51,10 @@ from kokumi.kube.config import Config
 from kokumi.manager import Manager
 from kokumi.runtime.options import Options
 from tests import test_model as one
+from tests.support import model
 from tests.support.fakeapi import FakeApi
-from tests.test_model import ARGOCD, HUB, OWN, SEEN, ManagerMachine, World
+from tests.support.model import SEEN
+from tests.test_model import ARGOCD, HUB, OWN, ManagerMachine, World
 
 # Short, so that a Lease changes hands within a rule's time step; the rules are the real ones.
 TIMING = Timing(lease_duration=6.0, renew_deadline=4.0, retry_period=2.0)
@@ -63,10 +63,7 @@ COUNTS = (1, 2, 3)
 FIRST_COUNT = 2
 SHARD_ZERO = ClusterRef("", "(shard 0's duties)")
 
-EXAMPLES = int(os.environ.get("MODEL_SHARDS_EXAMPLES") or os.environ.get("MODEL_EXAMPLES", "80"))
-MIN_STEPS = int(os.environ.get("MODEL_MIN_STEPS", "2000"))
-STEPS_PER_EXAMPLE = 30
-MIN_STEPS_PER_EXAMPLE = STEPS_PER_EXAMPLE // 2  # see tests/test_model.py
+EXAMPLES = model.examples(80, "MODEL_SHARDS_EXAMPLES")
 
 # Counted across all examples: what the two-replica rules did and what the checks saw.
 SHARDED = {
@@ -490,7 +487,7 @@ def _tour() -> None:
     were all kills (Hypothesis's choices are not independent coin flips), and the check failed
     with nothing wrong but the draw. The tour is judged by the same invariants as every step.
     """
-    one.seed_scheduler(0)
+    model.seed_scheduler(0)
     machine = ShardedMachine()
     try:
         machine.start(
@@ -508,26 +505,13 @@ def _tour() -> None:
 
 def test_two_replicas_never_serve_one_cluster_and_converge() -> None:
     """At least 2,000 steps per run, counted, as for one replica."""
-    SEEN.update(dict.fromkeys(SEEN, 0))
-    SHARDED.update(dict.fromkeys(SHARDED, 0))
+    model.reset(SEEN, SHARDED)
     _tour()
     toured = dict(SHARDED)
     assert all(toured[k] > 0 for k in ("kills", "clean_stops", "count_changes")), toured
-    started = time.monotonic()
-    run_state_machine_as_test(
-        ShardedMachine,
-        settings=settings(
-            max_examples=EXAMPLES,
-            stateful_step_count=STEPS_PER_EXAMPLE,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-            database=None,
-        ),
-        _min_steps=MIN_STEPS_PER_EXAMPLE,
-    )
-    elapsed = time.monotonic() - started
+    elapsed = model.run(ShardedMachine, EXAMPLES)
     print(f"two-replica model: {SEEN['steps']} steps in {elapsed:.0f} s; {SEEN}; {SHARDED}")
-    assert min(MIN_STEPS, EXAMPLES * 20) <= SEEN["steps"], f"only {SEEN['steps']} steps ran"
+    assert model.enough_steps(EXAMPLES) <= SEEN["steps"], f"only {SEEN['steps']} steps ran"
     if EXAMPLES >= 50:
         assert all(
             SHARDED[k] > 0
@@ -552,7 +536,7 @@ def test_a_write_that_waited_while_shard_zero_went_is_not_sent(seed: int) -> Non
     let it out after the replica had lost the Lease. Found by the test above; writes are now
     fenced at the moment they are sent. The order depends on the scheduler's choices, so the
     steps run under several seeds of its (and the jitter's) random."""
-    one.seed_scheduler(seed)
+    model.seed_scheduler(seed)
     machine = ShardedMachine()
     try:
         s0 = one.SERVERS[0]
@@ -588,7 +572,7 @@ def test_a_waiter_let_go_behind_another_replicas_holder_leaves_the_line(seed: in
     reshard's pass over stale lines; 21, 32, 34 and 39 with the first alone), chosen again
     from range(40) when later changes had moved the paths of the first seeds off the bug.
     tests/actors/registry/test_lines.py holds the same fix without a scheduler."""
-    one.seed_scheduler(seed)
+    model.seed_scheduler(seed)
     machine = ShardedMachine()
     try:
         machine.start(
@@ -633,7 +617,7 @@ def test_a_replica_past_its_renew_deadline_writes_lines_only_for_its_waiters() -
     holder's shard) and failed it; it is told apart now by who serves the holder, and a line
     write that would change the holder's connection fails on its own. Under this seed the old
     bookkeeping failed."""
-    one.seed_scheduler(0)
+    model.seed_scheduler(0)
     machine = ShardedMachine()
     try:
         machine.start(
@@ -663,7 +647,7 @@ def test_a_lease_taken_again_by_its_own_replica_releases_nothing(seed: int) -> N
     actor index: it released ws1/c, deleted its Secret under Argo CD and made it again a moment
     later. The Clusters watch answers that question now. Under these seeds the tree before the
     fix failed (the tree before this issue, under every seed tried)."""
-    one.seed_scheduler(seed)
+    model.seed_scheduler(seed)
     machine = ShardedMachine()
     try:
         machine.start(
@@ -704,7 +688,7 @@ def test_a_holder_no_table_here_adopted_is_let_go_when_it_releases(seed: int) ->
     was never done: its Secret stayed registered for a Cluster no Environment selected. A
     release now settles every Secret that names the Cluster, adopted or not. The tree before
     the fix failed under these seeds (and the tree before this issue too)."""
-    one.seed_scheduler(seed)
+    model.seed_scheduler(seed)
     machine = ShardedMachine()
     try:
         machine.start(
@@ -736,7 +720,7 @@ def test_a_waiter_handed_the_server_while_its_release_is_on_its_way_may_be_let_g
     fresh claim and called the release 'let go of ws2/c, which never stopped wanting s0'. It
     now judges the handover on the writer's own actor, as it judges a create on its view.
     These seeds failed before (5 of seeds 0-9)."""
-    one.seed_scheduler(seed)
+    model.seed_scheduler(seed)
     machine = ShardedMachine()
     try:
         machine.start(
@@ -789,7 +773,7 @@ def test_a_write_refused_as_stale_lets_nobody_go(seed: int) -> None:
     handover back and called it 'let go of ws2/b'. It now passes over a write whose
     resourceVersion (or DELETE precondition) the Secret no longer has, as the API server does.
     These seeds failed before (3 of seeds 0-9)."""
-    one.seed_scheduler(seed)
+    model.seed_scheduler(seed)
     machine = ShardedMachine()
     try:
         machine.start(layout=SEED_1007_LAYOUT, before=False, sourced=[("c", S0)], team=[("a", S0)])
@@ -823,7 +807,7 @@ def test_a_holder_whose_secret_was_never_written_does_not_bar_the_line(seed: int
     ever registered for s0. A holder disowned before its Secret was written now leaves the line
     to the next after the grace (its replica may write it meanwhile). These seeds failed
     before (2 of seeds 0-9, 'Secrets for [], expected [s0]' at convergence)."""
-    one.seed_scheduler(seed)
+    model.seed_scheduler(seed)
     machine = ShardedMachine()
     try:
         machine.start(layout=SEED_1007_LAYOUT, before=False, sourced=[("c", S0)], team=[("a", S0)])
@@ -872,7 +856,7 @@ def test_a_move_cut_short_is_finished_by_the_replica_that_takes_its_shard(seed: 
     s2], expected [s1, s2]'; with the team's source kept, 'ws2/b holds s0 but does not want
     it'). The older is now classified after the newest, a move cut short, and deleted. These
     seeds failed before (all seeds tried, 0-5)."""
-    one.seed_scheduler(seed)
+    model.seed_scheduler(seed)
     machine = ShardedMachine()
     try:
         machine.start(

@@ -25,10 +25,11 @@ for: a late message from a Cluster that was deleted (and perhaps created again u
 never acts for its successor.
 
 What to write is decided in :mod:`kokumi.core.registry.registrar`, purely: the registry only carries
-its plans out. The sections, each a class built on the next: ``inbox`` (serving the inbox: the
-public face and the loop), ``facts`` (the plans carried out, retried, and the Secret watch's news),
-``line`` (who holds and who waits across replicas, as the Secrets say) and ``state`` (what the
-registry remembers, and the steps they all take).
+its plans out, and who holds and who waits across replicas, as the Secrets say, in
+:mod:`kokumi.core.registry.lines`, purely too. The sections, each a class built on the next:
+``inbox`` (serving the inbox: the public face and the loop), ``facts`` (the plans carried out,
+retried, and the Secret watch's news) and ``state`` (what the registry remembers, and the steps
+they all take).
 """
 
 from kokumi.actors.registry.facts import HANDOVER_REASON

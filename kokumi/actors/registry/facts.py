@@ -18,12 +18,11 @@ import trio
 
 from kokumi.actors.metrics import Metrics
 from kokumi.actors.pace import Pace
-from kokumi.actors.registry import line
 from kokumi.actors.registry.state import Memory, Retry, log
 from kokumi.actors.writes import EventRecorder
 from kokumi.core.api import CLUSTERS, Meta
 from kokumi.core.reasons import Reason
-from kokumi.core.registry import argocd, handover, ownership, registrar
+from kokumi.core.registry import argocd, handover, lines, ownership, registrar
 from kokumi.core.registry.ownership import ClusterRef
 from kokumi.core.registry.registration import NOT_REGISTERED, Registration
 from kokumi.kube import errors
@@ -206,7 +205,7 @@ class Facts:
                             and after is not None
                             and argocd.holder_of(before) != argocd.holder_of(after)
                         )
-                        news = line.classify(self._m, name, fresh=fresh)
+                        news = lines.classify(self._m, name, fresh=fresh)
                     touched = await self._write(server)
                     touched |= {s for s in news if s is not None and s != server}
             if scope.cancelled_caught:
@@ -296,7 +295,7 @@ class Facts:
         """Carry out the server's plan: one write, or one step of the table; the servers to
         plan again (this one too when the API server's answer or the step calls for it)."""
         name = argocd.secret_name(server)
-        match registrar.plan(line.view(self._m, self._namespace, server)):
+        match registrar.plan(lines.view(self._m, self._namespace, server)):
             case registrar.Keep():
                 return set()
             case registrar.Step(event=event):
@@ -349,7 +348,7 @@ class Facts:
             if self._m.sharded and other is not None and other != holder:
                 # A Secret this registry had not seen names a Cluster of a shard it took
                 # lately: that Cluster holds the server, whatever this table thought.
-                return {s for s in line.adopt(self._m, server, other, found) if s}
+                return {s for s in lines.adopt(self._m, server, other, found) if s}
             return {server}  # planned again from the Secret found
         self._m.remember(name, created)
         self._m.last_line.pop(server, None)

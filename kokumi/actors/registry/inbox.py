@@ -19,13 +19,13 @@ import attrs
 import trio
 
 from kokumi.actors.metrics import Metrics
-from kokumi.actors.registry import line, news
+from kokumi.actors.registry import news
 from kokumi.actors.registry.facts import Facts
 from kokumi.actors.registry.state import Liveness, Memory, Serves, log
 from kokumi.actors.writes import EventRecorder
 from kokumi.core.cluster.egress import EgressPolicy, judge
 from kokumi.core.kubeconfig.connection import Connection
-from kokumi.core.registry import argocd, ownership
+from kokumi.core.registry import argocd, lines, ownership
 from kokumi.core.registry.ownership import ClusterRef
 from kokumi.core.registry.registration import Registration
 from kokumi.kube.client import SECRETS, Client
@@ -370,7 +370,7 @@ class Registry:
                 for cluster in sorted(gone):
                     self._memory.forget_claim(cluster)
                     touched |= self._memory.step(ownership.Release(cluster))
-                touched |= line.stale_lines(self._memory)
+                touched |= lines.stale_lines(self._memory)
                 await self._facts.settle(touched)
                 return None
             case _Note(event=event):

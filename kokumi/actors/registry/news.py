@@ -17,10 +17,9 @@ import attrs
 import trio
 
 from kokumi.actors.pace import Pace
-from kokumi.actors.registry import line
 from kokumi.actors.registry.facts import Facts
-from kokumi.actors.registry.state import Memory, log, version_of
-from kokumi.core.registry import argocd, handover, ownership, registrar
+from kokumi.actors.registry.state import Memory, log
+from kokumi.core.registry import argocd, handover, lines, ownership, registrar
 from kokumi.core.registry.ownership import ClusterRef
 from kokumi.kube import errors
 from kokumi.kube.client import SECRETS, Client
@@ -48,7 +47,7 @@ async def rebuild(m: Memory, facts: Facts, secrets: Iterable[Mapping[str, Any]])
                 continue
             holders[server] = holder
             waiting[server] = m.served(handover.waiting_of(secret))
-            written[server] = version_of(secret)
+            written[server] = lines.version_of(secret)
         elif argocd.is_ours(secret):
             # Ours, but naming no holder or not named after its server: nothing can hold it,
             # so it would block its server for ever. It goes (retried like any write).
@@ -123,13 +122,13 @@ async def note(
         name = name_of(secret)
         server = argocd.server_of(secret)
         if argocd.is_ours(secret):
-            if line.newer(m, secret):
+            if lines.newer(m, secret):
                 before = m.secrets.get(name)
                 touched.add(m.server_named(name))
                 m.remember(name, secret)
                 touched.add(m.server_named(name))
                 fresh = before is None or argocd.holder_of(before) != argocd.holder_of(secret)
-                touched |= line.classify(m, name, fresh=fresh)
+                touched |= lines.classify(m, name, fresh=fresh)
             continue
         # Relabelled away from us, or never ours: not ours to delete either.
         if name in m.secrets:
@@ -158,7 +157,7 @@ def forget(m: Memory, namespace: str, name: str) -> set[str | None]:
     ):
         previous = argocd.holder_of(secret)
         m.last_line[server] = tuple(c for c in handover.waiting_of(secret) if c != previous)
-        gone = attrs.evolve(line.view(m, namespace, server), secret=secret)
+        gone = attrs.evolve(lines.view(m, namespace, server), secret=secret)
         first = registrar.first_elsewhere(gone, None)
         if first is not None and argocd.is_ours(secret):
             # Another replica's Cluster came first: it creates the Secret; ours wait.
@@ -190,7 +189,7 @@ async def reshard(m: Memory) -> set[str | None]:
         if holder is None:
             continue
         kept = newest.get(holder)
-        if kept is None or version_of(secret) > version_of(m.secrets[kept]):
+        if kept is None or lines.version_of(secret) > lines.version_of(m.secrets[kept]):
             newest[holder] = name
     # The others after it: each is then a move cut short (its holder wants the newest's server
     # here), deleted or passed to its line, as at a restart. Left as they were, they stayed
@@ -204,9 +203,9 @@ async def reshard(m: Memory) -> set[str | None]:
         if holder is not None and newest.get(holder) != name and m.is_served(holder):
             older.append(name)
             continue
-        touched |= line.classify(m, name)
+        touched |= lines.classify(m, name)
     for name in older:
         await pace.tick()
         if name in m.secrets:
-            touched |= line.classify(m, name)
-    return touched | line.stale_lines(m)
+            touched |= lines.classify(m, name)
+    return touched | lines.stale_lines(m)

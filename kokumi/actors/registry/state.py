@@ -4,9 +4,9 @@ The registry is one actor (:class:`~kokumi.actors.registry.inbox.Registry`) that
 things: this :class:`Memory` (the table, the Secrets as last seen, what each Cluster claimed and
 was told) and the writer of Argo CD's Secrets
 (:class:`~kokumi.actors.registry.facts.Facts`), which is handed the same record. The waiting
-order across replicas (:mod:`~kokumi.actors.registry.line`) is functions over the record, with no
-I/O. Nothing is shared by inheritance: a section reads what it is given, so a reader sees where
-each fact lives.
+order across replicas (:mod:`kokumi.core.registry.lines`) is pure functions over the record,
+which they read as a :class:`~kokumi.core.registry.lines.Record`. Nothing is shared by
+inheritance: a section reads what it is given, so a reader sees where each fact lives.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from kokumi.core.registry import argocd, handover, ownership
 from kokumi.core.registry.ownership import ClusterRef
 from kokumi.core.registry.registration import Registration
 from kokumi.kube.backoff import Backoff, FailureLog
-from kokumi.objects import kept_form, resource_version
+from kokumi.objects import kept_form
 
 log = logging.getLogger("kokumi.actors.registry")
 """One logger for every section: the registry's log lines read as they did in one module."""
@@ -189,12 +189,3 @@ def _unindex(index: dict[ClusterRef, set[str]], cluster: ClusterRef, name: str) 
         names.discard(name)
         if not names:
             del index[cluster]
-
-
-def version_of(obj: Mapping[str, Any]) -> int:
-    """etcd's resourceVersions are increasing integers; anything else sorts first."""
-    value = resource_version(obj)
-    try:
-        return int(value) if value is not None else -1
-    except ValueError:
-        return -1

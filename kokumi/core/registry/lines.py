@@ -3,25 +3,75 @@
 With shards, a server's holder and waiters may be served by several replicas; the one line they all
 share is the one its Secret records (:mod:`kokumi.core.registry.handover` spells it, and
 :mod:`kokumi.core.registry.registrar` decides each write of it). These functions of the registry's
-:class:`~kokumi.actors.registry.state.Memory` classify each Secret (a holder served here, or
-elsewhere), adopt the Secrets of a shard taken, say which of its Clusters' places this replica may
-speak for (only once it knows where they stand), and find the lines that still record Clusters that
-let go or are gone. No I/O: the writes are :mod:`~kokumi.actors.registry.facts`'.
+memory (a :class:`Record`: the table, the Secrets as last seen, what each Cluster claimed) classify
+each Secret (a holder served here, or elsewhere), adopt the Secrets of a shard taken, say which of
+its Clusters' places this replica may speak for (only once it knows where they stand), find the
+lines that still record Clusters that let go or are gone, and give the planner its view. No I/O:
+the registry actor (:mod:`kokumi.actors.registry`) keeps the memory and does the writes.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Set
+from typing import Any, Protocol
 
-from kokumi.actors.registry.state import Memory, version_of
+from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.registry import argocd, handover, ownership, registrar
 from kokumi.core.registry.ownership import ClusterRef
-from kokumi.objects import name_of
+from kokumi.objects import name_of, resource_version
+
+__all__ = ["Record", "adopt", "classify", "knows", "newer", "stale_lines", "version_of", "view"]
 
 
-def knows(m: Memory, cluster: ClusterRef) -> bool:
+class Record(Protocol):
+    """What the line reads of the registry's memory, and the one step it takes on it.
+
+    The registry actor's ``Memory`` is one; only the registry's own task reads or changes it, so
+    these functions run between two of its awaits and see it whole.
+    """
+
+    @property
+    def table(self) -> ownership.Table: ...
+    @property
+    def secrets(self) -> Mapping[str, Mapping[str, Any]]: ...
+    @property
+    def connections(self) -> Mapping[ClusterRef, Connection]: ...
+    @property
+    def claims(self) -> Mapping[ClusterRef, str]: ...
+    @property
+    def recorded(self) -> Mapping[ClusterRef, Set[str]]: ...
+    @property
+    def let_go(self) -> Set[ClusterRef]: ...
+    @property
+    def pending(self) -> MutableMapping[str, float]: ...
+    @property
+    def last_line(self) -> Mapping[str, tuple[ClusterRef, ...]]: ...
+    @property
+    def sharded(self) -> bool: ...
+    @property
+    def serves(self) -> Callable[[ClusterRef], float | None]: ...
+    @property
+    def exists(self) -> Callable[[ClusterRef], bool]: ...
+    @property
+    def is_current(self) -> Callable[[ClusterRef, str], bool]: ...
+
+    def is_served(self, cluster: ClusterRef) -> bool: ...
+    def served(self, clusters: Iterable[ClusterRef]) -> tuple[ClusterRef, ...]: ...
+    def lines_recording(self, cluster: ClusterRef) -> set[str | None]: ...
+    def step(self, event: ownership.Event) -> set[str | None]: ...
+
+
+def version_of(obj: Mapping[str, Any]) -> int:
+    """etcd's resourceVersions are increasing integers; anything else sorts first."""
+    value = resource_version(obj)
+    try:
+        return int(value) if value is not None else -1
+    except ValueError:
+        return -1
+
+
+def knows(m: Record, cluster: ClusterRef) -> bool:
     """Whether this registry may say where ``cluster`` stands in a line: it serves it and its
     actor has said what it wants since, or it does not exist (a shard just taken: its actor has
     not spoken yet, so a Cluster the Secret records keeps its place until then; a Cluster
@@ -31,7 +81,7 @@ def knows(m: Memory, cluster: ClusterRef) -> bool:
     )
 
 
-def classify(m: Memory, name: str, *, fresh: bool = False) -> set[str | None]:
+def classify(m: Record, name: str, *, fresh: bool = False) -> set[str | None]:
     """Tell the table whether the Secret ``name`` registers a Cluster served here or not.
 
     ``fresh``: the Secret names a holder the registry had not seen it name. With shards that
@@ -54,7 +104,7 @@ def classify(m: Memory, name: str, *, fresh: bool = False) -> set[str | None]:
     return set()
 
 
-def adopt(m: Memory, server: str, holder: ClusterRef, secret: Mapping[str, Any]) -> set[str | None]:
+def adopt(m: Record, server: str, holder: ClusterRef, secret: Mapping[str, Any]) -> set[str | None]:
     """Take in a Secret naming a Cluster served here, with the waiters it records whose actors
     have not told this registry what they want (those that have are in the table already, or
     let go). A holder that let go since passes the server on at once.
@@ -92,7 +142,7 @@ def adopt(m: Memory, server: str, holder: ClusterRef, secret: Mapping[str, Any])
     return touched
 
 
-def stale_lines(m: Memory) -> set[str | None]:
+def stale_lines(m: Record) -> set[str | None]:
     """The servers whose recorded line names a Cluster served here that let go or is gone.
 
     Its replica is the only one that may take it out of the line, and a Cluster deleted (or let
@@ -106,7 +156,7 @@ def stale_lines(m: Memory) -> set[str | None]:
     return touched
 
 
-def newer(m: Memory, secret: Mapping[str, Any]) -> bool:
+def newer(m: Record, secret: Mapping[str, Any]) -> bool:
     """Whether a watched Secret is newer than what the registry wrote or saw last.
 
     The watch may bring an event older than the registry's own write (the create's ADDED after
@@ -118,7 +168,7 @@ def newer(m: Memory, secret: Mapping[str, Any]) -> bool:
     return version_of(secret) > version_of(known)
 
 
-def view(m: Memory, namespace: str, server: str) -> registrar.View:
+def view(m: Record, namespace: str, server: str) -> registrar.View:
     """What the registry knows of ``server``, for its plan."""
     holder = m.table.holder(server)
     claim = m.claims.get(holder) if holder is not None else None
