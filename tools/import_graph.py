@@ -1,7 +1,7 @@
 """Print Kokumi's modules with their line counts and the import graph between them, as text.
 
 ``python tools/import_graph.py`` reads the source with :mod:`ast`, so nothing is imported and the
-picture is the same with or without the test dependencies; docs/architecture.md carries its output.
+picture is the same with or without the test dependencies; docs/modules.md carries its output.
 """
 
 from __future__ import annotations

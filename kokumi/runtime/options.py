@@ -50,7 +50,7 @@ class Options:
     # Run only while holding a Lease in ``namespace`` (None: always, the embedding default).
     leader_election: LeaderElection | None = None
     # Share the Clusters with other replicas through one Lease per shard (None: one process
-    # serves them all, inside ``leader_election`` if set). See docs/architecture.md, Shards.
+    # serves them all, inside ``leader_election`` if set). See docs/scale.md, Shards.
     sharding: Sharding | None = None
     # Serve /healthz, /readyz and /metrics on this port (None: not at all; 0: any free port).
     health_port: int | None = None
