@@ -147,7 +147,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--clusters", type=int, default=30)
     parser.add_argument("--labels", type=int, default=45_000)
-    parser.add_argument("--before", type=Path, default=Path("/work/main"))
+    parser.add_argument(
+        "--before", type=Path, required=True, help="a checkout of the tree to compare with"
+    )
     args = parser.parse_args()
     with ControlPlane.start() as plane:
         hub = plane.hub

@@ -1,7 +1,7 @@
 """What a check costs against an API server that answers ``GET /version`` in tiny pieces.
 
 Run from the repository root: ``PYTHONPATH=. python3 benchmarks/bench_probe_hostile.py
-[--before /work/main] [--after .] [--rounds 3]``, ``--before`` a checkout of the tree to compare
+--before ../before [--after .] [--rounds 3]``, ``--before`` a checkout of the tree to compare
 with. It starts a hostile TLS server in a process of its own (so that its
 CPU is not counted), then, for each source tree in turn (``PYTHONPATH`` set to it, a process
 of its own), each shape of answer and each of the probe's two paths (lean, and through httpx as
@@ -194,7 +194,7 @@ def child(tree: str, server: str, ca: Path, path: str, rounds: int) -> dict[str,
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--before", default="/work/main")
+    parser.add_argument("--before", required=True, help="a checkout of the tree to compare with")
     parser.add_argument("--after", default=str(ROOT))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
