@@ -78,7 +78,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from trio._core import _run as trio_run
 
 from kokumi.actors import pace
-from kokumi.core import api
+from kokumi.core import api, limits
 from kokumi.core.cluster.status import Outcome
 from kokumi.core.environments import selectors
 from kokumi.core.fleet import stoprecord
@@ -656,13 +656,24 @@ class ManagerMachine(RuleBasedStateMachine):
             return  # terminating: an update could not change that
         self._put(body)
 
-    @rule(ns=st.sampled_from(WORKSPACES), name=st.sampled_from(NAMES))
-    def invalidate_cluster(self, ns: str, name: str) -> None:
-        """A spec the schema would refuse (written before a schema change): an Invalid Cluster,
-        perhaps one that holds a server and carries the finalizer."""
+    @rule(
+        ns=st.sampled_from(WORKSPACES),
+        name=st.sampled_from(NAMES),
+        how=st.sampled_from(("spec", "labels")),
+    )
+    def invalidate_cluster(self, ns: str, name: str, how: str = "spec") -> None:
+        """A spec the schema would refuse (written before a schema change), or labels over the
+        bounds of tenant metadata (written while the admission policy was off): an Invalid
+        Cluster (InvalidSpec, ObjectTooLarge), perhaps one that holds a server and carries the
+        finalizer. ``put_cluster`` brings it back."""
         existing = self._object(api.CLUSTERS, name, ns)
         if existing is not None and not existing["metadata"].get("deletionTimestamp"):
-            existing["spec"] = {"connection": "Kubeconfig"}
+            if how == "spec":
+                existing["spec"] = {"connection": "Kubeconfig"}
+            else:
+                labels = existing["metadata"].get("labels") or {}
+                filler = {f"x{i}": "y" for i in range(limits.LABELS_MAX + 1 - len(labels))}
+                existing["metadata"]["labels"] = {**labels, **filler}
             self._put(existing)
         self._step()
 

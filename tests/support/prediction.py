@@ -154,7 +154,7 @@ def check_converged(objects: Objects, servers: Iterable[str], probe: Probe) -> C
             assert has_finalizer == (ref in holders), f"{ref}: finalizer {has_finalizer}"
         if not isinstance(cluster, api.Cluster):
             conditions = obj.get("status", {}).get("conditions") or []
-            assert [c.get("reason") for c in conditions] == ["InvalidSpec"], ref
+            assert [c.get("reason") for c in conditions] == [cluster.reason], ref
             continue
         ready = cluster.ready
         assert ready is not None, f"{ref} has no Ready condition"
