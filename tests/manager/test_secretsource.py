@@ -31,6 +31,13 @@ from tests.support.sources import (
 )
 
 MARK = {"kokumi.dev/kubeconfig": "true"}
+#: A from: Secrets source over the marked Secrets, every context of each a Cluster.
+EVERY_CONTEXT: dict[str, Any] = {
+    "from": "Secrets",
+    "secretSelector": {"matchLabels": MARK},
+    "key": "kubeconfig",
+    "contexts": "All",
+}
 ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
 ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
 
@@ -273,13 +280,7 @@ async def test_every_context_of_a_secret_is_a_cluster_and_follows_the_contexts(
     reg = spoke_kubeconfig
     async with workspace(hub) as ws, manager(hub, ws.options()):
         ns = await ws.namespace()
-        spec = {
-            "from": "Secrets",
-            "secretSelector": {"matchLabels": MARK},
-            "key": "kubeconfig",
-            "contexts": "All",
-        }
-        await source(ws, ns, "fleet", spec)
+        await source(ws, ns, "fleet", EVERY_CONTEXT)
         text = with_contexts(reg.kubeconfig, "edge-1", "edge-2")
         await labelled_secret(ws, ns, "fleet-kubeconfigs", MARK, "kubeconfig", text)
         for name in ("edge-1", "edge-2"):
@@ -478,13 +479,7 @@ async def test_a_secret_of_2000_contexts_makes_clusters_up_to_the_bounds_and_say
     limits = Bounds(contexts_per_secret=3, clusters_per_source=4)
     async with workspace(hub) as ws, manager(hub, ws.options(source_bounds=limits)):
         ns = await ws.namespace()
-        spec = {
-            "from": "Secrets",
-            "secretSelector": {"matchLabels": MARK},
-            "key": "kubeconfig",
-            "contexts": "All",
-        }
-        await source(ws, ns, "fleet", spec)
+        await source(ws, ns, "fleet", EVERY_CONTEXT)
         names = [f"edge-{i:04d}" for i in range(2000)]
         text = with_contexts(reg.kubeconfig, *names)
         await labelled_secret(ws, ns, "a-fleet", MARK, "kubeconfig", text)

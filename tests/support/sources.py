@@ -6,12 +6,21 @@ from typing import Any
 
 import trio
 
-from kokumi.core.sources.spec import CLUSTER_SOURCES
+from kokumi.core.sources.plan import Existing, Plan, cluster_body, existing_of
+from kokumi.core.sources.spec import CLUSTER_SOURCES, ClusterSource
 from kokumi.kube import errors
 from kokumi.manager import Manager
 from tests.support.manager import Workspace, ready_of, wait_for
 
-__all__ = ["cleanup", "get_source", "gone", "passes_beyond", "wait_reason", "wait_source"]
+__all__ = [
+    "applied",
+    "cleanup",
+    "get_source",
+    "gone",
+    "passes_beyond",
+    "wait_reason",
+    "wait_source",
+]
 
 
 async def get_source(ws: Workspace, ns: str, name: str = "capi") -> dict[str, Any]:
@@ -77,3 +86,14 @@ async def cleanup(ws: Workspace) -> None:
     for ns in ws.namespaces:
         await ws.client.delete_collection(CLUSTER_SOURCES, namespace=ns)
     await ws.cleanup()
+
+
+def applied(
+    src: ClusterSource, decided: Plan, existing: dict[str, Existing]
+) -> dict[str, Existing]:
+    """The source's Clusters once ``decided`` is carried out, as the plan's property tests of
+    every kind of source read them."""
+    after = {n: e for n, e in existing.items() if n not in decided.delete}
+    for d in (*decided.create, *decided.update):
+        after[d.name] = existing_of(cluster_body(src, d))
+    return after

@@ -21,7 +21,8 @@ from kokumi.core.sources.plan import Existing
 from kokumi.core.sources.spec import ClusterSource
 from kokumi.core.sources.status import status_of
 from tests.core.kubeconfig.test_contexts import many_contexts, shared
-from tests.core.sources.test_secretsource import MARK, UID, apply, source
+from tests.core.sources.test_secretsource import MARK, UID, source
+from tests.support.sources import applied
 
 
 def all_contexts() -> ClusterSource:
@@ -123,7 +124,7 @@ def test_clusters_of_contexts_past_the_bound_stay() -> None:
     """Made under a higher bound (or before the Secret grew): the cut deletes none of them."""
     src = all_contexts()
     existing: dict[str, Existing] = {}
-    existing = apply(src, sp.plan_secrets(src, [fleet(300, 300)], existing), existing)
+    existing = applied(src, sp.plan_secrets(src, [fleet(300, 300)], existing), existing)
     assert len(existing) == 300
     lowered = sp.plan_secrets(src, [fleet(300, 100)], existing)
     assert (lowered.create, lowered.delete) == ((), ())
@@ -172,7 +173,7 @@ def test_the_bound_holds_keeps_existing_clusters_and_is_stable(
         matched = secrets(count)
         decided = bounds.cap_clusters(sp.plan_secrets(src, matched, existing), limit)
         before = set(existing)
-        after = apply(src, decided, existing)
+        after = applied(src, decided, existing)
         names = {s.name for s in matched}
         assert before & names <= set(after)  # none of those still matched went
         assert len(after) <= max(limit, len(before & names))

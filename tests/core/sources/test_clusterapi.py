@@ -14,7 +14,6 @@ from kokumi.core.sources import clusterapi
 from kokumi.core.sources.plan import (
     Existing,
     OwnerRef,
-    Plan,
     cluster_body,
     controller_of,
     existing_of,
@@ -23,6 +22,7 @@ from kokumi.core.sources.plan import (
 from kokumi.core.sources.spec import SOURCE_LABEL, ClusterSource, SourceInvalid, parse_source
 from kokumi.core.sources.status import MAX_LISTED, status_of, status_patch
 from kokumi.testing import canary
+from tests.support.sources import applied
 from tests.support.strategies import dump, kubeconfig
 
 UID = "uid-capi"
@@ -430,13 +430,6 @@ def worlds(draw: st.DrawFn) -> World:
     return src, secrets, capi, existing
 
 
-def apply(src: ClusterSource, decided: Plan, existing: dict[str, Existing]) -> dict[str, Existing]:
-    after = {n: e for n, e in existing.items() if n not in decided.delete}
-    for d in (*decided.create, *decided.update):
-        after[d.name] = existing_of(cluster_body(src, d))
-    return after
-
-
 @given(worlds())
 def test_the_plan_never_touches_what_is_not_the_sources(world: World) -> None:
     src, secrets, capi, existing = world
@@ -453,7 +446,7 @@ def test_one_step_reaches_the_fixed_point(world: World) -> None:
     """After its writes, the source plans nothing more: 0 writes when nothing changes."""
     src, secrets, capi, existing = world
     decided = clusterapi.plan(src, secrets, capi, existing)
-    after = apply(src, decided, existing)
+    after = applied(src, decided, existing)
     again = clusterapi.plan(src, secrets, capi, after)
     assert (again.create, again.update, again.delete) == ((), (), ())
     first = status_of(src, decided, {})
@@ -470,7 +463,7 @@ def test_every_matched_secret_has_its_cluster_or_a_reason(world: World) -> None:
     if decided.blocked is not None:
         assert (decided.create, decided.update, decided.delete) == ((), (), ())
         return
-    after = apply(src, decided, existing)
+    after = applied(src, decided, existing)
     listed = {e.secret for e in decided.not_imported}
     for s in secrets:
         labels = capi.labels.get(s.cluster, {}) if capi.readable else {}
@@ -503,7 +496,7 @@ def test_only_secrets_their_capi_cluster_controls_keep_a_cluster(world: World) -
         assert (decided.create, decided.update, decided.delete) == ((), (), ())
         assert decided.blocked is not None and decided.blocked[0] is Reason.CLUSTER_API_NOT_READABLE
         return
-    after = apply(src, decided, existing)
+    after = applied(src, decided, existing)
     reasons = {e.secret: e.reason for e in decided.not_imported}
     for s in secrets:
         ours = s.cluster in after and after[s.cluster].owner == ("capi", UID)

@@ -16,7 +16,6 @@ from kokumi.core.sources import vcluster as vcl
 from kokumi.core.sources.plan import (
     Existing,
     OwnerRef,
-    Plan,
     cluster_body,
     existing_of,
     kubeconfig_problem,
@@ -24,6 +23,7 @@ from kokumi.core.sources.plan import (
 from kokumi.core.sources.spec import SOURCE_LABEL, ClusterSource, SourceInvalid, parse_source
 from kokumi.core.sources.status import status_of
 from kokumi.testing import canary
+from tests.support.sources import applied
 from tests.support.strategies import dump, kubeconfig
 
 UID = "uid-team"
@@ -426,13 +426,6 @@ def worlds(draw: st.DrawFn) -> World:
     return src, secrets, existing, draw(st.sampled_from([True, True, True, None, False]))
 
 
-def apply(src: ClusterSource, decided: Plan, existing: dict[str, Existing]) -> dict[str, Existing]:
-    after = {n: e for n, e in existing.items() if n not in decided.delete}
-    for d in (*decided.create, *decided.update):
-        after[d.name] = existing_of(cluster_body(src, d))
-    return after
-
-
 @given(worlds())
 def test_the_plan_touches_only_the_sources_clusters_and_settles_in_one_step(world: World) -> None:
     src, secrets, existing, listable = world
@@ -445,7 +438,7 @@ def test_the_plan_touches_only_the_sources_clusters_and_settles_in_one_step(worl
         # A missing permission, or not listed yet: nothing is created or deleted.
         assert touched == set() and decided.blocked is not None
         return
-    after = apply(src, decided, existing)
+    after = applied(src, decided, existing)
     again = sp.plan_secrets(src, secrets, after)
     assert (again.create, again.update, again.delete) == ((), (), ())
     assert status_of(src, decided, {}) == status_of(src, again, {})
@@ -458,7 +451,7 @@ def test_every_matched_secret_has_its_cluster_or_a_reason_and_no_other_keeps_one
     src, secrets, existing, _ = world
     assert src.shape is not None
     decided = sp.plan_secrets(src, secrets, existing)
-    after = apply(src, decided, existing)
+    after = applied(src, decided, existing)
     listed = {e.secret for e in decided.not_imported}
     kept_for: dict[str, str] = {}
     for s in secrets:
@@ -489,7 +482,7 @@ def test_a_clusters_secret_never_changes_while_that_secret_still_matches(
     src, secrets, existing, _ = world
     assert src.shape is not None
     decided = sp.plan_secrets(src, secrets, existing)
-    after = apply(src, decided, existing)
+    after = applied(src, decided, existing)
     present = {s.name for s in secrets}
     newcomers = [
         sp.Labelled(n, {**MARK, "name": n.removesuffix("-kc")}) for n in planted if n not in present
@@ -618,7 +611,7 @@ def test_contexts_all_settles_in_one_step_and_keeps_only_present_contexts(
         )
         before = set(existing)
         decided = sp.plan_secrets(src, [secret], existing)
-        existing = apply(src, decided, existing)
+        existing = applied(src, decided, existing)
         again = sp.plan_secrets(src, [secret], existing)
         assert (again.create, again.update, again.delete) == ((), (), ())
         if broken:
@@ -649,7 +642,7 @@ def test_with_contexts_all_a_clusters_secret_and_context_never_change_while_they
             sp.Labelled(n, MARK, None, tuple((c, None) for c in cs_)) for n, cs_ in present.items()
         ]
         decided = sp.plan_secrets(src, secrets, existing)
-        after = apply(src, decided, existing)
+        after = applied(src, decided, existing)
         for name, there in existing.items():
             if there.context in present.get(there.secret or "", []):
                 assert (after[name].secret, after[name].context) == (there.secret, there.context)
