@@ -562,7 +562,28 @@ class SourcesActor:
             raise errors.Fenced("creates not sent: this replica may not write now") from fenced
         for desired in decided.update:
             body = cluster_body(source, desired)
-            old = clusters.get(desired.name, {}).get("metadata", {}).get("labels") or {}
+            kept = clusters.get(desired.name, {})
+            if limits.over_bounds(kept) is not None:
+                # Labels past the bounds were not kept, so they cannot be named to drop them:
+                # the source's labels replace them all, in one conditional write.
+                version = _version(clusters, desired.name)
+                operations: list[dict[str, Any]] = [
+                    {"op": "add", "path": "/metadata/labels", "value": dict(desired.labels)},
+                    {"op": "add", "path": "/spec", "value": body["spec"]},
+                ]
+                if version is not None:
+                    operations.insert(
+                        0, {"op": "test", "path": "/metadata/resourceVersion", "value": version}
+                    )
+                await self._attempt(
+                    source, desired.name, "update", failed,
+                    functools.partial(
+                        self.writer.patch_json, api.CLUSTERS, desired.name, operations,
+                        namespace=ns,
+                    ),
+                )  # fmt: skip
+                continue
+            old = kept.get("metadata", {}).get("labels") or {}
             labels: dict[str, str | None] = {k: None for k in old if k not in desired.labels}
             labels.update(desired.labels)
             patch = {

@@ -109,8 +109,20 @@ def kept(obj: Mapping[str, Any]) -> dict[str, Any]:
             key: obj[key] for key in ("apiVersion", "kind") if isinstance(obj.get(key), str)
         }
         stub["metadata"] = {k: metadata[k] for k in _STUB_METADATA if k in metadata}
-        if "status" in obj:
-            stub["status"] = obj["status"]
+        # Its controller, if any (the API server allows one): a ClusterSource's Cluster stays
+        # its source's, which then writes its labels back within the bounds.
+        controllers = [
+            ref
+            for ref in metadata.get("ownerReferences") or ()
+            if isinstance(ref, Mapping) and ref.get("controller") is True
+        ][:1]
+        if controllers:
+            stub["metadata"]["ownerReferences"] = controllers
+        # The spec and status, which the CRDs' schemas bound: what the object asks for and
+        # what was said of it.
+        for part in ("spec", "status"):
+            if part in obj:
+                stub[part] = obj[part]
         stub[OVER_BOUNDS] = why
         return kept_form(stub)
     if "annotations" in metadata:

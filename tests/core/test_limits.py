@@ -11,6 +11,8 @@ from kokumi.core import api, limits
 from kokumi.core.cluster.status import cluster_outcome
 from kokumi.core.environments.status import environment_status
 from kokumi.core.reasons import Reason
+from kokumi.core.sources.plan import existing_of
+from kokumi.core.sources.spec import source_of
 
 _text = st.text(st.characters(codec="utf-8"), max_size=40)
 _maps = st.dictionaries(_text, _text, max_size=80)
@@ -97,7 +99,8 @@ def _cluster(labels: dict[str, str], annotations: dict[str, str] | None = None) 
 def test_an_object_over_the_bounds_is_kept_as_a_stub_that_says_why() -> None:
     obj = _cluster({f"k{i}": "v" for i in range(90_000)}, {"a": "b"})
     stub = limits.kept(obj)
-    assert set(stub) == {"apiVersion", "kind", "metadata", "status", limits.OVER_BOUNDS}
+    assert set(stub) == {"apiVersion", "kind", "metadata", "spec", "status", limits.OVER_BOUNDS}
+    assert stub["spec"] == obj["spec"]
     assert stub["metadata"] == {
         "name": "big",
         "namespace": "team",
@@ -142,3 +145,24 @@ def test_an_environment_over_the_bounds_reports_it_in_its_ready_condition() -> N
     ready = api.ready_condition(environment_status(parsed, []).conditions)
     assert ready is not None and ready.status == "False"
     assert ready.reason == Reason.OBJECT_TOO_LARGE and "Environment" in ready.message
+
+
+def test_a_stub_keeps_its_controller_so_a_sources_cluster_stays_its_sources() -> None:
+    """A ClusterSource's Cluster that a tenant pushed past the bounds: the stub keeps the
+    controller reference (one, as the API server allows) and the spec, so the source still
+    knows it as its own, and writes its labels back; no other owner is kept."""
+    obj = _cluster({f"k{i}": "v" for i in range(limits.LABELS_MAX + 1)})
+    source = {
+        "apiVersion": "delivery.kokumi.dev/v1alpha1",
+        "kind": "ClusterSource",
+        "name": "capi",
+        "uid": "s-1",
+        "controller": True,
+    }
+    others = [{"apiVersion": "v1", "kind": "ConfigMap", "name": f"c{i}", "uid": f"c-{i}"}
+              for i in range(1000)]  # fmt: skip
+    obj["metadata"]["ownerReferences"] = [*others, source]
+    stub = limits.kept(obj)
+    assert stub["metadata"]["ownerReferences"] == [source]
+    assert source_of(stub) == ("capi", "s-1")
+    assert existing_of(stub).owner == ("capi", "s-1")
