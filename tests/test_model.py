@@ -1736,6 +1736,23 @@ def test_a_cluster_valid_again_after_an_invalid_spell_is_checked_afresh() -> Non
         machine.close()
 
 
+def test_a_sources_cluster_pushed_over_the_bounds_gets_its_labels_back() -> None:
+    """A tenant adds labels past the bounds to a Cluster a ClusterSource made: the manager keeps
+    only a stub of it, and the source must still know it as its own and write its labels back
+    (found by the model test: seed 31000 left it over the bounds, taken for somebody else's)."""
+    machine = OneReplicaMachine()
+    try:
+        machine.start(
+            layout=[("ws1", "a", SERVERS[0])], before=False, sourced=[("a", SERVERS[0])], team=[]
+        )
+        machine.world.arun(machine.world.advance, 5.0)
+        assert machine._object(api.CLUSTERS, "a", "ws2") is not None  # the source made it
+        machine.invalidate_cluster("ws2", "a", how="labels")
+        machine.converge()
+    finally:
+        machine.close()
+
+
 def test_a_restart_after_a_move_cut_short_keeps_the_new_server() -> None:
     """A Cluster moves to another server while the old Secret's delete is refused, so two
     Secrets name it; a restart then keeps the one it moved to (written last) and deletes the
