@@ -14,13 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from kokumi.testing.controlplane import (
-    GO_MODULES,
-    BuildError,
-    cache_root,
-    ensure_binaries,
-    go_build,
-)
+from kokumi.testing.build import GO_MODULES, BuildError, cache_root, ensure_binaries, go_build
 
 __all__ = [
     "ARGOCD_TOOLCHAIN",

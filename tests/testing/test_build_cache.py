@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kokumi.testing.controlplane import BuildError, _cached_build
+from kokumi.testing.build import BuildError, _cached_build
 
 NAMES = ("kube-apiserver", "kube-controller-manager")
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from kokumi.testing.controlplane import GO_MODULES
+from kokumi.testing.build import GO_MODULES
 from kokumi.testing.tools import (
     ARGOCD_TOOLCHAIN,
     HELM_VERSIONS,
