@@ -24,6 +24,7 @@ from starlette.routing import BaseRoute, Route
 from kokumi.core import api, clusterview, sessioncookie
 from kokumi.core.environments import selectors
 from kokumi.core.kubeconfig.connection import Code, Refusal
+from kokumi.core.overview import overview as overview_of
 from kokumi.core.registry.ownership import IN_CLUSTER_SERVER
 from kokumi.core.sources.spec import SOURCE_LABEL
 from kokumi.core.text import one_line
@@ -119,9 +120,7 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
             return wrong
         listed, error, age = await every_cluster(ui, session, hub, query.namespace, query.selector)
         sources, note = await cluster_sources(hub, query.namespace, listed.rows)
-        view = clusterview.overview(
-            listed.rows, sources, label_keys=keys, source_label=SOURCE_LABEL
-        )
+        view = overview_of(listed.rows, sources, label_keys=keys, source_label=SOURCE_LABEL)
         return page(
             "overview.html",
             {"title": "Overview", "session": session, "view": view, "q": query,

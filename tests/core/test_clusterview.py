@@ -1,4 +1,4 @@
-"""The list's rules: its address, its order, its pages and its status filters."""
+"""The list's rules (its address, order, pages and status filters) and the overview's counts."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kokumi.core import clusterview
+from kokumi.core import clusterview, overview
 from kokumi.core.clusterview import Query, Row
 
 NOW = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.UTC)
@@ -211,7 +211,7 @@ def many_valued_rows(draw: st.DrawFn) -> Row:
     return attrs.evolve(base, labels=tuple(sorted(labels.items())))
 
 
-def _groups(view: clusterview.Overview) -> list[tuple[str, tuple[clusterview.Count, ...]]]:
+def _groups(view: overview.Overview) -> list[tuple[str, tuple[overview.Count, ...]]]:
     return [
         ("ready", view.ready), ("reasons", view.reasons), ("namespaces", view.namespaces),
         *((f"label {lc.key}", lc.counts) for lc in view.labels),
@@ -233,7 +233,7 @@ scopes = st.builds(
 def test_each_group_of_counts_sums_to_the_total_and_each_link_lists_exactly_what_it_counts(
     fleet: list[Row], keys: list[str], scope: Query
 ) -> None:
-    view = clusterview.overview(fleet, label_keys=keys)
+    view = overview.overview(fleet, label_keys=keys)
     assert view.total == len(fleet)
     assert view.ready_count == sum(1 for r in fleet if r.ready == "True")
     if keys:
@@ -259,16 +259,16 @@ def test_each_group_of_counts_sums_to_the_total_and_each_link_lists_exactly_what
 
 @given(st.lists(many_valued_rows(), max_size=160).map(unique))
 def test_unasked_the_overview_counts_the_few_valued_keys_most_used(fleet: list[Row]) -> None:
-    view = clusterview.overview(fleet)
-    assert len(view.labels) <= clusterview.MAX_LABEL_KEYS
+    view = overview.overview(fleet)
+    assert len(view.labels) <= overview.MAX_LABEL_KEYS
     values: dict[str, set[str]] = {}
     for r in fleet:
         for k, v in r.labels:
             values.setdefault(k, set()).add(v)
     for counted in view.labels:
-        assert len(values[counted.key]) <= clusterview.MAX_LABEL_VALUES
-        assert len(counted.counts) <= clusterview.MAX_LABEL_VALUES + 1  # its values + without
-    left_out = {k for k, v in values.items() if len(v) > clusterview.MAX_LABEL_VALUES}
+        assert len(values[counted.key]) <= overview.MAX_LABEL_VALUES
+        assert len(counted.counts) <= overview.MAX_LABEL_VALUES + 1  # its values + without
+    left_out = {k for k, v in values.items() if len(v) > overview.MAX_LABEL_VALUES}
     assert left_out.isdisjoint(lc.key for lc in view.labels)
 
 
@@ -276,8 +276,8 @@ def test_an_asked_key_of_many_values_shows_the_most_used_and_counts_the_rest_tog
     fleet = [
         attrs.evolve(_row(f"c{i:03d}"), labels=(("id", f"v{i % 70:02d}"),)) for i in range(140)
     ] + [_row("bare")]
-    (ids,) = clusterview.overview(fleet, label_keys=["id"]).labels
-    assert len(ids.counts) == clusterview.MAX_VALUES_SHOWN + 2
+    (ids,) = overview.overview(fleet, label_keys=["id"]).labels
+    assert len(ids.counts) == overview.MAX_VALUES_SHOWN + 2
     others, without = ids.counts[-2:]
     assert (others.title, others.count) == ("20 other values", 40)
     assert (without.title, without.count) == ("without id", 1)
@@ -288,7 +288,7 @@ def test_an_asked_key_of_many_values_shows_the_most_used_and_counts_the_rest_tog
 
 def test_an_empty_label_value_is_counted_apart_from_no_label() -> None:
     fleet = [attrs.evolve(_row("a"), labels=(("tier", ""),)), _row("b")]
-    (tier,) = clusterview.overview(fleet, label_keys=["tier"]).labels
+    (tier,) = overview.overview(fleet, label_keys=["tier"]).labels
     assert [(c.title, c.count, str(c.filter.selector)) for c in tier.counts] == [
         ('""', 1, "tier="), ("without tier", 1, "!tier"),
     ]  # fmt: skip
@@ -309,7 +309,7 @@ def test_a_cluster_source_is_read_from_its_status_whatever_it_holds() -> None:
                             "message": "2 of 3 Secrets have no Cluster"}],
         },
     }  # fmt: skip
-    view = clusterview.source_view(source, "delivery.kokumi.dev/cluster-source")
+    view = overview.source_view(source, "delivery.kokumi.dev/cluster-source")
     assert (view.origin, view.ready, view.reason) == ("Secrets", "False", "NotAllImported")
     assert (view.matched, view.made, view.not_usable, view.conflicts, view.more) == (3, 1, 1, 1, 4)
     assert view.not_imported == (
@@ -322,7 +322,7 @@ def test_a_cluster_source_is_read_from_its_status_whatever_it_holds() -> None:
     )
     # A source the manager has not read yet, or one with a status of the wrong shapes.
     for status in (None, {}, {"matched": "three", "made": -1, "notImported": "x"}):
-        odd = clusterview.source_view({"metadata": {"name": "x"}, "status": status}, "k")
+        odd = overview.source_view({"metadata": {"name": "x"}, "status": status}, "k")
         assert (odd.reason, odd.matched, odd.made, odd.not_imported) == (
             clusterview.CHECKING, 0, 0, (),
         )  # fmt: skip

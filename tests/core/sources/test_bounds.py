@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import hypothesis.strategies as st
 import pytest
 from hypothesis import given
 
-from kokumi.core.kubeconfig import reader
+from kokumi.core.kubeconfig import entries, reader
 from kokumi.core.kubeconfig.connection import Refusal
 from kokumi.core.kubeconfig.reader import examine, parse
 from kokumi.core.reasons import Reason
@@ -60,15 +61,15 @@ def test_a_sources_verdicts_are_those_of_a_parse_per_context(text: str) -> None:
     assert sp.context_verdicts(secret_of(text), shape) == _old_context_verdicts(secret_of(text))
 
 
-def counting(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
+def counting(monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: str) -> list[int]:
     calls: list[int] = []
-    real: Callable[..., Any] = getattr(reader, name)
+    real: Callable[..., Any] = getattr(module, name)
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(reader, name, counted)
+    monkeypatch.setattr(module, name, counted)
     return calls
 
 
@@ -76,8 +77,8 @@ def test_a_secret_of_many_contexts_is_read_once_and_its_cluster_checked_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Read once per context, 2,000 contexts took a minute of the manager's loop."""
-    loads = counting(monkeypatch, "load")
-    authorities = counting(monkeypatch, "certificate_authority")
+    loads = counting(monkeypatch, reader, "load")
+    authorities = counting(monkeypatch, entries, "certificate_authority")
     shape = all_contexts().shape
     assert shape is not None
     whole, each = sp.context_verdicts(secret_of(shared(300)), shape)
