@@ -22,7 +22,6 @@ import trio
 
 from kokumi.objects import Resource, metadata_of, name_of, namespace_of
 
-from . import backend
 from .config import Config
 from .errors import (
     ApiError,
@@ -37,6 +36,7 @@ from .errors import (
     error_from_status,
 )
 from .paths import resource_path
+from .transport import Transport
 
 __all__ = [
     "CONFIG_MAPS",
@@ -216,18 +216,16 @@ class Client:
             # SNI and certificate verification then use this name, not the URL's host.
             self._extensions["sni_hostname"] = config.tls_server_name
         if transport is None:
-            transport = httpx.AsyncHTTPTransport(
-                verify=config.ssl_context(),
+            # The kubeconfig is the whole truth: no proxy or CA bundle from the environment.
+            # Its backend closes a cancelled handshake's socket.
+            transport = Transport(
+                ssl_context=config.ssl_context(),
                 proxy=config.proxy_url,
-                # The kubeconfig is the whole truth: no proxy, CA bundle or netrc from the
-                # environment.
-                trust_env=False,
                 # As many kept as requests may be in flight: onboarding's writes then reuse
                 # their connections instead of each handshaking with the API server anew.
                 limits=httpx.Limits(max_connections=None, max_keepalive_connections=max_requests),
+                keep=True,  # a pool that keeps them, at no cost a request
             )
-            backend.install(transport)  # closes a cancelled handshake's socket
-            backend.keep_connections(transport)  # a pool that keeps them, at no cost a request
         self._http = httpx.AsyncClient(
             base_url=config.server,
             trust_env=False,
