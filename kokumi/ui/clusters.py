@@ -26,9 +26,10 @@ from kokumi.core.kubeconfig.connection import Code, Refusal
 from kokumi.core.registry.ownership import IN_CLUSTER_SERVER
 from kokumi.core.sources.spec import CLUSTER_SOURCES, SOURCE_LABEL
 from kokumi.core.text import one_line
-from kokumi.kube.client import NAMESPACES, Client
+from kokumi.kube.client import Client
 from kokumi.kube.errors import Conflict, Forbidden, KubeError, NotFound
 from kokumi.kube.paths import resource_path
+from kokumi.kube.resources import NAMESPACES
 from kokumi.ui.live import Streams, live_response, live_url
 from kokumi.ui.pages import (
     REFRESH,

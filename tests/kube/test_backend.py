@@ -23,8 +23,9 @@ import pytest
 import trio
 
 from kokumi.kube import backend, transport
-from kokumi.kube.client import NAMESPACES, Client
+from kokumi.kube.client import Client
 from kokumi.kube.config import Config
+from kokumi.kube.resources import NAMESPACES
 
 
 async def test_a_request_cancelled_in_its_tls_handshake_closes_its_socket() -> None:
