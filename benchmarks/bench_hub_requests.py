@@ -39,7 +39,7 @@ import httpx
 import trio
 
 from kokumi.kube import CONFIG_MAPS, NAMESPACES, Client, Config, Resync, WatchEvent, start_watch
-from kokumi.kube import backend as kube_backend
+from kokumi.kube.transport import Transport
 from kokumi.testing.controlplane import APIServer, ControlPlane
 
 WORKERS = 32
@@ -79,14 +79,12 @@ class _Connections:
 
 
 def _pool(config: Config, keep: int | None) -> httpx.AsyncBaseTransport:
-    """A transport as ``Client`` makes its own, keeping ``keep`` idle connections (None: all)."""
-    transport = httpx.AsyncHTTPTransport(
-        verify=config.ssl_context(),
-        trust_env=False,
+    """A transport as ``Client`` makes its own, but with httpcore's own pass over its
+    connections, keeping ``keep`` idle connections (None: all)."""
+    return Transport(
+        ssl_context=config.ssl_context(),
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=keep),
     )
-    kube_backend.install(transport)
-    return transport
 
 
 async def _round(

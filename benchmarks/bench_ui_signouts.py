@@ -28,8 +28,9 @@ from starlette.requests import Request
 
 import kokumi
 from kokumi.core.sessioncookie import Keys
-from kokumi.kube.client import SECRETS, Client
+from kokumi.kube.client import Client
 from kokumi.kube.config import Config
+from kokumi.kube.resources import SECRETS
 from kokumi.ui.incluster import KEY_NAMESPACE, KEY_SECRET, SignOuts, session_key
 from kokumi.ui.pages import UI, end_session, still_signed_in
 from kokumi.ui.security import COOKIE, SealedSessions

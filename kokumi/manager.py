@@ -40,8 +40,9 @@ from kokumi.core.fleet.leader import LeaderElection
 from kokumi.core.fleet.shards import preference
 from kokumi.core.registry.ownership import ClusterRef
 from kokumi.kube import errors
-from kokumi.kube.client import CONFIG_MAPS, Client
+from kokumi.kube.client import Client
 from kokumi.kube.config import Config
+from kokumi.kube.resources import CONFIG_MAPS
 from kokumi.runtime import health, heap
 from kokumi.runtime.election import Admission, CountGate, LeadershipLost, LeaseElector
 from kokumi.runtime.options import Options

@@ -95,8 +95,9 @@ from kokumi.core.sources.spec import (
     parse_source,
     source_of,
 )
-from kokumi.kube.client import SECRETS, Client
+from kokumi.kube.client import Client
 from kokumi.kube.config import Config
+from kokumi.kube.resources import SECRETS
 from kokumi.manager import Manager
 from kokumi.runtime.options import Options
 from tests.support import model, prediction

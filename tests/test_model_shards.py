@@ -46,8 +46,9 @@ from kokumi.core.fleet.leader import Timing
 from kokumi.core.fleet.shards import Sharding, count_of, shard_of
 from kokumi.core.registry import argocd, handover
 from kokumi.core.registry.ownership import ClusterRef
-from kokumi.kube.client import LEASES, SECRETS, Client
+from kokumi.kube.client import Client
 from kokumi.kube.config import Config
+from kokumi.kube.resources import LEASES, SECRETS
 from kokumi.manager import Manager
 from kokumi.runtime.options import Options
 from tests import test_model as one

@@ -64,8 +64,9 @@ from kokumi.core.registry import argocd  # noqa: E402
 from kokumi.core.sources.clusterapi import CAPI_CLUSTER_NAME, CAPI_CLUSTERS  # noqa: E402
 from kokumi.core.sources.spec import CLUSTER_SOURCES  # noqa: E402
 from kokumi.kube import errors  # noqa: E402
-from kokumi.kube.client import NAMESPACES, SECRETS, Client  # noqa: E402
+from kokumi.kube.client import Client  # noqa: E402
 from kokumi.kube.config import Config  # noqa: E402
+from kokumi.kube.resources import NAMESPACES, SECRETS  # noqa: E402
 from kokumi.kube.watch import Resync, WatchEvent, watch  # noqa: E402
 from kokumi.objects import Resource  # noqa: E402
 from kokumi.testing import run_kubectl  # noqa: E402

@@ -50,7 +50,9 @@ import trio
 
 from kokumi.core.cluster import schedule
 from kokumi.kube import errors
-from kokumi.kube.client import SECRETS, Client, Obj
+from kokumi.kube.client import Client
+from kokumi.kube.resources import SECRETS
+from kokumi.kube.wire import Obj
 from kokumi.objects import metadata_of, resource_version
 
 __all__ = ["BATCH_AT", "GATHER", "PAGE", "PAGE_BYTES", "SecretReads", "SecretVersions"]

@@ -49,9 +49,11 @@ from kokumi.core.secretaccess import (
     subject_flag,
 )
 from kokumi.kube import errors
-from kokumi.kube.client import METADATA_LIST, SECRETS, Client
+from kokumi.kube.client import Client
 from kokumi.kube.paths import resource_path
+from kokumi.kube.resources import SECRETS
 from kokumi.kube.watch import Resync, WatchEvent, start_watch
+from kokumi.kube.wire import METADATA_LIST
 
 __all__ = [
     "MANAGER_SECRETS_ROLE",

@@ -67,9 +67,10 @@ from kokumi.core.sources.status import SourceStatus, status_of, status_patch
 from kokumi.core.text import one_line
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
-from kokumi.kube.client import METADATA_LIST, Client
+from kokumi.kube.client import Client
 from kokumi.kube.paths import resource_path
 from kokumi.kube.watch import Resync, Store, WatchEvent, watch
+from kokumi.kube.wire import METADATA_LIST
 from kokumi.objects import Resource
 
 __all__ = ["KEEP_LABELS", "SecretsView", "SourcesActor"]

@@ -11,7 +11,8 @@ from typing import Any
 from kokumi.core import api
 from kokumi.core.api import unstructured
 from kokumi.kube import errors
-from kokumi.kube.client import EVENTS, Client
+from kokumi.kube.client import Client
+from kokumi.kube.resources import EVENTS
 from kokumi.objects import Resource
 
 __all__ = ["EventRecorder", "replace_status", "write_status"]

@@ -26,8 +26,9 @@ from kokumi.cmd import DONE, FAILED, CommandError, UsageError
 from kokumi.core import api
 from kokumi.core.registry import argocd
 from kokumi.kube import errors
-from kokumi.kube.client import SECRETS, Client
+from kokumi.kube.client import Client
 from kokumi.kube.config import Config
+from kokumi.kube.resources import SECRETS
 
 __all__ = [
     "Released",

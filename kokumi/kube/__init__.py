@@ -10,19 +10,7 @@ it), so a lazy face would buy nothing, and importing ``watch`` after its submodu
 
 from kokumi.objects import Resource
 
-from .client import (
-    CONFIG_MAPS,
-    CUSTOM_RESOURCE_DEFINITIONS,
-    EVENTS,
-    LEASES,
-    NAMESPACES,
-    PODS,
-    SECRETS,
-    SERVICE_ACCOUNTS,
-    Client,
-    Identity,
-    Observer,
-)
+from .client import Client
 from .config import (
     SERVICE_ACCOUNT_ROOT,
     Config,
@@ -55,7 +43,19 @@ from .errors import (
     Unauthorized,
     WriteRefused,
 )
+from .identity import Identity
+from .observer import Observer
 from .paths import resource_path
+from .resources import (
+    CONFIG_MAPS,
+    CUSTOM_RESOURCE_DEFINITIONS,
+    EVENTS,
+    LEASES,
+    NAMESPACES,
+    PODS,
+    SECRETS,
+    SERVICE_ACCOUNTS,
+)
 from .watch import Resync, Store, WatchEvent, start_watch, watch
 
 __all__ = [

@@ -1,12 +1,12 @@
-"""The one place that reaches under httpx into httpcore: its network backend and its pool.
+"""httpcore's network backend, as Kokumi's connections need it.
 
-httpx takes no network backend, but its pool (httpcore's, direct or through a proxy) asks one for
-every connection it opens, to the server or to a proxy. Two things need that moment:
+httpcore's pool (direct or through a proxy) asks its network backend for every connection it
+opens, to the server or to a proxy. Two things need that moment:
 
 - httpcore closes a half-made connection when an ``Exception`` interrupts its TLS handshake, not
   on cancellation: a request cancelled then (a manager stopping, a watch restarted, a check at its
   deadline) left its TCP socket to the garbage collector, reported as ``ResourceWarning: unclosed
-  socket`` in whatever ran next. Every backend installed here closes it.
+  socket`` in whatever ran next. Every backend here closes it.
 - A caller that judges where it may connect (the probe's egress policy) resolves the host here,
   hears every address, and the connection goes to an address it heard: a name that resolves
   differently a moment later (DNS rebinding) cannot slip past. The judge is the caller's
@@ -18,14 +18,8 @@ reads from servers it does not trust (the probe again) has every read metered: a
 answers a byte at a time would otherwise cost a read, a wake-up of the event loop and a parse per
 byte, and httpcore bounds neither the reads nor the bytes of an answer.
 
-The hub client's pool also runs its own pass over its connections (:func:`keep_connections`):
-httpcore's closed a connection a write once the watches were open, and walked every idle
-connection twice a request.
-
-The backend is private to httpcore's pool (``_network_backend``), and so is the pass; httpcore is
-pinned in pyproject.toml to the range tested, and tests/kube/test_backend.py (every kind of pool
-httpx makes, through each private part used here) and tests/core/cluster/test_egress.py fail if
-one moves, so an httpcore that renames one fails CI loudly.
+A backend is httpcore's public interface (``httpcore.AsyncNetworkBackend``), handed to the pool
+as it is built, by :class:`kokumi.kube.transport.Transport`.
 """
 
 from __future__ import annotations
@@ -33,20 +27,13 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import socket
-import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import httpcore
-import httpx
 import trio
 
-__all__ = ["SWEEP", "Admit", "Backend", "Meter", "install", "keep_connections"]
-
-SWEEP = 1.0
-"""Seconds between two looks at every idle connection of a pool :func:`keep_connections` made
-(has the server closed it, has it been idle too long). A connection is also looked at when a
-request is about to reuse it, so a closed one is never handed out."""
+__all__ = ["Admit", "Backend", "Meter"]
 
 Admit = Callable[[str, str], None]
 """``admit(host, address)``: returns when a connection to ``address`` (one that ``host`` names or
@@ -65,137 +52,22 @@ class Meter(Protocol):
         """A read returned ``size`` bytes."""
 
 
-def install(
-    transport: httpx.AsyncHTTPTransport,
-    *,
-    admit: Admit | None = None,
-    track: bool = False,
-    meter: Meter | None = None,
-) -> Backend:
-    """Put a :class:`Backend` between ``transport``'s pool and the network, and return it.
-
-    ``admit``: judge every address before a socket is opened to it. ``track``: remember every
-    socket, for :meth:`Backend.close_all`. ``meter``: count every read (:class:`Meter`).
-    """
-    pool = transport._pool
-    if not hasattr(pool, "_network_backend"):
-        raise RuntimeError("httpx/httpcore changed: its pool has no network backend to wrap")
-    backend = Backend(pool._network_backend, admit=admit, track=track, meter=meter)
-    pool._network_backend = backend
-    return backend
-
-
-def keep_connections(transport: httpx.AsyncHTTPTransport) -> None:
-    """Make ``transport``'s pool keep its idle connections, and hand them out without walking
-    them all.
-
-    httpcore 1.0.9's pool runs one pass over its connections as each request starts and as each
-    ends. It compares ``max_keepalive_connections`` with all its connections, busy ones and
-    watch streams included, so once more are open than it may keep idle it closes each
-    connection as soon as its answer is read and the next request handshakes anew (32 writes in
-    flight beside a dozen watches opened a connection per write); and for every idle connection
-    it polls the socket and counts the connections again, which costs the idle connections
-    squared. The pass here counts the idle ones only, polls an idle connection when a request
-    is about to take it (the rest once a :data:`SWEEP`), skips connections already handed to a
-    request that has not started on them, and reuses the last used first, so that surplus ones
-    reach their keep-alive expiry and close. What it keeps, opens and closes is otherwise
-    httpcore's rule: ``max_connections``, ``max_keepalive_connections``, ``keepalive_expiry``.
-    """
-    pool = transport._pool
-    if not hasattr(pool, "_assign_requests_to_connections") or not hasattr(pool, "_requests"):
-        raise RuntimeError("httpx/httpcore changed: its pool has no pass to replace")
-    if not isinstance(pool, _KeptConnections):
-        pool.__class__ = _kept(type(pool))
-
-
-_KEPT: dict[type[httpcore.AsyncConnectionPool], type[httpcore.AsyncConnectionPool]] = {}
-
-
-def _kept(kind: type[httpcore.AsyncConnectionPool]) -> type[httpcore.AsyncConnectionPool]:
-    """One class a kind of pool (direct, or through either proxy), however many clients."""
-    if kind not in _KEPT:
-        _KEPT[kind] = type(f"Kept{kind.__name__}", (_KeptConnections, kind), {})
-    return _KEPT[kind]
-
-
-class _KeptConnections(httpcore.AsyncConnectionPool):
-    """httpcore's pool with the pass of :func:`keep_connections` (mixed in before the pool's own
-    class, so a proxy's pool keeps its way of opening connections)."""
-
-    _swept_at = 0.0
-
-    def _assign_requests_to_connections(self) -> list[Any]:
-        connections: list[Any] = self._connections
-        closing: list[Any] = []
-        now = time.monotonic()
-        sweep = now - self._swept_at >= SWEEP
-        if sweep:
-            self._swept_at = now
-        # Connections handed to a request that has not yet started on them still say idle.
-        taken = {id(r.connection) for r in self._requests if r.connection is not None}
-        idle: list[Any] = []
-        for connection in list(connections):
-            if connection.is_closed():
-                connections.remove(connection)
-            elif id(connection) in taken or not connection.is_idle():
-                continue
-            elif sweep and connection.has_expired():
-                connections.remove(connection)
-                closing.append(connection)
-            else:
-                idle.append(connection)
-        for pool_request in self._requests:
-            if not pool_request.is_queued():
-                continue
-            origin = pool_request.request.url.origin
-            found = None
-            at = len(idle)
-            while found is None and at:
-                at -= 1  # the last used first
-                connection = idle[at]
-                if not connection.can_handle_request(origin) or not connection.is_available():
-                    continue
-                del idle[at]
-                if connection.has_expired():
-                    connections.remove(connection)
-                    closing.append(connection)
-                else:
-                    found = connection
-            if found is not None:
-                connections.remove(found)
-                connections.append(found)  # the last used goes last
-            elif len(connections) < self._max_connections:
-                found = self.create_connection(origin)
-                connections.append(found)
-            elif idle:
-                oldest = idle.pop(0)
-                connections.remove(oldest)
-                closing.append(oldest)
-                found = self.create_connection(origin)
-                connections.append(found)
-            else:
-                continue  # waits for a connection to come free
-            pool_request.assign_to_connection(found)
-        while len(idle) > self._max_keepalive_connections:
-            oldest = idle.pop(0)
-            connections.remove(oldest)
-            closing.append(oldest)
-        return closing
-
-
 class Backend(httpcore.AsyncNetworkBackend):
     """httpcore's own backend, closing cancelled handshakes, judging addresses when asked to,
     and remembering its sockets when asked to (see the module's docstring)."""
 
     def __init__(
         self,
-        inner: httpcore.AsyncNetworkBackend,
         *,
-        admit: Admit | None,
-        track: bool,
+        admit: Admit | None = None,
+        track: bool = False,
         meter: Meter | None = None,
+        inner: httpcore.AsyncNetworkBackend | None = None,
     ) -> None:
-        self._inner = inner
+        """``admit``: judge every address before a socket is opened to it. ``track``: remember
+        every socket, for :meth:`close_all`. ``meter``: count every read (:class:`Meter`).
+        ``inner``: what opens the sockets (httpcore's Trio backend: Kokumi runs on Trio)."""
+        self._inner = inner if inner is not None else httpcore.TrioBackend()
         self._admit = admit
         self._meter = meter
         self._streams: list[httpcore.AsyncNetworkStream] | None = [] if track else None

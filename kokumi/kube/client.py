@@ -4,169 +4,62 @@ Objects stay dicts (the JSON the server sent): the layers above decide which fie
 Failures are the typed errors of :mod:`kokumi.kube.errors`; a 401 re-reads a rotating token and
 retries once, and a 429 or a server timeout is retried a bounded number of times after the delay
 the server asked for.
+
+The module is the class: the resources it is asked about are :mod:`.resources`, whom a request
+acts for :mod:`.identity`, who counts its work :mod:`.observer`, and what its requests and
+answers carry :mod:`.wire`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Self
 
-import attrs
 import httpx
 import trio
 
-from kokumi.objects import Resource, metadata_of, name_of, namespace_of
+from kokumi.objects import Resource, metadata_of
 
-from . import backend
 from .config import Config
 from .errors import (
     ApiError,
     ConfigError,
     Fenced,
-    ServerError,
-    ServerTimeout,
     TooLarge,
-    TooManyRequests,
     TransportError,
     WriteRefused,
     error_from_status,
 )
+from .identity import Identity
+from .observer import Observer, Unobserved
 from .paths import resource_path
+from .transport import Transport
+from .wire import (
+    JSON,
+    METADATA_LIST,
+    METADATA_OBJECT,
+    READS,
+    Obj,
+    delete_options,
+    describe,
+    dumps,
+    loads,
+    namespace_for,
+    namespace_in,
+    required_name,
+    retry_after,
+    retryable,
+    status_of,
+)
 
-__all__ = [
-    "CONFIG_MAPS",
-    "CUSTOM_RESOURCE_DEFINITIONS",
-    "EVENTS",
-    "LEASES",
-    "NAMESPACES",
-    "PODS",
-    "SECRETS",
-    "SERVICE_ACCOUNTS",
-    "Client",
-    "Identity",
-    "Observer",
-]
+__all__ = ["Client"]
 
 
 log = logging.getLogger(__name__)
-
-JSON = "application/json"
-# What a fence never stops: a replica that may not write still reads and watches.
-_READS = frozenset({"GET", "HEAD"})
-
-
-def _namespace_in(path: str) -> str | None:
-    """The namespace a request's path is in, or names (``/api/v1/namespaces/N``); None for a
-    cluster-scoped one. Segments are quoted, and a namespace is a DNS label: no quoting."""
-    parts = path.split("/")
-    for index, part in enumerate(parts[:-1]):
-        if part == "namespaces" and index in (3, 4):  # /api/v1/namespaces, /apis/g/v/namespaces
-            return parts[index + 1]
-    return None
-
-
-METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
-METADATA_OBJECT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
-
-Obj = dict[str, Any]
-
-
-CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap")
-SECRETS = Resource("", "v1", "secrets", "Secret")
-NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
-EVENTS = Resource("", "v1", "events", "Event")
-SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
-PODS = Resource("", "v1", "pods", "Pod")
-LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
-CUSTOM_RESOURCE_DEFINITIONS = Resource(
-    "apiextensions.k8s.io",
-    "v1",
-    "customresourcedefinitions",
-    "CustomResourceDefinition",
-    namespaced=False,
-)
-
-
-def _header_value(what: str, longest: int = 1024) -> Any:
-    def check(instance: Any, attribute: Any, value: str) -> None:
-        if not value or len(value) > longest or not value.isprintable() or not value.isascii():
-            raise ConfigError(
-                f"{what} must be 1 to {longest:,} printable ASCII characters, as an HTTP header "
-                "carries"
-            )
-
-    return check
-
-
-def _groups(instance: Identity, attribute: Any, value: tuple[str, ...]) -> None:
-    check = _header_value("an impersonated group")
-    for group in value:
-        check(instance, attribute, group)
-    if value and instance.user is None:
-        raise ConfigError("groups are impersonated together with a user: name the user too")
-
-
-@attrs.frozen
-class Identity:
-    """Whom one request acts for, instead of the connection's own user.
-
-    Either ``token``, a bearer token of that user's own (sent in place of the connection's
-    credentials), or ``user`` with ``groups``, which the connection's user impersonates with
-    ``Impersonate-User`` and ``Impersonate-Group`` (it needs the ``impersonate`` verb on them).
-    A web front end serving many users makes each of its calls as one of them, so that their
-    RBAC, not the front end's, decides.
-    """
-
-    token: str | None = attrs.field(
-        default=None,
-        repr=False,
-        # An identity provider's ID token is often 1-2 KB with its claims; 16 KiB is far
-        # above any token a login hands out and below what servers take in a header.
-        validator=attrs.validators.optional(_header_value("a bearer token", 16 * 1024)),
-    )
-    user: str | None = attrs.field(
-        default=None, validator=attrs.validators.optional(_header_value("an impersonated user"))
-    )
-    groups: tuple[str, ...] = attrs.field(default=(), validator=_groups)
-
-    def __attrs_post_init__(self) -> None:
-        if (self.token is None) == (self.user is None):
-            raise ConfigError("an identity is a token or a user to impersonate: give one of them")
-
-    def headers(self) -> list[tuple[str, str]]:
-        if self.token is not None:
-            return [("Authorization", f"Bearer {self.token}")]
-        assert self.user is not None
-        return [("Impersonate-User", self.user)] + [
-            ("Impersonate-Group", group) for group in self.groups
-        ]
-
-
-class Observer(Protocol):
-    """What a program may want to count about a client's work (``client.observer = ...``).
-
-    Each method is called inline on the request path, so it must be quick and must not raise.
-    The default observer counts nothing.
-    """
-
-    def request(self, verb: str, code: str) -> None:
-        """One answer (``code``: the HTTP status, or ``error`` without one); retries count."""
-
-    def watch_restarted(self, resource: str, reason: str) -> None:
-        """A watch of ``resource`` starts again: ``gone`` after a 410, ``error`` after a failure."""
-
-
-class _Unobserved:
-    def request(self, verb: str, code: str) -> None:
-        pass
-
-    def watch_restarted(self, resource: str, reason: str) -> None:
-        pass
 
 
 class Client:
@@ -207,7 +100,7 @@ class Client:
         self._fence: Callable[[], bool] | None = None
         self._read_only: dict[str, str] = {}  # namespace -> why no write is sent there
         self._shared = False
-        self.observer: Observer = _Unobserved()
+        self.observer: Observer = Unobserved()
         if config.tls_server_name and config.proxy_url:
             # Through a CONNECT tunnel httpx sends SNI for the URL's host and checks that name:
             # refusing beats failing later on a certificate that "does not match".
@@ -216,18 +109,16 @@ class Client:
             # SNI and certificate verification then use this name, not the URL's host.
             self._extensions["sni_hostname"] = config.tls_server_name
         if transport is None:
-            transport = httpx.AsyncHTTPTransport(
-                verify=config.ssl_context(),
+            # The kubeconfig is the whole truth: no proxy or CA bundle from the environment.
+            # Its backend closes a cancelled handshake's socket.
+            transport = Transport(
+                ssl_context=config.ssl_context(),
                 proxy=config.proxy_url,
-                # The kubeconfig is the whole truth: no proxy, CA bundle or netrc from the
-                # environment.
-                trust_env=False,
                 # As many kept as requests may be in flight: onboarding's writes then reuse
                 # their connections instead of each handshaking with the API server anew.
                 limits=httpx.Limits(max_connections=None, max_keepalive_connections=max_requests),
+                keep=True,  # a pool that keeps them, at no cost a request
             )
-            backend.install(transport)  # closes a cancelled handshake's socket
-            backend.keep_connections(transport)  # a pool that keeps them, at no cost a request
         self._http = httpx.AsyncClient(
             base_url=config.server,
             trust_env=False,
@@ -451,7 +342,7 @@ class Client:
 
         ``subresource`` covers requests such as a TokenRequest (``serviceaccounts/NAME/token``).
         """
-        namespace = _namespace_of(resource, body, namespace)
+        namespace = namespace_for(resource, body, namespace)
         path = resource_path(
             resource,
             namespace=namespace,
@@ -469,9 +360,9 @@ class Client:
         subresource: str | None = None,
     ) -> Obj:
         """PUT the whole object; its ``metadata.resourceVersion`` makes a stale write a Conflict."""
-        namespace = _namespace_of(resource, body, namespace)
+        namespace = namespace_for(resource, body, namespace)
         path = resource_path(
-            resource, namespace=namespace, name=_name_of(body), subresource=subresource
+            resource, namespace=namespace, name=required_name(body), subresource=subresource
         )
         return await self.request("PUT", path, json=body, params=self._manager_params())
 
@@ -528,9 +419,9 @@ class Client:
         ``force`` takes fields over from other managers, as a controller should for the fields
         it is responsible for. ``managedFields`` is dropped from the body (the server refuses it).
         """
-        namespace = _namespace_of(resource, body, namespace)
+        namespace = namespace_for(resource, body, namespace)
         path = resource_path(
-            resource, namespace=namespace, name=_name_of(body), subresource=subresource
+            resource, namespace=namespace, name=required_name(body), subresource=subresource
         )
         metadata = metadata_of(body)
         if "managedFields" in metadata:
@@ -569,7 +460,7 @@ class Client:
         return await self.request(
             "DELETE",
             path,
-            json=_delete_options(propagation_policy, uid, resource_version, grace_period_seconds),
+            json=delete_options(propagation_policy, uid, resource_version, grace_period_seconds),
         )
 
     async def delete_collection(
@@ -591,7 +482,7 @@ class Client:
             "DELETE",
             path,
             params=params,
-            json=_delete_options(propagation_policy, None, None, None),
+            json=delete_options(propagation_policy, None, None, None),
         )
 
     # -- raw --------------------------------------------------------------------------------
@@ -612,7 +503,7 @@ class Client:
         With ``max_bytes``, an answer whose body (decoded) grows past it is cut off as it
         arrives and raises :class:`TooLarge`: the caller never holds more than that.
         """
-        body = None if json is None else _dumps(json)
+        body = None if json is None else dumps(json)
         response = await self._send(
             method,
             path,
@@ -624,7 +515,7 @@ class Client:
             max_bytes=max_bytes,
         )
         try:
-            data = _loads(response.content)
+            data = loads(response.content)
         except ValueError:
             raise TransportError(f"{method} {path}: the answer is not JSON") from None
         if not isinstance(data, dict):
@@ -657,7 +548,7 @@ class Client:
         try:
             yield response
         except httpx.HTTPError as exc:
-            raise TransportError(f"{method} {path}: {_describe(exc)}") from exc
+            raise TransportError(f"{method} {path}: {describe(exc)}") from exc
         finally:
             await response.aclose()
 
@@ -674,8 +565,8 @@ class Client:
         max_bytes: int | None = None,
     ) -> httpx.Response:
         context = f"{method} {path}"
-        if method not in _READS and self._read_only:
-            refused = self._read_only.get(_namespace_in(path) or "")
+        if method not in READS and self._read_only:
+            refused = self._read_only.get(namespace_in(path) or "")
             if refused is not None:
                 raise WriteRefused(f"{context}: not sent: {refused}")
         retries = 0
@@ -706,7 +597,7 @@ class Client:
                     response = await self._http.send(request, stream=True)
                 else:
                     async with self._requests:
-                        if self._fence is not None and method not in _READS and not self._fence():
+                        if self._fence is not None and method not in READS and not self._fence():
                             raise Fenced(f"{context}: not sent, this replica may not write now")
                         if max_bytes is None:
                             response = await self._http.send(request)
@@ -714,14 +605,14 @@ class Client:
                             response = await self._send_within(request, max_bytes, context)
             except httpx.HTTPError as exc:
                 self.observer.request(verb, "error")
-                raise TransportError(f"{context}: {_describe(exc)}") from exc
+                raise TransportError(f"{context}: {describe(exc)}") from exc
             self.observer.request(verb, str(response.status_code))
             if response.status_code < 400:
                 return response
             try:
                 raw = await response.aread()
             except httpx.HTTPError as exc:
-                raise TransportError(f"{context}: {_describe(exc)}") from exc
+                raise TransportError(f"{context}: {describe(exc)}") from exc
             finally:
                 await response.aclose()
 
@@ -731,11 +622,11 @@ class Client:
                     continue
             error = error_from_status(
                 response.status_code,
-                _status_of(raw),
+                status_of(raw),
                 context=context,
-                retry_after=_retry_after(response.headers.get("Retry-After")),
+                retry_after=retry_after(response.headers.get("Retry-After")),
             )
-            if retries < self._max_retries and _retryable(error):
+            if retries < self._max_retries and retryable(error):
                 retries += 1
                 delay = min(error.retry_after or 1.0, self._max_retry_delay)
                 log.info("%s; retrying in %.1f s", error, delay)
@@ -773,84 +664,3 @@ class Client:
 
     def _manager_params(self) -> dict[str, str]:
         return {"fieldManager": self._field_manager}
-
-
-def _retryable(error: ApiError) -> bool:
-    """429 was never executed; a server timeout or 5xx with Retry-After asks for a retry."""
-    if isinstance(error, TooManyRequests | ServerTimeout):
-        return True
-    return isinstance(error, ServerError) and error.retry_after is not None
-
-
-def _retry_after(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None  # an HTTP date: the API server never sends one
-    return seconds if seconds >= 0 else None
-
-
-def _status_of(raw: bytes) -> dict[str, Any] | None:
-    try:
-        data = _loads(raw)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _delete_options(
-    propagation_policy: str | None,
-    uid: str | None,
-    resource_version: str | None,
-    grace_period_seconds: int | None,
-) -> Obj:
-    options: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
-    if propagation_policy:
-        options["propagationPolicy"] = propagation_policy
-    if grace_period_seconds is not None:
-        options["gracePeriodSeconds"] = grace_period_seconds
-    preconditions = {}
-    if uid:
-        preconditions["uid"] = uid
-    if resource_version:
-        preconditions["resourceVersion"] = resource_version
-    if preconditions:
-        options["preconditions"] = preconditions
-    return options
-
-
-def _namespace_of(resource: Resource, body: Mapping[str, Any], namespace: str | None) -> str | None:
-    if namespace or not resource.namespaced:
-        return namespace
-    return namespace_of(body) or None
-
-
-def _name_of(body: Mapping[str, Any]) -> str:
-    name = name_of(body)
-    if not name:
-        raise ValueError("the object has no metadata.name")
-    return name
-
-
-def _describe(exc: httpx.HTTPError) -> str:
-    """The class and message of a transport failure; httpx never puts a body in them.
-
-    httpx often wraps the real cause (a refused connection, a certificate that does not verify)
-    in an exception with no text of its own: the cause's words are what an operator needs.
-    """
-    text = str(exc)
-    cause: BaseException | None = exc.__cause__ or exc.__context__
-    while not text and cause is not None:
-        text = str(cause)
-        cause = cause.__cause__ or cause.__context__
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _dumps(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-def _loads(raw: bytes) -> Any:
-    return json.loads(raw)

@@ -37,9 +37,10 @@ import trio
 from kokumi.objects import Resource, kept_form, name_of, namespace_of, resource_version
 
 from .backoff import Backoff, FailureLog
-from .client import METADATA_OBJECT, Client
+from .client import Client
 from .errors import BadRequest, Gone, Invalid, KubeError, TransportError, error_from_status
 from .paths import resource_path
+from .wire import METADATA_OBJECT
 
 __all__ = ["Resync", "Store", "WatchEvent", "start_watch", "watch"]
 

@@ -25,7 +25,8 @@ import trio
 
 from kokumi.core.fleet import leader, shards
 from kokumi.kube import errors
-from kokumi.kube.client import LEASES, Client
+from kokumi.kube.client import Client
+from kokumi.kube.resources import LEASES
 from kokumi.objects import metadata_of, resource_version
 
 __all__ = ["Admission", "CountGate", "LeadershipLost", "LeaseElector"]

@@ -14,9 +14,10 @@ from typing import Any
 
 from kokumi.core import api, clusterview
 from kokumi.core.sources.spec import CLUSTER_SOURCES
-from kokumi.kube.client import NAMESPACES, Client
+from kokumi.kube.client import Client
 from kokumi.kube.errors import Forbidden, KubeError, NotFound
 from kokumi.kube.paths import resource_path
+from kokumi.kube.resources import NAMESPACES
 from kokumi.ui.pages import UI, Listed
 from kokumi.ui.security import Session
 from kokumi.workspace import newcluster

@@ -11,8 +11,9 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from kokumi.core import api, clusterview, sessioncookie
-from kokumi.kube.client import NAMESPACES, Client
+from kokumi.kube.client import Client
 from kokumi.kube.errors import Forbidden, KubeError, NotFound
+from kokumi.kube.resources import NAMESPACES
 from kokumi.ui.pages import REFRESH, UI, error_page, listed_namespace, named, page, signed_in
 from kokumi.ui.security import Session
 from kokumi.workspace import newcluster

@@ -36,8 +36,10 @@ import trio
 from starlette.requests import Request
 
 from kokumi.core import sessioncookie
-from kokumi.kube.client import SECRETS, Client, Identity
+from kokumi.kube.client import Client
 from kokumi.kube.errors import AlreadyExists, ConfigError, Conflict, KubeError, NotFound
+from kokumi.kube.identity import Identity
+from kokumi.kube.resources import SECRETS
 from kokumi.objects import Resource
 
 __all__ = [

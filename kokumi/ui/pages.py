@@ -31,8 +31,9 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response
 
 from kokumi.core import clusterview, sessioncookie
 from kokumi.core.registry import argocd
-from kokumi.kube.client import Client, Observer
+from kokumi.kube.client import Client
 from kokumi.kube.errors import Unauthorized
+from kokumi.kube.observer import Observer
 from kokumi.ui.incluster import ProxyRefusal, ProxyTrust, SignOuts
 from kokumi.ui.security import (
     COOKIE,

@@ -39,7 +39,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from kokumi.core import sessioncookie
-from kokumi.kube.client import Identity
+from kokumi.kube.identity import Identity
 
 __all__ = [
     "COOKIE",

@@ -14,8 +14,9 @@ import attrs
 
 from kokumi.core import api
 from kokumi.core.registry import argocd
-from kokumi.kube.client import EVENTS, SECRETS, Client
+from kokumi.kube.client import Client
 from kokumi.kube.errors import Forbidden, KubeError, NotFound
+from kokumi.kube.resources import EVENTS, SECRETS
 from kokumi.workspace.newcluster import api_error
 
 __all__ = ["Facts", "cluster_facts"]

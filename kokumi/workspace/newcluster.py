@@ -28,8 +28,9 @@ from kokumi.core.kubeconfig.reader import examine, minimise, parse, render
 from kokumi.core.registry import argocd
 from kokumi.core.registry.ownership import is_argocd_own, normalise_server
 from kokumi.core.text import one_line, quoted
-from kokumi.kube.client import SECRETS, Client
+from kokumi.kube.client import Client
 from kokumi.kube.errors import AlreadyExists, ApiError, Conflict, Forbidden, KubeError, NotFound
+from kokumi.kube.resources import SECRETS
 from kokumi.objects import Resource, metadata_of
 
 __all__ = [

@@ -22,9 +22,10 @@ from kokumi.actors import cluster as cluster_actor
 from kokumi.core import api
 from kokumi.core.cluster import schedule
 from kokumi.core.kubeconfig import reader
-from kokumi.kube.client import SECRETS, Client
+from kokumi.kube.client import Client
 from kokumi.kube.config import Config
 from kokumi.kube.errors import NotFound
+from kokumi.kube.resources import SECRETS
 from kokumi.manager import Manager
 from kokumi.runtime.options import Options
 from tests.support import strategies as s

@@ -10,8 +10,9 @@ import trio
 import trio.testing
 
 from kokumi.core.registry import argocd
-from kokumi.kube.client import SECRETS, Client
+from kokumi.kube.client import Client
 from kokumi.kube.config import Config
+from kokumi.kube.resources import SECRETS
 from kokumi.manager import Manager
 from kokumi.objects import Resource
 from kokumi.runtime.options import Options

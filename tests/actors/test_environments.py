@@ -15,8 +15,9 @@ from kokumi.actors import environments
 from kokumi.actors.environments import STATUS_PACE
 from kokumi.core import api
 from kokumi.core.environments.status import selection_status
-from kokumi.kube.client import SECRETS, Client
+from kokumi.kube.client import Client
 from kokumi.kube.config import Config
+from kokumi.kube.resources import SECRETS
 from kokumi.manager import Manager
 from kokumi.runtime.options import Options
 from tests.support.fakeapi import FakeApi

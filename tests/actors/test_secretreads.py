@@ -20,8 +20,10 @@ from hypothesis import strategies as st
 
 from kokumi.actors.secretreads import SecretReads, SecretVersions
 from kokumi.kube import errors
-from kokumi.kube.client import SECRETS, Client, Obj
+from kokumi.kube.client import Client
 from kokumi.kube.config import Config
+from kokumi.kube.resources import SECRETS
+from kokumi.kube.wire import Obj
 from kokumi.objects import resource_version
 from tests.support.fakeapi import Call, FakeApi
 

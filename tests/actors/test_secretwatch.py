@@ -20,7 +20,7 @@ from kokumi.actors.secretwatch import (
 )
 from kokumi.core import limits
 from kokumi.core.secretaccess import SecretScope
-from kokumi.kube.client import SECRETS
+from kokumi.kube.resources import SECRETS
 from kokumi.kube.watch import Resync, WatchEvent
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import BAD_TOKEN, Registration

@@ -22,8 +22,9 @@ import trio.testing
 from kokumi.actors.context import wall_shift
 from kokumi.core import api
 from kokumi.core.fleet import stoprecord
-from kokumi.kube.client import CONFIG_MAPS, Client
+from kokumi.kube.client import Client
 from kokumi.kube.config import Config
+from kokumi.kube.resources import CONFIG_MAPS
 from kokumi.manager import Manager
 from kokumi.runtime.options import Options
 from tests.support.fakeapi import FakeApi

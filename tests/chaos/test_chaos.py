@@ -57,7 +57,8 @@ from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.registry import argocd
 from kokumi.core.registry.ownership import ClusterRef, normalise_server
 from kokumi.kube import errors
-from kokumi.kube.client import EVENTS, LEASES, NAMESPACES, SECRETS, Client
+from kokumi.kube.client import Client
+from kokumi.kube.resources import EVENTS, LEASES, NAMESPACES, SECRETS
 from kokumi.kube.watch import Resync, WatchEvent, watch
 from kokumi.testing import canary
 from kokumi.testing.controlplane import APIServer

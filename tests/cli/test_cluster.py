@@ -25,9 +25,9 @@ from kokumi.cmd.cluster.spoke import kubeconfig_of_context
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.registry import argocd
 from kokumi.core.registry.ownership import ClusterRef
-from kokumi.kube.client import SECRETS
 from kokumi.kube.config import ExecToken, flatten_context
 from kokumi.kube.errors import ConfigError
+from kokumi.kube.resources import SECRETS
 from kokumi.testing import Kubectl
 from kokumi.testing.controlplane import APIServer, CertificateAuthority
 from kokumi.testing.spoke import Registration

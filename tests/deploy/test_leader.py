@@ -32,7 +32,7 @@ import trio
 
 from kokumi.core import api
 from kokumi.kube import Client, Config
-from kokumi.kube.client import EVENTS, LEASES, SECRETS
+from kokumi.kube.resources import EVENTS, LEASES, SECRETS
 from kokumi.kube.watch import Resync, WatchEvent, watch
 from kokumi.testing import canary
 from kokumi.testing.controlplane import APIServer

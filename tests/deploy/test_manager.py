@@ -33,8 +33,9 @@ from kokumi.core.registry import argocd
 from kokumi.core.sources.clusterapi import CAPI_CLUSTER_NAME, CAPI_CLUSTERS
 from kokumi.core.sources.spec import CLUSTER_SOURCES
 from kokumi.kube import errors
-from kokumi.kube.client import CONFIG_MAPS, EVENTS, NAMESPACES, SECRETS, Client
+from kokumi.kube.client import Client
 from kokumi.kube.config import Config
+from kokumi.kube.resources import CONFIG_MAPS, EVENTS, NAMESPACES, SECRETS
 from kokumi.manager import run_manager
 from kokumi.runtime.options import Options
 from kokumi.testing.controlplane import APIServer

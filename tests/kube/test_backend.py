@@ -3,9 +3,11 @@
 A server that accepts TCP and never answers the TLS handshake holds a request in the middle of
 it; the request is cancelled there, as a manager that stops cancels its watches and requests.
 
-:mod:`kokumi.kube.backend` reaches under httpx into httpcore's pool (pyproject.toml pins httpcore
-to the range tested): the last test takes each kind of pool httpx makes through every private
-attribute the module uses, so an httpcore that moves one fails here, without a cluster.
+:class:`kokumi.kube.transport.Transport` builds httpcore's pool with the backend through public
+arguments, and overrides one private part of it, the pool's pass over its connections
+(pyproject.toml pins httpcore to the range tested): the last test takes each kind of pool
+through that pass and fails when a request no longer goes through it, so an httpcore that moves
+it fails here, without a cluster.
 """
 
 from __future__ import annotations
@@ -13,14 +15,17 @@ from __future__ import annotations
 import gc
 import socket
 import warnings
+from typing import Any
 
+import httpcore
 import httpx
 import pytest
 import trio
 
-from kokumi.kube import backend
-from kokumi.kube.client import NAMESPACES, Client
+from kokumi.kube import backend, transport
+from kokumi.kube.client import Client
 from kokumi.kube.config import Config
+from kokumi.kube.resources import NAMESPACES
 
 
 async def test_a_request_cancelled_in_its_tls_handshake_closes_its_socket() -> None:
@@ -58,27 +63,42 @@ async def _serve_ok(listener: trio.SocketListener) -> None:
 
 
 @pytest.mark.parametrize("through_proxy", [False, True], ids=["direct", "http-proxy"])
-async def test_the_private_parts_of_httpcore_the_backend_uses_are_where_it_reaches(
-    through_proxy: bool,
+async def test_the_private_pass_of_httpcore_the_transport_overrides_is_where_it_reaches(
+    through_proxy: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``install`` and ``keep_connections`` refuse at once a pool without the attributes they
-    replace; the pass itself reads more of them as requests come and go. Both run here, each
-    request through the backend and the pass, on each kind of pool httpx makes (an HTTP
-    proxy's pool is its own class; the server here answers as the proxy too)."""
+    """Every request of a pool that keeps its connections goes through Kokumi's pass, and
+    through the backend given to the pool, on each kind of pool (an HTTP proxy's pool is its own
+    class; the server here answers as the proxy too). An httpcore that renamed the pass would
+    run its own instead, and nothing here would count it."""
+    passes: list[object] = []
+    hook = "_assign_requests_to_connections"
+    kept_pass = vars(transport._Kept)[hook]  # Kokumi's own, not one inherited from httpcore
+
+    def counted(pool: transport._Kept) -> list[Any]:
+        passes.append(pool)
+        result: list[Any] = kept_pass(pool)
+        return result
+
+    monkeypatch.setattr(transport._Kept, hook, counted)
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     here = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
-    transport = httpx.AsyncHTTPTransport(proxy=here if through_proxy else None)
     admitted: list[tuple[str, str]] = []
-    installed = backend.install(transport, admit=lambda *judged: admitted.append(judged))
-    backend.keep_connections(transport)
-    pool = transport._pool
+    sockets = backend.Backend(admit=lambda *judged: admitted.append(judged))
+    kept = transport.Transport(proxy=here if through_proxy else None, backend=sockets, keep=True)
     url = "http://kokumi.invalid" if through_proxy else here
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_serve_ok, listeners[0])
-        async with httpx.AsyncClient(transport=transport) as client:
+        async with httpx.AsyncClient(transport=kept) as client:
             answers = [await client.get(f"{url}/{n}") for n in range(3)]
         nursery.cancel_scope.cancel()
     assert [a.text for a in answers] == ["ok"] * 3
-    assert pool._network_backend is installed
-    assert isinstance(pool, backend._KeptConnections)
+    assert len(passes) >= 6  # as each request starts and as each ends
     assert admitted == [("127.0.0.1", "127.0.0.1")]  # one connection, kept for all three
+
+
+def test_a_pool_without_the_pass_it_overrides_refuses_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delattr(httpcore.AsyncConnectionPool, "_assign_requests_to_connections")
+    with pytest.raises(RuntimeError, match="httpcore changed"):
+        transport.Transport(keep=True)

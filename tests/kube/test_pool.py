@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from kokumi.kube import CONFIG_MAPS, NAMESPACES, Client, Config, start_watch
-from kokumi.kube import backend as kube_backend
+from kokumi.kube.transport import Transport
 from kokumi.testing.controlplane import APIServer
 
 
@@ -130,16 +130,15 @@ async def test_idle_connections_beyond_those_kept_are_closed() -> None:
     server = _Server(close_after=60)
     async with trio.open_nursery() as nursery:
         await nursery.start(server.serve)
-        transport = httpx.AsyncHTTPTransport(
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=2)
+        transport = Transport(
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=2), keep=True
         )
-        kube_backend.keep_connections(transport)
         async with httpx.AsyncClient(transport=transport) as http:
             async with trio.open_nursery() as requests:
                 for _ in range(6):
                     requests.start_soon(http.get, f"http://127.0.0.1:{server.port}/")
             assert server.accepted == 6
-            assert len(transport._pool.connections) == 2
+            assert len(transport.connections) == 2
             for _ in range(4):  # the two kept serve what comes next, one after the other
                 await http.get(f"http://127.0.0.1:{server.port}/")
             assert server.accepted == 6

@@ -49,6 +49,7 @@ from kokumi.kube import (
     TooManyRequests,
     Unauthorized,
     resource_path,
+    wire,
 )
 from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.errors import error_from_status
@@ -56,6 +57,9 @@ from kokumi.kube.errors import error_from_status
 # ``kokumi.kube.watch`` the attribute is the function; the module is reached by its name.
 client_module = importlib.import_module("kokumi.kube.client")
 config_module = importlib.import_module("kokumi.kube.config")
+identity_module = importlib.import_module("kokumi.kube.identity")
+observer_module = importlib.import_module("kokumi.kube.observer")
+resources_module = importlib.import_module("kokumi.kube.resources")
 errors_module = importlib.import_module("kokumi.kube.errors")
 watch_module = importlib.import_module("kokumi.kube.watch")
 
@@ -69,7 +73,14 @@ def test_all_is_explicit_complete_and_resolvable() -> None:
         assert hasattr(kokumi.kube, name), name
         assert not name.startswith("_")
     exported = set(names)
-    for module in (client_module, config_module, watch_module):
+    for module in (
+        client_module,
+        config_module,
+        identity_module,
+        observer_module,
+        resources_module,
+        watch_module,
+    ):
         missing = set(module.__all__) - exported
         assert not missing, f"{module.__name__} exports {missing} but kokumi.kube does not"
     # Errors: every class of the hierarchy is reachable from the package.
@@ -167,17 +178,17 @@ def test_retry_after_comes_from_header_or_details() -> None:
     assert error.retry_after == 2.0
     error = error_from_status(429, status(429, "TooManyRequests"), retry_after=5.0)
     assert error.retry_after == 5.0
-    assert client_module._retry_after("3") == 3.0
-    assert client_module._retry_after("Wed, 21 Oct 2015 07:28:00 GMT") is None
-    assert client_module._retry_after("-1") is None
+    assert wire.retry_after("3") == 3.0
+    assert wire.retry_after("Wed, 21 Oct 2015 07:28:00 GMT") is None
+    assert wire.retry_after("-1") is None
 
 
 def test_which_errors_are_retried() -> None:
-    assert client_module._retryable(error_from_status(429, None))
-    assert client_module._retryable(error_from_status(504, None))
-    assert not client_module._retryable(error_from_status(500, None))
-    assert client_module._retryable(error_from_status(500, None, retry_after=1))
-    assert not client_module._retryable(error_from_status(409, None, retry_after=1))
+    assert wire.retryable(error_from_status(429, None))
+    assert wire.retryable(error_from_status(504, None))
+    assert not wire.retryable(error_from_status(500, None))
+    assert wire.retryable(error_from_status(500, None, retry_after=1))
+    assert not wire.retryable(error_from_status(409, None, retry_after=1))
 
 
 def test_error_text_never_holds_a_body_it_was_not_given() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from kokumi.core import api
 from kokumi.kube import errors
-from kokumi.kube.client import SECRETS
+from kokumi.kube.resources import SECRETS
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
 from tests.support import strategies as s

@@ -7,7 +7,7 @@ import base64
 import trio
 
 from kokumi.core import api
-from kokumi.kube.client import EVENTS, SECRETS
+from kokumi.kube.resources import EVENTS, SECRETS
 from kokumi.testing import Kubectl, canary
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration, closed_port_server, foreign_ca_pem

@@ -14,7 +14,7 @@ from kokumi.core import api
 from kokumi.core.sources.clusterapi import CAPI_CLUSTER_NAME, CAPI_CLUSTERS
 from kokumi.core.sources.spec import CLUSTER_SOURCES
 from kokumi.kube import errors
-from kokumi.kube.client import CONFIG_MAPS, SECRETS
+from kokumi.kube.resources import CONFIG_MAPS, SECRETS
 from kokumi.testing import canary
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration

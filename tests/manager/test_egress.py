@@ -15,7 +15,7 @@ from kokumi.core.reasons import Reason
 from kokumi.core.registry import argocd
 from kokumi.core.registry.ownership import ClusterRef
 from kokumi.core.registry.registration import Registration
-from kokumi.kube.client import SECRETS
+from kokumi.kube.resources import SECRETS
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration as SpokeRegistration
 from tests.support.manager import (

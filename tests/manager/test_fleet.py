@@ -19,7 +19,7 @@ import trio.testing
 
 from kokumi.core import api
 from kokumi.core.cluster import schedule
-from kokumi.kube.client import SECRETS
+from kokumi.kube.resources import SECRETS
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
 from tests.support.manager import manager, ready_of, wait_for, wait_reason, workspace

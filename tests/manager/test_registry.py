@@ -14,7 +14,7 @@ from kokumi.actors.registry import HANDOVER_REASON
 from kokumi.core import api
 from kokumi.core.registry import argocd
 from kokumi.core.registry.ownership import ClusterRef
-from kokumi.kube.client import EVENTS, SECRETS
+from kokumi.kube.resources import EVENTS, SECRETS
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
 from tests.support.manager import (

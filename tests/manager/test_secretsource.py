@@ -15,7 +15,9 @@ from kokumi.core.sources.bounds import Bounds
 from kokumi.core.sources.spec import CLUSTER_SOURCES
 from kokumi.core.sources.vcluster import SERVICES
 from kokumi.kube import errors
-from kokumi.kube.client import SECRETS, Client, Identity
+from kokumi.kube.client import Client
+from kokumi.kube.identity import Identity
+from kokumi.kube.resources import SECRETS
 from kokumi.objects import Resource
 from kokumi.testing import canary
 from kokumi.testing.controlplane import APIServer

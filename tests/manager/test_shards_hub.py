@@ -25,8 +25,9 @@ from kokumi.core.registry import argocd
 from kokumi.core.registry.handover import ANNOTATION_WAITING, waiting_of
 from kokumi.core.registry.ownership import ClusterRef
 from kokumi.kube import LEASES, Conflict
-from kokumi.kube.client import EVENTS, NAMESPACES, SECRETS, Client
+from kokumi.kube.client import Client
 from kokumi.kube.config import Config
+from kokumi.kube.resources import EVENTS, NAMESPACES, SECRETS
 from kokumi.kube.watch import Resync, WatchEvent, watch
 from kokumi.manager import Manager, run_manager
 from kokumi.objects import Resource

@@ -14,8 +14,9 @@ import trio
 from kokumi.core import api
 from kokumi.core.registry import argocd
 from kokumi.kube import errors
-from kokumi.kube.client import NAMESPACES, SECRETS, Client
+from kokumi.kube.client import Client
 from kokumi.kube.config import Config
+from kokumi.kube.resources import NAMESPACES, SECRETS
 from kokumi.manager import Manager, run_manager
 from kokumi.runtime.options import Options
 from kokumi.testing.controlplane import APIServer

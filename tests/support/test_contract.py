@@ -40,9 +40,9 @@ from kokumi.kube import (
     WatchEvent,
     watch,
 )
-from kokumi.kube.client import METADATA_LIST, METADATA_OBJECT
 from kokumi.kube.errors import error_from_status
 from kokumi.kube.paths import resource_path
+from kokumi.kube.wire import METADATA_LIST, METADATA_OBJECT
 from tests.support.fakeapi import CAPI_CLUSTERS as FAKE_CAPI_CLUSTERS
 from tests.support.fakeapi import DEFAULT_KINDS, FakeApi
 

@@ -17,9 +17,10 @@ import trio
 
 from kokumi.core import api
 from kokumi.core.sessioncookie import Keys
-from kokumi.kube.client import SECRETS, Client
+from kokumi.kube.client import Client
 from kokumi.kube.config import Config, StaticToken
 from kokumi.kube.errors import Forbidden, NotFound, Unauthorized
+from kokumi.kube.resources import SECRETS
 from kokumi.testing import run_kubectl
 from kokumi.testing.controlplane import APIServer
 from kokumi.ui.app import create_app

@@ -29,7 +29,7 @@ import pytest
 import trio
 import yaml
 
-from kokumi.kube.client import SECRETS
+from kokumi.kube.resources import SECRETS
 from kokumi.testing import Kubectl
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.kubectl import kubectl_binary

@@ -29,9 +29,10 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
 from kokumi.core.sources.spec import SOURCE_LABEL
-from kokumi.kube.client import SECRETS, Client
+from kokumi.kube.client import Client
 from kokumi.kube.config import Config
 from kokumi.kube.errors import NotFound
+from kokumi.kube.resources import SECRETS
 from kokumi.testing import Kubectl, canary
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration

@@ -25,9 +25,10 @@ import trio
 
 from kokumi.core import api
 from kokumi.core.sessioncookie import user_key
-from kokumi.kube.client import SECRETS, Client
+from kokumi.kube.client import Client
 from kokumi.kube.config import Config
 from kokumi.kube.errors import Forbidden
+from kokumi.kube.resources import SECRETS
 from kokumi.testing import Kubectl, canary
 from kokumi.testing.controlplane import APIServer, CertificateAuthority
 from kokumi.ui.incluster import KEY_NAMESPACE, KEY_SECRET, ProxyTrust, SessionKeyError, session_key

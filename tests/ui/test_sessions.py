@@ -28,9 +28,11 @@ from kokumi.core.sessioncookie import (
     service_account_namespace,
     token_expiry,
 )
-from kokumi.kube.client import SECRETS, Client, Identity
+from kokumi.kube.client import Client
 from kokumi.kube.config import Config, StaticToken
 from kokumi.kube.errors import ConfigError
+from kokumi.kube.identity import Identity
+from kokumi.kube.resources import SECRETS
 from kokumi.testing import canary
 from kokumi.testing.controlplane import CertificateAuthority
 from kokumi.ui.app import create_app

@@ -27,7 +27,8 @@ from kokumi.core.registry.ownership import ClusterRef
 from kokumi.core.registry.registration import NOT_REGISTERED, Registration
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
-from kokumi.kube.client import SECRETS, Client
+from kokumi.kube.client import Client
+from kokumi.kube.resources import SECRETS
 from kokumi.objects import metadata_of
 
 HANDOVER_REASON = Reason.ARGOCD_NAME_CHANGED

@@ -28,7 +28,8 @@ from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.registry import argocd, lines, ownership
 from kokumi.core.registry.ownership import ClusterRef
 from kokumi.core.registry.registration import Registration
-from kokumi.kube.client import SECRETS, Client
+from kokumi.kube.client import Client
+from kokumi.kube.resources import SECRETS
 from kokumi.kube.watch import Resync, WatchEvent, start_watch
 
 __all__ = ["Registry"]

@@ -22,7 +22,8 @@ from kokumi.actors.registry.state import Memory, log
 from kokumi.core.registry import argocd, handover, lines, ownership, registrar
 from kokumi.core.registry.ownership import ClusterRef
 from kokumi.kube import errors
-from kokumi.kube.client import SECRETS, Client
+from kokumi.kube.client import Client
+from kokumi.kube.resources import SECRETS
 from kokumi.kube.watch import Resync, WatchEvent
 from kokumi.objects import name_of
 

@@ -28,9 +28,9 @@ from kokumi.cmd.cluster.spoke import (
 from kokumi.core.kubeconfig.connection import KubeconfigRefused
 from kokumi.core.registry import argocd
 from kokumi.core.registry.ownership import IN_CLUSTER_SERVER
-from kokumi.kube.client import SECRETS
 from kokumi.kube.config import Config
 from kokumi.kube.errors import Forbidden, KubeError, NotFound
+from kokumi.kube.resources import SECRETS
 from kokumi.workspace.newcluster import (
     LABEL_CLUSTER,
     LABEL_MANAGED_BY,

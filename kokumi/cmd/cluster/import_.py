@@ -28,8 +28,9 @@ from kokumi.core.registry.ownership import is_argocd_own
 from kokumi.core.sources import clusterapi, secretplan, secretsource, vcluster
 from kokumi.core.sources.plan import controller_of, kubeconfig_problem
 from kokumi.core.sources.secretsource import Shape
-from kokumi.kube.client import SECRETS, Client
+from kokumi.kube.client import Client
 from kokumi.kube.errors import KubeError, NotFound
+from kokumi.kube.resources import SECRETS
 from kokumi.objects import secret_data
 from kokumi.workspace.newcluster import (
     SECRET_KEY,

@@ -14,9 +14,10 @@ import yaml
 
 from kokumi.cmd.cluster.errors import CliError, api_error
 from kokumi.core.kubeconfig.connection import Code, KubeconfigRefused
-from kokumi.kube.client import SECRETS, SERVICE_ACCOUNTS, Client
+from kokumi.kube.client import Client
 from kokumi.kube.config import Config, flatten_context
 from kokumi.kube.errors import AlreadyExists, KubeError
+from kokumi.kube.resources import SECRETS, SERVICE_ACCOUNTS
 from kokumi.objects import Resource, secret_data
 from kokumi.workspace.newcluster import (
     FIELD_MANAGER,

@@ -2,9 +2,10 @@
 
 :func:`check` checks a kubeconfig's connection, :func:`check_config` (and :func:`check_client`)
 the manager's own. Without a proxy the check goes the lean way (:mod:`.lean`); behind a
-``proxy-url`` it goes through httpx, which speaks CONNECT and SOCKS, over the one httpcore
-backend of :mod:`kokumi.kube.backend`, which judges every address it connects to and closes
-every socket at the end. The package's docstring says what the two questions are and why.
+``proxy-url`` it goes through httpx, which speaks CONNECT and SOCKS, over Kokumi's transport
+(:mod:`kokumi.kube.transport`) and its httpcore backend (:mod:`kokumi.kube.backend`), which
+judges every address it connects to and closes every socket at the end. The package's
+docstring says what the two questions are and why.
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from kokumi.core.cluster.egress import EgressPolicy, judge
 from kokumi.core.cluster.schedule import CHECK_TIMEOUT
 from kokumi.core.cluster.status import Outcome
 from kokumi.core.kubeconfig.connection import Connection
-from kokumi.kube import backend
+from kokumi.kube.backend import Backend
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
 from kokumi.kube.errors import ConfigError
 from kokumi.kube.tls import ssl_context
+from kokumi.kube.transport import Transport
 from kokumi.runtime.probe.lean import lean_check
 from kokumi.runtime.probe.questions import (
     Budget,
@@ -189,9 +191,16 @@ async def _check(
                 )
             return _logged(outcome, outcomes, started)
         try:
-            transport = httpx.AsyncHTTPTransport(
-                verify=context, proxy=proxy_url or None, trust_env=False
+            # Every address judged where the pool connects (the server's, or the proxy's), every
+            # read counted in the answer's budget, and every socket closed at the end, even when
+            # the deadline fires mid-handshake or mid-read.
+            budget = Budget()
+            sockets = Backend(
+                admit=_admission(egress) if egress is not None else None,
+                track=True,
+                meter=budget,
             )
+            transport = Transport(ssl_context=context, proxy=proxy_url or None, backend=sockets)
             client = httpx.AsyncClient(
                 transport=transport,
                 trust_env=False,  # no proxy, CA bundle or .netrc from the environment
@@ -202,16 +211,6 @@ async def _check(
             return outcomes.of(diagnosis.no_socks_support())
         except ValueError:
             return outcomes.of(diagnosis.unknown_proxy_scheme())
-        # Every address judged where the pool connects (the server's, or the proxy's), every
-        # read counted in the answer's budget, and every socket closed at the end, even when the
-        # deadline fires mid-handshake or mid-read.
-        budget = Budget()
-        sockets = backend.install(
-            transport,
-            admit=_admission(egress) if egress is not None else None,
-            track=True,
-            meter=budget,
-        )
         try:
             async with client:
                 outcome = await ask(client, question, outcomes, budget)

@@ -20,8 +20,9 @@ from kokumi.actors.registry import Registry
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.registry import argocd
 from kokumi.core.registry.ownership import ClusterRef
-from kokumi.kube.client import SECRETS, Client
+from kokumi.kube.client import Client
 from kokumi.kube.config import Config
+from kokumi.kube.resources import SECRETS
 from tests.support.fakeapi import FakeApi
 
 N = 1100  # past the old limit of 1,000 servers per settle

@@ -25,8 +25,9 @@ from kokumi.actors.registry import Registry
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.registry import argocd, handover
 from kokumi.core.registry.ownership import ClusterRef
-from kokumi.kube.client import SECRETS, Client
+from kokumi.kube.client import Client
 from kokumi.kube.config import Config
+from kokumi.kube.resources import SECRETS
 from tests.support.fakeapi import FakeApi
 
 SERVER = "https://s2.example:6443"
