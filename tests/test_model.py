@@ -1219,7 +1219,8 @@ class ManagerMachine(RuleBasedStateMachine):
         if manager is None:
             return False
         return any(
-            actor.ref == holder and actor._selected is False for actor in manager.dispatcher.actors
+            actor.ref == holder and actor.state.selected is False
+            for actor in manager.dispatcher.actors
         )
 
     def _observe(self, request: httpx.Request) -> None:
@@ -1305,7 +1306,7 @@ class ManagerMachine(RuleBasedStateMachine):
         out_of_step = manager.registry.out_of_step()
         ours = self.ours()
         for actor in manager.dispatcher.actors:
-            registration = actor._registration
+            registration = actor.state.registration
             if not registration.holding or registration.server is None:
                 continue
             if registration.conflict is not None:

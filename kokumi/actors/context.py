@@ -16,6 +16,7 @@ from kokumi.actors.checks import CountingLimiter, InClusterCheck, Probe
 from kokumi.actors.metrics import Metrics
 from kokumi.actors.secretreads import SecretReads, SecretVersions
 from kokumi.actors.writes import EventRecorder
+from kokumi.core.fleet import stoprecord
 from kokumi.kube.client import Client
 from kokumi.runtime.options import Options
 from kokumi.runtime.probe import checks
@@ -72,6 +73,12 @@ class StopRecord:
         self.recorded: dict[bytes, float] = {}
         self.pending = 0
         self.done = trio.Event()
+
+    def take(self, uid: str) -> float | None:
+        """The recorded next due of the Cluster ``uid`` (once: its actor takes it as it starts)."""
+        if not uid or not self.recorded:
+            return None
+        return self.recorded.pop(stoprecord.uid_key(uid), None)
 
     def begin(self, pending: int) -> None:
         self.pending = pending

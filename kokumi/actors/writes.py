@@ -10,12 +10,13 @@ from typing import Any
 
 from kokumi.core import api
 from kokumi.core.api import unstructured
+from kokumi.core.cluster.status import ready_event
 from kokumi.kube import errors
 from kokumi.kube.client import Client
 from kokumi.kube.resources import EVENTS
 from kokumi.objects import Resource
 
-__all__ = ["EventRecorder", "replace_status", "write_status"]
+__all__ = ["EventRecorder", "replace_status", "set_finalizer", "write_status"]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,51 @@ async def replace_status(
     return True
 
 
+async def set_finalizer(
+    writer: Client, reader: Client, cluster: api.Cluster | api.Invalid, *, present: bool
+) -> api.Cluster | api.Invalid | None:
+    """Add (``present``) or drop Kokumi's finalizer on the version of ``cluster`` known; the
+    Cluster as the API server now has it, or None when it is gone or no longer the same object.
+
+    The resourceVersion makes the patch safe against a concurrent edit of the list. A conflict
+    is not retried at once with the same stale version (that is a request loop until the watch
+    catches up): the object is read again with ``reader``, and a second conflict is raised, to
+    wait its backoff.
+    """
+    meta, uid = cluster.metadata, cluster.metadata.uid
+    current = cluster
+    for attempt in range(2):
+        others = tuple(f for f in meta.finalizers if f != api.FINALIZER)
+        patch = {
+            "metadata": {
+                "finalizers": [*others, api.FINALIZER] if present else list(others),
+                "resourceVersion": meta.resource_version,
+            }
+        }
+        try:
+            updated = await writer.patch_merge(
+                api.CLUSTERS, meta.name, patch, namespace=meta.namespace
+            )
+        except errors.NotFound:
+            return None
+        except errors.Conflict:
+            if attempt:
+                raise
+            try:
+                fresh = await reader.get(api.CLUSTERS, meta.name, namespace=meta.namespace)
+            except errors.NotFound:
+                return None
+            current = api.parse_cluster(fresh)
+            if current.metadata.uid != uid:
+                return None  # another Cluster of the same name: not ours to change
+            meta = current.metadata
+            if (api.FINALIZER in meta.finalizers) == present:
+                return current  # already as it should be
+            continue
+        return api.parse_cluster(updated)
+    return current
+
+
 def _set(value: Any) -> Any:
     """The value without its nulls: a merge patch's way of saying "no such field", which a
     replaced status says by leaving the field out."""
@@ -97,6 +143,28 @@ class EventRecorder:
     def __init__(self, client: Client, component: str = "kokumi") -> None:
         self._client = client
         self._component = component
+
+    async def ready_changed(
+        self,
+        resource: Resource,
+        meta: api.Meta,
+        old: api.ClusterStatus | None,
+        new: api.ClusterStatus,
+        *,
+        client: Client | None = None,
+    ) -> None:
+        """Record the Event a status write from ``old`` to ``new`` is worth, if any
+        (:func:`kokumi.core.cluster.status.ready_event` says which are)."""
+        ready = ready_event(old, new)
+        if ready is not None:
+            await self.record(
+                resource,
+                meta,
+                reason=ready.reason,
+                message=ready.message,
+                warning=ready.status != "True",
+                client=client,
+            )
 
     async def record(
         self,

@@ -10,11 +10,13 @@ together), and a failure is logged when it starts or changes, not at every attem
 from __future__ import annotations
 
 import logging
+import math
 import random
+from collections.abc import Callable
 
 import attrs
 
-__all__ = ["Backoff", "FailureLog"]
+__all__ = ["Backoff", "FailureLog", "Retries"]
 
 
 @attrs.define
@@ -77,3 +79,41 @@ class FailureLog:
     @property
     def failing(self) -> bool:
         return self._last is not None
+
+
+class Retries:
+    """One actor's retries: a backoff per kind of request, one log line per change of error, and
+    when the soonest retry falls due (``at``; ``math.inf``: none pending).
+
+    A failed step waits its own kind's growing, jittered delay, and a turn that ends with no
+    retry pending forgets them all, so a long outage costs neither a request storm nor a log
+    flood, and a recovery starts afresh.
+    """
+
+    __slots__ = ("_backoffs", "_new", "at", "failures")
+
+    def __init__(self, new: Callable[[], Backoff], failures: FailureLog) -> None:
+        self._new = new
+        self._backoffs: dict[str, Backoff] = {}
+        self.failures = failures
+        self.at = math.inf
+
+    def later(self, kind: str, now: float) -> float:
+        """Retry after the next delay of ``kind`` from ``now``; the delay."""
+        backoff = self._backoffs.get(kind)
+        if backoff is None:
+            backoff = self._backoffs[kind] = self._new()
+        delay = backoff.next()
+        self.at = min(self.at, now + delay)
+        return delay
+
+    def failed(self, kind: str, error: object, now: float) -> None:
+        """``kind`` failed with ``error``: retry later, logged once per change of error."""
+        delay = self.later(kind, now)
+        self.failures.failed(f"{kind}: {error}", retry_in=delay)
+
+    def settled(self) -> None:
+        """A turn ended: with no retry pending, every kind starts afresh."""
+        if self.at == math.inf:
+            self._backoffs.clear()
+            self.failures.recovered()

@@ -18,9 +18,9 @@ import trio
 import trio.testing
 from prometheus_client.exposition import generate_latest
 
-from kokumi.actors import cluster as cluster_actor
+from kokumi.actors import kubeconfigs
 from kokumi.core import api
-from kokumi.core.cluster import schedule
+from kokumi.core.cluster import findings, schedule
 from kokumi.core.kubeconfig import reader
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
@@ -527,7 +527,7 @@ def _one_cluster_counting_parses(
         parsed.append(text)
         return reader.parse(text, **kwargs)
 
-    monkeypatch.setattr(cluster_actor, "parse", counted_parse)
+    monkeypatch.setattr(kubeconfigs, "parse", counted_parse)
     return fake, StandInSpokes(), options, parsed
 
 
@@ -559,7 +559,7 @@ async def test_a_kubeconfig_read_again_at_the_same_version_is_not_parsed_or_clai
             nursery.start_soon(manager.run)
             await _until_reason(fake, "c0", "Ready", within=10.0)
             await trio.sleep(3 * 3600.0)
-            assert len(reads) >= 1 + 3 * 3600 // (2 * cluster_actor.SECRET_REREAD), reads
+            assert len(reads) >= 1 + 3 * 3600 // (2 * findings.SECRET_REREAD), reads
             assert (len(parsed), claims) == (1, [server(0)])
 
             moved = server(1)
@@ -596,7 +596,7 @@ async def test_a_refused_re_read_is_reported_and_the_next_read_parses_again(
             await _until_reason(fake, "c0", "Ready", within=10.0)
             fake.fail(403, times=None, verb="get", resource="secrets", namespace=NS)
             # The next re-read comes within 10-20 minutes and a check after.
-            within = 2 * cluster_actor.SECRET_REREAD + 2 * options.check_interval
+            within = 2 * findings.SECRET_REREAD + 2 * options.check_interval
             await _until_reason(fake, "c0", "SecretNotReadable", within=within)
             assert len(parsed) == 1
             fake.clear_faults()

@@ -238,4 +238,4 @@ async def test_each_cluster_is_kept_once_by_its_actor_and_the_environments_index
             cluster = actor.cluster
             assert isinstance(cluster, api.Cluster)
             assert indexes["fleet"].entries[name].cluster is cluster
-            assert actor._written is cluster.status
+            assert actor.state.written is cluster.status

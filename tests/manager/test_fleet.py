@@ -153,7 +153,7 @@ async def test_steady_checks_reuse_the_kubeconfig_until_its_secret_changes(
                 "the Secret watch of the namespace",
                 timeout=120,
             )
-            first_read, checks = actor._read, running.metrics.checks_of(actor.ref)
+            first_read, checks = actor.state.read, running.metrics.checks_of(actor.ref)
             assert first_read is not None
             await trio.sleep(300)  # five simulated minutes: about five checks
             assert running.metrics.checks_of(actor.ref) - checks >= 4, (
@@ -161,7 +161,7 @@ async def test_steady_checks_reuse_the_kubeconfig_until_its_secret_changes(
             )
             # Each check still asked the spoke (a new connection, the credential); only the
             # kubeconfig's read and parse were reused, since the watch saw the same version.
-            assert actor._read is first_read
+            assert actor.state.read is first_read
             # A new kubeconfig version is read at once: a revoked token shows on the next check.
             await ws.client.patch_merge(
                 SECRETS,
@@ -174,7 +174,7 @@ async def test_steady_checks_reuse_the_kubeconfig_until_its_secret_changes(
                 namespace=ns,
             )
             await wait_reason(ws, ns, "spoke", "Unauthorized", timeout=120)
-            assert actor._read is not first_read
+            assert actor.state.read is not first_read
             await ws.cleanup()
 
 

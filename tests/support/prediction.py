@@ -149,8 +149,8 @@ def check_converged(objects: Objects, servers: Iterable[str], probe: Probe) -> C
         assert not cluster.metadata.deletion_timestamp, f"{ref} is stuck terminating"
         has_finalizer = api.FINALIZER in cluster.metadata.finalizers
         if ref in holders or ref not in wanted:
-            # A Cluster waiting in a server's line keeps a finalizer it had (cluster.py's
-            # _ensure_finalizer); every other Cluster has one exactly while it holds.
+            # A Cluster waiting in a server's line keeps a finalizer it had (the lifecycle's
+            # finalizer_step); every other Cluster has one exactly while it holds.
             assert has_finalizer == (ref in holders), f"{ref}: finalizer {has_finalizer}"
         if not isinstance(cluster, api.Cluster):
             conditions = obj.get("status", {}).get("conditions") or []

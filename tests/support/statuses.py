@@ -1,4 +1,4 @@
-"""Hypothesis strategies for the status tests of the Cluster and of the Environment.
+"""Hypothesis strategies for the status and lifecycle tests of the Cluster and of the Environment.
 
 Both files draw the same conditions, metadata and specs; the Environment's statuses and fleets
 are here so that its tests and the Cluster's draw from one definition.
@@ -9,6 +9,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from kokumi.core import api
+from kokumi.core.cluster.status import Outcome
 from kokumi.core.reasons import Reason
 
 EARLY = "2026-11-30T12:00:00Z"
@@ -88,3 +89,28 @@ environments = st.builds(
     api.Environment, metas, st.builds(api.EnvironmentSpec, selector_specs), environment_statuses
 )
 invalid_environments = st.builds(api.Invalid, metas, words, st.none() | environment_statuses)
+
+# --- a Cluster's statuses, and what its checks find ---------------------------------------------
+
+cluster_statuses = st.builds(
+    api.ClusterStatus,
+    server=st.none()
+    | st.sampled_from(["https://a.example:6443", "https://kubernetes.default.svc"]),
+    kubernetes_version=st.none() | st.sampled_from(["v1.36.3", "v1.28.0+k3s1"]),
+    observed_generation=st.none() | st.integers(0, 2**40),
+    conditions=condition_lists,
+)
+clusters = st.builds(api.Cluster, metas, specs, cluster_statuses)
+invalid_clusters = st.builds(api.Invalid, metas, words, st.none() | cluster_statuses)
+outcomes = st.sampled_from(list(Reason)).flatmap(
+    lambda reason: st.builds(
+        Outcome,
+        ok=st.just(reason is Reason.READY),  # an Outcome holds ok exactly when Ready
+        reason=st.just(reason),
+        message=words,
+        server=st.none() | st.sampled_from(["https://a.example:6443", "https://b.example/"]),
+        kubernetes_version=st.none() | st.just("v1.36.3"),
+    )
+)
+conflicts = st.none() | st.sampled_from(["server https://a.example:6443 is held by Cluster x/y"])
+conflict_reasons = st.sampled_from([Reason.CLUSTER_CONFLICT, Reason.REGISTRATION_FAILED])

@@ -33,35 +33,21 @@ from kokumi.core.kubeconfig.connection import Connection, Refusal
 from kokumi.core.kubeconfig.reader import parse
 from kokumi.core.reasons import Reason
 from kokumi.core.secretaccess import not_readable_message
-from tests.support.statuses import EARLY, LATE, condition_lists, metas, specs, words
+from tests.support.statuses import (
+    EARLY,
+    LATE,
+    cluster_statuses,
+    clusters,
+    conflict_reasons,
+    conflicts,
+    invalid_clusters,
+    outcomes,
+)
 from tests.support.strategies import examples
 
 LATER = "2026-12-01T08:00:00Z"  # no generated status holds it
 
 # --- strategies ---------------------------------------------------------------------------------
-
-cluster_statuses = st.builds(
-    api.ClusterStatus,
-    server=st.none()
-    | st.sampled_from(["https://a.example:6443", "https://kubernetes.default.svc"]),
-    kubernetes_version=st.none() | st.sampled_from(["v1.36.3", "v1.28.0+k3s1"]),
-    observed_generation=st.none() | st.integers(0, 2**40),
-    conditions=condition_lists,
-)
-clusters = st.builds(api.Cluster, metas, specs, cluster_statuses)
-invalid_clusters = st.builds(api.Invalid, metas, words, st.none() | cluster_statuses)
-outcomes = st.sampled_from(list(Reason)).flatmap(
-    lambda reason: st.builds(
-        Outcome,
-        ok=st.just(reason is Reason.READY),  # an Outcome holds ok exactly when Ready
-        reason=st.just(reason),
-        message=words,
-        server=st.none() | st.sampled_from(["https://a.example:6443", "https://b.example/"]),
-        kubernetes_version=st.none() | st.just("v1.36.3"),
-    )
-)
-conflicts = st.none() | st.sampled_from(["server https://a.example:6443 is held by Cluster x/y"])
-conflict_reasons = st.sampled_from([Reason.CLUSTER_CONFLICT, Reason.REGISTRATION_FAILED])
 
 
 def _as_written(value: api.ClusterStatus | api.EnvironmentStatus) -> dict[str, Any]:
