@@ -11,6 +11,7 @@ finalizer and a Cluster lets go of it only once nothing names it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -55,21 +56,23 @@ registrations = st.just(NOT_REGISTERED) | st.builds(
     conflict=conflicts,
     reason=conflict_reasons,
 )
-metadata = st.fixed_dictionaries(
-    {
-        "finalizers": st.sampled_from([(), (api.FINALIZER,), ("other", api.FINALIZER)]),
-        "deletion_timestamp": st.sampled_from([None, None, None, EARLY]),
-    }
-)
+finalizer_lists = st.sampled_from([(), (api.FINALIZER,), ("other", api.FINALIZER)])
+deletions = st.sampled_from([None, None, None, EARLY])
+
+Draw = Callable[[st.SearchStrategy[Any]], Any]
+"""Hypothesis's ``draw``, of a composite strategy or of ``st.data()``."""
 
 
 @st.composite
 def some_clusters(draw: st.DrawFn) -> api.Cluster | api.Invalid:
     cluster = draw(clusters | invalid_clusters)
-    return attrs.evolve(cluster, metadata=attrs.evolve(cluster.metadata, **draw(metadata)))
+    meta = attrs.evolve(
+        cluster.metadata, finalizers=draw(finalizer_lists), deletion_timestamp=draw(deletions)
+    )
+    return attrs.evolve(cluster, metadata=meta)
 
 
-def _check(draw: st.DrawFn, at: float, cluster: api.Cluster | api.Invalid) -> Check:
+def _check(draw: Draw, at: float, cluster: api.Cluster | api.Invalid) -> Check:
     version = None
     if isinstance(cluster, api.Cluster) and cluster.secret_ref is not None:
         version = version_of(cluster, draw(st.sampled_from(VERSIONS)))
@@ -118,7 +121,7 @@ class Played:
     turn: Turn
 
 
-def _carry_out(draw: st.DrawFn, state: State, turn: Turn, step: Step) -> tuple[State, Turn]:
+def _carry_out(draw: Draw, state: State, turn: Turn, step: Step) -> tuple[State, Turn]:
     """What the actor would make of ``step``, its results drawn."""
     cluster = state.cluster
     if isinstance(step, lifecycle.Seed):
@@ -167,7 +170,7 @@ def _carry_out(draw: st.DrawFn, state: State, turn: Turn, step: Step) -> tuple[S
     return attrs.evolve(state, written=step.status), attrs.evolve(turn, wrote=True)
 
 
-def _play(draw: st.DrawFn, state: State, *, watched: str | None) -> tuple[list[Played], State]:
+def _play(draw: Draw, state: State, *, watched: str | None) -> tuple[list[Played], State]:
     turn = Turn(path=lifecycle.path_of(state.cluster))
     played: list[Played] = []
     for _ in range(20):
