@@ -25,53 +25,41 @@ if it differs. A quiet fleet plans nothing and writes nothing; after a restart t
 Cluster as it should be, and the status byte-identical. A refused write, and a Secret whose read
 was refused or failed (reported ``SecretNotReadable``), are retried for their namespace with
 backoff (1 s doubling up to 2 min), a write's error logged once per change of error.
+
+The actor keeps its mailbox, its loop and what the outcomes change (the verdicts kept, the
+namespaces to pass again, the errors logged); what it decides is the core's, and its reads
+(:mod:`kokumi.actors.sourcereads`) and writes (:mod:`kokumi.actors.sourcewrites`) are functions
+apart, which depend only on what they are given and what the API server answers.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 import trio
 
-from kokumi.actors.parsing import off_loop
 from kokumi.actors.secretreads import SecretReads
-from kokumi.actors.writes import replace_status
-from kokumi.core import api, limits
+from kokumi.actors.sourcereads import Contexts, follow_listed, read_verdict
+from kokumi.actors.sourcewrites import write_clusters, write_status
+from kokumi.core import limits
 from kokumi.core.reasons import Reason
-from kokumi.core.secretaccess import not_listable_message, not_readable_message
-from kokumi.core.sources import bounds, clusterapi, secretplan, secretsource, vcluster
-from kokumi.core.sources.clusterapi import CAPI_CLUSTER_NAME, CAPI_CLUSTERS, CapiView, SecretView
-from kokumi.core.sources.plan import (
-    Existing,
-    Plan,
-    cluster_body,
-    controller_of,
-    existing_of,
-    kubeconfig_problem,
-)
-from kokumi.core.sources.secretplan import Labelled, plan_secrets
+from kokumi.core.secretaccess import not_listable_message
+from kokumi.core.sources import bounds, clusterapi, secretsource, vcluster
+from kokumi.core.sources.clusterapi import CAPI_CLUSTER_NAME, CAPI_CLUSTERS, SecretView
+from kokumi.core.sources.plan import Existing, controller_of, existing_of
+from kokumi.core.sources.secretplan import Labelled, matched_secrets, plan_secrets
 from kokumi.core.sources.secretsource import Shape
-from kokumi.core.sources.spec import (
-    CAPI_KEY,
-    CLUSTER_SOURCES,
-    ClusterSource,
-    SourceInvalid,
-    parse_source,
-)
-from kokumi.core.sources.status import SourceStatus, status_of, status_patch
+from kokumi.core.sources.spec import CAPI_KEY, CLUSTER_SOURCES, ClusterSource, kept_source
+from kokumi.core.sources.status import status_of
 from kokumi.core.text import one_line
 from kokumi.kube import errors
 from kokumi.kube.backoff import Backoff, FailureLog
 from kokumi.kube.client import Client
-from kokumi.kube.paths import resource_path
 from kokumi.kube.watch import Resync, Store, WatchEvent, watch
-from kokumi.kube.wire import METADATA_LIST
-from kokumi.objects import Resource
 
 __all__ = ["KEEP_LABELS", "SecretsView", "SourcesActor"]
 
@@ -81,7 +69,6 @@ KEEP_LABELS = frozenset({CAPI_CLUSTER_NAME})
 """The Secret labels the sources need the Secret watches to keep."""
 
 Key = tuple[str, str]
-Contexts = tuple[tuple[str, tuple[Reason, str] | None], ...]
 VerdictKey = tuple[str, str, str, str]  # namespace, name, key, tool: a verdict depends on all
 
 
@@ -105,12 +92,15 @@ class _Verdict:
     version: str
     problem: tuple[Reason, str] | None
     #: With contexts All: each context's verdict; names and verdicts only, never the data.
-    contexts: tuple[tuple[str, tuple[Reason, str] | None], ...] = ()
+    contexts: Contexts = ()
     #: With contexts All: the contexts past the manager's bound (counted, never judged).
     beyond: int = 0
 
 
 class SourcesActor:
+    """Every ClusterSource of the manager, in one task: news marks a namespace, and one loop
+    passes the marked namespaces in turn, so that a burst of news costs one pass of each."""
+
     def __init__(
         self,
         client: Client,
@@ -261,97 +251,36 @@ class SourcesActor:
 
     async def _follow_capi(self) -> None:
         """Watch Cluster API's clusters once they can be listed; until then say they cannot."""
-        await self._follow_listed(
+        assert self._nursery is not None
+        await follow_listed(
+            self._client,
+            self._nursery,
             CAPI_CLUSTERS,
             None,
             self.capi,
-            "capi_readable",
-            "Cluster API's clusters",
-            "ClusterAPINotReadable",
+            what="Cluster API's clusters",
+            reported="ClusterAPINotReadable",
+            backoff_max=self._capi_backoff_max,
+            readable=functools.partial(setattr, self, "capi_readable"),
+            changed=self.changed,
         )
 
     async def _follow_vcluster_services(self) -> None:
         """Watch vcluster's Services (labelled ``app: vcluster``), which tell vcluster's
         ``vc-<name>`` Secrets from planted ones; until they can be listed say they cannot."""
-        await self._follow_listed(
+        assert self._nursery is not None
+        await follow_listed(
+            self._client,
+            self._nursery,
             vcluster.SERVICES,
             vcluster.SERVICE_SELECTOR,
             self.vcluster_services,
-            "vcluster_readable",
-            "vcluster's Services",
-            "VClusterNotReadable",
+            what="vcluster's Services",
+            reported="VClusterNotReadable",
+            backoff_max=self._capi_backoff_max,
+            readable=functools.partial(setattr, self, "vcluster_readable"),
+            changed=self.changed,
         )
-
-    async def _follow_listed(
-        self,
-        resource: Resource,
-        label_selector: str | None,
-        store: Store,
-        readable: Literal["capi_readable", "vcluster_readable"],
-        what: str,
-        reported: str,
-    ) -> None:
-        """Watch ``resource`` (metadata only) once it can be listed, into ``store``; until then
-        ``readable`` is False and the sources that need it report ``reported``."""
-        delay = 0.0
-        said: str | None = None
-        params = {"limit": "1"}
-        if label_selector:
-            params["labelSelector"] = label_selector
-        while True:
-            try:
-                await self._client.request(
-                    "GET", resource_path(resource), params=params, accept=METADATA_LIST
-                )
-                break
-            except (errors.Forbidden, errors.NotFound) as exc:
-                text = "not installed" if isinstance(exc, errors.NotFound) else "forbidden"
-                if said != text:
-                    # Not installed is a normal state (no Cluster API here); forbidden is a choice
-                    # somebody made, or a mistake: worth a warning.
-                    log.log(
-                        logging.INFO if text == "not installed" else logging.WARNING,
-                        "cannot read %s (%s): ClusterSources that need them report %s and"
-                        " change nothing; retrying with backoff",
-                        what,
-                        text,
-                        reported,
-                    )
-                    said = text
-                if getattr(self, readable) is not False:
-                    setattr(self, readable, False)
-                    self.changed(None)
-            except errors.KubeError as exc:
-                if said != type(exc).__name__:
-                    log.warning("cannot list %s: %s; retrying", what, exc)
-                    said = type(exc).__name__
-            delay = min(self._capi_backoff_max, max(1.0, delay * 2))
-            await trio.sleep(delay / 2 + random.uniform(0, delay / 2))  # noqa: S311 (jitter)
-        if said is not None:
-            log.info("may read %s now", what)
-        send, receive = trio.open_memory_channel[WatchEvent | Resync](64)
-        assert self._nursery is not None
-        await self._nursery.start(
-            functools.partial(
-                watch,
-                self._client,
-                resource,
-                send,
-                store=store,
-                metadata_only=True,
-                label_selector=label_selector,
-                # Whoever may create them writes their metadata: kept within the bounds, as
-                # the sources' own (a Service or a Cluster API cluster of 90,000 labels is a
-                # stub here).
-                form=limits.kept,
-            )
-        )
-        async for event in receive:
-            if isinstance(event, Resync):
-                setattr(self, readable, True)
-                self.changed(None)
-            else:
-                self.changed(str(event.object.get("metadata", {}).get("namespace", "")))
 
     # --- one namespace --------------------------------------------------------------------------
 
@@ -362,26 +291,13 @@ class SourcesActor:
         self.passes += 1
         self._unread.discard(namespace)
         views: list[SecretView] | None = None  # Cluster API's, read once for all its sources
-        capis = self.capi.in_namespace(namespace)
-        capi = CapiView(
-            bool(self.capi_readable),
-            {
-                str(o["metadata"].get("name")): dict(o["metadata"].get("labels") or {})
-                for o in capis
-            },
-            {str(o["metadata"].get("name")): str(o["metadata"].get("uid") or "") for o in capis},
-            {
-                str(o["metadata"].get("name")): why
-                for o in capis
-                if (why := limits.over_bounds(o)) is not None
-            },
-        )
+        capi = clusterapi.view_of(bool(self.capi_readable), self.capi.in_namespace(namespace))
         clusters = self._clusters.named_in_namespace(namespace)
         existing = {name: existing_of(obj) for name, obj in clusters.items()}
         message = not_listable_message(namespace, self._secrets.username(), self._own_namespace)
         failed_any = False
         for obj in sorted(self.sources.in_namespace(namespace), key=_name):
-            source = _source_of(obj)
+            source = kept_source(obj)
             decided = None
             failed: dict[str, str] = {}
             if isinstance(source, ClusterSource):
@@ -416,10 +332,11 @@ class SourcesActor:
                         not_listable_message=message,
                     )
                 decided = bounds.cap_clusters(decided, self._bounds.clusters_per_source)
-                failed = await self._write(source, decided, clusters)
+                attempt = functools.partial(self._attempt, source, failed)
+                await write_clusters(self.writer, source, decided, clusters, attempt)
             status = status_of(source, decided, failed)
             failed_any |= bool(failed)
-            failed_any |= not await self._write_status(obj, status)
+            failed_any |= not await write_status(self.writer, obj, status)
         if namespace in self._behind:
             self._behind.discard(namespace)
             failed_any = True
@@ -427,13 +344,7 @@ class SourcesActor:
 
     async def _secret_views(self, namespace: str) -> list[SecretView]:
         """The namespace's Cluster API kubeconfig Secrets, each read once per new version."""
-        found: dict[str, str] = {}
-        for (ns, name), labels in list(self._secrets.labels.items()):
-            if ns != namespace:
-                continue
-            cluster = clusterapi.capi_cluster_of(name, labels)
-            if cluster is not None:
-                found[name] = cluster
+        found = clusterapi.kubeconfig_secrets(namespace, self._secrets.labels)
         verdicts = await self._verdicts_of(namespace, found, None)
         views = []
         for name, verdict in verdicts.items():
@@ -446,16 +357,7 @@ class SourcesActor:
 
         A matched Secret whose name makes no Cluster name needs no read: it gets no Cluster.
         """
-        named: dict[str, Mapping[str, str]] = {}
-        unnamed: list[Labelled] = []
-        for (ns, name), labels in list(self._secrets.labels.items()):
-            if ns != namespace:
-                continue
-            cluster = secretsource.cluster_name(shape, name, labels)
-            if isinstance(cluster, str):
-                named[name] = labels
-            elif cluster is not None:
-                unnamed.append(Labelled(name, labels))
+        named, unnamed = matched_secrets(shape, namespace, self._secrets.labels)
         verdicts = await self._verdicts_of(namespace, named, shape)
         owners = self._secrets.owners
         return unnamed + [
@@ -492,7 +394,15 @@ class SourcesActor:
 
         async def read(name: str) -> None:
             version = self._secrets.versions.get((namespace, name), "")
-            read = await self._read(namespace, name, shape)
+            read = await read_verdict(
+                self._reads,
+                namespace,
+                name,
+                shape,
+                username=self._secrets.username,
+                own_namespace=self._own_namespace,
+                contexts_limit=self._bounds.contexts_per_secret,
+            )
             if read is False:
                 del found[name]  # deleted meanwhile: the watch says so next
                 return
@@ -514,105 +424,17 @@ class SourcesActor:
             result[name] = verdict
         return result
 
-    async def _read(
-        self, namespace: str, name: str, shape: Shape | None
-    ) -> tuple[tuple[Reason, str] | None, Contexts, int] | Literal[False]:
-        """The Secret's verdict (None: usable) and, with contexts All, each context's (the first
-        by name, and how many more); or False when it is gone. Its data dies here, read in a
-        worker thread: it is anybody's text (kokumi/actors/parsing.py)."""
-        try:
-            secret = await self._reads.get(namespace, name)
-        except errors.NotFound:
-            return False
-        except errors.Forbidden:
-            refused = not_readable_message(
-                name, namespace, self._secrets.username(), self._own_namespace
-            )
-            return (Reason.SECRET_NOT_READABLE, refused), (), 0
-        except errors.KubeError as exc:
-            failed = f"reading Secret {name} failed ({type(exc).__name__}); Kokumi retries"
-            return (Reason.SECRET_NOT_READABLE, failed), (), 0
-        if shape is not None and shape.all_contexts:
-            limit = self._bounds.contexts_per_secret
-            return await off_loop(
-                functools.partial(secretplan.judge_contexts, secret, shape, limit)
-            )
-        problem = await off_loop(functools.partial(kubeconfig_problem, secret, shape))
-        return problem, (), 0
-
-    async def _write(
-        self,
-        source: ClusterSource,
-        decided: Plan,
-        clusters: Mapping[str, dict[str, Any]],
-    ) -> dict[str, str]:
-        failed: dict[str, str] = {}
-        ns = source.namespace
-        # Creates side by side, a few at a time: a thousand new Secrets are a thousand POSTs.
-        try:
-            async with trio.open_nursery() as nursery:
-                for desired in decided.create:
-                    body = cluster_body(source, desired)
-                    nursery.start_soon(
-                        self._attempt, source, desired.name, "create", failed,
-                        functools.partial(self.writer.create, api.CLUSTERS, body, namespace=ns),
-                    )  # fmt: skip
-        except* errors.Fenced as fenced:
-            # Refused at their send, one or several: the pass stops once, as for one write (the
-            # group itself went past `run`'s handler and ended the manager).
-            raise errors.Fenced("creates not sent: this replica may not write now") from fenced
-        for desired in decided.update:
-            body = cluster_body(source, desired)
-            kept = clusters.get(desired.name, {})
-            if limits.over_bounds(kept) is not None:
-                # Labels past the bounds were not kept, so they cannot be named to drop them:
-                # the source's labels replace them all, in one conditional write.
-                version = _version(clusters, desired.name)
-                operations: list[dict[str, Any]] = [
-                    {"op": "add", "path": "/metadata/labels", "value": dict(desired.labels)},
-                    {"op": "add", "path": "/spec", "value": body["spec"]},
-                ]
-                if version is not None:
-                    operations.insert(
-                        0, {"op": "test", "path": "/metadata/resourceVersion", "value": version}
-                    )
-                await self._attempt(
-                    source, desired.name, "update", failed,
-                    functools.partial(
-                        self.writer.patch_json, api.CLUSTERS, desired.name, operations,
-                        namespace=ns,
-                    ),
-                )  # fmt: skip
-                continue
-            old = kept.get("metadata", {}).get("labels") or {}
-            labels: dict[str, str | None] = {k: None for k in old if k not in desired.labels}
-            labels.update(desired.labels)
-            patch = {
-                "metadata": {"labels": labels, "resourceVersion": _version(clusters, desired.name)},
-                "spec": body["spec"],
-            }
-            await self._attempt(
-                source, desired.name, "update", failed,
-                functools.partial(
-                    self.writer.patch_merge, api.CLUSTERS, desired.name, patch, namespace=ns
-                ),
-            )  # fmt: skip
-        for name in decided.delete:
-            uid = str(clusters.get(name, {}).get("metadata", {}).get("uid", "")) or None
-            await self._attempt(
-                source, name, "delete", failed,
-                functools.partial(self.writer.delete, api.CLUSTERS, name, namespace=ns, uid=uid),
-            )  # fmt: skip
-        return failed
-
     async def _attempt(
         self,
         source: ClusterSource,
+        failed: dict[str, str],
         cluster: str,
         verb: str,
-        failed: dict[str, str],
         call: Callable[[], Awaitable[object]],
     ) -> None:
+        """Make one of a pass's writes, a few at a time, and take its outcome: a failure into
+        ``failed`` (for the source's status) and the log once per change of error; a write
+        refused as stale marks the namespace to pass again."""
         where = f"Cluster {source.namespace}/{cluster}"
         failures = self._failures.setdefault(
             (source.namespace, cluster),
@@ -637,33 +459,6 @@ class SourcesActor:
         failures.recovered()
         log.info("ClusterSource %s/%s: %sd %s", source.namespace, source.name, verb[:-1], where)
 
-    async def _write_status(self, obj: dict[str, Any], status: SourceStatus) -> bool:
-        """Write the status if it differs; whether it is as it should be now."""
-        meta = obj.get("metadata", {})
-        patch = status_patch(obj.get("status"), status, api.now_rfc3339())
-        if patch is None:
-            return True
-        try:
-            await replace_status(
-                self.writer,
-                CLUSTER_SOURCES,
-                str(meta.get("name")),
-                str(meta.get("namespace")),
-                str(meta.get("uid") or ""),
-                patch,
-            )
-        except errors.Fenced:
-            raise
-        except errors.KubeError as exc:
-            log.warning(
-                "ClusterSource %s/%s: status write failed (%s); retrying",
-                meta.get("namespace"),
-                meta.get("name"),
-                exc,
-            )
-            return False
-        return True
-
     def _schedule_retry(self, namespace: str, failed: bool) -> None:
         if not failed:
             self._retry.pop(namespace, None)
@@ -680,28 +475,5 @@ class SourcesActor:
         self.changed(namespace)
 
 
-def _source_of(obj: Mapping[str, Any]) -> ClusterSource | SourceInvalid:
-    """The source as its plan reads it; one over the bounds of tenant metadata (kept as a stub,
-    see :mod:`kokumi.core.limits`) plans nothing and says so in its Ready condition."""
-    why = limits.over_bounds(obj)
-    if why is None:
-        return parse_source(obj)
-    meta = obj.get("metadata", {})
-    generation = meta.get("generation")
-    return SourceInvalid(
-        str(meta.get("name", "")),
-        str(meta.get("namespace", "")),
-        str(meta.get("uid", "")),
-        generation if isinstance(generation, int) else 0,
-        Reason.OBJECT_TOO_LARGE,
-        why,
-    )
-
-
 def _name(obj: dict[str, Any]) -> str:
     return str(obj.get("metadata", {}).get("name", ""))
-
-
-def _version(clusters: Mapping[str, dict[str, Any]], name: str) -> str | None:
-    version = clusters.get(name, {}).get("metadata", {}).get("resourceVersion")
-    return version if isinstance(version, str) else None

@@ -25,10 +25,11 @@ kind of source shares are :mod:`kokumi.core.sources.plan`'s:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Final
+from typing import Any, Final
 
 import attrs
 
+from kokumi.core import limits
 from kokumi.core.reasons import Reason
 from kokumi.core.sources.plan import (
     Candidate,
@@ -50,8 +51,10 @@ __all__ = [
     "CapiView",
     "SecretView",
     "capi_cluster_of",
+    "kubeconfig_secrets",
     "owner_problem",
     "plan",
+    "view_of",
 ]
 
 CAPI_GROUP: Final = "cluster.x-k8s.io"
@@ -65,6 +68,21 @@ def capi_cluster_of(name: str, labels: Mapping[str, str]) -> str | None:
     if not cluster or name != f"{cluster}-kubeconfig":
         return None
     return cluster
+
+
+def kubeconfig_secrets(
+    namespace: str, labels: Mapping[tuple[str, str], Mapping[str, str]]
+) -> dict[str, str]:
+    """The Cluster API kubeconfig Secrets of ``namespace`` among the Secrets whose labels the
+    watches keep (``labels``, by namespace and name), each with its Cluster API cluster's name."""
+    found: dict[str, str] = {}
+    for (ns, name), kept in list(labels.items()):
+        if ns != namespace:
+            continue
+        cluster = capi_cluster_of(name, kept)
+        if cluster is not None:
+            found[name] = cluster
+    return found
 
 
 @attrs.frozen
@@ -92,6 +110,22 @@ class CapiView:
     #: Clusters whose metadata is over the bounds (:mod:`kokumi.core.limits`), with why: the
     #: manager kept no labels of them, so no selector can be judged on them.
     over: Mapping[str, str] = attrs.field(factory=dict)
+
+
+def view_of(readable: bool, clusters: Iterable[Mapping[str, Any]]) -> CapiView:
+    """The view of a namespace's Cluster API ``clusters`` as the watch keeps them (metadata
+    only; one over the bounds a stub, which is listed as existing but has no labels to judge)."""
+    clusters = list(clusters)
+    return CapiView(
+        readable,
+        {str(o["metadata"].get("name")): dict(o["metadata"].get("labels") or {}) for o in clusters},
+        {str(o["metadata"].get("name")): str(o["metadata"].get("uid") or "") for o in clusters},
+        {
+            str(o["metadata"].get("name")): why
+            for o in clusters
+            if (why := limits.over_bounds(o)) is not None
+        },
+    )
 
 
 def owner_problem(secret: SecretView, capi: CapiView) -> tuple[Reason, str] | None:

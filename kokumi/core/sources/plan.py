@@ -23,7 +23,7 @@ from typing import Any
 
 import attrs
 
-from kokumi.core import api
+from kokumi.core import api, limits
 from kokumi.core.kubeconfig.connection import Refusal
 from kokumi.core.kubeconfig.reader import parse
 from kokumi.core.reasons import Reason
@@ -46,6 +46,7 @@ __all__ = [
     "OwnerRef",
     "Plan",
     "cluster_body",
+    "cluster_patch",
     "controller_of",
     "existing_of",
     "kubeconfig_problem",
@@ -214,6 +215,36 @@ def cluster_body(source: ClusterSource, desired: Desired) -> dict[str, Any]:
             "description": _description(source, desired),
         },
     }
+
+
+def cluster_patch(
+    source: ClusterSource, desired: Desired, kept: Mapping[str, Any]
+) -> list[dict[str, Any]] | dict[str, Any]:
+    """How an update restores ``desired`` over the Cluster as the store keeps it (``kept``):
+    a JSON patch (a list of operations) or a merge patch (a map), each conditional on the
+    resourceVersion kept, so that a Cluster changed meanwhile is refused rather than overwritten.
+
+    A merge patch names the labels to drop; one over the bounds of tenant metadata is kept as a
+    stub, whose labels were not kept and so cannot be named: the source's labels replace them
+    all, in one JSON patch.
+    """
+    spec = cluster_body(source, desired)["spec"]
+    version = metadata_of(kept).get("resourceVersion")
+    version = version if isinstance(version, str) else None
+    if limits.over_bounds(kept) is not None:
+        operations: list[dict[str, Any]] = [
+            {"op": "add", "path": "/metadata/labels", "value": dict(desired.labels)},
+            {"op": "add", "path": "/spec", "value": spec},
+        ]
+        if version is not None:
+            operations.insert(
+                0, {"op": "test", "path": "/metadata/resourceVersion", "value": version}
+            )
+        return operations
+    old = metadata_of(kept).get("labels") or {}
+    labels: dict[str, str | None] = {k: None for k in old if k not in desired.labels}
+    labels.update(desired.labels)
+    return {"metadata": {"labels": labels, "resourceVersion": version}, "spec": spec}
 
 
 # --- the plan and the status --------------------------------------------------------------------

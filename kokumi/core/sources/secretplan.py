@@ -32,7 +32,7 @@ from kokumi.core.sources.secretsource import Shape
 from kokumi.core.sources.spec import ClusterSource
 from kokumi.objects import secret_data
 
-__all__ = ["Labelled", "context_verdicts", "judge_contexts", "plan_secrets"]
+__all__ = ["Labelled", "context_verdicts", "judge_contexts", "matched_secrets", "plan_secrets"]
 
 Verdicts = tuple[tuple[str, tuple[Reason, str] | None], ...]
 
@@ -55,6 +55,27 @@ class Labelled:
     beyond: int = attrs.field(default=0, kw_only=True)
     #: Its ownerReferences, all of them (vcluster's is no controller reference).
     owners: tuple[OwnerRef, ...] = attrs.field(default=(), kw_only=True)
+
+
+def matched_secrets(
+    shape: Shape, namespace: str, labels: Mapping[tuple[str, str], Mapping[str, str]]
+) -> tuple[dict[str, Mapping[str, str]], list[Labelled]]:
+    """The Secrets of ``namespace`` that ``shape`` matches, among those whose labels the watches
+    keep (``labels``, by namespace and name): those that name a Cluster, by name with their
+    labels, which need a verdict; and those whose name makes no Cluster name, already
+    :class:`Labelled` with why, which need no read: they get no Cluster.
+    """
+    named: dict[str, Mapping[str, str]] = {}
+    unnamed: list[Labelled] = []
+    for (ns, name), kept in list(labels.items()):
+        if ns != namespace:
+            continue
+        cluster = secretsource.cluster_name(shape, name, kept)
+        if isinstance(cluster, str):
+            named[name] = kept
+        elif cluster is not None:
+            unnamed.append(Labelled(name, kept))
+    return named, unnamed
 
 
 def plan_secrets(

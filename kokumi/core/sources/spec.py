@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import attrs
 
-from kokumi.core import api
+from kokumi.core import api, limits
 from kokumi.core.environments import selectors
 from kokumi.core.reasons import Reason
 from kokumi.core.sources import secretsource
@@ -28,6 +28,7 @@ __all__ = [
     "SOURCE_LABEL",
     "ClusterSource",
     "SourceInvalid",
+    "kept_source",
     "parse_source",
     "source_of",
 ]
@@ -136,6 +137,25 @@ def parse_source(obj: Mapping[str, Any]) -> ClusterSource | SourceInvalid:
     if problem is not None:
         return invalid(Reason.INVALID_SPEC, problem)
     return ClusterSource(name, namespace, uid, gen, selector, dict(labels), shape)
+
+
+def kept_source(obj: Mapping[str, Any]) -> ClusterSource | SourceInvalid:
+    """The source as its plan reads it from the actor's store, where one over the bounds of
+    tenant metadata is kept as a stub (:mod:`kokumi.core.limits`): that one plans nothing and
+    says so in its Ready condition, since its labels and spec were not kept to be read."""
+    why = limits.over_bounds(obj)
+    if why is None:
+        return parse_source(obj)
+    meta = metadata_of(obj)
+    generation = meta.get("generation")
+    return SourceInvalid(
+        str(meta.get("name", "")),
+        str(meta.get("namespace", "")),
+        str(meta.get("uid", "")),
+        generation if isinstance(generation, int) else 0,
+        Reason.OBJECT_TOO_LARGE,
+        why,
+    )
 
 
 _ORIGINS: Final = frozenset({FROM_CLUSTER_API, FROM_SECRETS, FROM_VCLUSTER})
