@@ -1127,8 +1127,7 @@ class ManagerMachine(RuleBasedStateMachine):
         current = self.world.fake.object(api.CLUSTERS, name, namespace)
         if current is None or api.FINALIZER not in (current["metadata"].get("finalizers") or []):
             return
-        body = json.loads(request.content)
-        finalizers = (body.get("metadata") or {}).get("finalizers")
+        finalizers = _finalizers_set(json.loads(request.content), current)
         if finalizers is None or api.FINALIZER in finalizers:
             return
         ref = ClusterRef(namespace, name)
@@ -1977,3 +1976,24 @@ def test_a_cluster_made_again_under_a_waiters_name_does_not_take_its_status(seed
         assert ready["reason"] == "Ready", ready
     finally:
         machine.close()
+
+
+def _finalizers_set(body: Any, current: dict[str, Any]) -> list[str] | None:
+    """The finalizers a Cluster has after a patch of ``current``: a merge patch (a map), or a
+    JSON patch (a list of operations, as a ClusterSource restores the labels of one over the
+    bounds with); None when the patch leaves them alone."""
+    if isinstance(body, dict):
+        finalizers = (body.get("metadata") or {}).get("finalizers")
+        return None if finalizers is None else list(finalizers)
+    result: list[str] | None = None
+    for operation in body:
+        path = str(operation.get("path", ""))
+        if not path.startswith("/metadata/finalizers"):
+            continue
+        if result is None:
+            result = list(current["metadata"].get("finalizers") or [])
+        if path == "/metadata/finalizers":
+            result = [] if operation.get("op") == "remove" else list(operation.get("value") or [])
+        elif operation.get("op") == "remove":
+            del result[int(path.rsplit("/", 1)[1])]
+    return result
