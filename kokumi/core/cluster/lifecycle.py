@@ -326,12 +326,17 @@ def needs_check(
 ) -> bool:
     """A reconcile for another reason reuses a check under half a minute old.
 
-    The timer, a changed kubeconfig Secret, a new Secret reference or a new spec check again.
+    The timer, a changed kubeconfig Secret, a new Secret reference or a new spec check again,
+    and so does a Cluster back from an invalid spell (no check planned, ``math.inf``): the object
+    was over the bounds of tenant metadata, say, which is no change of its spec, and a check from
+    before the spell would otherwise serve forever, with no check planned after it.
     Until the Secret watch has listed (``watched`` None), its version is unknown, not changed:
     the first list wakes the actor, which compares then.
     """
     check = state.check
-    if check is None or now >= state.next_check or state.secret_news != state.secret_heard:
+    if check is None or now >= state.next_check or state.next_check == math.inf:
+        return True
+    if state.secret_news != state.secret_heard:
         return True
     cluster = state.cluster
     if cluster.metadata.generation != state.checked_generation:

@@ -340,11 +340,14 @@ def _changes(state: State) -> dict[str, dict[str, Any]]:
         "the watch heard of the Secret": {"secret_news": state.secret_news + 1},
         "the timer is due": {"next_check": NOW},
         "the window has passed": {"check": attrs.evolve(check, at=NOW - WINDOW)},
+        # Back from an invalid spell that changed no spec (an object over the metadata bounds,
+        # then trimmed): nothing was planned after the spell's last check.
+        "no check is planned": {"next_check": math.inf},
     }
 
 
 @settings(max_examples=examples(300))
-@given(fresh=fresh(), which=st.sampled_from(range(5)))
+@given(fresh=fresh(), which=st.sampled_from(range(6)))
 def test_a_check_is_made_again_when_the_secret_the_spec_the_timer_or_the_window_says(
     fresh: tuple[State, str | None], which: int
 ) -> None:
@@ -420,3 +423,27 @@ def test_a_seed_is_taken_only_while_the_kubeconfig_leads_to_its_server() -> None
     assert taken is not None and taken.outcome is seed and taken.connection is same.connection
     assert lifecycle.seed_check(seed, moved, NOW) is None
     assert lifecycle.seed_check(seed, broken, NOW) is None
+
+
+def test_a_cluster_back_from_an_invalid_spell_of_the_same_spec_is_checked_again() -> None:
+    """Over the bounds of tenant metadata (its labels, not its spec), then trimmed back: the check
+    from before the spell must not serve, with nothing planned after it (found by the model test:
+    such a Cluster stayed Ready on a check of a spoke long down)."""
+    live = api.Cluster(
+        api.Meta("a", "ws1", uid="u", generation=2),
+        api.ClusterSpec("Kubeconfig", api.KubeconfigSource(api.SecretRef("kubeconfig"))),
+        api.ClusterStatus(),
+    )
+    check = Check(
+        Outcome(True, Reason.READY, "reachable", "https://a.example:6443"),
+        NOW - 1,
+        version_of(live, "1"),
+        Connection("https://a.example:6443"),
+    )
+    state = State(live, selected=True, check=check, checked_generation=2, next_check=NOW + 50)
+    over = api.Invalid(live.metadata, "over the bounds", live.status)
+    played, state = _play(lambda strategy: False, attrs.evolve(state, cluster=over), watched="1")
+    assert "StopChecking" in _kinds(played) and state.next_check == math.inf
+    back = attrs.evolve(state, cluster=live)
+    step = lifecycle.next_step(back, Turn(path="live"), NOW + 2, watched="1", stamp=LATE)
+    assert isinstance(step, lifecycle.RunCheck)
