@@ -187,3 +187,21 @@ def test_the_helm_test_runs_its_script_with_a_list_only_account(helm: Path) -> N
     (env,) = container["env"]
     assert env["value"] == "http://kokumi-kokumi-test.ops.svc:8080/readyz"
     assert not [k for k in render(helm) if k[0] == "Pod"]
+
+
+def test_the_schema_knows_every_value_and_refuses_any_other() -> None:
+    """Every key of values.yaml is in values.schema.json, and every object of the schema that
+    lists its keys refuses others: a new value must be added to both."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    schema = json.loads((CHART / "values.schema.json").read_text())
+
+    def walk(value: Any, node: dict[str, Any], path: str) -> None:
+        if not isinstance(value, dict) or "properties" not in node:
+            return
+        assert node.get("additionalProperties") is False, path
+        for name, inner in value.items():
+            assert name in node["properties"], f"{path}.{name} is not in values.schema.json"
+            walk(inner, node["properties"][name], f"{path}.{name}")
+
+    walk(values, schema, "")
+    assert set(schema["properties"]) - {"global"} == set(values)
