@@ -15,6 +15,7 @@ Service and the per-namespace RoleBindings are the chart's own files, not genera
 from __future__ import annotations
 
 import argparse
+import re
 import runpy
 import sys
 from collections.abc import Callable, Iterable
@@ -37,6 +38,41 @@ MANAGER_ARGS = """            - --log-format=json
             {{- with include "kokumi.managerArgs" . }}
             {{- . | trim | nindent 12 }}
             {{- end }}
+            {{- range .Values.manager.extraArgs }}
+            - {{ . | quote }}
+            {{- end }}
+"""
+
+# The pod knobs every chart has, before the manager's ServiceAccount in its pod spec.
+POD_SCHEDULING = """      {{- with .Values.imagePullSecrets }}
+      imagePullSecrets:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with .Values.manager.priorityClassName }}
+      priorityClassName: {{ . }}
+      {{- end }}
+      {{- with .Values.manager.nodeSelector }}
+      nodeSelector:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with .Values.manager.tolerations }}
+      tolerations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      serviceAccountName: kokumi
+"""
+
+# The piece's own anti-affinity (spread the replicas over nodes), unless manager.affinity is set.
+MANAGER_AFFINITY = """      affinity:
+        podAntiAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+            - weight: 100
+              podAffinityTerm:
+                topologyKey: kubernetes.io/hostname
+                labelSelector:
+                  matchLabels:
+                    app.kubernetes.io/name: kokumi-clusters
+                    app.kubernetes.io/component: manager
 """
 
 # With signIn: proxy the UI listens on loopback, where no kubelet reaches: its probes go through
@@ -56,6 +92,36 @@ SUBSTITUTIONS: dict[tuple[str, str, str], list[tuple[str, str]]] = {
     ("Deployment", "kokumi", "kokumi-clusters"): [
         ("  replicas: 2\n", "  replicas: {{ .Values.manager.replicas }}\n"),
         (
+            "        app.kubernetes.io/part-of: kokumi\n      annotations:\n",
+            "        app.kubernetes.io/part-of: kokumi\n"
+            "        {{- with .Values.manager.podLabels }}\n"
+            "        {{- toYaml . | nindent 8 }}\n"
+            "        {{- end }}\n"
+            "      annotations:\n",
+        ),
+        (
+            "        prometheus.io/path: /metrics\n",
+            "        prometheus.io/path: /metrics\n"
+            "        {{- with .Values.manager.podAnnotations }}\n"
+            "        {{- toYaml . | nindent 8 }}\n"
+            "        {{- end }}\n",
+        ),
+        ("      serviceAccountName: kokumi\n", POD_SCHEDULING),
+        (
+            MANAGER_AFFINITY,
+            "      {{- if .Values.manager.affinity }}\n"
+            "      affinity:\n"
+            "        {{- toYaml .Values.manager.affinity | nindent 8 }}\n"
+            "      {{- else }}\n" + MANAGER_AFFINITY + "      {{- end }}\n",
+        ),
+        (
+            "            - name: TMPDIR\n              value: /tmp\n",
+            "            - name: TMPDIR\n              value: /tmp\n"
+            "            {{- with .Values.manager.extraEnv }}\n"
+            "            {{- toYaml . | nindent 12 }}\n"
+            "            {{- end }}\n",
+        ),
+        (
             "          image: ghcr.io/kokumi-dev/kokumi-clusters:0.1.0\n"
             "          imagePullPolicy: IfNotPresent\n",
             '          image: {{ include "kokumi.image" . }}\n'
@@ -73,6 +139,15 @@ SUBSTITUTIONS: dict[tuple[str, str, str], list[tuple[str, str]]] = {
             "            {{- toYaml .Values.manager.resources | nindent 12 }}\n",
         ),
     ],
+    ("Namespace", "", "kokumi"): [
+        ("  name: kokumi\n", '  name: {{ include "kokumi.namespace" . }}\n'),
+    ],
+    ("ValidatingAdmissionPolicyBinding", "", "kokumi-secret-role-bindings"): [
+        (
+            "values: [kokumi, kokumi-signing]\n",
+            'values: [{{ include "kokumi.namespace" . }}, kokumi-signing]\n',
+        ),
+    ],
     ("RoleBinding", "argocd", "kokumi-manager-secrets"): [
         ("  namespace: argocd\n", "  namespace: {{ .Values.argocd.namespace }}\n"),
     ],
@@ -87,6 +162,14 @@ SUBSTITUTIONS: dict[tuple[str, str, str], list[tuple[str, str]]] = {
     ],
     ("Deployment", "kokumi", "kokumi-clusters-ui"): [
         ("  replicas: 2\n", "  replicas: {{ .Values.ui.replicas }}\n"),
+        (
+            "      serviceAccountName: kokumi-clusters-ui\n",
+            "      {{- with .Values.imagePullSecrets }}\n"
+            "      imagePullSecrets:\n"
+            "        {{- toYaml . | nindent 8 }}\n"
+            "      {{- end }}\n"
+            "      serviceAccountName: kokumi-clusters-ui\n",
+        ),
         (
             "          image: ghcr.io/kokumi-dev/kokumi-clusters:0.1.0\n"
             "          imagePullPolicy: IfNotPresent\n",
@@ -144,8 +227,56 @@ OPTIONAL = {
     "ui/optional/impersonate.yaml": 'and .Values.ui.enabled (eq .Values.ui.signIn "proxy")',
 }
 
+# Copied as they are into the chart's files/, which its own templates read with .Files.Get (Helm
+# reads no file outside the chart): the PrometheusRule and the dashboard, behind values.
+COPIED = {
+    "files/prometheus-rule.yaml": "monitoring/prometheus-rule.yaml",
+    "files/grafana-dashboard.json": "monitoring/grafana-dashboard.json",
+}
+
 # The Namespace is Helm's to make (helm install --create-namespace), unless asked for.
 NAMESPACE_PIECE = "manager/namespace.yaml"
+
+
+# Kokumi's own namespace, as the pieces name it: the release's (or namespace.name) in the chart.
+OWN_NAMESPACE = re.compile(r"^(\s+(?:- )?namespace: )kokumi$", re.MULTILINE)
+NAMESPACE = '{{ include "kokumi.namespace" . }}'
+SERVICE_ACCOUNT_USER = "system:serviceaccount:kokumi:"
+
+LABELS = '    {{- include "kokumi.labels" . | nindent 4 }}\n'
+
+# helm uninstall deletes what it installed; with crds.keep (the default) it leaves the CRDs, and
+# so every Cluster, Environment and ClusterSource.
+KEEP = (
+    "  {{- if .Values.crds.keep }}\n"
+    "  annotations:\n"
+    "    helm.sh/resource-policy: keep\n"
+    "  {{- end }}\n"
+)
+
+
+def _with_release_metadata(text: str, kind: str, source: str) -> str:
+    """The standard labels of a Helm release in the object's own metadata (the CRDs' keep too)."""
+    lines = text.splitlines(keepends=True)
+    try:
+        start = lines.index("metadata:\n")
+    except ValueError:
+        raise SystemExit(f"deploy/{source}: a {kind} without a block 'metadata:'") from None
+    end = start + 1
+    while end < len(lines) and (lines[end].startswith(" ") or lines[end].strip() == ""):
+        end += 1
+    block = lines[start + 1 : end]
+    crd = kind == "CustomResourceDefinition"
+    if crd and any(line.startswith("  annotations:") for line in block):
+        raise SystemExit(f"deploy/{source}: a CRD with annotations; teach build-chart.py to merge")
+    labels = [i for i, line in enumerate(block) if line == "  labels:\n"]
+    if labels:
+        block.insert(labels[0] + 1, LABELS)
+    else:
+        block.insert(0, "  labels:\n" + LABELS)
+    if crd:
+        block.append(KEEP)
+    return "".join(lines[: start + 1] + block + lines[end:])
 
 
 def _template(text: str, key: tuple[str, str, str], source: str) -> str:
@@ -155,7 +286,9 @@ def _template(text: str, key: tuple[str, str, str], source: str) -> str:
         if text.count(old) != 1:
             raise SystemExit(f"deploy/{source}: {old!r} is not in {key} exactly once")
         text = text.replace(old, new)
-    return text
+    text = OWN_NAMESPACE.sub(lambda match: match.group(1) + NAMESPACE, text)
+    text = text.replace(SERVICE_ACCOUNT_USER, f"system:serviceaccount:{NAMESPACE}:")
+    return _with_release_metadata(text, key[0], source)
 
 
 def _documents(path: Path) -> list[tuple[tuple[str, str, str], str]]:
@@ -206,22 +339,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Write the chart's templates from deploy/.")
     parser.add_argument("--check", action="store_true", help="exit 1 if a template is stale")
     args = parser.parse_args(argv)
-    wanted = templates()
-    present = {path.name for path in TEMPLATES.glob("*.yaml") if GENERATED[:40] in path.read_text()}
+    wanted = {f"templates/{name}": text for name, text in templates().items()}
+    wanted.update({name: (DEPLOY / source).read_text() for name, source in COPIED.items()})
+    present = {
+        f"templates/{path.name}"
+        for path in TEMPLATES.glob("*.yaml")
+        if GENERATED[:40] in path.read_text()
+    }
     stale = sorted(
         name
         for name, text in wanted.items()
-        if not (TEMPLATES / name).exists() or (TEMPLATES / name).read_text() != text
+        if not (CHART / name).exists() or (CHART / name).read_text() != text
     )
     extra = sorted(present - wanted.keys())
     if args.check:
         for name in stale + extra:
-            print(f"{TEMPLATES / name} is stale: run python {__file__}", file=sys.stderr)
+            print(f"{CHART / name} is stale: run python {__file__}", file=sys.stderr)
         return 1 if stale or extra else 0
     for name in stale:
-        (TEMPLATES / name).write_text(wanted[name])
+        (CHART / name).parent.mkdir(exist_ok=True)
+        (CHART / name).write_text(wanted[name])
     for name in extra:
-        (TEMPLATES / name).unlink()
+        (CHART / name).unlink()
     return 0
 
 

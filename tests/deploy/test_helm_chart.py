@@ -1,18 +1,19 @@
 """The Helm chart deploy/helm/kokumi-clusters, with the real helm of each major it claims.
 
 Its templates are generated from the pieces of install.yaml (deploy/helm/build-chart.py); with the
-default values it renders install.yaml's objects exactly (but the Namespace, which
-``helm install --create-namespace`` makes), each value changes what it says, and values.schema.json
-refuses a typo. Installed, upgraded and uninstalled on a control plane of its own (uninstalling
-deletes the CRDs, which the session's shared hub must keep), once per helm major on the same API
-server (so the second install is a reinstall), the chart's objects run the manager as its
-ServiceAccount, which then registers the spoke with Argo CD.
-"""
+default values it renders install.yaml's objects (but the Namespace, which
+``helm install --create-namespace`` makes), each with the release's labels added, each value
+changes what it says, and values.schema.json refuses a typo. Installed into a namespace of its own,
+upgraded, tested and uninstalled on a control plane of its own (the session's shared hub keeps
+the CRDs as install.yaml makes them), once per helm major on the same API server (so the second
+install is a reinstall over the kept CRDs), the chart's objects run the manager as its
+ServiceAccount, which then registers the spoke with Argo CD."""
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 import runpy
 import subprocess
 import sys
@@ -25,9 +26,9 @@ import yaml
 
 from kokumi.core.registry import argocd
 from kokumi.testing import run_kubectl
-from kokumi.testing.controlplane import ControlPlane
+from kokumi.testing.controlplane import APIServer, ControlPlane
 from kokumi.testing.spoke import register
-from tests.support.deploy import DEPLOY, ensure_namespace, replicas, run, wait_until
+from tests.support.deploy import DEPLOY, Replica, ensure_namespace, replicas, run, wait_until
 from tests.support.podtoken import assert_only_the_ui_holds_the_token
 
 CHART = DEPLOY / "helm" / "kokumi-clusters"
@@ -43,10 +44,35 @@ def helm_run(helm: Path, *args: str, check: bool = True) -> subprocess.Completed
     return result
 
 
-def render(helm: Path, *sets: str, namespace: str = "kokumi") -> dict[Key, dict[str, Any]]:
+def render(
+    helm: Path, *sets: str, namespace: str = "kokumi", tests: bool = False
+) -> dict[Key, dict[str, Any]]:
+    """``helm template``'s objects by (kind, namespace, name); the helm test's only if asked."""
     args = [arg for value in sets for arg in ("--set", value)]
+    if not tests:
+        args.append("--skip-tests")
     out = helm_run(helm, "template", "kokumi", str(CHART), "-n", namespace, *args).stdout
     return {key(doc): doc for doc in yaml.safe_load_all(out) if doc}
+
+
+# The labels of a Helm release that the chart adds to every object (none of install.yaml's has).
+RELEASE_LABELS = {
+    "helm.sh/chart": "kokumi-clusters-0.1.0",
+    "app.kubernetes.io/instance": "kokumi",
+    "app.kubernetes.io/managed-by": "Helm",
+    "app.kubernetes.io/version": "0.1.0",
+}
+
+
+def without_release_metadata(doc: dict[str, Any]) -> dict[str, Any]:
+    """The object as install.yaml has it: the release's labels and the CRDs' keep taken off,
+    after checking they are there."""
+    doc = json.loads(json.dumps(doc))
+    labels = doc["metadata"]["labels"]
+    assert {k: labels.pop(k, None) for k in RELEASE_LABELS} == RELEASE_LABELS, key(doc)
+    if doc["kind"] == "CustomResourceDefinition":
+        assert doc["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}
+    return doc
 
 
 def key(doc: dict[str, Any]) -> Key:
@@ -71,9 +97,14 @@ def test_default_values_render_install_yaml(helm: Path) -> None:
         for doc in yaml.safe_load_all((DEPLOY / "install.yaml").read_text())
         if doc and doc["kind"] != "Namespace"
     }
-    assert render(helm) == installed
-    with_namespace = render(helm, "namespace.create=true", namespace="default")
-    assert with_namespace[("Namespace", "", "kokumi")] == next(
+    rendered = render(helm)
+    # The chart's own beside install.yaml's: two replicas get a PodDisruptionBudget.
+    assert rendered.pop(("PodDisruptionBudget", "kokumi", "kokumi-clusters"))
+    assert {k: without_release_metadata(doc) for k, doc in rendered.items()} == installed
+    with_namespace = render(
+        helm, "namespace.create=true", "namespace.name=kokumi", namespace="default"
+    )
+    assert without_release_metadata(with_namespace[("Namespace", "", "kokumi")]) == next(
         doc
         for doc in yaml.safe_load_all((DEPLOY / "install.yaml").read_text())
         if doc and doc["kind"] == "Namespace"
@@ -220,6 +251,14 @@ def test_in_proxy_mode_only_the_ui_container_holds_the_token(helm: Path) -> None
         ("ui.signIn=password", "signIn"),
         ("serviceMonitr.enabled=true", "serviceMonitr"),
         ("manager.replicas=0", "replicas"),
+        ("manager.podLabel.team=a", "podLabel"),
+        ("manager.extraArgs={log-level=debug}", "extraArgs"),
+        ("crds.keeep=false", "keeep"),
+        ("prometheusRule.enable=true", "enable"),
+        ("grafanaDashboard.label.x=y", "label"),
+        ("serviceMonitor.relabeling[0].action=drop", "relabeling"),
+        ("imagePullSecret[0].name=x", "imagePullSecret"),
+        ("namespace.name=Kokumi", "name"),
     ],
 )
 def test_a_wrong_value_fails_and_names_it(helm: Path, value: str, says: str) -> None:
@@ -230,10 +269,25 @@ def test_a_wrong_value_fails_and_names_it(helm: Path, value: str, says: str) -> 
     assert says in result.stderr
 
 
-def test_another_namespace_is_refused_with_how_to_fix_it(helm: Path) -> None:
-    result = helm_run(helm, "template", "kokumi", str(CHART), "-n", "default", check=False)
+@pytest.mark.parametrize(
+    ("namespace", "sets", "says"),
+    [
+        ("kokumi", ("namespace.create=true",), "namespace.create makes the Namespace kokumi"),
+        (
+            "ops",
+            ("namespace.create=true", "namespace.name=ops"),
+            "namespace.create makes the Namespace ops",
+        ),
+        ("ops", ("manager.secretsNamespaces={ops}",), "secretsNamespaces must not hold ops"),
+    ],
+)
+def test_a_namespace_that_cannot_work_is_refused_with_how_to_fix_it(
+    helm: Path, namespace: str, sets: tuple[str, ...], says: str
+) -> None:
+    args = [arg for value in sets for arg in ("--set", value)]
+    result = helm_run(helm, "template", "kokumi", str(CHART), "-n", namespace, *args, check=False)
     assert result.returncode != 0
-    assert "install the chart into the namespace kokumi: helm install -n kokumi" in result.stderr
+    assert says in result.stderr
 
 
 def test_the_templates_are_generated_from_the_pieces(tmp_path: Path) -> None:
@@ -265,15 +319,115 @@ def chart_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPla
         plane.stop()
 
 
-def test_install_upgrade_uninstall_and_the_charts_manager_registers_a_spoke(
+# A namespace of the release's choosing, not install.yaml's kokumi.
+RELEASE_NAMESPACE = "kokumi-system"
+TEST_POD = "kokumi-kokumi-test"
+
+
+def helm_test_with_a_stand_in_kubelet(
+    helm: Path, base: list[str], hub: APIServer, manager: Replica, root: Path
+) -> str:
+    """``helm test``, its pod run as a kubelet would: the control plane has no node, so the
+    pod's own command runs here, with its ServiceAccount's token and the pod's environment but
+    for the Service's address, which is the manager replica running beside the control plane.
+    Its exit code becomes the pod's phase, which helm test waits for. Returns helm's output."""
+    admin = hub.admin_kubeconfig
+    namespace = RELEASE_NAMESPACE
+    with subprocess.Popen(
+        [str(helm), "test", "kokumi", *base, "--timeout=120s"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as helm_test:
+        pod = wait_until(
+            lambda: (
+                json.loads(found.stdout)
+                if (
+                    found := run(
+                        admin, "-n", namespace, "get", "pod", TEST_POD, "-o", "json", check=False
+                    )
+                ).returncode
+                == 0
+                else None
+            ),
+            "helm test creates its pod",
+        )
+        (container,) = pod["spec"]["containers"]
+        account = root / "test-account"
+        account.mkdir(exist_ok=True)
+        (account / "ca.crt").write_bytes(hub.ca_pem)
+        (account / "token").write_text(
+            run(
+                admin, "-n", namespace, "create", "token", pod["spec"]["serviceAccountName"]
+            ).stdout.strip()
+        )
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert env["KOKUMI_READYZ_URL"] == f"http://{TEST_POD}.{namespace}.svc:8080/readyz"
+        env["KOKUMI_READYZ_URL"] = f"http://127.0.0.1:{manager.port}/readyz"
+        assert container["command"][0] == "python3"
+        ran = subprocess.run(
+            [sys.executable, *container["command"][1:], *container["args"]],
+            env={
+                **env,
+                "PATH": os.environ["PATH"],
+                "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+                "KUBERNETES_SERVICE_PORT": str(hub.port),
+                "SERVICE_ACCOUNT_DIR": str(account),
+            },
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        phase = "Succeeded" if ran.returncode == 0 else "Failed"
+        run(
+            admin,
+            "-n",
+            namespace,
+            "patch",
+            "pod",
+            TEST_POD,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps({"status": {"phase": phase}}),
+        )
+        out, _ = helm_test.communicate(timeout=150)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "the manager answers" in ran.stdout and "Clusters" in ran.stdout
+    assert helm_test.returncode == 0, out
+    return out
+
+
+def test_install_upgrade_test_uninstall_in_a_namespace_of_its_own(
     helm: Path, chart_plane: ControlPlane, tmp_path: Path
 ) -> None:
+    """Installed into kokumi-system with pod knobs set, upgraded with others, ``helm test``
+    passes, the chart's manager registers a spoke with Argo CD through the admission policies
+    that now name kokumi-system, and ``helm uninstall`` leaves the CRDs and the Clusters. The
+    second helm major installs again where the first uninstalled, over the kept CRDs."""
     hub, spoke = chart_plane.hub, chart_plane.spoke
     admin = hub.admin_kubeconfig
     ensure_namespace(hub, "argocd")
     ensure_namespace(hub, "team-a")
-    base = ["--kubeconfig", str(admin), "-n", "kokumi"]
-    helm_run(helm, "install", "kokumi", str(CHART), *base, "--create-namespace")
+    namespace = RELEASE_NAMESPACE
+    base = ["--kubeconfig", str(admin), "-n", namespace]
+    installed = helm_run(
+        helm,
+        "install",
+        "kokumi",
+        str(CHART),
+        *base,
+        "--create-namespace",
+        "--set",
+        "manager.podLabels.team=platform",
+        "--set",
+        "manager.extraArgs={--probe-allow-cidr=10.99.0.0/16}",
+        "--set",
+        "manager.nodeSelector.pool=system",
+    ).stdout
+    assert f"kubectl -n {namespace} rollout status deployment/kokumi-clusters" in installed
+    assert f"helm test kokumi -n {namespace}" in installed
     for crd in ("clusters", "environments", "clustersources"):
         run(
             admin,
@@ -290,30 +444,50 @@ def test_install_upgrade_uninstall_and_the_charts_manager_registers_a_spoke(
         != 0
     )
     helm_run(
-        helm, "upgrade", "kokumi", str(CHART), *base, "--set", "manager.secretsNamespaces={team-a}"
+        helm,
+        "upgrade",
+        "kokumi",
+        str(CHART),
+        *base,
+        "--reuse-values",
+        "--set",
+        "manager.secretsNamespaces={team-a}",
+        "--set",
+        "manager.podLabels.team=platform-2",
     )
-    run(admin, "-n", "team-a", "get", "rolebinding", "kokumi-manager-secrets")
+    binding = json.loads(
+        run(
+            admin, "-n", "team-a", "get", "rolebinding", "kokumi-manager-secrets", "-o", "json"
+        ).stdout
+    )
+    assert binding["subjects"][0]["namespace"] == namespace
     status = json.loads(helm_run(helm, "status", "kokumi", *base, "-o", "json").stdout)
     assert status["version"] == 2 and status["info"]["status"] == "deployed"
 
     # The manager as the chart's Deployment runs it: its ServiceAccount's token, its flags.
     deployment = json.loads(
-        run(admin, "-n", "kokumi", "get", "deployment", "kokumi-clusters", "-o", "json").stdout
+        run(admin, "-n", namespace, "get", "deployment", "kokumi-clusters", "-o", "json").stdout
     )
-    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    token = run(admin, "-n", "kokumi", "create", "token", "kokumi", "--duration=10m").stdout.strip()
+    pod = deployment["spec"]["template"]
+    assert pod["metadata"]["labels"]["team"] == "platform-2"
+    assert pod["spec"]["nodeSelector"] == {"pool": "system"}
+    args = pod["spec"]["containers"][0]["args"]
+    assert args[-1] == "--probe-allow-cidr=10.99.0.0/16"
+    token = run(
+        admin, "-n", namespace, "create", "token", "kokumi", "--duration=10m"
+    ).stdout.strip()
     mount = tmp_path / "serviceaccount"
     mount.mkdir()
     (mount / "token").write_text(token)
     (mount / "ca.crt").write_bytes(hub.ca_pem)
-    (mount / "namespace").write_text("kokumi")
+    (mount / "namespace").write_text(namespace)
     flags = tuple(
         a for a in args if not a.startswith(("--health-port", "--log-format", "--leader-elect"))
     )
     registration = register(spoke, run_kubectl)
     secret = argocd.secret_name(registration.server)
     with replicas(hub, tmp_path, "kokumi-clusters", (*flags, "--no-in-cluster")) as start:
-        start("chart")
+        manager = start("chart")
         kubeconfig = base64.b64encode(registration.kubeconfig.encode()).decode()
         manifests = [
             {
@@ -336,6 +510,16 @@ def test_install_upgrade_uninstall_and_the_charts_manager_registers_a_spoke(
                 "kind": "Environment",
                 "metadata": {"name": "prod", "namespace": "team-a"},
                 "spec": {"delivery": "ArgoCD", "clusterSelector": {"matchLabels": {"env": "prod"}}},
+            },
+            # Registered nowhere (no Environment selects it): it must outlive the release.
+            {
+                "apiVersion": "delivery.kokumi.dev/v1alpha1",
+                "kind": "Cluster",
+                "metadata": {"name": "kept", "namespace": "team-a"},
+                "spec": {
+                    "connection": "Kubeconfig",
+                    "kubeconfig": {"secretRef": {"name": "spoke-kubeconfig"}},
+                },
             },
         ]
         run(admin, "apply", "-f", "-", input="\n---\n".join(json.dumps(m) for m in manifests))
@@ -366,6 +550,7 @@ def test_install_upgrade_uninstall_and_the_charts_manager_registers_a_spoke(
             json.loads(registered)["metadata"]["labels"]["argocd.argoproj.io/secret-type"]
             == "cluster"
         )
+        helm_test_with_a_stand_in_kubelet(helm, base, hub, manager, tmp_path)
         # Deleted while the manager runs, so it lets go of the registration and its finalizer.
         run(admin, "-n", "team-a", "delete", "environment", "prod", "--wait=true", "--timeout=60s")
         run(admin, "-n", "team-a", "delete", "kcl", "spoke", "--wait=true", "--timeout=60s")
@@ -382,20 +567,16 @@ def test_install_upgrade_uninstall_and_the_charts_manager_registers_a_spoke(
     gone = run(
         admin,
         "get",
-        "deployment,clusterrole",
+        "deployment,clusterrole,pod,serviceaccount",
         "-A",
         "-l",
-        "app.kubernetes.io/part-of=kokumi",
+        "app.kubernetes.io/instance=kokumi",
         "-o",
         "name",
     )
     assert gone.stdout.strip() == ""
-    wait_until(
-        lambda: (
-            True
-            if run(admin, "get", "crd", "clusters.delivery.kokumi.dev", check=False).returncode
-            else None
-        ),
-        "the CRDs are deleted with the release",
-        timeout=90,
-    )
+    # Kept: the CRDs, and so the Cluster; and what the manager made at run time, its Lease.
+    for crd in ("clusters", "environments", "clustersources"):
+        run(admin, "get", "crd", f"{crd}.delivery.kokumi.dev")
+    run(admin, "-n", "team-a", "get", "kcl", "kept")
+    run(admin, "-n", namespace, "get", "lease", "kokumi-clusters")

@@ -1,3 +1,16 @@
+{{/* Where the chart's namespaced objects go: namespace.name, or the release's namespace. */}}
+{{- define "kokumi.namespace" -}}
+{{ .Values.namespace.name | default .Release.Namespace }}
+{{- end -}}
+
+{{/* The labels of a Helm release, on every object of the chart (beside the pieces' own). */}}
+{{- define "kokumi.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end -}}
+
 {{/* The image of the manager and the UI: the repository at the tag, by default the appVersion. */}}
 {{- define "kokumi.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
