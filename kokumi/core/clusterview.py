@@ -29,6 +29,7 @@ from kokumi.objects import metadata_of
 __all__ = [
     "CHECKING",
     "DEFAULT_SORT",
+    "NOWHERE",
     "PAGE_SIZE",
     "READIES",
     "READY_REASONS",
@@ -40,13 +41,16 @@ __all__ = [
     "age",
     "environment_targets",
     "environment_view",
+    "forbidden",
     "label_text",
+    "narrowed",
     "ordered",
     "pages_of",
     "parse_query",
     "ready_condition",
     "registration",
     "row",
+    "scope",
     "select",
     "window",
 ]
@@ -303,6 +307,53 @@ def window(rows: Sequence[Row], page: int, size: int = PAGE_SIZE) -> Window:
     return Window(tuple(rows[start : start + size]), len(rows), page, pages, size)
 
 
+NOWHERE: Final = "no namespace you may list"
+"""The scope of a list with nowhere to look: the user may list neither every namespace nor the
+Namespaces, and no namespace of theirs is known yet."""
+
+
+def scope(seen: Sequence[str], looked: Sequence[str]) -> str:
+    """Where a list of a user who may not list every namespace came from, as the page's count
+    line ends (``1-3 of 3 in namespace a``): the namespaces it was listed in, one said as one."""
+    if len(seen) == 1:
+        return f"namespace {seen[0]}"
+    if seen:
+        return "namespaces " + ", ".join(seen)
+    if looked:
+        return "the namespace looked in" if len(looked) == 1 else f"the {len(looked)} looked in"
+    return NOWHERE
+
+
+def narrowed(total: int, where: str, selector: str, status_filtered: bool = False) -> str:
+    """The count a list or overview says it shows: ``3 Clusters matching env=prod in all
+    namespaces``, never a narrowed count said as if it were every Cluster there."""
+    noun = "Cluster" if total == 1 else "Clusters"
+    matching = f" matching {selector}" if selector else ""
+    if status_filtered and not selector:
+        matching = " matching the filter"
+    elif status_filtered:
+        matching += " and the filter"
+    return f"{total:,} {noun}{matching} in {where}"
+
+
+def forbidden(verb: str, kind: str, namespace: str, user: str = "") -> str:
+    """A refusal by the user's RBAC (``list``, ``Clusters``), said plainly: which namespace,
+    what grant is missing and how to get it, instead of the API server's Forbidden text."""
+    resource = f"{kind.lower()}.{api.GROUP}"
+    role = f"--clusterrole=kokumi-delivery-view --user={user or 'NAME'}"
+    if namespace:
+        bind = f"kubectl -n {namespace} create rolebinding kokumi-view {role}"
+        where = f"namespace {namespace}"
+    else:
+        bind = f"kubectl create clusterrolebinding kokumi-view {role}"
+        where = "every namespace"
+    return (
+        f"You may not {verb} {kind} in {where}: your RBAC grants no {verb} on {resource} "
+        f"there. An admin can grant it with the ClusterRole kokumi-delivery-view (or view): "
+        f"{bind}. Or choose a namespace you may read."
+    )
+
+
 def registration(
     cluster: Mapping[str, Any],
     argocd_secrets: Sequence[Mapping[str, Any]] | None,
@@ -324,10 +375,7 @@ def registration(
     server = normalise_server(server)
     name = argocd.secret_name(server)
     if argocd_secrets is None:
-        return (
-            f"unknown: you may not list Secrets in {argocd_namespace}; Kokumi would register "
-            f"{server} in Secret {argocd_namespace}/{name}"
-        )
+        return _registration_by_status(cluster, server, f"{argocd_namespace}/{name}")
     me = ClusterRef(namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")))
     by_name = {s["metadata"]["name"]: s for s in argocd_secrets}
     ours = by_name.get(name)
@@ -355,6 +403,36 @@ def registration(
             f"server {server}: delete it so Kokumi can take the server over"
         )
     return "none: Kokumi registers the Cluster while an Environment selects it and it is Ready"
+
+
+def _registration_by_status(cluster: Mapping[str, Any], server: str, secret: str) -> str:
+    """The registration as the Cluster's own status tells it, for a user who may not read Argo
+    CD's namespace: the manager writes a conflict, a hand-over or a failed write into Ready's
+    reason, and a registration held carries the finalizer :data:`kokumi.core.api.FINALIZER`.
+    Said as what is known, not as a refusal: reading Argo CD's Secrets is rarely a tenant's."""
+    ready = ready_condition(cluster)
+    reason = str(ready.get("reason") or "")
+    message = one_line(str(ready.get("message") or ""))
+    holding = api.FINALIZER in (metadata_of(cluster).get("finalizers") or ())
+    if reason == Reason.CLUSTER_CONFLICT:
+        return f"waiting: {message}" if message else f"waiting: another holds server {server}"
+    if reason == Reason.REGISTRATION_PENDING:
+        return f"waiting: {server} is handed to this Cluster; registered at its next check"
+    if reason == Reason.REGISTRATION_FAILED:
+        return f"not registered yet: {message}" if message else "not registered yet; Kokumi retries"
+    if holding:
+        meta = metadata_of(cluster)
+        me = ClusterRef(namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")))
+        shown = argocd.cluster_name(me, server)
+        return f"registered: Secret {secret} registers this Cluster with Argo CD as {shown}"
+    if reason == Reason.READY:
+        return (
+            "not registered: Kokumi registers the Cluster with Argo CD once an Environment "
+            "selects it"
+        )
+    if not reason:
+        return "not registered yet: Kokumi has not checked the Cluster yet"
+    return f"not registered: Kokumi registers the Cluster once it is Ready ({reason} now)"
 
 
 def environment_targets(

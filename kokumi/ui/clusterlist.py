@@ -38,7 +38,7 @@ async def list_page(
     (:class:`kokumi.ui.pages.Lists`), so that paging, sorting and reloading read them once.
     """
     if query.in_api_order and query.page == 1 and not query.selector:
-        first = await _first_page(hub, query.namespace)
+        first = await _first_page(hub, query.namespace, session.user)
         looked = (query.namespace,) if query.namespace else ()
         if isinstance(first, str):
             return clusterview.window([], 1), _scope_of(query.namespace), first, None, looked
@@ -62,10 +62,14 @@ async def every_cluster(
     listed = ui.lists.get(session, namespace, selector, known)
     if listed is not None:
         return listed, "", ui.lists.clock() - listed.at
-    items, scope, error, looked = await _clusters(hub, namespace or None, selector, known)
+    items, scope, error, looked = await _clusters(
+        hub, namespace or None, selector, known, session.user
+    )
     now = ui.clock()
     every = [clusterview.row(c, now) for c in items]
-    if error:
+    if error or scope == clusterview.NOWHERE:
+        # Nowhere to look is no list to keep: the namespace the user names next is where the
+        # next read looks, at once (kept, it answered every read for 30 s, the named one too).
         return Listed(tuple(every), scope, 0.0, tuple(looked)), error, None
     kept = ui.lists.put(session, namespace, selector, every, scope, known, looked)
     return kept, "", None
@@ -104,11 +108,22 @@ async def cluster_sources(
     return found, ""
 
 
+def _refused(namespace: str, exc: KubeError, user: str) -> str:
+    """Why the Clusters of ``namespace`` cannot be listed, in one line: the user's RBAC said
+    plainly (which namespace, what grant), any other refusal (an impersonation the API server
+    will not make, say) in its own words."""
+    if isinstance(exc, Forbidden) and "cannot list resource" in exc.message:
+        return clusterview.forbidden("list", "Clusters", namespace, user)
+    return str(newcluster.api_error(f"cannot list Clusters in namespace {namespace}", exc))
+
+
 def _scope_of(namespace: str) -> str:
     return f"namespace {namespace}" if namespace else "all namespaces"
 
 
-async def _first_page(hub: Client, namespace: str) -> tuple[list[dict[str, Any]], int] | str | None:
+async def _first_page(
+    hub: Client, namespace: str, user: str = ""
+) -> tuple[list[dict[str, Any]], int] | str | None:
     """The first :data:`~kokumi.core.clusterview.PAGE_SIZE` Clusters in the API's order and how
     many there are in all, in one request, or why they cannot be listed (one line); None when
     the API server cannot say so in one request (the user may not list every namespace, or it
@@ -123,12 +138,9 @@ async def _first_page(hub: Client, namespace: str) -> tuple[list[dict[str, Any]]
     except KubeError as exc:
         if isinstance(exc, Forbidden) and not namespace:
             return None  # the full read finds the namespaces the user may list
-        what = (
-            f"cannot list Clusters in namespace {namespace}"
-            if namespace
-            else "cannot list Clusters"
-        )
-        return str(newcluster.api_error(what, exc))
+        if namespace:
+            return _refused(namespace, exc, user)
+        return str(newcluster.api_error("cannot list Clusters", exc))
     items = [i for i in page.get("items") or () if isinstance(i, dict)]
     meta = page.get("metadata") or {}
     if not meta.get("continue"):
@@ -140,7 +152,7 @@ async def _first_page(hub: Client, namespace: str) -> tuple[list[dict[str, Any]]
 
 
 async def _clusters(
-    hub: Client, namespace: str | None, selector: str, known: Sequence[str] = ()
+    hub: Client, namespace: str | None, selector: str, known: Sequence[str] = (), user: str = ""
 ) -> tuple[list[dict[str, Any]], str, str, list[str]]:
     """The Clusters the user may list, where from, why some may be missing (one line), and the
     namespaces looked in when the user may not list all of them.
@@ -155,12 +167,7 @@ async def _clusters(
                 api.CLUSTERS, namespace=namespace, label_selector=label_selector
             )
         except KubeError as exc:
-            return (
-                [],
-                f"namespace {namespace}",
-                str(newcluster.api_error(f"cannot list Clusters in namespace {namespace}", exc)),
-                [namespace],
-            )
+            return [], f"namespace {namespace}", _refused(namespace, exc, user), [namespace]
         return list(listing["items"]), f"namespace {namespace}", "", [namespace]
     try:
         listing = await hub.list(api.CLUSTERS, label_selector=label_selector)
@@ -187,10 +194,4 @@ async def _clusters(
             )  # fmt: skip
         seen.append(name)
         found.extend(listing["items"])
-    if seen:
-        scope = "namespaces " + ", ".join(seen)
-    elif names:
-        scope = "the namespace looked in" if len(names) == 1 else f"the {len(names)} looked in"
-    else:
-        scope = "no namespace you may list"
-    return found, scope, "", names
+    return found, clusterview.scope(seen, names), "", names

@@ -103,6 +103,7 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
                 "refresh": REFRESH,
                 "live": live_url(session.base, shown.rows),
                 "checking": clusterview.CHECKING,
+                "now": _stamp(ui.clock()),
             },
         )
 
@@ -125,6 +126,7 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
             "overview.html",
             {"title": "Overview", "session": session, "view": view, "q": query,
              "labels": ",".join(keys), "scope": listed.scope, "error": error, "note": note,
+             "counted_in": clusterview.narrowed(view.total, listed.scope, query.selector),
              "age": age, "refresh": REFRESH, "checking": clusterview.CHECKING},
         )  # fmt: skip
 
@@ -140,10 +142,12 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
             )
         except newcluster.Refused as refused:
             return error_page(session, refused)
-        context = _cluster_context(facts, ui.argocd_namespace, ui.clock())
+        now = ui.clock()
+        context = _cluster_context(facts, ui.argocd_namespace, now)
         return page(
             "cluster.html",
             {"title": f"Cluster {name}", "session": session, "refresh": REFRESH,
+             "now": _stamp(now), "argocd_namespace": ui.argocd_namespace,
              "live": live_url(session.base, [context["row"]]), **context},
         )  # fmt: skip
 
@@ -266,6 +270,11 @@ def _missing(session: Session, namespace: str, name: str) -> HTMLResponse:
     )
 
 
+def _stamp(now: datetime.datetime) -> str:
+    """The server's time as the page's ages count from (``data-now``), in the API's format."""
+    return now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _text(form: FormData, key: str) -> str:
     value = form.get(key)
     return value if isinstance(value, str) else ""
@@ -305,6 +314,7 @@ def _cluster_context(
         "since_age": clusterview.age(ready.get("lastTransitionTime"), now) if ready else "",
         "stale": observed is not None and observed != generation,
         "registration": clusterview.registration(cluster, facts.argocd_secrets, argocd_namespace),
+        "registration_by_status": facts.argocd_secrets is None,
         "targets": clusterview.environment_targets(cluster, facts.clusters, facts.environments),
         "events": [
             {

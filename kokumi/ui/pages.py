@@ -511,7 +511,7 @@ def listed_namespace(session: Session, namespace: str) -> HTMLResponse | None:
 def page(template: str, context: Mapping[str, Any], *, status: int = 200) -> HTMLResponse:
     """``template`` rendered with what every page's layout needs (the session's CSRF token, the
     base path); every page module renders through it."""
-    context = {"refresh": 0, "csrf": "", "base": "", "live": "", **context}
+    context = {"refresh": 0, "csrf": "", "base": "", "live": "", "now": "", **context}
     session = context.get("session")
     if isinstance(session, Session):
         context["csrf"] = session.csrf

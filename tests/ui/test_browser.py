@@ -562,7 +562,7 @@ async def test_in_cluster_a_namespace_user_finds_their_clusters_until_their_toke
             # Remembered in his session: the plain list finds it from now on.
             listed = await browser.open("/clusters")
             assert f"cluster-{other}-far" in listed
-            assert f"1 in namespaces {other}" in await browser.text()
+            assert f"1 in namespace {other}" in await browser.text()
             await browser.shot("in-cluster-namespace-user-remembered")
             # His ServiceAccount deleted mid-session: the next page is the sign-in, in one line.
             kubectl(hub, "-n", namespace, "delete", "serviceaccount", "bob")
@@ -646,7 +646,10 @@ async def test_the_overview_counts_the_fleet_and_each_count_opens_exactly_its_cl
             await browser.open(f"/overview?{scope}&labels=region,tier")
             text = await browser.text()
             ready = [m for m in everything if m.reason == "Ready"]
-            assert f"{len(everything)} Clusters in all namespaces" in text
+            assert (
+                f"{len(everything)} Clusters matching fleet-run={namespace} in all namespaces"
+                in text
+            )
             big = await browser._run(
                 lambda: browser.driver.find_element(By.CSS_SELECTOR, "p.big a").text
             )

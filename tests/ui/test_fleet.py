@@ -304,7 +304,10 @@ async def test_the_overview_counts_what_the_hub_holds_and_each_count_lists_exact
         async with local_ui(hub) as app:
             page, requests = await app.view(f"/overview?selector={scope}&labels=region,tier")
             assert requests == 2  # the Clusters (one list), the ClusterSources
-            assert f"{len(everything)} Clusters in all namespaces" in page
+            assert (
+                f"{len(everything)} Clusters matching fleet-run={namespace} in all namespaces"
+                in page
+            )
             sections = _sections(page)
             assert set(sections) == {"ready", "reasons", "namespaces", "label region", "label tier"}
 
@@ -357,7 +360,9 @@ async def test_the_overview_counts_what_the_hub_holds_and_each_count_lists_exact
             # One namespace's overview: its counts only, and its links keep it.
             page, _ = await app.view(f"/overview?namespace={other}&selector={scope}")
             ours = [m for m in everything if m.namespace == other]
-            assert f"{len(ours)} Clusters in namespace {other}" in page
+            assert (
+                f"{len(ours)} Clusters matching fleet-run={namespace} in namespace {other}" in page
+            )
             for _, _, href in _sections(page)["reasons"]:
                 assert f"namespace={other}" in href
     finally:

@@ -23,6 +23,30 @@
     for (var i = 0; i < where.length; i++) { where[i].textContent = text; }
   }
 
+  // Ages (kubectl's 42s, 5m, 3h, 12d, as kokumi.core.clusterview.age says them) count on in
+  // the open page, from the server's clock (data-now) rather than this machine's.
+  var served = Date.parse(body.getAttribute("data-now") || "");
+  var skew = isNaN(served) ? 0 : served - Date.now();
+  function age(ms) {
+    var seconds = Math.max(0, Math.floor(ms / 1000));
+    var units = [["d", 86400], ["h", 3600], ["m", 60]];
+    for (var i = 0; i < units.length; i++) {
+      var size = units[i][1];
+      if (seconds >= 2 * size || (units[i][0] === "m" && seconds >= size)) {
+        return Math.floor(seconds / size) + units[i][0];
+      }
+    }
+    return seconds + "s";
+  }
+  function tick() {
+    var aged = document.querySelectorAll("[data-created]");
+    for (var i = 0; i < aged.length; i++) {
+      var then = Date.parse(aged[i].getAttribute("data-created") || "");
+      if (!isNaN(then)) { aged[i].textContent = age(Date.now() + skew - then); }
+    }
+  }
+  window.setInterval(tick, 1000);
+
   if (!url || !window.EventSource || !window.JSON) {
     if (every) { reloadIn(every); }
     return;
@@ -43,6 +67,8 @@
       set(node, ".ready", status.ready);
       set(node, ".reason-text", status.reason);
       set(node, ".message, .status-message", status.message);
+      var messages = node.querySelectorAll(".message");
+      for (var m = 0; m < messages.length; m++) { messages[m].title = status.message; }
       set(node, ".server", status.server);
       set(node, ".version", status.version);
       var badges = node.querySelectorAll(".badge");
