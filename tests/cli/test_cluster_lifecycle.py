@@ -18,6 +18,7 @@ from kokumi.cmd.root import parser
 from kokumi.core import api
 from kokumi.kube.errors import NotFound
 from kokumi.kube.resources import SECRETS
+from kokumi.objects import Resource
 from kokumi.testing import Kubectl
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
@@ -99,17 +100,18 @@ async def test_remove_says_what_goes_asks_then_the_secret_and_the_registration_g
         )
         await wait_for(ws.argocd_secrets, lambda found: found == [], "the registration released")
 
-        async def gone() -> list[bool]:
-            left = []
-            for resource, name in ((api.CLUSTERS, "spoke"), (SECRETS, "spoke-kubeconfig")):
-                try:
-                    await ws.client.get(resource, name, namespace=ns)
-                    left.append(True)
-                except NotFound:
-                    pass
-            return left
+        async def left(resource: Resource, name: str) -> bool:
+            try:
+                await ws.client.get(resource, name, namespace=ns)
+            except NotFound:
+                return False
+            return True
 
-        await wait_for(gone, lambda left: left == [], "the Cluster and its Secret gone")
+        await wait_for(functools.partial(left, api.CLUSTERS, "spoke"), lambda x: not x, "gone")
+        # The garbage collector follows the ownerReference once it watches Clusters: on a hub
+        # whose CRDs are minutes old that waits for its next discovery (every 30 s).
+        secret = functools.partial(left, SECRETS, "spoke-kubeconfig")
+        await wait_for(secret, lambda x: not x, "the owned Secret gone", timeout=90)
         assert spoke_kubeconfig.token not in removed.out + removed.err
         await ws.cleanup()
 

@@ -87,9 +87,14 @@ def patch_of(
     for key in change.remove:
         if key in labels:
             patch[key] = None
-        else:
-            warn(f"Cluster {where} has no label {key} to remove")
     return patch
+
+
+def _warn_absent(change: Change, labels: Mapping[str, str], where: str) -> None:
+    """As kubectl: a label to remove that is not there is said, and is no error."""
+    for key in change.remove:
+        if key not in labels:
+            warn(f"Cluster {where} has no label {key} to remove")
 
 
 def _said(patch: Mapping[str, str | None]) -> str:
@@ -119,6 +124,7 @@ async def _cmd_label(args: argparse.Namespace) -> None:
                 meta.get("labels") or {}, change, overwrite=args.overwrite, where=where
             )
             if not patch:
+                _warn_absent(change, meta.get("labels") or {}, where)
                 print(f"Cluster {where} not labeled: its labels are so already")
                 return
             body: dict[str, Any] = {
@@ -139,6 +145,7 @@ async def _cmd_label(args: argparse.Namespace) -> None:
             break
         else:
             raise CliError(f"Cluster {where} kept changing while being labeled: run again")
+    _warn_absent(change, meta.get("labels") or {}, where)
     print(f"Cluster {where} labeled: {_said(patch)}")
     made_by = source_of(cluster)
     if made_by is not None:
