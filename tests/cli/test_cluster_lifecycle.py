@@ -14,6 +14,8 @@ import pytest
 import trio
 import yaml
 
+from kokumi.cmd.cluster.label import Change, change_of, patch_of
+from kokumi.cmd.cluster.remove import goes_with
 from kokumi.cmd.root import parser
 from kokumi.core import api
 from kokumi.kube.errors import NotFound
@@ -366,3 +368,40 @@ def test_every_help_is_plain_text_without_markup() -> None:
         if "``" in text or ":mod:" in text or ":class:" in text:
             marked[prog] = text
     assert marked == {}
+
+
+# --- pure pieces --------------------------------------------------------------------------------
+
+
+def test_what_goes_with_a_cluster_whose_secret_is_unreadable_or_made_by_a_source() -> None:
+    cluster = {
+        "metadata": {
+            "name": "vc-a",
+            "namespace": "team-a",
+            "uid": "u-1",
+            "ownerReferences": [
+                {
+                    "apiVersion": api.API_VERSION,
+                    "kind": "ClusterSource",
+                    "name": "vclusters",
+                    "uid": "s-1",
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {"connection": "Kubeconfig", "kubeconfig": {"secretRef": {"name": "vc-a"}}},
+    }
+    assert goes_with(cluster, False) == [
+        "Secret team-a/vc-a: deleted with it if the Cluster owns it (you may not read it to tell)",
+        "Argo CD registration: none held for it",
+        "ClusterSource vclusters made this Cluster and makes it again: to remove it for good, "
+        "change or delete that source",
+    ]
+    assert goes_with(cluster, None)[0] == "Secret team-a/vc-a: not there"
+
+
+def test_label_arguments_read_as_kubectl_reads_them() -> None:
+    change = change_of(["a=b-", "c=", "d-", "d-"])
+    assert change == Change({"a": "b-", "c": ""}, ("d",))
+    patch = patch_of({"a": "b-", "d": "x"}, change, overwrite=False, where="ns/n")
+    assert patch == {"c": "", "d": None}  # a is so already: no --overwrite needed
