@@ -774,7 +774,7 @@ def test_import_from_argocd_copies_token_clusters_and_lists_the_rest(
 # --- help ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", ["", "add", "list", "describe", "import"])
+@pytest.mark.parametrize("command", ["", "add", "list", "describe", "label", "remove", "import"])
 def test_every_command_shows_an_example(command: str) -> None:
     shown = kokumi("cluster", *([command] if command else []), "--help")
     assert shown.code == 0, shown.err

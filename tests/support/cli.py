@@ -28,14 +28,16 @@ class Run:
     err: str
 
 
-def kokumi(*args: str, hub: Path | None = None) -> Run:
-    """``kokumi ARGS`` as a process; ``hub`` is the current kubeconfig ($KUBECONFIG)."""
+def kokumi(*args: str, hub: Path | None = None, stdin: str = "") -> Run:
+    """``kokumi ARGS`` as a process; ``hub`` is the current kubeconfig ($KUBECONFIG), ``stdin``
+    what a user types (nothing: end of input at once)."""
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     if hub is not None:
         env["KUBECONFIG"] = str(hub)
     result = subprocess.run(
         [sys.executable, "-m", "kokumi", *args],
         capture_output=True,
+        input=stdin,
         text=True,
         timeout=120,
         check=False,

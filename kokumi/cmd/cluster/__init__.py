@@ -1,4 +1,4 @@
-"""``kokumi cluster add | list | describe | import``: register and inspect Clusters from a shell.
+"""``kokumi cluster add | list | describe | label | remove | import``: Clusters from a shell.
 
 Every command acts as the user of the current kubeconfig (or ``--hub-kubeconfig``), never as the
 manager: their own RBAC applies, and the admission policy kokumi-cluster-secret-access sees who
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import functools
 
-from kokumi.cmd.cluster import add, describe, import_, list_
+from kokumi.cmd.cluster import add, describe, import_, label, list_, remove
 from kokumi.cmd.cluster.command import OneLineParser, examples, usage_error
 
 __all__ = ["add_parser"]
@@ -25,12 +25,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     formatter = argparse.RawDescriptionHelpFormatter
     cluster = commands.add_parser(
         "cluster",
-        help="register and inspect Clusters: add, list, describe, import",
-        description="Register and inspect Clusters as the user of your kubeconfig.",
+        help="register and inspect Clusters: add, list, describe, label, remove, import",
+        description="Register, inspect, label and remove Clusters as the user of your kubeconfig.",
         epilog=examples(
             """
             kokumi cluster add spoke -n platform --context spoke --label fleet=edge
-            kokumi cluster list -A
+            kokumi cluster list -A -l fleet=edge
+            kokumi cluster label spoke -n platform tier=prod
+            kokumi cluster remove spoke -n platform
             """
         ),
         formatter_class=formatter,
@@ -42,4 +44,6 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add.add_parser(sub)
     list_.add_parser(sub)
     describe.add_parser(sub)
+    label.add_parser(sub)
+    remove.add_parser(sub)
     import_.add_parser(sub)

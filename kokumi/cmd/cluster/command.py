@@ -6,35 +6,44 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import NoReturn
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final, NoReturn
 
 import trio
+import yaml
 
 from kokumi.cmd import DONE
-from kokumi.cmd.cluster.errors import CliError, CliUsageError, refusal
+from kokumi.cmd.cluster.errors import CliError, CliUsageError, api_error, refusal
+from kokumi.core import api
 from kokumi.core.clusterview import label_text, ready_condition
 from kokumi.core.registry import argocd
 from kokumi.core.text import one_line
 from kokumi.kube.client import Client
 from kokumi.kube.config import SERVICE_ACCOUNT_ROOT as _SERVICE_ACCOUNT_ROOT
 from kokumi.kube.config import Config
-from kokumi.kube.errors import KubeError
+from kokumi.kube.errors import Forbidden, KubeError, NotFound
+from kokumi.objects import metadata_of
 from kokumi.workspace.newcluster import FIELD_MANAGER, Refused, argocd_only
 
 __all__ = [
+    "OBJECT_FORMATS",
     "OneLineParser",
     "examples",
     "hub_config",
     "hub_flags",
     "label_text",
+    "print_clusters",
+    "rbac_hint",
+    "read_cluster",
     "ready_condition",
     "runner",
     "table",
     "usage_error",
+    "where_of",
 ]
 
 
@@ -135,3 +144,60 @@ def table(rows: Sequence[Sequence[str]]) -> str:
         + "\n"
         for row in rows
     )
+
+
+OBJECT_FORMATS: Final = ("yaml", "json", "name")
+"""The ``-o`` formats of kubectl that print the objects themselves rather than a table."""
+
+
+def where_of(args: argparse.Namespace, hub: Client) -> str:
+    """The namespace a command of one Cluster acts in: ``-n``, else the context's, as kubectl."""
+    return str(args.namespace or hub.namespace)
+
+
+def _shown(cluster: Mapping[str, Any]) -> dict[str, Any]:
+    """The Cluster as ``kubectl get -o yaml`` shows it: its kind first, no managedFields (the
+    field owners' bookkeeping, larger than the object and of no use when reading it)."""
+    shown: dict[str, Any] = {"apiVersion": api.API_VERSION, "kind": "Cluster", **cluster}
+    metadata = metadata_of(cluster)
+    shown["metadata"] = {k: v for k, v in metadata.items() if k != "managedFields"}
+    return shown
+
+
+def print_clusters(clusters: Sequence[Mapping[str, Any]], output: str, *, one: bool) -> None:
+    """Clusters in one of :data:`OBJECT_FORMATS`, as kubectl prints them: ``one`` Cluster as
+    itself, several as a ``List``; ``name`` as ``cluster.delivery.kokumi.dev/NAME``, one a line,
+    which ``kubectl`` and ``xargs`` take back as they are."""
+    if output == "name":
+        for cluster in clusters:
+            print(f"{api.CLUSTERS.kind.lower()}.{api.GROUP}/{metadata_of(cluster).get('name', '')}")
+        return
+    items = [_shown(cluster) for cluster in clusters]
+    document = items[0] if one else {"apiVersion": "v1", "kind": "List", "items": items}
+    if output == "json":
+        print(json.dumps(document, indent=4))
+    else:
+        print(yaml.safe_dump(document, sort_keys=False), end="")
+
+
+def rbac_hint(verb: str, namespace: str) -> str:
+    """The fix of a Forbidden, named: the verb on Clusters in that namespace, from its admin."""
+    return (
+        f"ask your admin for {verb} on clusters.delivery.kokumi.dev in namespace {namespace} "
+        "(a Role and RoleBinding)"
+    )
+
+
+async def read_cluster(hub: Client, namespace: str, name: str, verb: str) -> dict[str, Any]:
+    """The Cluster, or one line saying it is not there (and where to look) or what to ask for."""
+    try:
+        return await hub.get(api.CLUSTERS, name, namespace=namespace)
+    except NotFound:
+        raise CliError(
+            f"no Cluster {name} in namespace {namespace}: see kokumi cluster list -n {namespace}"
+        ) from None
+    except Forbidden as exc:
+        error = api_error(f"cannot read Cluster {namespace}/{name}", exc)
+        raise CliError(f"{error}; {rbac_hint(f'get and {verb}', namespace)}") from None
+    except KubeError as exc:
+        raise api_error(f"cannot read Cluster {namespace}/{name}", exc) from None

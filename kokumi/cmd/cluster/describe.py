@@ -8,16 +8,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kokumi.cmd.cluster.command import (
+    OBJECT_FORMATS,
     OneLineParser,
     examples,
     hub_client,
     hub_flags,
     label_text,
+    print_clusters,
     ready_condition,
     runner,
     table,
 )
 from kokumi.cmd.cluster.errors import CliError, api_error
+from kokumi.core import api
 from kokumi.core.clusterview import environment_targets, registration
 from kokumi.core.registry import argocd
 from kokumi.core.sources.spec import source_of
@@ -34,6 +37,11 @@ async def _cmd_describe(args: argparse.Namespace) -> None:
     async with hub_client(args) as hub:
         namespace = args.namespace or hub.namespace
         try:
+            if args.output:
+                # The object alone, as kubectl get prints it: one read, the user's right to get.
+                cluster = await hub.get(api.CLUSTERS, args.name, namespace=namespace)
+                print_clusters([cluster], args.output, one=True)
+                return
             facts = await cluster_facts(hub, namespace, args.name, args.argocd_namespace)
         except NotFound:
             raise CliError(
@@ -159,13 +167,24 @@ def add_parser(sub: argparse._SubParsersAction[OneLineParser]) -> None:
             "Show a Cluster's status, the Environments that select it and its target in each, "
             "and who holds its server in Argo CD."
         ),
-        epilog=examples("kokumi cluster describe spoke -n platform"),
+        epilog=examples(
+            """
+            kokumi cluster describe spoke -n platform
+            kokumi cluster describe spoke -n platform -o yaml
+            """
+        ),
         formatter_class=formatter,
     )
     describe.add_argument("name", metavar="NAME")
     describe.add_argument("-n", "--namespace", help="the namespace (default: the context's)")
     describe.add_argument(
         "--argocd-namespace", default=argocd.ARGOCD_NAMESPACE, help="Argo CD's namespace"
+    )
+    describe.add_argument(
+        "-o",
+        "--output",
+        choices=OBJECT_FORMATS,
+        help="print the Cluster itself instead (default: the summary), as kubectl get -o does",
     )
     hub_flags(describe)
     describe.set_defaults(run=runner(_cmd_describe))

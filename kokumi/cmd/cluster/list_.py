@@ -1,21 +1,20 @@
-"""``kokumi cluster list``: the Clusters with their state, as a table, YAML or JSON."""
+"""``kokumi cluster list``: the Clusters with their state, as a table, YAML, JSON or names."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import yaml
-
 from kokumi.cmd.cluster.command import (
+    OBJECT_FORMATS,
     OneLineParser,
     examples,
     hub_client,
     hub_flags,
     label_text,
+    print_clusters,
     ready_condition,
     runner,
     table,
@@ -59,42 +58,29 @@ def cluster_rows(clusters: Sequence[Mapping[str, Any]], *, wide: bool = False) -
     return rows
 
 
-def _without_managed_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
-    shown = dict(obj)
-    metadata = metadata_of(obj)
-    shown["metadata"] = {k: v for k, v in metadata.items() if k != "managedFields"}
-    return shown
-
-
 async def _cmd_list(args: argparse.Namespace) -> None:
     async with hub_client(args) as hub:
         namespace = None if args.all_namespaces else (args.namespace or hub.namespace)
         try:
-            listing = await hub.list(api.CLUSTERS, namespace=namespace)
+            listing = await hub.list(
+                api.CLUSTERS, namespace=namespace, label_selector=args.selector
+            )
         except KubeError as exc:
             where = f"namespace {namespace}" if namespace else "all namespaces"
+            if args.selector:
+                where += f" with labels {args.selector}"
             raise api_error(f"cannot list Clusters in {where}", exc) from None
     items = sorted(
         listing.get("items") or [],
         key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"]["name"]),
     )
-    if args.output in ("yaml", "json"):
-        document = {
-            "apiVersion": "v1",
-            "kind": "List",
-            "items": [
-                _without_managed_fields({"apiVersion": api.API_VERSION, "kind": "Cluster", **c})
-                for c in items
-            ],
-        }
-        if args.output == "json":
-            print(json.dumps(document, indent=2))
-        else:
-            print(yaml.safe_dump(document, sort_keys=False), end="")
+    if args.output in OBJECT_FORMATS:
+        print_clusters(items, args.output, one=False)
         return
     if not items:
         where = f"namespace {namespace}" if namespace else "any namespace"
-        print(f"No Clusters in {where}.", file=sys.stderr)
+        matching = f" matching {args.selector}" if args.selector else ""
+        print(f"No Clusters{matching} in {where}.", file=sys.stderr)
         return
     print(table(cluster_rows(items, wide=args.output == "wide")), end="")
 
@@ -111,6 +97,8 @@ def add_parser(sub: argparse._SubParsersAction[OneLineParser]) -> None:
             kokumi cluster list -n platform
             kokumi cluster list -A -o wide
             kokumi cluster list -n platform -o yaml
+            kokumi cluster list -A -l fleet=edge,tier!=prod
+            kokumi cluster list -n platform -l 'region in (eu,us)' -o name
             """
         ),
         formatter_class=formatter,
@@ -118,6 +106,17 @@ def add_parser(sub: argparse._SubParsersAction[OneLineParser]) -> None:
     scope = list_cmd.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", help="the namespace (default: the context's)")
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
-    list_cmd.add_argument("-o", "--output", choices=("wide", "yaml", "json"), help="output format")
+    list_cmd.add_argument(
+        "-l",
+        "--selector",
+        metavar="SELECTOR",
+        help="only the Clusters whose labels match, as kubectl's -l: fleet=edge,tier!=prod",
+    )
+    list_cmd.add_argument(
+        "-o",
+        "--output",
+        choices=("wide", *OBJECT_FORMATS),
+        help="output format (default: a table); name prints cluster.delivery.kokumi.dev/NAME",
+    )
     hub_flags(list_cmd)
     list_cmd.set_defaults(run=runner(_cmd_list))
