@@ -97,6 +97,10 @@ class _Verdict:
     beyond: int = 0
 
 
+#: The words of the log line a write of a source's Cluster ends in.
+_DONE = {"create": "created", "update": "updated", "delete": "deleted"}
+
+
 class SourcesActor:
     """Every ClusterSource of the manager, in one task: news marks a namespace, and one loop
     passes the marked namespaces in turn, so that a burst of news costs one pass of each."""
@@ -457,7 +461,7 @@ class SourcesActor:
             failed[cluster] = one_line(f"{verb} of {where} failed ({exc}); Kokumi retries")
             return
         failures.recovered()
-        log.info("ClusterSource %s/%s: %sd %s", source.namespace, source.name, verb[:-1], where)
+        log.info("ClusterSource %s/%s: %s %s", source.namespace, source.name, _DONE[verb], where)
 
     def _schedule_retry(self, namespace: str, failed: bool) -> None:
         if not failed:
