@@ -2,8 +2,9 @@
 
 The scripts under deploy/argocd/resource_customizations run through argo-cd v3.6.1's ``util/lua``
 (kokumi/testing/go/argocd), given as ``argocd-cm`` entries with standard libraries off, as a user
-who pastes docs/argocd.md's snippet runs them. The snippet and argocd-cm.yaml are held equal to
-the .lua files, and read back into Argo CD's layout, they pass the same cases.
+who pastes docs/argocd.md's snippet runs them. The snippets (argocd-cm.yaml, argo-helm's values,
+the Operator's ArgoCD) and the docs' blocks are held equal to the .lua files, and each, read back
+into Argo CD's layout as its installer writes argocd-cm from it, passes the same cases.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ CUSTOMIZATIONS = ARGOCD / "resource_customizations"
 GROUP = "delivery.kokumi.dev"
 KINDS = ("Cluster", "ClusterSource", "Environment")
 DOC = ARGOCD.parents[1] / "docs" / "argocd.md"
+PREFIX = "resource.customizations.health."
+# argocd-operator's ResourceHealthCheck (api/v1beta1/argocd_types.go; in its CRD, config/crd/bases/
+# argoproj.io_argocds.yaml, the items of spec.resourceHealthChecks: three strings).
+OPERATOR_CHECK_FIELDS = {"group", "kind", "check"}
 
 
 def run_health(binary: Path, root: Path) -> list[dict[str, Any]]:
@@ -198,3 +203,103 @@ def test_the_snippet_passes_as_argo_cd_reads_it(argocd_lua_health: Path, tmp_pat
     cases = run_health(argocd_lua_health, root)
     assert len(cases) == len(run_health(argocd_lua_health, CUSTOMIZATIONS))
     assert failures(cases) == []
+
+
+def _scripts() -> dict[str, str]:
+    return {
+        f"{PREFIX}{GROUP}_{kind}": (CUSTOMIZATIONS / GROUP / kind / "health.lua").read_text()
+        for kind in KINDS
+    }
+
+
+def _helm_entries(values: dict[str, Any]) -> dict[str, str]:
+    """argocd-cm's entries as argo-helm's argo-cd chart writes them: configs.cm's keys, as they are.
+
+    The chart's ``argo-cd.config.cm`` helper (templates/_helpers.tpl) writes every key of
+    ``configs.cm`` but ``create`` and ``annotations`` into argocd-cm's data.
+    """
+    assert list(values) == ["configs"]
+    assert list(values["configs"]) == ["cm"]
+    entries: dict[str, str] = {
+        key: value
+        for key, value in values["configs"]["cm"].items()
+        if key not in {"create", "annotations"}
+    }
+    return entries
+
+
+def _operator_entries(argocd: dict[str, Any]) -> dict[str, str]:
+    """argocd-cm's entries as the Argo CD Operator writes them from spec.resourceHealthChecks.
+
+    Its getResourceHealthChecks (controllers/argocd/configmap.go) keys each check
+    ``resource.customizations.health.<group>_<kind>`` (no ``_`` when the group is empty).
+    """
+    assert argocd["apiVersion"] == "argoproj.io/v1beta1"
+    assert argocd["kind"] == "ArgoCD"
+    assert set(argocd["metadata"]) == {"name", "namespace"}
+    assert list(argocd["spec"]) == ["resourceHealthChecks"]
+    entries: dict[str, str] = {}
+    for check in argocd["spec"]["resourceHealthChecks"]:
+        assert set(check) == OPERATOR_CHECK_FIELDS
+        assert all(isinstance(value, str) for value in check.values())
+        group = f"{check['group']}_" if check["group"] else ""
+        entries[f"{PREFIX}{group}{check['kind']}"] = check["check"]
+    return entries
+
+
+SNIPPETS = {
+    "argocd-cm.yaml": lambda configmap: configmap["data"],
+    "argo-helm-values.yaml": _helm_entries,
+    "argocd-operator-health.yaml": _operator_entries,
+}
+
+
+def _doc_block(name: str) -> dict[str, Any]:
+    build = runpy.run_path(str(ARGOCD / "build-argocd-cm.py"))
+    begin, end = (
+        (build["BEGIN"], build["END"]) if name == "argocd-cm.yaml" else build["BLOCKS"][name]
+    )
+    text = DOC.read_text()
+    snippet = text[text.index(begin) : text.index(end)].split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert snippet == (ARGOCD / name).read_text()
+    loaded: dict[str, Any] = yaml.safe_load(snippet)
+    return loaded
+
+
+@pytest.mark.parametrize("name", SNIPPETS)
+def test_each_snippet_and_its_doc_block_are_the_scripts(name: str) -> None:
+    """Byte for byte: what argocd-cm gets from each snippet, and the docs' copy of it."""
+    snippet = yaml.safe_load((ARGOCD / name).read_text())
+    assert SNIPPETS[name](snippet) == _scripts()
+    assert _doc_block(name) == snippet
+
+
+@pytest.mark.parametrize("name", SNIPPETS)
+def test_each_snippet_passes_as_argo_cd_reads_it(
+    name: str, argocd_lua_health: Path, tmp_path: Path
+) -> None:
+    """Each snippet's argocd-cm entries, in Argo CD's layout, pass the same cases as the scripts."""
+    root = _copy_layout(tmp_path)
+    entries = SNIPPETS[name](yaml.safe_load((ARGOCD / name).read_text()))
+    for key, script in entries.items():
+        group, kind = key.removeprefix(PREFIX).rsplit("_", 1)
+        (root / group / kind / "health.lua").write_text(script)
+    cases = run_health(argocd_lua_health, root)
+    assert len(cases) == len(run_health(argocd_lua_health, CUSTOMIZATIONS))
+    assert failures(cases) == []
+
+
+def test_a_stale_snippet_fails_the_check(tmp_path: Path) -> None:
+    """--check names each snippet that differs from the scripts."""
+    argocd = tmp_path / "deploy" / "argocd"
+    shutil.copytree(ARGOCD, argocd)
+    (tmp_path / "docs").mkdir()
+    shutil.copy(DOC, tmp_path / "docs" / "argocd.md")
+    build = [sys.executable, str(argocd / "build-argocd-cm.py"), "--check"]
+    assert subprocess.run(build, capture_output=True, check=False).returncode == 0
+    script = argocd / "resource_customizations" / GROUP / "Environment" / "health.lua"
+    script.write_text(script.read_text().replace("Healthy", "Healthy ", 1))
+    result = subprocess.run(build, capture_output=True, text=True, check=False)
+    assert result.returncode == 1
+    stale = {line.split(" is stale")[0].rsplit("/", 1)[1] for line in result.stderr.splitlines()}
+    assert stale == {*SNIPPETS, "argocd.md"}
