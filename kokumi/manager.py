@@ -108,7 +108,7 @@ class Manager:
                 client,
                 options.namespace,
                 options.leader_election,
-                on_change=lambda leading: self.metrics.leader.set(int(leading)),
+                on_change=lambda leading: self.metrics.held({0: leading}),
                 gate=self.gate,
             )
         #: shard -> this replica's candidate for its Lease (empty without sharding).
@@ -159,6 +159,8 @@ class Manager:
             self.context.writers = lambda ref: fenced
             self.dispatcher.environments_actor.writer = fenced
             self.dispatcher.sources_actor.writer = fenced
+        # Every shard is on /metrics from the start, held or not: one nobody holds must show.
+        self.metrics.held(dict.fromkeys(self.shard_electors or (0,), False))
         self.health_port: int | None = None
         self.started = trio.Event()
 
@@ -167,7 +169,7 @@ class Manager:
         return {s for s, e in self.shard_electors.items() if e.serving_until() is not None}
 
     def _shards_changed(self, _leading: bool) -> None:
-        self.metrics.leader.set(int(any(e.state.leading for e in self.shard_electors.values())))
+        self.metrics.held({s: e.state.leading for s, e in self.shard_electors.items()})
 
     def _may_write(self, shard: int) -> bool:
         return self._serving_until(shard) is not None
@@ -232,7 +234,7 @@ class Manager:
                 nursery.start_soon(heap.sweep)
             log.info("manager started (namespace %s)", self.options.namespace)
             if self.elector is None and not self.shard_electors:
-                self.metrics.leader.set(1)
+                self.metrics.held({0: True})
             if self.shard_electors:
                 nursery.start_soon(self._stand_for_all, nursery)
             self.started.set()

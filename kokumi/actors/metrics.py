@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 
 from kokumi.core import api
 from kokumi.core.cluster import schedule
-from kokumi.core.cluster.availability import Change, Fleet, FleetSnapshot
+from kokumi.core.cluster.availability import Change, Fleet, FleetSnapshot, registration_state
 from kokumi.core.reasons import Reason
 from kokumi.kube.watch import Resync, WatchEvent
 from kokumi.objects import name_of, namespace_of
@@ -74,6 +74,7 @@ class Metrics:
     watch_restarts: Counter = attrs.field(init=False, eq=False, repr=False)
     api_requests: Counter = attrs.field(init=False, eq=False, repr=False)
     leader: Gauge = attrs.field(init=False, eq=False, repr=False)
+    shard_held: Gauge = attrs.field(init=False, eq=False, repr=False)
     _collectors: tuple[Collector, ...] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
@@ -126,6 +127,13 @@ class Metrics:
             "1 while this manager leads (holds the Lease, or runs without election), else 0",
             registry=r,
         )
+        self.shard_held = Gauge(
+            "kokumi_shard_held",
+            "1 while this replica holds the shard's Lease, else 0: each replica reports every"
+            " shard (with --shards N, 0 to N-1; without, the one shard 0, as kokumi_leader)",
+            ["shard"],
+            registry=r,
+        )
         self._collectors = (
             self.check_results,
             self.check_seconds,
@@ -134,6 +142,7 @@ class Metrics:
             self.watch_restarts,
             self.api_requests,
             self.leader,
+            self.shard_held,
         )
         r.register(_FleetCollector(self.figures))
 
@@ -208,6 +217,12 @@ class Metrics:
         return snapshot
 
     # --- hooks ------------------------------------------------------------------------------
+
+    def held(self, shards: dict[int, bool]) -> None:
+        """Which shards' Leases this replica holds now; ``kokumi_leader`` is 1 if any is held."""
+        for shard, holding in shards.items():
+            self.shard_held.labels(str(shard)).set(int(holding))
+        self.leader.set(int(any(shards.values())))
 
     def request(self, verb: str, code: str) -> None:
         """The kube Client answered one request (each retry counts)."""
@@ -310,6 +325,7 @@ class _FleetCollector(Collector):
         yield availability
         yield flips
         yield flips_total
+        yield from _per_cluster(fleet)
         for name, help_text, value in (
             ("kokumi_status_writes", "Status writes of Clusters", m.status_writes),
             ("kokumi_registry_writes", "Writes of Argo CD cluster Secrets", m.registry_writes),
@@ -334,6 +350,44 @@ class _FleetCollector(Collector):
             for within, count in m.due:
                 due.add_metric([within], count)
             yield due
+
+
+def _per_cluster(fleet: Fleet) -> Iterable[Metric]:
+    """One series per Cluster and family, each labelled by the Cluster's namespace and name.
+
+    The values that change (the Ready reason, the registration's state, the version) are labels
+    of that one series, as kube-state-metrics' ``kube_pod_container_status_waiting_reason``
+    carries only the reason in force: a series per possible reason would be twenty per Cluster,
+    200,000 at 10,000 Clusters, nearly all 0. A Cluster that goes takes its series with it.
+    """
+    ready = GaugeMetricFamily(
+        "kokumi_cluster_ready",
+        "1 while the Cluster is Ready, else 0; reason is its Ready condition's (one series per"
+        " Cluster, from its first check)",
+        labels=["namespace", "name", "reason"],
+    )
+    info = GaugeMetricFamily(
+        "kokumi_cluster_info",
+        "Always 1: the server and Kubernetes version the Cluster's status reports (empty"
+        " until its first check finds them)",
+        labels=["namespace", "name", "server", "kubernetes_version"],
+    )
+    registration = GaugeMetricFamily(
+        "kokumi_cluster_registration",
+        "Always 1: whether the Cluster holds its server's Argo CD registration (held), waits"
+        " for it (waiting: ClusterConflict, RegistrationPending) or has none",
+        labels=["namespace", "name", "state"],
+    )
+    for (namespace, name), state in sorted(fleet.clusters.items()):
+        if state.ready is not None:
+            status, reason, _ = state.ready
+            ready.add_metric([namespace, name, reason], 1.0 if status == "True" else 0.0)
+        info.add_metric([namespace, name, state.server, state.version], 1.0)
+        held = registration_state(state.holds_registration, state.ready)
+        registration.add_metric([namespace, name, held], 1.0)
+    yield ready
+    yield info
+    yield registration
 
 
 def _log_change(change: Change) -> None:

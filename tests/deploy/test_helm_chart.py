@@ -177,6 +177,8 @@ def test_the_service_monitor_scrapes_the_managers_metrics(helm: Path) -> None:
     assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["path"] == "/metrics"
+    # The Clusters' own namespace label stays namespace, not exported_namespace.
+    assert endpoint["honorLabels"] is True
     ports = {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
     assert service["spec"]["ports"][0]["targetPort"] == endpoint["port"] == "health"
     assert ports["health"] == 8080

@@ -38,6 +38,10 @@ from tests.support.deploy import (
 )
 
 MONITORING = DEPLOY / "monitoring"
+DOCS = DEPLOY.parent / "docs"
+RUNBOOKS = "https://github.com/kokumi-dev/kokumi-clusters/blob/main/docs/runbooks/"
+# promtool's unit tests of the rules: input series and the alerts expected of them.
+RULE_TESTS = Path(__file__).with_name("prometheus-rule-tests.yaml")
 # Labels Prometheus adds when it scrapes, not the manager: a legend may show them.
 TARGET_LABELS = {"pod", "instance", "job"}
 SELECTOR = re.compile(r"\b(kokumi_[a-z_]+)(\{[^}]*\})?")
@@ -82,6 +86,8 @@ def problems(where: str, expr: str, legend: str, samples: Samples) -> list[str]:
         names = {label for series in samples[name] for label in series}
         labels_here |= names
         for label, op, value in MATCHER.findall(braces):
+            if label in TARGET_LABELS and op == "=~":
+                continue  # a dashboard variable ($job) on a label the scrape adds
             if label not in names:
                 out.append(f"{where}: {name} has no label {label}")
             elif op in ("=", "!=") and label == "reason":
@@ -208,10 +214,12 @@ def test_the_rule_and_dashboard_are_well_formed() -> None:
     names = [r["alert"] for r in alerts]
     assert len(names) == len(set(names))
     for wanted in (
-        "KokumiClustersNotReady",
+        "KokumiClusterNotReady",
+        "KokumiClusterRegistrationFailed",
+        "KokumiClusterConflict",
         "KokumiChecksOverdue",
-        "KokumiRegistrationsFailing",
         "KokumiNoLeader",
+        "KokumiShardUnheld",
         "KokumiLeaderFlapping",
         "KokumiWritesRefused",
     ):
@@ -220,6 +228,10 @@ def test_the_rule_and_dashboard_are_well_formed() -> None:
         assert alert["labels"]["severity"] in ("info", "warning", "critical"), alert["alert"]
         assert alert["annotations"]["summary"] and alert["annotations"]["description"]
         assert re.fullmatch(r"\d+[smh]", alert["for"]), alert["alert"]
+        # Each runbook is a page of docs/runbooks named after its alert.
+        runbook = alert["annotations"]["runbook_url"]
+        assert runbook == RUNBOOKS + f"{alert['alert']}.md", alert["alert"]
+        assert (DOCS / "runbooks" / f"{alert['alert']}.md").is_file(), alert["alert"]
     dashboard = json.loads((MONITORING / "grafana-dashboard.json").read_text())
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids)) and dashboard["uid"] == "kokumi-clusters"
@@ -253,3 +265,47 @@ def test_prometheus_parses_every_alert_and_panel(promtool: Path, tmp_path: Path)
     refused = promtool_check(promtool, broken, tmp_path / "broken.yaml")
     assert refused.returncode != 0
     assert first["alert"] in refused.stdout + refused.stderr, refused.stdout + refused.stderr
+
+
+def rule_unit_tests(promtool: Path, rules: dict[str, Any], where: Path) -> Any:
+    """``promtool test rules`` of RULE_TESTS against ``rules`` (a PrometheusRule's groups)."""
+    (where / "rules.yaml").write_text(yaml.safe_dump({"groups": rules["spec"]["groups"]}))
+    (where / RULE_TESTS.name).write_text(RULE_TESTS.read_text())
+    return subprocess.run(
+        [str(promtool), "test", "rules", RULE_TESTS.name],
+        cwd=where, capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+
+
+def test_every_alert_fires_when_it_should_and_only_then(promtool: Path, tmp_path: Path) -> None:
+    """Prometheus' own rule unit tests: each alert fires on its input series, naming what it
+    names, and stays quiet where it must (a Cluster in RegistrationFailed or ClusterConflict is
+    never KokumiClusterNotReady too; a single leader's Lease unheld is KokumiNoLeader alone)."""
+    rule = yaml.safe_load((MONITORING / "prometheus-rule.yaml").read_text())
+    names = {r["alert"] for group in rule["spec"]["groups"] for r in group["rules"]}
+    cases = [
+        case
+        for test in yaml.safe_load(RULE_TESTS.read_text())["tests"]
+        for case in test["alert_rule_test"]
+    ]
+    firing = {c["alertname"] for c in cases if c["exp_alerts"]}
+    quiet = {c["alertname"] for c in cases if not c["exp_alerts"]}
+    assert firing == names, "alerts without a case where they fire"
+    assert quiet == names, "alerts without a case where they do not fire"
+
+    ran = rule_unit_tests(promtool, rule, tmp_path)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "SUCCESS" in ran.stdout, ran.stdout
+
+    # And they catch a rule that fires twice: NotReady without its exclusions.
+    loose = json.loads(json.dumps(rule))
+    (not_ready,) = [
+        r
+        for group in loose["spec"]["groups"]
+        for r in group["rules"]
+        if r["alert"] == "KokumiClusterNotReady"
+    ]
+    not_ready["expr"] = re.sub(r"\{reason!~[^}]*\}", "{}", not_ready["expr"])
+    refused = rule_unit_tests(promtool, loose, tmp_path)
+    assert refused.returncode != 0
+    assert "KokumiClusterNotReady" in refused.stdout + refused.stderr

@@ -18,7 +18,15 @@ from typing import Any
 
 import attrs
 
-__all__ = ["Change", "ClusterState", "Fleet", "FleetSnapshot", "ReadyHistory", "ready_of"]
+__all__ = [
+    "Change",
+    "ClusterState",
+    "Fleet",
+    "FleetSnapshot",
+    "ReadyHistory",
+    "ready_of",
+    "registration_state",
+]
 
 WINDOW = 3600.0
 
@@ -77,6 +85,21 @@ class ReadyHistory:
             self._changes.popleft()
 
 
+#: Ready reasons of a Cluster that waits for its server's registration: another Cluster or a
+#: Secret Kokumi did not write holds it, or it was just handed over and is copied at the next check.
+WAITING_REASONS = frozenset({"ClusterConflict", "RegistrationPending"})
+
+
+def registration_state(holds: bool, ready: tuple[str, str, str] | None) -> str:
+    """``held`` (its finalizer says a Secret of Kokumi's names it), ``waiting`` (in a server's
+    line: its Ready reason says so) or ``none``, for ``kokumi_cluster_registration``."""
+    if holds:
+        return "held"
+    if ready is not None and ready[1] in WAITING_REASONS:
+        return "waiting"
+    return "none"
+
+
 def ready_of(obj: Mapping[str, Any]) -> tuple[str, str, str] | None:
     """The Ready condition's status, reason and message; None when the Cluster has none yet."""
     for condition in (obj.get("status") or {}).get("conditions") or ():
@@ -91,12 +114,15 @@ def ready_of(obj: Mapping[str, Any]) -> tuple[str, str, str] | None:
 
 @attrs.define
 class ClusterState:
-    """What the metrics need of one Cluster: Ready now, its history, and its registration."""
+    """What the metrics need of one Cluster: Ready now, its history, and its registration,
+    and the server and Kubernetes version its status reports (``""`` while it reports none)."""
 
     ready: tuple[str, str, str] | None = None
     holds_registration: bool = False
     history: ReadyHistory = attrs.field(factory=ReadyHistory)
     flips_total: int = 0
+    server: str = ""
+    version: str = ""
 
 
 @attrs.frozen
@@ -137,6 +163,9 @@ class Fleet:
             state = self.clusters[key] = ClusterState(history=ReadyHistory(self.window))
         metadata = obj.get("metadata") or {}
         state.holds_registration = self.finalizer in (metadata.get("finalizers") or ())
+        status = obj.get("status") or {}
+        state.server = str(status.get("server") or "")
+        state.version = str(status.get("kubernetesVersion") or "")
         ready = ready_of(obj)
         before, state.ready = state.ready, ready
         if ready is None:
@@ -160,7 +189,15 @@ class Fleet:
             self.finalizer,
             self.window,
             tuple(
-                (key, s.ready, s.holds_registration, s.history.changes(), s.flips_total)
+                (
+                    key,
+                    s.ready,
+                    s.holds_registration,
+                    s.history.changes(),
+                    s.flips_total,
+                    s.server,
+                    s.version,
+                )
                 for key, s in self.clusters.items()
             ),
         )
@@ -178,13 +215,20 @@ class Fleet:
 
 
 _Row = tuple[
-    tuple[str, str], tuple[str, str, str] | None, bool, tuple[tuple[float, bool], ...], int
+    tuple[str, str],
+    tuple[str, str, str] | None,
+    bool,
+    tuple[tuple[float, bool], ...],
+    int,
+    str,
+    str,
 ]
 
 
 @attrs.frozen
 class FleetSnapshot:
-    """:meth:`Fleet.snapshot`: per Cluster, key, Ready, holds registration, changes, flips."""
+    """:meth:`Fleet.snapshot`: per Cluster, key, Ready, holds registration, changes, flips,
+    server and Kubernetes version."""
 
     finalizer: str
     window: float
@@ -196,8 +240,10 @@ class FleetSnapshot:
             self.finalizer,
             self.window,
             {
-                key: ClusterState(ready, holds, ReadyHistory(self.window, deque(changes)), flips)
-                for key, ready, holds, changes, flips in self.rows
+                key: ClusterState(
+                    ready, holds, ReadyHistory(self.window, deque(changes)), flips, server, version
+                )
+                for key, ready, holds, changes, flips, server, version in self.rows
             },
         )
 
