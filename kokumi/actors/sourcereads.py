@@ -83,20 +83,30 @@ async def follow_listed(
     what: str,
     reported: str,
     backoff_max: float,
+    missing_max: float,
     readable: Callable[[bool], None],
     changed: Callable[[str | None], None],
+    installed: Callable[[bool], None] = lambda _: None,
 ) -> None:
     """Watch ``resource`` (metadata only) into ``store`` once it can be listed, the watch in
     ``nursery``; until then tell ``readable`` False (once), for the sources that need it to
-    report ``reported`` and change nothing, and try again with backoff up to ``backoff_max``.
+    report ``reported`` and change nothing, and try again with backoff up to ``backoff_max``
+    while it is forbidden, ``missing_max`` while it is not installed.
 
     A missing permission or API is a state to report, not a fault: a manager may run without
     Cluster API, or without leave to list Services. Each full list tells ``readable`` True, and
-    ``changed`` is told each namespace whose objects changed (None: any).
+    ``changed`` is told each namespace whose objects changed (None: any). ``installed`` is told
+    whether the API exists each time that changes, for the sources to say which it is.
+
+    Why two bounds: leave to list is granted by a person, who then waits; an API is installed
+    by a CRD, whose first objects a platform team expects picked up at once (with a backoff up
+    to minutes, the first Cluster API cluster came a half minute or more after its CRD). The
+    manager may not watch CRDs, so it asks again every few seconds while the API is missing:
+    one 404 of an empty list each time, nothing a hub notices.
     """
     delay = 0.0
     said: str | None = None
-    known: bool | None = None  # what ``readable`` was last told
+    known: tuple[bool, str] | None = None  # what ``readable`` and ``installed`` were told
     params = {"limit": "1"}
     if label_selector:
         params["labelSelector"] = label_selector
@@ -114,24 +124,28 @@ async def follow_listed(
                 log.log(
                     logging.INFO if text == "not installed" else logging.WARNING,
                     "cannot read %s (%s): ClusterSources that need them report %s and"
-                    " change nothing; retrying with backoff",
+                    " change nothing; retrying with backoff, every few seconds while not"
+                    " installed",
                     what,
                     text,
                     reported,
                 )
                 said = text
-            if known is not False:
-                known = False
+            if known != (False, text):
+                known = (False, text)
+                installed(text != "not installed")
                 readable(False)
                 changed(None)
         except errors.KubeError as exc:
             if said != type(exc).__name__:
                 log.warning("cannot list %s: %s; retrying", what, exc)
                 said = type(exc).__name__
-        delay = min(backoff_max, max(1.0, delay * 2))
+        cap = missing_max if said == "not installed" else backoff_max
+        delay = min(cap, max(1.0, delay * 2))
         await trio.sleep(delay / 2 + random.uniform(0, delay / 2))  # noqa: S311 (jitter)
     if said is not None:
         log.info("may read %s now", what)
+    installed(True)
     send, receive = trio.open_memory_channel[WatchEvent | Resync](64)
     await nursery.start(
         functools.partial(

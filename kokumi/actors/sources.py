@@ -16,7 +16,9 @@ It follows, with watches only (never a periodic list):
 - the Cluster API clusters (``clusters.cluster.x-k8s.io``, metadata only: their names, uids and
   labels), cluster-wide, once the manager may list them: a Secret is imported only while its
   cluster exists and controls it. While the manager may not list them, or Cluster API is not
-  installed, a source reports ``ClusterAPINotReadable`` and changes nothing;
+  installed, a source reports ``ClusterAPINotReadable`` and changes nothing; a missing Cluster
+  API is asked for again every few seconds, so that clusters are picked up within seconds of
+  their CRD being applied;
 - the Clusters, through the dispatcher's store, which tells it of every change.
 
 Each change marks its namespace; one loop takes the marked namespaces in turn and makes each
@@ -116,6 +118,7 @@ class SourcesActor:
         backoff_initial: float = 1.0,
         backoff_max: float = 120.0,
         capi_backoff_max: float = 300.0,
+        capi_missing_max: float = 5.0,
         batch: float = 0.1,
         limits: bounds.Bounds | None = None,
     ) -> None:
@@ -129,11 +132,13 @@ class SourcesActor:
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
         self._capi_backoff_max = capi_backoff_max
+        self._capi_missing_max = capi_missing_max
         self._batch = batch
         self._bounds = limits if limits is not None else bounds.Bounds()
         self.sources = Store()
         self.capi = Store()
         self.capi_readable: bool | None = None  # None: not known yet
+        self.capi_installed = True  # False: no CRD clusters.cluster.x-k8s.io (a 404)
         self.vcluster_services = Store()
         self.vcluster_readable: bool | None = None  # None: not known yet
         self._verdicts: dict[VerdictKey, _Verdict] = {}
@@ -265,8 +270,10 @@ class SourcesActor:
             what="Cluster API's clusters",
             reported="ClusterAPINotReadable",
             backoff_max=self._capi_backoff_max,
+            missing_max=self._capi_missing_max,
             readable=functools.partial(setattr, self, "capi_readable"),
             changed=self.changed,
+            installed=functools.partial(setattr, self, "capi_installed"),
         )
 
     async def _follow_vcluster_services(self) -> None:
@@ -282,6 +289,7 @@ class SourcesActor:
             what="vcluster's Services",
             reported="VClusterNotReadable",
             backoff_max=self._capi_backoff_max,
+            missing_max=self._capi_missing_max,
             readable=functools.partial(setattr, self, "vcluster_readable"),
             changed=self.changed,
         )
@@ -295,7 +303,11 @@ class SourcesActor:
         self.passes += 1
         self._unread.discard(namespace)
         views: list[SecretView] | None = None  # Cluster API's, read once for all its sources
-        capi = clusterapi.view_of(bool(self.capi_readable), self.capi.in_namespace(namespace))
+        capi = clusterapi.view_of(
+            bool(self.capi_readable),
+            self.capi.in_namespace(namespace),
+            installed=self.capi_installed,
+        )
         clusters = self._clusters.named_in_namespace(namespace)
         existing = {name: existing_of(obj) for name, obj in clusters.items()}
         message = not_listable_message(namespace, self._secrets.username(), self._own_namespace)

@@ -18,7 +18,7 @@ from kokumi.kube.resources import CONFIG_MAPS, SECRETS
 from kokumi.testing import canary
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
-from tests.support.deploy import run, wait_until
+from tests.support.deploy import install_capi_crd, remove_capi_crd, run, wait_until
 from tests.support.manager import Workspace, manager, ready_of, wait_for, workspace
 from tests.support.sources import (
     cleanup,
@@ -213,6 +213,38 @@ async def test_a_capi_secret_becomes_a_registered_cluster_and_goes_with_it(
         await wait_for(ws.argocd_secrets, lambda s: s == [], "the Argo CD Secret to be released")
         await wait_source(ws, ns, "Ready", matched=0, made=0)
         await cleanup(ws)
+
+
+async def test_cluster_api_installed_after_the_manager_is_picked_up_when_its_crd_appears(
+    hub: APIServer, spoke_kubeconfig: Registration
+) -> None:
+    """A source applied before Cluster API's CRD says it waits for it (not for a permission),
+    and makes its Cluster once the CRD is applied: the manager asks again every few seconds
+    while the CRD is missing (tests/actors/test_sourcereads.py holds the seconds)."""
+    reg = spoke_kubeconfig
+    await trio.to_thread.run_sync(remove_capi_crd, hub)
+    try:
+        async with workspace(hub) as ws, manager(hub, ws.options()):
+            ns = await ws.namespace()
+            await source(ws, ns)
+            waiting = await wait_source(ws, ns, "ClusterAPINotReadable", matched=0, made=0)
+            message = ready_of(waiting)["message"]
+            assert message.startswith(
+                "Cluster API is not installed (no CRD clusters.cluster.x-k8s.io)"
+            ), message
+            assert "picked up within seconds of the CRD being applied" in message
+
+            # Cluster API is installed while the manager runs, and writes its first cluster.
+            await trio.to_thread.run_sync(install_capi_crd, hub)
+            await capi_cluster(ws, ns, "work", {"env": "prod"})
+            await capi_secret(ws, ns, "work", reg.kubeconfig)
+            cluster = await wait_reason(ws, ns, "work", "Ready", timeout=60)
+            assert cluster["metadata"]["labels"]["env"] == "prod"
+            await wait_source(ws, ns, "Ready", matched=1, made=1)
+            await cleanup(ws)
+    finally:
+        # The session's hub has Cluster API's CRD (the capi_crd fixture): it is put back.
+        await trio.to_thread.run_sync(install_capi_crd, hub)
 
 
 async def test_a_selector_that_stops_matching_and_a_hand_made_cluster(

@@ -368,7 +368,11 @@ spec:
 @pytest.fixture(scope="session")
 def capi_crd(control_plane: ControlPlane) -> None:
     """Cluster API's Cluster kind, as far as Kokumi reads it: its labels."""
-    hub = control_plane.hub
+    install_capi_crd(control_plane.hub)
+
+
+def install_capi_crd(hub: APIServer) -> None:
+    """Apply Cluster API's CRD and wait until its clusters are served (a no-op if they are)."""
     run(hub.admin_kubeconfig, "apply", "-f", "-", input=CAPI_CRD)
     run(hub.admin_kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
         "crd/clusters.cluster.x-k8s.io")  # fmt: skip
@@ -378,6 +382,20 @@ def capi_crd(control_plane: ControlPlane) -> None:
         return True if listed.returncode == 0 else None
 
     wait_until(served, "Cluster API's clusters are served")
+
+
+def remove_capi_crd(hub: APIServer) -> None:
+    """Delete Cluster API's CRD (and with it every Cluster API cluster) and wait until its
+    clusters are no longer served: a hub where Cluster API is not installed yet."""
+    run(hub.admin_kubeconfig, "delete", "crd", "clusters.cluster.x-k8s.io", "--wait=true",
+        "--ignore-not-found")  # fmt: skip
+
+    def gone() -> bool | None:
+        path = "/apis/cluster.x-k8s.io/v1beta1/clusters"
+        listed = run(hub.admin_kubeconfig, "get", "--raw", path, check=False)
+        return True if listed.returncode != 0 else None
+
+    wait_until(gone, "Cluster API's clusters are no longer served")
 
 
 # --- what the manager's and the leader's tests share ----------------------------------------

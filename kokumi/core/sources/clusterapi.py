@@ -110,9 +110,14 @@ class CapiView:
     #: Clusters whose metadata is over the bounds (:mod:`kokumi.core.limits`), with why: the
     #: manager kept no labels of them, so no selector can be judged on them.
     over: Mapping[str, str] = attrs.field(factory=dict)
+    #: False when it is not readable because Cluster API is not installed (no CRD): then the
+    #: fix is to install it, not to grant a permission, and the source says so.
+    installed: bool = True
 
 
-def view_of(readable: bool, clusters: Iterable[Mapping[str, Any]]) -> CapiView:
+def view_of(
+    readable: bool, clusters: Iterable[Mapping[str, Any]], *, installed: bool = True
+) -> CapiView:
     """The view of a namespace's Cluster API ``clusters`` as the watch keeps them (metadata
     only; one over the bounds a stub, which is listed as existing but has no labels to judge)."""
     clusters = list(clusters)
@@ -125,6 +130,7 @@ def view_of(readable: bool, clusters: Iterable[Mapping[str, Any]]) -> CapiView:
             for o in clusters
             if (why := limits.over_bounds(o)) is not None
         },
+        installed,
     )
 
 
@@ -203,14 +209,7 @@ def plan(
             else f", and spec.selector {source.selector} is over their labels"
         )
         return Plan(
-            kept=kept_all,
-            blocked=(
-                Reason.CLUSTER_API_NOT_READABLE,
-                "the manager may not read Cluster API's clusters (or Cluster API is not "
-                "installed), and imports a Secret only for the Cluster API cluster that controls "
-                f"it{over}: grant it get, list and watch on clusters.cluster.x-k8s.io; its "
-                "Clusters stay as they are meanwhile",
-            ),
+            kept=kept_all, blocked=(Reason.CLUSTER_API_NOT_READABLE, _unreadable(capi, over))
         )
     candidates = []
     for secret in secrets:
@@ -235,3 +234,20 @@ def plan(
             Candidate(secret.name, secret.cluster, labels, unowned or secret.problem, unowned)
         )
     return settle(source, candidates, existing, mine)
+
+
+def _unreadable(capi: CapiView, over: str) -> str:
+    """Why a source waits on Cluster API's clusters, and what ends the wait: a CRD to apply
+    (the manager picks it up within seconds) or a permission to grant."""
+    if not capi.installed:
+        return (
+            "Cluster API is not installed (no CRD clusters.cluster.x-k8s.io), and a Secret is "
+            f"imported only for the Cluster API cluster that controls it{over}: its clusters "
+            "are picked up within seconds of the CRD being applied; its Clusters stay as they "
+            "are meanwhile"
+        )
+    return (
+        "the manager may not read Cluster API's clusters, and imports a Secret only for the "
+        f"Cluster API cluster that controls it{over}: grant it get, list and watch on "
+        "clusters.cluster.x-k8s.io; its Clusters stay as they are meanwhile"
+    )

@@ -160,6 +160,27 @@ def test_capi_clusters_not_readable_change_nothing_with_or_without_a_selector() 
         assert "\n" not in status.message
 
 
+def test_cluster_api_not_installed_says_so_and_when_it_is_picked_up() -> None:
+    """A missing CRD is no permission to grant: the message says what is missing and that the
+    manager picks it up once it is applied; a refusal still names the permission."""
+    existing = {"a": made("a", {SOURCE_LABEL: "capi"})}
+    secrets = [good("a"), good("b")]
+    missing = clusterapi.view_of(False, [], installed=False)
+    decided = clusterapi.plan(source(), secrets, missing, existing)
+    assert (decided.create, decided.delete, decided.kept) == ((), (), ("a",))
+    status = status_of(source(), decided, {})
+    assert status.reason == Reason.CLUSTER_API_NOT_READABLE
+    assert status.message.startswith(
+        "Cluster API is not installed (no CRD clusters.cluster.x-k8s.io)"
+    )
+    assert "picked up within seconds of the CRD being applied" in status.message
+    assert "grant" not in status.message
+    refused = clusterapi.plan(source(), secrets, clusterapi.view_of(False, []), existing)
+    message = status_of(source(), refused, {}).message
+    assert "grant it get, list and watch on clusters.cluster.x-k8s.io" in message
+    assert "not installed" not in message
+
+
 def test_secrets_not_listable_change_nothing_and_say_so() -> None:
     existing = {"a": made("a", {SOURCE_LABEL: "capi"})}
     for listable, message in ((False, "Kokumi may not list"), (None, "not listed")):
