@@ -1159,7 +1159,7 @@ class ManagerMachine(RuleBasedStateMachine):
             return
         name = parts[at + 1]
         if request.method not in ("PATCH", "DELETE") or (
-            request.method == "PATCH" and "spec" not in body
+            request.method == "PATCH" and not model.sets_spec(body)
         ):
             return  # a read, or the finalizer
         current = self.world.fake.object(api.CLUSTERS, name, namespace)

@@ -277,7 +277,7 @@ class ShardedMachine(ManagerMachine):
         if method not in ("POST", "PUT", "PATCH", "DELETE"):
             return None
         parts = request.url.path.rstrip("/").split("/")
-        body: dict[str, Any] = json.loads(request.content) if request.content else {}
+        body: Any = json.loads(request.content) if request.content else {}
         if len(parts) > 2 and parts[1] == "apis" and parts[2] == api.GROUP:
             if "namespaces" not in parts:
                 return None
@@ -288,7 +288,7 @@ class ShardedMachine(ManagerMachine):
                 return SHARD_ZERO
             if plural != "clusters":
                 return None
-            if method in ("POST", "DELETE") or (not rest[1:] and "spec" in body):
+            if method in ("POST", "DELETE") or (not rest[1:] and model.sets_spec(body)):
                 return SHARD_ZERO  # a ClusterSource's Clusters, the in-cluster Cluster's spec
             return ClusterRef(namespace, rest[0]) if rest else None
         if f"/namespaces/{ARGOCD}/secrets" not in request.url.path:

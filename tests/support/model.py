@@ -1,6 +1,6 @@
 """What the two model tests (tests/test_model.py, tests/test_model_shards.py) share: how many
 examples a run asks for, the settings Hypothesis runs their state machines with, the counters of
-what the machines did, and the seeding of a replay of fixed steps.
+what the machines did, the seeding of a replay of fixed steps, and how a patch reads.
 
 ``MODEL_EXAMPLES`` sets the number of examples (each test has its own default, and the
 two-replica one its own variable first) and ``MODEL_MIN_STEPS`` the steps a run must count (the
@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
@@ -39,6 +40,15 @@ STEPS_PER_EXAMPLE = 30
 # the 1,800 the test requires, and failed with nothing wrong in the manager. ``_min_steps`` is
 # Hypothesis's own parameter for this (private, so a release that drops it fails loudly here).
 MIN_STEPS_PER_EXAMPLE = STEPS_PER_EXAMPLE // 2
+
+
+def sets_spec(body: Any) -> bool:
+    """Whether a patch of a Cluster sets its spec (a ClusterSource's write, or the in-cluster
+    keeper's): a merge patch (a map) naming it, or a JSON patch (a list of operations, as a
+    source restores one over the bounds of tenant metadata with) that touches it."""
+    if isinstance(body, list):
+        return any(str(op.get("path", "")).split("/")[1:2] == ["spec"] for op in body)
+    return isinstance(body, dict) and "spec" in body
 
 
 def examples(default: int, variable: str | None = None) -> int:
