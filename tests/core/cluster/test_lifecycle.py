@@ -367,17 +367,27 @@ def test_a_check_is_made_again_when_the_secret_the_spec_the_timer_or_the_window_
     assert isinstance(step, lifecycle.RunCheck)
 
 
-def test_a_secret_the_watch_has_not_listed_yet_is_not_a_change() -> None:
-    cluster = api.Cluster(
-        api.Meta("spoke", "fleet", uid="u", generation=2),
+def _kubeconfig_cluster(name: str, namespace: str) -> api.Cluster:
+    """A Kubeconfig Cluster of spec generation 2, its kubeconfig in Secret ``kubeconfig``."""
+    return api.Cluster(
+        api.Meta(name, namespace, uid="u", generation=2),
         api.ClusterSpec("Kubeconfig", api.KubeconfigSource(api.SecretRef("kubeconfig"))),
         api.ClusterStatus(),
     )
-    check = Check(
-        Outcome(True, Reason.READY, "ok", "https://a.example:6443"),
+
+
+def _ready_check(cluster: api.Cluster, message: str) -> Check:
+    """A Ready check a second old, of version 1 of the Cluster's kubeconfig Secret."""
+    return Check(
+        Outcome(True, Reason.READY, message, "https://a.example:6443"),
         NOW - 1,
         version_of(cluster, "1"),
     )
+
+
+def test_a_secret_the_watch_has_not_listed_yet_is_not_a_change() -> None:
+    cluster = _kubeconfig_cluster("spoke", "fleet")
+    check = _ready_check(cluster, "ok")
     state = State(cluster, check=check, checked_generation=2, next_check=NOW + 30)
     assert not lifecycle.needs_check(state, NOW, watched=None)
     assert not lifecycle.needs_check(state, NOW, watched="1")
@@ -429,16 +439,9 @@ def test_a_cluster_back_from_an_invalid_spell_of_the_same_spec_is_checked_again(
     """Over the bounds of tenant metadata (its labels, not its spec), then trimmed back: the check
     from before the spell must not serve, with nothing planned after it (found by the model test:
     such a Cluster stayed Ready on a check of a spoke long down)."""
-    live = api.Cluster(
-        api.Meta("a", "ws1", uid="u", generation=2),
-        api.ClusterSpec("Kubeconfig", api.KubeconfigSource(api.SecretRef("kubeconfig"))),
-        api.ClusterStatus(),
-    )
-    check = Check(
-        Outcome(True, Reason.READY, "reachable", "https://a.example:6443"),
-        NOW - 1,
-        version_of(live, "1"),
-        Connection("https://a.example:6443"),
+    live = _kubeconfig_cluster("a", "ws1")
+    check = attrs.evolve(
+        _ready_check(live, "reachable"), connection=Connection("https://a.example:6443")
     )
     state = State(live, selected=True, check=check, checked_generation=2, next_check=NOW + 50)
     over = api.Invalid(live.metadata, "over the bounds", live.status)
