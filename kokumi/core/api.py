@@ -9,6 +9,7 @@ message, which the actors put into the status instead of crashing.
 from __future__ import annotations
 
 import datetime
+import re
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal, TypeVar
@@ -37,6 +38,7 @@ __all__ = [
     "EnvironmentStatus",
     "Invalid",
     "Meta",
+    "Scope",
     "SecretRef",
     "TargetStatus",
     "converter",
@@ -52,6 +54,8 @@ VERSION: Final = "v1alpha1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
 IN_CLUSTER_LABEL: Final = "delivery.kokumi.dev/in-cluster"
 FINALIZER: Final = "delivery.kokumi.dev/argocd-registration"
+
+_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 ConnectionKind = Literal["Kubeconfig", "InCluster"]
 ConditionStatus = Literal["True", "False", "Unknown"]
@@ -82,10 +86,20 @@ class KubeconfigSource:
 
 
 @attrs.frozen
+class Scope:
+    """Where Argo CD may work on the cluster: what its cluster Secret says as ``namespaces`` and
+    ``clusterResources``, for a credential that may not list everything cluster-wide."""
+
+    namespaces: tuple[str, ...] = ()
+    cluster_resources: bool = False
+
+
+@attrs.frozen
 class ClusterSpec:
     connection: ConnectionKind
     kubeconfig: KubeconfigSource | None = None
     description: str = ""
+    scope: Scope | None = None
 
 
 @attrs.frozen
@@ -190,6 +204,7 @@ _CLASSES: Final = (
     Meta,
     SecretRef,
     KubeconfigSource,
+    Scope,
     ClusterSpec,
     Condition,
     ClusterStatus,
@@ -328,11 +343,57 @@ def _parse_cluster(obj: Mapping[str, Any]) -> Cluster | Invalid:
             "spec.kubeconfig is set on an InCluster Cluster: remove it, or use connection: "
             "Kubeconfig",
         )
+    scope_problem = _scope_problem(connection, spec.get("scope"))
+    if scope_problem is not None:
+        return Invalid(meta, scope_problem)
     try:
         cluster_spec = converter.structure(spec, ClusterSpec)
     except Exception as exc:  # cattrs raises groups of anything a bad value provokes
         return Invalid(meta, f"the Cluster does not fit its schema ({_why(exc)}): fix the field")
     return Cluster(meta, cluster_spec, _lenient(obj.get("status"), ClusterStatus))
+
+
+_MAX_SCOPE_NAMESPACES: Final = 64
+
+
+def _scope_problem(connection: str, scope: object) -> str | None:
+    """What is wrong with ``spec.scope``, as the CRD's schema and rules say, for an object written
+    before the field's schema or with validation off; None when nothing is."""
+    if scope is None:
+        return None
+    if connection == "InCluster":
+        return (
+            "spec.scope is set on an InCluster Cluster: Kokumi registers nothing for the "
+            "cluster it runs in; remove spec.scope"
+        )
+    if not isinstance(scope, Mapping):
+        return "spec.scope is not an object: set spec.scope.namespaces, a list of namespaces"
+    namespaces = scope.get("namespaces", [])
+    if not isinstance(namespaces, list) or not all(isinstance(n, str) for n in namespaces):
+        return "spec.scope.namespaces is not a list of names: list the namespaces Argo CD may use"
+    if len(namespaces) > _MAX_SCOPE_NAMESPACES:
+        return (
+            f"spec.scope.namespaces lists {len(namespaces)} namespaces, over "
+            f"{_MAX_SCOPE_NAMESPACES}: grant the credential cluster-wide list and remove "
+            "spec.scope"
+        )
+    for namespace in namespaces:
+        if not _DNS_LABEL.fullmatch(namespace):
+            return (
+                f"spec.scope.namespaces has {namespace[:63]!r}, not a namespace name: use "
+                "lower-case letters, digits and '-', at most 63"
+            )
+    if len(set(namespaces)) != len(namespaces):
+        return "spec.scope.namespaces names a namespace twice: list each once"
+    cluster_resources = scope.get("clusterResources", False)
+    if not isinstance(cluster_resources, bool):
+        return "spec.scope.clusterResources is not true or false: set one of the two"
+    if cluster_resources and not namespaces:
+        return (
+            "spec.scope.clusterResources needs spec.scope.namespaces: name the namespaces or "
+            "remove clusterResources"
+        )
+    return None
 
 
 def _lenient(value: object, cls: type[_T]) -> _T:

@@ -169,6 +169,33 @@ def test_in_cluster_connection_takes_no_kubeconfig(hub: APIServer, namespace: st
     assert "connection InCluster takes no spec.kubeconfig" in stderr
 
 
+def test_scope_takes_namespaces_and_cluster_resources_with_them(
+    hub: APIServer, namespace: str
+) -> None:
+    base = {"connection": "Kubeconfig", "kubeconfig": {"secretRef": {"name": "spoke"}}}
+    scope = {"namespaces": ["team-a", "team-a-jobs"], "clusterResources": True}
+    create(hub, namespace, cluster("scoped", {**base, "scope": scope}))
+    stderr = refused(hub, namespace, cluster("c1", {**base, "scope": {"clusterResources": True}}))
+    assert "spec.scope.clusterResources needs spec.scope.namespaces" in stderr
+    stderr = refused(hub, namespace, cluster("c2", {**base, "scope": {"namespaces": ["Team"]}}))
+    assert "spec.scope.namespaces[0]" in stderr
+    stderr = refused(hub, namespace, cluster("c3", {**base, "scope": {"namespaces": ["a", "a"]}}))
+    assert "Duplicate value" in stderr
+    too_many = {"namespaces": [f"n{i}" for i in range(65)]}
+    stderr = refused(hub, namespace, cluster("c4", {**base, "scope": too_many}))
+    assert "must have at most 64 items" in stderr
+    in_cluster = {"connection": "InCluster", "scope": {"namespaces": ["a"]}}
+    stderr = refused(hub, namespace, cluster("c5", in_cluster))
+    assert "connection InCluster takes no spec.scope" in stderr
+
+
+def test_explain_cluster_scope_says_what_argocd_gets(hub: APIServer) -> None:
+    text = explain(hub, "kcl.spec.scope")
+    assert "  namespaces\t" in text and "  clusterResources\t" in text
+    assert "NamespacesRequired" in text and "less than" in text
+    assert "namespaces field of the Argo CD" in explain(hub, "kcl.spec.scope.namespaces")
+
+
 def test_secret_key_defaults_to_value(hub: APIServer, namespace: str) -> None:
     spec = {"connection": "Kubeconfig", "kubeconfig": {"secretRef": {"name": "spoke-kubeconfig"}}}
     create(hub, namespace, cluster("spoke", spec))
@@ -524,7 +551,7 @@ def _most_characters(schema: dict[str, Any]) -> int:
 
 
 # The largest spec each schema admits, in characters, as docs/operations.md states it.
-MOST = {"Cluster": 1_891, "Environment": 65_491, "ClusterSource": 154_747}
+MOST = {"Cluster": 6_167, "Environment": 65_491, "ClusterSource": 154_747}
 
 
 def test_every_spec_field_is_bounded_and_a_spec_stays_small() -> None:
