@@ -25,7 +25,7 @@ from kokumi.testing.controlplane import APIServer, ControlPlane, tail
 pytest_plugins = ["tests.support.deploy", "tests.support.spoke", "tests.support.tools"]
 
 # Fixtures of tests.support.tools whose use needs Go, as the control plane does.
-GO_FIXTURES = ("argocd_lua_health", "helm", "promtool")
+GO_FIXTURES = ("argocd_appset_clusters", "argocd_lua_health", "helm", "promtool")
 
 # No per-example deadline: on a shared machine it measures the neighbours, not Kokumi, and speed
 # is for benchmarks/, never an assertion in a test.

@@ -75,6 +75,7 @@ def test_the_wheel_installs_and_runs_outside_the_checkout(tmp_path: Path) -> Non
         "go/etcd/go.mod",
         "go/argocd/go.mod",
         "go/argocd/main.go",
+        "go/argocd/appset/main.go",
         "go/helm3/go.mod",
         "go/helm4/go.mod",
         "crds/delivery.kokumi.dev_clusters.yaml",

@@ -1,7 +1,8 @@
 """Tools the tests check Kokumi's deliverables with, built from Go modules beside the control plane.
 
-Argo CD reads a custom kind's health from a Lua script, users install Kokumi with Helm, and
-Prometheus reads its alerts; the tests check each with the real code (Argo CD's ``util/lua``, the
+Argo CD reads a custom kind's health from a Lua script and selects clusters for ApplicationSets
+from their Secrets, users install Kokumi with Helm, and Prometheus reads its alerts; the tests check
+each with the real code (Argo CD's ``util/lua`` and its ApplicationSet cluster generator, the
 ``helm`` CLI of each major the chart claims, Prometheus' ``promtool``) rather than an imitation.
 Each is built once, like the control plane's binaries, into a folder of the same cache keyed by
 its version, so that a second run builds nothing.
@@ -9,6 +10,7 @@ its version, so that a second run builds nothing.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
 from collections.abc import Sequence
@@ -19,6 +21,7 @@ from kokumi.testing.build import GO_MODULES, BuildError, cache_root, ensure_bina
 __all__ = [
     "ARGOCD_TOOLCHAIN",
     "HELM_VERSIONS",
+    "ensure_argocd_appset_clusters",
     "ensure_argocd_lua_health",
     "ensure_helm",
     "ensure_promtool",
@@ -53,6 +56,30 @@ def ensure_argocd_lua_health() -> Path:
         env={"GOTOOLCHAIN": ARGOCD_TOOLCHAIN},
     )
     return out / "argocd-lua-health"
+
+
+def ensure_argocd_appset_clusters() -> Path:
+    """The program that runs an ApplicationSet through Argo CD's own cluster generator and
+    renderer against an API server's cluster Secrets, and prints the params and Applications.
+
+    From the same module as the Lua health program, so it shares its dependencies and, built
+    after it, most of its compiled packages: what it adds is the ApplicationSet code and the
+    clients the generators package links (SCM providers), not a second Argo CD.
+    """
+    version = _module_version("argocd", "github.com/argoproj/argo-cd/v3")
+    # Keyed on the program's source too: it is ours and changes between Argo CD versions, and a
+    # cache keyed on the version alone would keep running the old program.
+    source = GO_MODULES / "argocd" / "appset" / "main.go"
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
+    out = cache_root() / f"argocd-appset-clusters-{version}-{digest}"
+    go_build(
+        GO_MODULES / "argocd",
+        out,
+        [("./appset", "argocd-appset-clusters")],
+        "-s -w",
+        env={"GOTOOLCHAIN": ARGOCD_TOOLCHAIN},
+    )
+    return out / "argocd-appset-clusters"
 
 
 def ensure_helm(version: str) -> Path:
@@ -97,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         binaries = ensure_binaries()
         paths = [binaries.kube_apiserver, binaries.kube_controller_manager, binaries.etcd]
         paths.append(ensure_argocd_lua_health())
+        paths.append(ensure_argocd_appset_clusters())
         paths += [ensure_helm(version) for version in HELM_VERSIONS]
         paths.append(ensure_promtool())
     except BuildError as exc:

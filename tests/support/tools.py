@@ -14,6 +14,7 @@ import pytest
 
 from kokumi.testing.tools import (
     HELM_VERSIONS,
+    ensure_argocd_appset_clusters,
     ensure_argocd_lua_health,
     ensure_helm,
     ensure_promtool,
@@ -24,6 +25,12 @@ from kokumi.testing.tools import (
 def argocd_lua_health() -> Path:
     """Argo CD's own Lua health code, as a program over a resource_customizations folder."""
     return ensure_argocd_lua_health()
+
+
+@pytest.fixture(scope="session")
+def argocd_appset_clusters() -> Path:
+    """Argo CD's own ApplicationSet cluster generator and renderer, as a program over a hub."""
+    return ensure_argocd_appset_clusters()
 
 
 @pytest.fixture(scope="session", params=HELM_VERSIONS)
