@@ -233,11 +233,11 @@ async def test_the_harness_refuses_a_generator_it_does_not_run(
 
 def carrying(ws: Workspace, labels: str = "fleet", annotations: str = "") -> Any:
     """The manager's options with ``--carry-labels=labels --carry-annotations=annotations``."""
-    return ws.options(
-        keep_in_cluster=False,
-        carry_labels=Carry.parse([labels]),
-        carry_annotations=Carry.parse([annotations]),
-    )
+    # Imported here so that the tests that carry nothing run on a tree without the option.
+    from kokumi.core.registry.carry import Carrying  # type: ignore[attr-defined, unused-ignore]
+
+    carry = Carrying(labels=Carry.parse([labels]), annotations=Carry.parse([annotations]))
+    return ws.options(keep_in_cluster=False, carry=carry)
 
 
 async def relabel(
