@@ -11,7 +11,15 @@ from kokumi.core import api
 from kokumi.core.cluster.status import Outcome
 from kokumi.core.kubeconfig.connection import Connection
 
-__all__ = ["SECRET_REREAD", "Check", "Read", "secret_key", "secret_version", "version_of"]
+__all__ = [
+    "SECRET_REREAD",
+    "Check",
+    "Read",
+    "lists_cluster_wide",
+    "secret_key",
+    "secret_version",
+    "version_of",
+]
 
 SECRET_REREAD = 600.0
 """Seconds a kubeconfig read is reused at least while the Secret watch reports the same version.
@@ -76,3 +84,19 @@ def secret_version(cluster: api.Cluster | api.Invalid, watched: str | None) -> s
     if not isinstance(cluster, api.Cluster) or cluster.secret_ref is None:
         return None
     return version_of(cluster, watched)
+
+
+def lists_cluster_wide(cluster: api.Cluster) -> bool:
+    """Whether Argo CD would list and watch cluster-wide with ``cluster``'s credential, so that
+    its check asks whether the credential may (``NamespacesRequired`` if not).
+
+    A Kubeconfig Cluster without ``spec.scope.namespaces``: its Argo CD Secret names no
+    namespaces, and Argo CD's cluster cache then lists every kind cluster-wide. With namespaces
+    it lists in those only, and a credential granted less than that is the user's choice, not
+    asked. An InCluster Cluster registers nothing: Argo CD uses its own ServiceAccount there.
+    A change of the scope is a change of the spec, which the lifecycle checks afresh.
+    """
+    if cluster.spec.connection != "Kubeconfig":
+        return False
+    scope = cluster.spec.scope
+    return scope is None or not scope.namespaces

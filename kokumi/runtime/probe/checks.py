@@ -51,8 +51,9 @@ async def check(
     *,
     timeout: float = CHECK_TIMEOUT,  # noqa: ASYNC109
     egress: EgressPolicy | None = None,
+    cluster_wide: bool = True,
 ) -> Outcome:
-    """Check ``connection`` within ``timeout`` seconds, all included: DNS, TLS, both requests.
+    """Check ``connection`` within ``timeout`` seconds, all included: DNS, TLS, every request.
 
     The budget is a parameter, not the caller's cancel scope, because it is part of the answer:
     running out of it is an Outcome ("timed out after 10 s"), never a cancellation.
@@ -69,9 +70,14 @@ async def check(
     and to every address a host name resolves to, before a socket is opened to it. A proxy's own
     address is judged the same way; a host name behind a proxy is resolved by the proxy, out of
     the probe's sight, which is what the example NetworkPolicy in deploy/optional is for.
+
+    ``cluster_wide``: Argo CD would list and watch cluster-wide with this credential (its Cluster
+    has no ``spec.scope.namespaces``: :func:`kokumi.core.cluster.findings.lists_cluster_wide`),
+    so a good credential is also asked whether it may (``NamespacesRequired`` if not).
     """
     return await _check(
         Outcomes(connection.server, timeout, own=False),
+        cluster_wide=cluster_wide,
         egress=egress or _DEFAULT_EGRESS,
         token=connection.token,
         client_certificate=connection.client_certificate,
@@ -103,10 +109,13 @@ async def check_config(
     """Check the manager's own connection (the cluster Kokumi runs in) as :func:`check` does.
 
     Same two questions and reasons, so an InCluster Cluster reads like any other; the messages
-    point at the manager's credential instead of a kubeconfig Secret. Pass ``client.config`` of
-    the shared :class:`kokumi.kube.Client`. The check opens a connection of its own rather than
-    borrowing the client's pool: it must prove that a new connection works, not that an old one
-    still does. A rotating token that the server refuses is re-read once, as the client does.
+    point at the manager's credential instead of a kubeconfig Secret. It is not asked whether
+    it may list cluster-wide: Kokumi registers nothing for its own cluster, where Argo CD uses
+    its own ServiceAccount, so the manager's rights say nothing of Argo CD's. Pass
+    ``client.config`` of the shared :class:`kokumi.kube.Client`. The check opens a connection
+    of its own rather than borrowing the client's pool: it must prove that a new connection
+    works, not that an old one still does. A rotating token that the server refuses is re-read
+    once, as the client does.
     """
     outcomes = Outcomes(config.server, timeout, own=True)
     with trio.move_on_after(timeout):
@@ -118,6 +127,7 @@ async def check_config(
         while True:
             outcome = await _check(
                 outcomes,
+                cluster_wide=False,
                 token=token,
                 client_certificate=config.client_certificate,
                 client_key=config.client_key,
@@ -138,6 +148,7 @@ async def check_config(
 async def _check(
     outcomes: Outcomes,
     *,
+    cluster_wide: bool,
     token: str | None,
     client_certificate: bytes | None,
     client_key: bytes | None,
@@ -174,7 +185,11 @@ async def _check(
         headers["Authorization"] = f"Bearer {token}"
     extensions = {"sni_hostname": tls_server_name} if tls_server_name else {}
     question = Question(
-        base, headers, extensions, has_credential=bool(token) or bool(client_certificate)
+        base,
+        headers,
+        extensions,
+        has_credential=bool(token) or bool(client_certificate),
+        cluster_wide=cluster_wide,
     )
     started = trio.current_time()
     with trio.move_on_after(outcomes.timeout):
