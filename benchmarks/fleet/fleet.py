@@ -216,7 +216,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 continue
             sock = trio.socket.socket()
             sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_REUSEADDR, 1)
-            await sock.bind((address(index), PORT))
+            await sock.bind((address(index), args.port))
             sock.listen(128)
             listener = trio.SocketListener(sock)
             if kind == "hanging":
@@ -242,6 +242,9 @@ def main() -> None:
     for kind in KINDS[1:]:
         parser.add_argument(f"--{kind}", type=float, default=0.0, help=f"share of {kind} spokes")
     parser.add_argument("--slow-seconds", type=float, default=2.0)
+    parser.add_argument(
+        "--port", type=int, default=PORT, help="the spokes' port (another fleet may hold 6443)"
+    )
     parser.add_argument(
         "--extra-hanging", type=int, default=0, help="hanging spokes after the --spokes ones"
     )

@@ -94,7 +94,9 @@ async def answer_checks(
 
 async def both(target: Connection) -> Outcome:
     """Check on the lean path and through httpx: the Outcomes must be equal."""
+    checks._answers_of_run().clear()  # each path asks every question
     lean = await check(target, timeout=5)
+    checks._answers_of_run().clear()
     checks._LEAN = False
     try:
         through_httpx = await check(target, timeout=5)

@@ -12,6 +12,7 @@ from kokumi.core.cluster.status import Outcome
 from kokumi.core.kubeconfig.connection import Connection
 
 __all__ = [
+    "CLUSTER_WIDE_KEPT",
     "SECRET_REREAD",
     "Check",
     "Read",
@@ -28,6 +29,18 @@ Past this (and a random share of it again, so that Clusters created together do 
 once ten minutes later), the next check reads the Secret again, so a RoleBinding removed
 meanwhile shows as SecretNotReadable within twenty minutes (the metadata watch keeps its last
 versions when it is refused).
+"""
+
+
+CLUSTER_WIDE_KEPT = 600.0
+"""Seconds a yes to "may this credential list cluster-wide?" is kept for its connection (the
+same server, credential and TLS settings), so that a steady Ready fleet does not ask it at every
+check: it is a third request on every check's connection, 10-25 % of a check's CPU
+(benchmarks/README.md). Only a yes is kept: a Cluster that is ``NamespacesRequired`` asks at
+every check, so a binding granted on the spoke shows within a minute; a binding taken away shows
+within ten minutes, as a RoleBinding taken from the manager shows as SecretNotReadable within
+:data:`SECRET_REREAD` and twice that. A new credential, or a kubeconfig Secret read anew into
+another connection, asks at once.
 """
 
 

@@ -18,9 +18,11 @@ Two requests, and a third for most Clusters, over one connection (:mod:`.questio
    ``POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews`` of listing every resource
    cluster-wide: Argo CD's cluster cache lists and watches every kind cluster-wide unless its
    cluster Secret names namespaces, and fails with a credential that may not (argo-cd#7521).
-   A no is ``NamespacesRequired``, with the fix (name the namespaces, or grant the list). Asked
-   at every check, like the review: the spoke's RBAC changes with no word to the hub. The
-   manager's own check (InCluster) does not ask: Argo CD uses its own ServiceAccount there.
+   A no is ``NamespacesRequired``, with the fix (name the namespaces, or grant the list). A yes
+   is kept for the connection ten minutes (:data:`kokumi.core.cluster.findings.CLUSTER_WIDE_KEPT`),
+   a no never: a steady Ready fleet asks two questions a check, and a grant on the spoke shows
+   at the next check. The manager's own check (InCluster) does not ask: Argo CD uses its own
+   ServiceAccount there.
 
 A 401 from any of them means the credential is refused (``Unauthorized``), and so does a review that
 says we are ``system:anonymous``. A 403 on the review means the credential authenticates but its

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import httpx
 import trio
 
-from kokumi.core.cluster import diagnosis
+from kokumi.core.cluster import diagnosis, findings
 from kokumi.core.cluster.egress import EgressPolicy, judge
 from kokumi.core.cluster.schedule import CHECK_TIMEOUT
 from kokumi.core.cluster.status import Outcome
@@ -73,11 +73,15 @@ async def check(
 
     ``cluster_wide``: Argo CD would list and watch cluster-wide with this credential (its Cluster
     has no ``spec.scope.namespaces``: :func:`kokumi.core.cluster.findings.lists_cluster_wide`),
-    so a good credential is also asked whether it may (``NamespacesRequired`` if not).
+    so a good credential is also asked whether it may (``NamespacesRequired`` if not). A yes is
+    kept for the connection for :data:`~kokumi.core.cluster.findings.CLUSTER_WIDE_KEPT`, and the
+    question not asked again meanwhile; a no is never kept.
     """
-    return await _check(
+    answers = _answers_of_run()
+    ask = cluster_wide and not answers.holds(connection, trio.current_time())
+    outcome = await _check(
         Outcomes(connection.server, timeout, own=False),
-        cluster_wide=cluster_wide,
+        cluster_wide=ask,
         egress=egress or _DEFAULT_EGRESS,
         token=connection.token,
         client_certificate=connection.client_certificate,
@@ -87,6 +91,11 @@ async def check(
         insecure_skip_tls_verify=connection.insecure_skip_tls_verify,
         proxy_url=connection.proxy_url,
     )
+    if ask:
+        # Ready after asking is a yes (the diagnosis takes nothing else for one); anything else
+        # is a no, or no answer: asked again at the next check.
+        answers.note(connection, trio.current_time(), yes=outcome.ok)
+    return outcome
 
 
 async def check_client(
@@ -304,6 +313,57 @@ class _ContextCache:
 
 
 _contexts = _ContextCache(4096)
+
+
+class _Answers:
+    """The connections whose credential said yes to the cluster-wide question, and when: the
+    last :data:`_ANSWERS` of them, least recently asked first out.
+
+    Keyed by the connection itself (server, credential and TLS settings, compared by value): a
+    changed kubeconfig is a new key, asked at once. An entry holds a reference to the connection,
+    which its Cluster holds too while its kubeconfig stands.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._at: collections.OrderedDict[Connection, float] = collections.OrderedDict()
+
+    def holds(self, connection: Connection, now: float) -> bool:
+        at = self._at.get(connection)
+        if at is None:
+            return False
+        if now - at < findings.CLUSTER_WIDE_KEPT:
+            return True
+        del self._at[connection]
+        return False
+
+    def note(self, connection: Connection, now: float, *, yes: bool) -> None:
+        if not yes:
+            self._at.pop(connection, None)
+            return
+        self._at[connection] = now
+        self._at.move_to_end(connection)
+        if len(self._at) > self._size:
+            self._at.popitem(last=False)
+
+    def clear(self) -> None:
+        self._at.clear()
+
+
+_ANSWERS = 16384
+"""Connections whose yes is kept: a fleet of 10,000 and some changed kubeconfigs; about 100
+bytes each beyond the connections themselves."""
+_ANSWERS_OF_RUN: trio.lowlevel.RunVar[_Answers] = trio.lowlevel.RunVar("kokumi_probe_answers")
+
+
+def _answers_of_run() -> _Answers:
+    """The yes answers kept in this Trio run (whose clock their times are on)."""
+    try:
+        return _ANSWERS_OF_RUN.get()
+    except LookupError:
+        answers = _Answers(_ANSWERS)
+        _ANSWERS_OF_RUN.set(answers)
+        return answers
 
 
 def _header_safe(token: str) -> bool:

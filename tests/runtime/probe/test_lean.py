@@ -32,6 +32,7 @@ import trio
 from httpcore._backends.trio import TrioStream
 from hypothesis import given
 
+from kokumi.core.cluster import findings
 from kokumi.core.cluster.egress import parse_address
 from kokumi.core.cluster.status import Outcome
 from kokumi.core.kubeconfig.connection import Connection
@@ -527,6 +528,40 @@ async def test_a_server_that_closes_before_the_access_review_is_asked_again(
     server, seen = await serve(handler)
     assert await checked(pki, server) == ready(server)
     assert seen.accepted == 2
+
+
+async def test_a_yes_is_kept_for_the_connection_and_a_no_never(
+    pki: Pki, serve: Serve, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A steady Ready Cluster does not ask at every check; one that is not allowed does, so a
+    binding granted on the spoke shows at the next check; a binding taken away shows once the
+    yes is older than findings.CLUSTER_WIDE_KEPT."""
+    allowed = [True]
+
+    async def handler(peer: Peer) -> None:
+        while (asked := await peer.request()) is not None:
+            if asked[1] == ACCESS_REVIEW_PATH:
+                await peer.send(response("201 Created", access_review(allowed=allowed[0])))
+            else:
+                await peer.send(healthy(asked[1]))
+
+    server, seen = await serve(handler)
+    asked = f"POST {ACCESS_REVIEW_PATH}"
+    assert await checked(pki, server) == ready(server)
+    assert seen.requests.count(asked) == 1
+    allowed[0] = False  # the ClusterRoleBinding taken away on the spoke
+    assert await checked(pki, server) == ready(server)  # the yes is kept
+    assert seen.requests.count(asked) == 1
+    other = attrs.evolve(connection(pki, server), token=canary.token("another-credential"))
+    assert (await check(other)).reason is Reason.NAMESPACES_REQUIRED  # another credential asks
+    monkeypatch.setattr(findings, "CLUSTER_WIDE_KEPT", 0.0)
+    assert (await checked(pki, server)).reason is Reason.NAMESPACES_REQUIRED
+    monkeypatch.undo()
+    assert (await checked(pki, server)).reason is Reason.NAMESPACES_REQUIRED  # a no is not kept
+    assert seen.requests.count(asked) == 4
+    allowed[0] = True  # granted again: Ready at the next check
+    assert await checked(pki, server) == ready(server)
+    assert seen.requests.count(asked) == 5
 
 
 # --- hostile servers -------------------------------------------------------------------------
