@@ -35,7 +35,7 @@ versions when it is refused).
 CLUSTER_WIDE_KEPT = 600.0
 """Seconds a yes to "may this credential list cluster-wide?" is kept for its connection (the
 same server, credential and TLS settings), so that a steady Ready fleet does not ask it at every
-check: it is a third request on every check's connection, 10-25 % of a check's CPU
+check: it is a third request on every check's connection, 15-35 % of a check's CPU
 (benchmarks/README.md). Only a yes is kept: a Cluster that is ``NamespacesRequired`` asks at
 every check, so a binding granted on the spoke shows within a minute; a binding taken away shows
 within ten minutes, as a RoleBinding taken from the manager shows as SecretNotReadable within
