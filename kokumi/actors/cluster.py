@@ -399,6 +399,7 @@ class ClusterActor:
                 read.connection,
                 timeout=self._context.options.probe_timeout,
                 egress=self._context.options.probe_egress,
+                cluster_wide=findings.lists_cluster_wide(cluster),
             )
         finally:
             limiter.release()
