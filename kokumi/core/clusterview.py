@@ -51,6 +51,7 @@ __all__ = [
     "registration",
     "row",
     "scope",
+    "scope_text",
     "select",
     "window",
 ]
@@ -68,6 +69,20 @@ def ready_condition(cluster: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def label_text(labels: Mapping[str, Any] | None) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted((labels or {}).items())) or "<none>"
+
+
+def scope_text(cluster: Mapping[str, Any]) -> str:
+    """Where Argo CD may work on the Cluster (``spec.scope``), in a few words: what its Argo CD
+    Secret says as ``namespaces`` and ``clusterResources``, or cluster-wide when unset."""
+    spec = cluster.get("spec")
+    found = spec.get("scope") if isinstance(spec, Mapping) else None
+    namespaces = found.get("namespaces") if isinstance(found, Mapping) else None
+    if not isinstance(namespaces, list) or not namespaces:
+        return "cluster-wide"
+    text = "namespaces " + ", ".join(str(n) for n in namespaces)
+    if isinstance(found, Mapping) and found.get("clusterResources") is True:
+        text += ", and cluster-scoped resources"
+    return text
 
 
 def age(timestamp: str | None, now: datetime.datetime) -> str:

@@ -226,6 +226,8 @@ def cluster_routes(ui: UI) -> list[BaseRoute]:
             "server": "",
             "labels": "",
             "description": "",
+            "scope_namespaces": "",
+            "cluster_resources": "",
         }
         errors: dict[str, str] = {}
         contexts: list[str] = []
@@ -314,6 +316,9 @@ def _cluster_context(
         "since_age": clusterview.age(ready.get("lastTransitionTime"), now) if ready else "",
         "stale": observed is not None and observed != generation,
         "registration": clusterview.registration(cluster, facts.argocd_secrets, argocd_namespace),
+        "argocd_scope": ""
+        if spec.get("connection") == "InCluster"
+        else clusterview.scope_text(cluster),
         "registration_by_status": facts.argocd_secrets is None,
         "targets": clusterview.environment_targets(cluster, facts.clusters, facts.environments),
         "events": [
@@ -368,6 +373,39 @@ async def _save(
         ) from None
     except KubeError as exc:
         raise newcluster.api_error(f"cannot update Cluster {where}", exc) from None
+
+
+_SCOPE_WORDS: Final = (
+    ("spec.scope.namespaces", "Argo CD namespaces"),
+    ("spec.scope.clusterResources", "cluster-scoped resources"),
+    ("remove spec.scope", "leave Argo CD namespaces empty"),
+    ("spec.scope", "Argo CD namespaces"),
+)
+
+
+def _scope(values: Mapping[str, str]) -> api.Scope | str | None:
+    """The form's Argo CD namespaces and cluster-scoped box as ``spec.scope``; or why not, read
+    by the manager's own parser of the would-be Cluster, in the form's words."""
+    namespaces = tuple(n for n in values["scope_namespaces"].replace(",", " ").split() if n)
+    whole = bool(values["cluster_resources"])
+    if not namespaces and not whole:
+        return None
+    scope = api.Scope(namespaces, whole)
+    name = values["name"] or "cluster"
+    body = newcluster.cluster_object(
+        name,
+        values["namespace"] or "default",
+        secret=None if values["how"] == "incluster" else newcluster.kubeconfig_secret_name(name),
+        scope=scope,
+    )
+    try:
+        newcluster.check_cluster(body)
+    except newcluster.Refused as refused:
+        text = str(refused)
+        for field, words in _SCOPE_WORDS:
+            text = text.replace(field, words)
+        return text
+    return scope
 
 
 @attrs.frozen
@@ -495,6 +533,10 @@ async def _add(
     except newcluster.Refused as refused:
         errors["labels"] = str(refused)
         labels = {}
+    scope = _scope(values)
+    if isinstance(scope, str):
+        errors["scope"] = scope
+        scope = None
     given = await _credentials(form)
     if not isinstance(given, _Credentials):
         return {**errors, **given}, []
@@ -507,7 +549,7 @@ async def _add(
     try:
         await newcluster.add_cluster(
             hub, name, namespace, source, labels=labels, description=values["description"],
-            update=False,
+            scope=scope, update=False,
         )  # fmt: skip
     except newcluster.Refused as refused:
         return {"form": str(refused)}, contexts

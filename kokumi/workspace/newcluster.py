@@ -44,6 +44,7 @@ __all__ = [
     "add_cluster",
     "api_error",
     "argocd_only",
+    "check_cluster",
     "check_kubeconfig",
     "check_name",
     "check_namespace",
@@ -54,6 +55,7 @@ __all__ = [
     "kubeconfig_secret",
     "kubeconfig_secret_name",
     "refuse_argocds_own_cluster",
+    "scope_object",
     "write",
     "written_here",
 ]
@@ -164,6 +166,8 @@ def cluster_object(
     secret: str | None,
     labels: Mapping[str, str] | None = None,
     description: str = "",
+    scope: api.Scope | None = None,
+    annotations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A Cluster reached with the kubeconfig in ``secret`` (key ``value``), or InCluster."""
     spec: dict[str, Any] = {"connection": "InCluster"}
@@ -171,10 +175,36 @@ def cluster_object(
         spec = {"connection": "Kubeconfig", "kubeconfig": {"secretRef": {"name": secret}}}
     if description:
         spec["description"] = description
+    if scope is not None:
+        spec["scope"] = scope_object(scope)
     metadata: dict[str, Any] = {"name": name, "namespace": namespace}
     if labels:
         metadata["labels"] = dict(labels)
+    if annotations:
+        metadata["annotations"] = dict(annotations)
     return {"apiVersion": api.API_VERSION, "kind": "Cluster", "metadata": metadata, "spec": spec}
+
+
+def scope_object(scope: api.Scope) -> dict[str, Any]:
+    """``spec.scope`` as the CRD writes it: ``clusterResources`` only when true, so that an
+    object written here reads back as one written by hand with the same meaning."""
+    written: dict[str, Any] = {"namespaces": list(scope.namespaces)}
+    if scope.cluster_resources:
+        written["clusterResources"] = True
+    return written
+
+
+def check_cluster(body: Mapping[str, Any]) -> None:
+    """Refuse a would-be Cluster whose spec the manager would call Invalid, in the manager's own
+    words (:func:`kokumi.core.api.parse_cluster`), before anything is written: the spec's rules
+    live there once. Its labels are the API server's to judge, as they always were."""
+    meta = metadata_of(body)
+    parsed = api.parse_cluster(
+        {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+         "spec": body.get("spec")}
+    )  # fmt: skip
+    if isinstance(parsed, api.Invalid):
+        raise Refused(parsed.message)
 
 
 def kubeconfig_secret(
@@ -277,6 +307,8 @@ async def add_cluster(
     *,
     labels: Mapping[str, str] | None = None,
     description: str = "",
+    scope: api.Scope | None = None,
+    annotations: Mapping[str, str] | None = None,
     update: bool = True,
 ) -> Added:
     """Create or update the Cluster and its kubeconfig Secret, as the hub's user.
@@ -287,7 +319,8 @@ async def add_cluster(
     first, and restored when the Cluster cannot be updated, so a failed ``add`` never leaves a
     Cluster pointing at a Secret that is not there. Every partial failure says what was changed
     and what was not. Without ``update`` (a form for new Clusters), an existing Cluster of that
-    name is refused, and nothing is written.
+    name is refused, and nothing is written. ``scope`` None keeps an existing Cluster's scope, as
+    an empty ``description`` keeps its description.
     """
     secret = kubeconfig_secret_name(name)
     existing_secret: dict[str, Any] | None = None
@@ -299,7 +332,11 @@ async def add_cluster(
         secret=secret if source.kubeconfig is not None else None,
         labels=labels,
         description=description,
+        scope=scope,
+        annotations=annotations,
     )
+    if scope is not None:
+        check_cluster(body)
     current: dict[str, Any] | None = None
     if source.kubeconfig is not None:
         try:
@@ -440,11 +477,16 @@ async def _create_or_update_cluster(
         updated = dict(current)
         metadata = dict(current["metadata"])
         metadata["labels"] = {**(metadata.get("labels") or {}), **(meta.get("labels") or {})}
+        if meta.get("annotations"):
+            metadata["annotations"] = {**(metadata.get("annotations") or {}), **meta["annotations"]}
         updated["metadata"] = metadata
         spec = dict(body["spec"])
         old_description = (current.get("spec") or {}).get("description")
         if "description" not in spec and old_description:
             spec["description"] = old_description
+        old_scope = (current.get("spec") or {}).get("scope")
+        if "scope" not in spec and old_scope is not None and spec["connection"] != "InCluster":
+            spec["scope"] = old_scope
         updated["spec"] = spec
         try:
             return await hub.replace(api.CLUSTERS, updated, namespace=meta["namespace"]), False

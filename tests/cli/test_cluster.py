@@ -376,7 +376,7 @@ def test_add_from_server_ca_and_token_file_and_in_cluster_then_list(
                                     hub=hub.admin_kubeconfig).out)  # fmt: skip
     assert as_yaml == as_json
     wide = kokumi("cluster", "list", "-n", namespace, "-o", "wide", hub=hub.admin_kubeconfig)
-    assert wide.out.splitlines()[0].split()[-2:] == ["SECRET", "MESSAGE"]
+    assert wide.out.splitlines()[0].split()[-3:] == ["SECRET", "SCOPE", "MESSAGE"]
     assert "spoke-kubeconfig/value" in wide.out
     everywhere = kokumi("cluster", "list", "-A", hub=hub.admin_kubeconfig).out
     assert ["spoke", namespace] in [line.split()[:2] for line in everywhere.splitlines()]
@@ -706,6 +706,8 @@ def test_import_from_argocd_copies_token_clusters_and_lists_the_rest(
             namespace,
             "--argocd-namespace",
             argo,
+            "--carry-labels",
+            "env",
         )
 
         dry = kokumi(*command, "--dry-run", hub=hub.admin_kubeconfig)
@@ -722,6 +724,7 @@ def test_import_from_argocd_copies_token_clusters_and_lists_the_rest(
             "runs a program Kokumi does not run: use kokumi cluster add --create-service-account",
             f"{argo}/cluster-spoke-prod: imported as Cluster {namespace}/spoke-prod: Secret "
             f"spoke-prod-kubeconfig, server {spoke_kubeconfig.server}",
+            "  labels carried onto its Argo CD Secret: env",
             "  next: delete the old Argo CD Secret so Kokumi can take the server over: "
             f"kubectl delete secret cluster-spoke-prod -n {argo}",
         ]
@@ -752,6 +755,7 @@ def test_import_from_argocd_copies_token_clusters_and_lists_the_rest(
         assert again.out.splitlines()[2:] == [
             f"{argo}/cluster-spoke-prod: updated as Cluster {namespace}/spoke-prod: Secret "
             f"spoke-prod-kubeconfig, server {spoke_kubeconfig.server}",
+            "  labels carried onto its Argo CD Secret: env",
             "  next: delete the old Argo CD Secret so Kokumi can take the server over: "
             f"kubectl delete secret cluster-spoke-prod -n {argo}",
             f"{argo}/cluster-staging: failed: Cluster {namespace}/staging exists and reads "
@@ -761,12 +765,15 @@ def test_import_from_argocd_copies_token_clusters_and_lists_the_rest(
                           "jsonpath={.spec.kubeconfig.secretRef.name}").stdout  # fmt: skip
         assert staging == "theirs"
         kubectl(hub, "delete", "kcl", "staging", "-n", namespace)
-        scoped = kokumi(*command, "--dry-run", hub=hub.admin_kubeconfig).out
-        assert (
+        scoped = kokumi(*command, "--dry-run", hub=hub.admin_kubeconfig).out.splitlines()
+        at = scoped.index(
             f"{argo}/cluster-staging: would be imported as Cluster {namespace}/staging: Secret "
-            f"staging-kubeconfig, server {spoke_kubeconfig.server} (Argo CD limited it to "
-            "namespaces team-a,team-b; Kokumi does not)"
-        ) in scoped.splitlines()
+            f"staging-kubeconfig, server {spoke_kubeconfig.server}"
+        )
+        assert scoped[at + 1 : at + 3] == [
+            "  labels carried onto its Argo CD Secret: none",
+            "  namespaces team-a,team-b: kept as the Cluster's spec.scope",
+        ]
     finally:
         kubectl(hub, "delete", "namespace", argo, "--wait=false", check=False)
 

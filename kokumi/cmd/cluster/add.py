@@ -20,11 +20,13 @@ import yaml
 
 from kokumi.cmd.cluster.command import OneLineParser, examples, hub_client, hub_flags, runner
 from kokumi.cmd.cluster.errors import CliError, CliUsageError, api_error, warn
+from kokumi.cmd.cluster.scope import scope_from_flags
 from kokumi.cmd.cluster.spoke import (
     kubeconfig_of_context,
     service_account_kubeconfig,
     service_account_objects,
 )
+from kokumi.core import api
 from kokumi.core.kubeconfig.connection import KubeconfigRefused
 from kokumi.core.registry import argocd
 from kokumi.core.registry.ownership import IN_CLUSTER_SERVER
@@ -186,6 +188,10 @@ async def _cmd_add(args: argparse.Namespace) -> None:
     with _nothing_ran_yet():
         _check_name(args.name)
         labels = _labels(args.label)
+        scope = scope_from_flags(
+            args.name, args.namespace, args.scope_namespace, args.cluster_resources,
+            in_cluster=args.in_cluster,
+        )  # fmt: skip
         chosen = [
             flag
             for flag, given in (
@@ -242,6 +248,7 @@ async def _cmd_add(args: argparse.Namespace) -> None:
                     else None,
                     labels=labels,
                     description=args.description,
+                    scope=scope,
                 ),
                 "",
             )
@@ -254,12 +261,18 @@ async def _cmd_add(args: argparse.Namespace) -> None:
         return
 
     if args.secret_only:
-        await _secret_only(args, source, labels)
+        await _secret_only(args, source, labels, scope)
         return
 
     async with hub_client(args) as hub:
         added = await add_cluster(
-            hub, args.name, args.namespace, source, labels=labels, description=args.description
+            hub,
+            args.name,
+            args.namespace,
+            source,
+            labels=labels,
+            description=args.description,
+            scope=scope,
         )
     where = f"{args.namespace}/{args.name}"
     print(f"Cluster {where} {'created' if added.cluster_created else 'updated'}")
@@ -274,7 +287,9 @@ async def _cmd_add(args: argparse.Namespace) -> None:
     )
 
 
-async def _secret_only(args: argparse.Namespace, source: Source, labels: dict[str, str]) -> None:
+async def _secret_only(
+    args: argparse.Namespace, source: Source, labels: dict[str, str], scope: api.Scope | None
+) -> None:
     """Write only the Secret ``NAME-kubeconfig``; print the Cluster that reads it, to apply.
 
     The Secret has no owner yet (there is no Cluster to own it): a later ``add`` of the Cluster
@@ -310,7 +325,12 @@ async def _secret_only(args: argparse.Namespace, source: Source, labels: dict[st
                 meta["ownerReferences"] = old["ownerReferences"]
             await write(hub, "update", SECRETS, wanted, hub.replace)
     cluster = cluster_object(
-        args.name, args.namespace, secret=name, labels=labels, description=args.description
+        args.name,
+        args.namespace,
+        secret=name,
+        labels=labels,
+        description=args.description,
+        scope=scope,
     )
     verb = "updated" if existing is not None else "created"
     print(f"# Secret {where} {verb}: {source.what}")
@@ -343,6 +363,8 @@ def add_parser(sub: argparse._SubParsersAction[OneLineParser]) -> None:
                 --cluster-role kokumi-deployer --server https://eks-prod.internal:443
             kokumi cluster add in-cluster -n team-a --in-cluster \\
                 --label delivery.kokumi.dev/in-cluster=true
+            kokumi cluster add team-a -n platform --context spoke --cluster-role team-a-deployer \
+                --create-service-account --scope-namespace team-a,team-a-jobs
             kokumi cluster add spoke -n platform --context spoke --dry-run
             kokumi cluster add spoke -n platform --kubeconfig kind-spoke.kubeconfig \\
                 --create-service-account --server https://kokumi-spoke-control-plane:6443 \\
@@ -388,6 +410,22 @@ def add_parser(sub: argparse._SubParsersAction[OneLineParser]) -> None:
         "--label", action="append", default=[], metavar="KEY=VALUE", help="a label (repeatable)"
     )
     add_cmd.add_argument("--description", default="", help="spec.description")
+    scoped = add_cmd.add_argument_group(
+        "where Argo CD may work (spec.scope), for a credential that may not list cluster-wide"
+    )
+    scoped.add_argument(
+        "--scope-namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="a namespace of the cluster Argo CD may deploy to and watch (repeatable, or "
+        "comma-separated); unset: cluster-wide. Running add again without it keeps the scope",
+    )
+    scoped.add_argument(
+        "--cluster-resources",
+        action="store_true",
+        help="Argo CD may also manage cluster-scoped resources there (needs --scope-namespace)",
+    )
     add_cmd.add_argument(
         "--argocd-namespace",
         default=argocd.ARGOCD_NAMESPACE,

@@ -21,7 +21,7 @@ from kokumi.cmd.cluster.command import (
 )
 from kokumi.cmd.cluster.errors import CliError, api_error
 from kokumi.core import api
-from kokumi.core.clusterview import environment_targets, registration
+from kokumi.core.clusterview import environment_targets, registration, scope_text
 from kokumi.core.registry import argocd
 from kokumi.core.sources.spec import source_of
 from kokumi.core.text import one_line
@@ -92,6 +92,8 @@ def describe_text(
         ("Description", str(spec.get("description") or "-")),
         ("Connection", connection),
     ]
+    if spec.get("connection") != "InCluster":
+        lines.append(("Scope", scope_text(cluster)))
     made_by = source_of(cluster)
     if made_by is not None:
         # Edits to a sourced Cluster's labels or spec are undone: the source is where to edit.

@@ -1,7 +1,8 @@
 """``kokumi cluster import``: Cluster API's, labelled Secrets', vcluster's and Argo CD's clusters.
 
 Argo CD's become a ``<name>-kubeconfig`` Secret and a Cluster through
-:mod:`kokumi.workspace.newcluster`, as ``add`` would make them; Cluster API's Secrets, and the
+:mod:`kokumi.workspace.newcluster`, as ``add`` would make them, with the report of what the new
+registration carries (:mod:`kokumi.cmd.cluster.fromargocd`); Cluster API's Secrets, and the
 labelled Secrets of ``--from secrets`` and ``--from vcluster``, stay where their tool rotates
 them, and the Cluster reads them there. Which Secrets, their names and their verdicts are the
 ClusterSource's own rules (:mod:`kokumi.core.sources.secretsource`), once instead of for as long
@@ -11,34 +12,30 @@ as a source exists.
 from __future__ import annotations
 
 import argparse
-import re
 import textwrap
-from collections.abc import Mapping
 from typing import Any, Final
 
-import attrs
-
 from kokumi.cmd.cluster.command import OneLineParser, examples, hub_client, hub_flags, runner
-from kokumi.cmd.cluster.errors import api_error
+from kokumi.cmd.cluster.errors import CliUsageError, api_error
+from kokumi.cmd.cluster.fromargocd import (
+    ImportResult,
+    argocd_connection,
+    cluster_name_for,
+    import_argocd,
+    in_the_way,
+)
 from kokumi.core import api
-from kokumi.core.kubeconfig.connection import Connection, KubeconfigRefused
-from kokumi.core.kubeconfig.reader import minimise, render
 from kokumi.core.registry import argocd
-from kokumi.core.registry.ownership import is_argocd_own
+from kokumi.core.registry.carry import Carry
 from kokumi.core.sources import clusterapi, secretplan, secretsource, vcluster
 from kokumi.core.sources.plan import controller_of, kubeconfig_problem
 from kokumi.core.sources.secretsource import Shape
 from kokumi.kube.client import Client
 from kokumi.kube.errors import KubeError, NotFound
 from kokumi.kube.resources import SECRETS
-from kokumi.objects import secret_data
 from kokumi.workspace.newcluster import (
     SECRET_KEY,
-    Refused,
-    Source,
-    add_cluster,
     cluster_object,
-    kubeconfig_secret_name,
 )
 
 __all__ = [
@@ -54,28 +51,6 @@ __all__ = [
 
 
 CAPI_CLUSTER_NAME: Final = clusterapi.CAPI_CLUSTER_NAME
-
-
-@attrs.frozen
-class ImportResult:
-    """What became of one Secret found by ``import``: imported, kept, or why not."""
-
-    source: str  # namespace/name of the Secret
-    cluster: str | None  # the Cluster it became (or would become)
-    state: str  # imported, updated, exists, not importable, failed
-    detail: str = ""
-    next_step: str = ""
-
-    def lines(self, dry_run: bool) -> list[str]:
-        if self.cluster is not None and self.state in ("imported", "updated"):
-            verb = "would be imported" if dry_run else self.state
-            head = f"{self.source}: {verb} as Cluster {self.cluster}"
-        else:
-            head = f"{self.source}: {self.state}"
-        lines = [f"{head}: {self.detail}" if self.detail else head]
-        if self.next_step:
-            lines.append(f"  next: {self.next_step}")
-        return lines
 
 
 async def import_cluster_api(hub: Client, namespace: str, *, dry_run: bool) -> list[ImportResult]:
@@ -132,39 +107,6 @@ async def _capi_clusters(hub: Client, namespace: str) -> clusterapi.CapiView:
     )
 
 
-async def _in_the_way(
-    hub: Client,
-    namespace: str,
-    name: str,
-    secret: str,
-    key: str = SECRET_KEY,
-    context: str | None = None,
-) -> tuple[bool, str | None]:
-    """Whether the Cluster ``name`` exists, and why an import may not write it (None: it may).
-
-    An import never re-points a Cluster somebody made otherwise: that would swap its credential.
-    A Cluster that reads ``secret`` already is the one an earlier import made.
-    """
-    where = f"{namespace}/{name}"
-    try:
-        existing = await hub.get(api.CLUSTERS, name, namespace=namespace)
-    except NotFound:
-        return False, None
-    except KubeError as exc:
-        return False, str(api_error(f"cannot read Cluster {where}", exc))
-    kubeconfig = (existing.get("spec") or {}).get("kubeconfig") or {}
-    ref = kubeconfig.get("secretRef") or {}
-    if (
-        ref.get("name") == secret
-        and ref.get("key", SECRET_KEY) == key
-        and kubeconfig.get("context") == context
-    ):
-        return True, None
-    return True, (
-        f"Cluster {where} exists and reads another Secret: rename or delete it to import this one"
-    )
-
-
 async def _import_reference(
     hub: Client,
     namespace: str,
@@ -178,7 +120,7 @@ async def _import_reference(
 ) -> ImportResult:
     source = f"{namespace}/{secret}"
     where = f"{namespace}/{name}"
-    exists, blocked = await _in_the_way(hub, namespace, name, secret, key, context)
+    exists, blocked = await in_the_way(hub, namespace, name, secret, key, context)
     if blocked is not None:
         return ImportResult(source, where, "failed", blocked)
     if exists:
@@ -361,139 +303,21 @@ async def _vcluster_services(hub: Client, namespace: str) -> vcluster.VClusterVi
     return vcluster.view_of(True, [item["metadata"] for item in listing["items"]])
 
 
-_ARGOCD_LABELS: Final = "argocd.argoproj.io/"
-
-_INSTEAD: Final = "use kokumi cluster add --create-service-account"
-
-
-def argocd_connection(secret: Mapping[str, Any]) -> Connection | str:
-    """The connection an Argo CD cluster Secret describes, or why Kokumi cannot carry it over.
-
-    Read as Argo CD reads it (:func:`kokumi.core.registry.argocd.config_from_secret`), in Argo CD's
-    order of precedence: AWS authentication, then an exec plugin, then basic auth or a bearer token.
-    """
-    server = argocd.server_of(secret)
-    if server is None:
-        return "it names no server: Argo CD ignores it too"
-    if is_argocd_own(server):
-        return (
-            f"it is Argo CD's own cluster ({server}), reached with Argo CD's own "
-            "connection: add a Cluster with --in-cluster instead"
-        )
+def _carry(flag: str, given: list[str]) -> Carry:
+    """The manager's allow-list as the user repeats it here, or a usage error in its words."""
     try:
-        config = argocd.config_from_secret(secret)
+        return Carry.parse(given)
     except ValueError as exc:
-        return f"Argo CD cannot read its config either ({exc})"
-    if config["awsAuthConfig"]:
-        return (
-            "it signs in with awsAuthConfig (AWS IAM), which runs a program Kokumi does not "
-            f"run: {_INSTEAD}"
-        )
-    if config["execProviderConfig"]:
-        return (
-            "it signs in with execProviderConfig (an exec credential plugin), which Kokumi does "
-            f"not run: {_INSTEAD}"
-        )
-    if config["username"] or config["password"]:
-        return (
-            f"it signs in with username and password, which Kubernetes does not offer: {_INSTEAD}"
-        )
-    tls = config["tlsClientConfig"]
-    return Connection(
-        server=server,
-        token=config["bearerToken"] or None,
-        client_certificate=tls["certData"] or None,
-        client_key=tls["keyData"] or None,
-        certificate_authority=tls["caData"] or None,
-        tls_server_name=tls["serverName"] or None,
-        insecure_skip_tls_verify=tls["insecure"],
-        proxy_url=config["proxyUrl"] or None,
-    )
-
-
-def cluster_name_for(text: str) -> str:
-    """A DNS label from an Argo CD cluster name: lowercase, '-' for the rest, at most 63."""
-    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
-    return name[:63].strip("-") or "cluster"
-
-
-async def import_argocd(
-    hub: Client, namespace: str, argocd_namespace: str, *, dry_run: bool
-) -> list[ImportResult]:
-    """Each cluster Secret of Argo CD's that Kokumi did not write becomes a kubeconfig + Cluster.
-
-    The old Secret is left alone: Kokumi never takes over a cluster Argo CD already knows. Until
-    somebody deletes it, the new Cluster reports ClusterConflict naming it, hence the next step.
-    """
-    try:
-        listing = await hub.list(
-            SECRETS,
-            namespace=argocd_namespace,
-            label_selector=f"{argocd.LABEL_SECRET_TYPE}=cluster",
-        )
-    except KubeError as exc:
-        what = f"cannot list Argo CD's cluster Secrets in {argocd_namespace}"
-        raise api_error(what, exc) from None
-    outcomes = []
-    taken: set[str] = set()
-    for secret in sorted(listing["items"], key=lambda s: s["metadata"]["name"]):
-        meta = secret["metadata"]
-        if argocd.is_ours(secret):
-            continue
-        source = f"{argocd_namespace}/{meta['name']}"
-        found = argocd_connection(secret)
-        if isinstance(found, str):
-            outcomes.append(ImportResult(source, None, "not importable", found))
-            continue
-        label = (secret_data(secret, "name") or b"").decode("utf-8", "replace")
-        name = base = cluster_name_for(label or meta["name"])
-        number = 2
-        while name in taken:
-            suffix = f"-{number}"
-            name, number = base[: 63 - len(suffix)] + suffix, number + 1
-        taken.add(name)
-        try:
-            text = minimise(render(found, context=name, cluster=name, user=name))
-        except KubeconfigRefused as refused:
-            outcomes.append(ImportResult(source, None, "not importable", refused.refusal.message))
-            continue
-        labels = {
-            k: v for k, v in (meta.get("labels") or {}).items() if not k.startswith(_ARGOCD_LABELS)
-        }
-        where = f"{namespace}/{name}"
-        next_step = (
-            "delete the old Argo CD Secret so Kokumi can take the server over: "
-            f"kubectl delete secret {meta['name']} -n {argocd_namespace}"
-        )
-        _, blocked = await _in_the_way(hub, namespace, name, kubeconfig_secret_name(name))
-        if blocked is not None:
-            outcomes.append(ImportResult(source, where, "failed", blocked))
-            continue
-        state = "imported"
-        if not dry_run:
-            try:
-                added = await add_cluster(
-                    hub,
-                    name,
-                    namespace,
-                    Source(found.server, text),
-                    labels=labels,
-                    description=f"Imported from Argo CD Secret {source}",
-                )
-            except Refused as error:
-                outcomes.append(ImportResult(source, where, "failed", str(error)))
-                continue
-            state = "imported" if added.cluster_created else "updated"
-        detail = f"Secret {kubeconfig_secret_name(name)}, server {found.server}"
-        scoped = (secret_data(secret, "namespaces") or b"").decode("utf-8", "replace").strip()
-        if scoped:
-            # Kokumi registers clusters for every namespace; the credential may not reach them.
-            detail += f" (Argo CD limited it to namespaces {scoped}; Kokumi does not)"
-        outcomes.append(ImportResult(source, where, state, detail, next_step))
-    return outcomes
+        raise CliUsageError(f"{flag}: {exc}") from None
 
 
 async def _cmd_import(args: argparse.Namespace) -> int:
+    carry_labels = _carry("--carry-labels", args.carry_labels)
+    carry_annotations = _carry("--carry-annotations", args.carry_annotations)
+    if (carry_labels or carry_annotations) and args.source != "argocd":
+        raise CliUsageError(
+            "--carry-labels and --carry-annotations are for --from argocd: leave them out"
+        )
     async with hub_client(args) as hub:
         namespace = args.namespace or hub.namespace
         if args.source == "cluster-api":
@@ -521,7 +345,12 @@ async def _cmd_import(args: argparse.Namespace) -> int:
             where = f"{shape.describe()} matched in namespace {namespace}"
         else:
             outcomes = await import_argocd(
-                hub, namespace, args.argocd_namespace, dry_run=args.dry_run
+                hub,
+                namespace,
+                args.argocd_namespace,
+                dry_run=args.dry_run,
+                carry_labels=carry_labels,
+                carry_annotations=carry_annotations,
             )
             where = f"cluster Secrets in {args.argocd_namespace} that Kokumi did not write"
     if not outcomes:
@@ -531,7 +360,14 @@ async def _cmd_import(args: argparse.Namespace) -> int:
             print(line)
     if args.dry_run:
         print("(dry run: nothing was written)")
-    return 1 if any(o.state == "failed" for o in outcomes) else 0
+    withheld = [o.source for o in outcomes if o.withheld]
+    if withheld:
+        print(
+            f"Keep {', '.join(withheld)}: deleting "
+            f"{'it' if len(withheld) == 1 else 'them'} now would lose labels an ApplicationSet "
+            "may select on (see above)"
+        )
+    return 1 if any(o.state == "failed" or o.withheld for o in outcomes) else 0
 
 
 def add_parser(sub: argparse._SubParsersAction[OneLineParser]) -> None:
@@ -550,9 +386,14 @@ def add_parser(sub: argparse._SubParsersAction[OneLineParser]) -> None:
             name without --trim-prefix/--trim-suffix; --contexts All: one per context.
             --from vcluster: each vcluster's Secret vc-<name> becomes the Cluster <name>.
             --from argocd: each cluster Secret of Argo CD's that Kokumi did not write becomes a
-            Secret <name>-kubeconfig and a Cluster; then delete the old Argo CD Secret so Kokumi
-            can take the server over. Clusters that sign in with exec plugins or AWS IAM are
-            listed as not importable, with why."""
+            Secret <name>-kubeconfig and a Cluster (its namespaces and clusterResources become
+            spec.scope); then delete the old Argo CD Secret so Kokumi can take the server over.
+            Before that it says which of the old Secret's labels and annotations the new Argo CD
+            Secret carries, given the manager's allow-list, which you repeat here with
+            --carry-labels and --carry-annotations (the same values as the manager's flags, or
+            its chart's); while a label would be lost it says to keep the old Secret, and exits
+            1. Clusters that sign in with exec plugins or AWS IAM are listed as not importable,
+            with why."""
         ),
         epilog=examples(
             """
@@ -560,6 +401,7 @@ def add_parser(sub: argparse._SubParsersAction[OneLineParser]) -> None:
             kokumi cluster import --from secrets -l kokumi.dev/kubeconfig=true --key kubeconfig
             kokumi cluster import --from vcluster -n team-a
             kokumi cluster import --from argocd -n platform --dry-run
+            kokumi cluster import --from argocd -n platform --carry-labels env,example.com/*
             """
         ),
         formatter_class=formatter,
@@ -586,6 +428,21 @@ def add_parser(sub: argparse._SubParsersAction[OneLineParser]) -> None:
     )
     import_cmd.add_argument(
         "--argocd-namespace", default=argocd.ARGOCD_NAMESPACE, help="Argo CD's namespace"
+    )
+    import_cmd.add_argument(
+        "--carry-labels",
+        action="append",
+        default=[],
+        metavar="PATTERNS",
+        help="argocd: the manager's --carry-labels, as its chart sets them: label keys and "
+        "prefixes ending in *, comma-separated or repeated (default: none)",
+    )
+    import_cmd.add_argument(
+        "--carry-annotations",
+        action="append",
+        default=[],
+        metavar="PATTERNS",
+        help="argocd: the manager's --carry-annotations, likewise (default: none)",
     )
     import_cmd.add_argument("--dry-run", action="store_true", help="say what would be imported")
     hub_flags(import_cmd)

@@ -21,6 +21,7 @@ from kokumi.cmd.cluster.command import (
 )
 from kokumi.cmd.cluster.errors import api_error
 from kokumi.core import api
+from kokumi.core.clusterview import scope_text
 from kokumi.core.text import one_line
 from kokumi.kube.errors import KubeError
 from kokumi.objects import metadata_of
@@ -33,7 +34,7 @@ def cluster_rows(clusters: Sequence[Mapping[str, Any]], *, wide: bool = False) -
     """The table ``kokumi cluster list`` prints, header first."""
     header = ["NAME", "NAMESPACE", "CONNECTION", "SERVER", "VERSION", "READY", "REASON", "LABELS"]
     if wide:
-        header += ["SECRET", "MESSAGE"]
+        header += ["SECRET", "SCOPE", "MESSAGE"]
     rows = [header]
     for cluster in clusters:
         meta = metadata_of(cluster)
@@ -53,7 +54,8 @@ def cluster_rows(clusters: Sequence[Mapping[str, Any]], *, wide: bool = False) -
         if wide:
             ref = (spec.get("kubeconfig") or {}).get("secretRef") or {}
             secret = f"{ref['name']}/{ref.get('key', SECRET_KEY)}" if ref.get("name") else "-"
-            row += [secret, one_line(str(ready.get("message") or "not checked yet"))]
+            shown = scope_text(cluster) if spec.get("connection") != "InCluster" else "-"
+            row += [secret, shown, one_line(str(ready.get("message") or "not checked yet"))]
         rows.append(row)
     return rows
 

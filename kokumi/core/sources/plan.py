@@ -11,7 +11,7 @@ what happens to them, the same for every kind:
 - a Cluster of that name that is not the source's is never touched: a conflict, reported;
 - two Secrets (or contexts) that name one Cluster: the one it was made from keeps it;
 - the Cluster carries the source's labels and the mark ``delivery.kokumi.dev/cluster-source``,
-  and its controller ownerReference names the source;
+  and the source's ``spec.scope`` as its own; its controller ownerReference names the source;
 - while the source cannot tell what matches (the manager may not list the Secrets), nothing is
   created or deleted, as through an outage.
 """
@@ -126,6 +126,7 @@ class Existing:
     secret: str | None  # the Secret a Kubeconfig Cluster reads, else None
     key: str = CAPI_KEY  # and its key
     context: str | None = None  # and the context it reads (None: the current one)
+    scope: api.Scope | None = None  # its spec.scope, as the Cluster's parser reads it
 
 
 def existing_of(obj: Mapping[str, Any]) -> Existing:
@@ -146,7 +147,19 @@ def existing_of(obj: Mapping[str, Any]) -> Existing:
         secret if isinstance(secret, str) else None,
         key if isinstance(key, str) else "",
         context if isinstance(context, str) else None,
+        _scope_of(spec.get("scope")),
     )
+
+
+def _scope_of(found: object) -> api.Scope | None:
+    """A Cluster's scope for comparing with the source's: one that cannot be read is one an
+    update rewrites, so it reads as no scope at all (a source with a scope then differs)."""
+    if not isinstance(found, Mapping):
+        return None
+    namespaces = found.get("namespaces")
+    if not isinstance(namespaces, list) or not all(isinstance(n, str) for n in namespaces):
+        return None
+    return api.Scope(tuple(namespaces), found.get("clusterResources") is True)
 
 
 @attrs.frozen
@@ -158,6 +171,7 @@ class Desired:
     labels: Mapping[str, str]
     key: str = CAPI_KEY
     context: str | None = None
+    scope: api.Scope | None = None
 
 
 def _desired(
@@ -171,7 +185,7 @@ def _desired(
     labels = {k: v for k, v in own.items() if not k.startswith(OWN_PREFIX)}
     labels.update(source.labels)
     labels[SOURCE_LABEL] = source.name
-    return Desired(cluster, secret, labels, source.key, context)
+    return Desired(cluster, secret, labels, source.key, context, source.scope)
 
 
 def _description(source: ClusterSource, desired: Desired) -> str:
@@ -213,8 +227,17 @@ def cluster_body(source: ClusterSource, desired: Desired) -> dict[str, Any]:
                 **({"context": desired.context} if desired.context is not None else {}),
             },
             "description": _description(source, desired),
+            **({"scope": _scope_written(desired.scope)} if desired.scope is not None else {}),
         },
     }
+
+
+def _scope_written(scope: api.Scope) -> dict[str, Any]:
+    """``spec.scope`` as the CRD holds it: ``clusterResources`` only when true."""
+    written: dict[str, Any] = {"namespaces": list(scope.namespaces)}
+    if scope.cluster_resources:
+        written["clusterResources"] = True
+    return written
 
 
 def cluster_patch(
@@ -244,6 +267,17 @@ def cluster_patch(
     old = metadata_of(kept).get("labels") or {}
     labels: dict[str, str | None] = {k: None for k in old if k not in desired.labels}
     labels.update(desired.labels)
+    kept_spec = kept.get("spec")
+    kept_scope = kept_spec.get("scope") if isinstance(kept_spec, Mapping) else None
+    if kept_scope is not None and desired.scope is None:
+        spec["scope"] = None  # a scope the source no longer sets, or one written by hand, goes
+    elif (
+        isinstance(kept_scope, Mapping)
+        and "clusterResources" in kept_scope
+        and desired.scope is not None
+        and not desired.scope.cluster_resources
+    ):
+        spec["scope"] = {**spec["scope"], "clusterResources": None}
     return {"metadata": {"labels": labels, "resourceVersion": version}, "spec": spec}
 
 
@@ -377,6 +411,7 @@ def settle(
             or there.key != target.key
             or there.context != target.context
             or dict(there.labels) != dict(target.labels)
+            or there.scope != target.scope
         ):
             update.append(target)
         else:

@@ -1,4 +1,5 @@
-"""A ClusterSource as written: its spec read, the labels it gives its Clusters, whose a Cluster is.
+"""A ClusterSource as written: its spec read, the labels and scope it gives its Clusters, whose a
+Cluster is.
 
 ``parse_source`` reads any ClusterSource (``from: ClusterAPI``, ``Secrets`` or ``VCluster``)
 into a :class:`ClusterSource` or a :class:`SourceInvalid` that says what to fix; the shapes of
@@ -52,6 +53,7 @@ class ClusterSource:
     selector: selectors.Selector
     labels: Mapping[str, str]
     shape: Shape | None = None  # None: from ClusterAPI; else the Secrets it takes, and how
+    scope: api.Scope | None = None  # spec.scope, copied to every Cluster it makes
 
     @property
     def origin(self) -> str:
@@ -136,7 +138,10 @@ def parse_source(obj: Mapping[str, Any]) -> ClusterSource | SourceInvalid:
     problem = _label_problem(labels)
     if problem is not None:
         return invalid(Reason.INVALID_SPEC, problem)
-    return ClusterSource(name, namespace, uid, gen, selector, dict(labels), shape)
+    scope = _scope(spec.get("scope"))
+    if isinstance(scope, str):
+        return invalid(Reason.INVALID_SPEC, scope)
+    return ClusterSource(name, namespace, uid, gen, selector, dict(labels), shape, scope)
 
 
 def kept_source(obj: Mapping[str, Any]) -> ClusterSource | SourceInvalid:
@@ -174,6 +179,25 @@ def _label_problem(labels: Mapping[str, str]) -> str | None:
         if isinstance(checked, selectors.SelectorError):
             return checked.message.replace("spec.labels.matchLabels", "spec.labels")
     return None
+
+
+def _scope(found: object) -> api.Scope | str | None:
+    """``spec.scope`` as a Cluster's, read by the Cluster's own parser (the source's Clusters
+    take it as written, so what it refuses, they would); or why not, naming the same field."""
+    if found is None:
+        return None
+    would_be = {
+        "metadata": {"name": "scope", "namespace": "scope"},
+        "spec": {
+            "connection": "Kubeconfig",
+            "kubeconfig": {"secretRef": {"name": "scope"}},
+            "scope": found,
+        },
+    }
+    parsed = api.parse_cluster(would_be)
+    if isinstance(parsed, api.Invalid):
+        return parsed.message
+    return parsed.spec.scope
 
 
 def source_of(obj: Mapping[str, Any]) -> tuple[str, str] | None:
