@@ -246,7 +246,7 @@ async def test_metrics_show_where_the_next_checks_fall_in_the_minute(
         async with trio.open_nursery() as nursery:
             await nursery.start(manager.run)
             # Created over a minute, as an onboarding goes; each moves toward its place by 1.5
-            # to 3 s a check. (Created in one instant, a fleet takes up to 21 checks to spread:
+            # to 3 s a check. (Created in one instant, a fleet takes up to 22 checks to spread:
             # tests/core/cluster/test_schedule.py.)
             for index in range(CLUSTERS):
                 _put_cluster(fake, f"c{index:03d}", server(index))
@@ -327,7 +327,7 @@ async def test_a_restart_checks_each_cluster_about_a_minute_after_its_last_check
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """200 answering Clusters on their places (each moves to it by 1.5 s a check or more, so by
-    its 22nd check), a manager stopped and another started 8 s later: every gap across the
+    its 23rd check), a manager stopped and another started 8 s later: every gap across the
     restart is about a minute. The status's finding is each Cluster's first check and its place
     in the minute stays; a Cluster whose place came while no manager ran is
     checked at once instead of at its next place (before: a gap of two minutes, for one
@@ -347,7 +347,7 @@ async def test_a_restart_checks_each_cluster_about_a_minute_after_its_last_check
         return False
 
     async with Client(Config(server="https://hub.example:6443"), transport=fake) as client:
-        await _run_for(1420.0, client, options, fleet)
+        await _run_for(1500.0, client, options, fleet)
         stopped = trio.current_time()
         await trio.sleep(down)
         fake.delay(0.0, verb="get", resource="secrets", when=record)
@@ -384,7 +384,7 @@ async def test_a_restart_checks_the_places_missed_in_the_order_they_came(
     autojump_clock: trio.testing.MockClock, seed: int
 ) -> None:
     """600 Clusters whose spokes take 0.4 s each (eight slots: 20 checks a second, for the 10 a
-    second the minute needs), on their places (by their 22nd check), a manager stopped and
+    second the minute needs), on their places (by their 23rd check), a manager stopped and
     another started 8 s later: the Clusters
     whose place came while none ran (or in the seconds before, when the last one may have been
     stopping) are checked at once, in the order their places came, so the one missed longest
@@ -398,7 +398,7 @@ async def test_a_restart_checks_the_places_missed_in_the_order_they_came(
     fleet = StandInSpokes(latency=0.4)
     options = Options(namespace="kokumi", argocd_namespace="argocd", keep_in_cluster=False)
     async with Client(Config(server="https://hub.example:6443"), transport=fake) as client:
-        await _run_for(1420.0, client, options, fleet)
+        await _run_for(1500.0, client, options, fleet)
         stopped = trio.current_time()
         await trio.sleep(down)
         began = trio.current_time()

@@ -315,6 +315,29 @@ async def test_checks_the_stop_could_not_make_are_recorded_when_they_fell_due(
         assert dues[stoprecord.uid_key(uid)] - last >= MINUTE, (index, dues, last)
 
 
+async def test_no_check_starts_once_the_stop_is_recorded(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The record holds every Cluster's next due; a check begun after it, while the process
+    still runs down, would be made again at that due by the next manager, seconds later."""
+    fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=49)
+    for index in range(40):
+        put_cluster(fake, NS, f"c{index:03d}", server(index))
+    fleet = StandInSpokes()
+    async with Client(Config(server="https://hub.example:6443"), transport=fake) as client:
+        manager = Manager(client, _options(), check=fleet.check, check_own=fleet.check_own)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(manager.run)
+            await trio.sleep(200.0)
+            await manager.record_stop()
+            recorded = trio.current_time()
+            await trio.sleep(70.0)  # a minute and more of dues go by
+            nursery.cancel_scope.cancel()
+    assert fake.object(CONFIG_MAPS, stoprecord.NAME, "kokumi") is not None
+    late = [t for i in range(40) for t in fleet.asked[server(i)] if t > recorded]
+    assert late == [], late
+
+
 def test_the_first_name_of_record_stop_is_kept_for_embedding_programs() -> None:
     """``Manager.hand_over`` was the public name (docs/embedding.md); programs that call it keep
     working."""

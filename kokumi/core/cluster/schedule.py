@@ -220,7 +220,7 @@ def due_after(
     period plus the difference of the two latenesses, 60 to 66 s. A Cluster off its place (its
     first check comes whenever it appeared) is due at the edge of the window toward its place,
     less ``lateness / 2`` so that Clusters checked together do not stay together: it moves
-    toward its place by 1.5 to 3 s a check, and so reaches it within 21 checks (a new Cluster is
+    toward its place by 1.5 to 3 s a check, and so reaches it within 22 checks (a new Cluster is
     7 checks away on average). A check that ended more than half an interval after it began
     (longer than a check's timeout allows) counts from its end.
     """
