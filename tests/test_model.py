@@ -362,7 +362,12 @@ class World:
         self.manager = None
 
     async def _check(
-        self, connection: Connection, *, timeout: float, egress: object = None
+        self,
+        connection: Connection,
+        *,
+        timeout: float,
+        egress: object = None,
+        cluster_wide: bool = True,
     ) -> Outcome:
         server = normalise_server(connection.server)
         state = self.spokes.get(server, "down")

@@ -1,7 +1,8 @@
 """A fake fleet: one process serving many Kubernetes API servers, as far as a check sees them.
 
 Spoke ``i`` listens on its own loopback address (``127.a.b.c:6443``, see :func:`address`) and
-answers what Kokumi's check asks: ``GET /version`` and ``POST .../selfsubjectreviews``. Every
+answers what Kokumi's check asks: ``GET /version``, ``POST .../selfsubjectreviews`` and (for a
+Cluster without ``spec.scope.namespaces``) ``POST .../selfsubjectaccessreviews``, allowed. Every
 spoke presents one certificate, for the name ``fleet.kokumi.test`` only, so a kubeconfig reaches
 it with ``tls-server-name: fleet.kokumi.test`` and the check verifies the server as for a real
 cluster. The token is checked too: a wrong one is a 401.
@@ -155,6 +156,14 @@ class Fleet:
                 "status": {"userInfo": {"username": "fleet-admin", "groups": ["system:masters"]}},
             }
             return "201 Created", review
+        if method == "POST" and path == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews":
+            # fleet-admin is in system:masters: it may list everything cluster-wide.
+            access = {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SelfSubjectAccessReview",
+                "status": {"allowed": True},
+            }
+            return "201 Created", access
         return "404 Not Found", {"kind": "Status", "code": 404, "message": "not found"}
 
     async def control(self, stream: trio.SocketStream) -> None:
@@ -214,7 +223,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 continue
             sock = trio.socket.socket()
             sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_REUSEADDR, 1)
-            await sock.bind((address(index), PORT))
+            await sock.bind((address(index), args.port))
             sock.listen(128)
             listener = trio.SocketListener(sock)
             if kind == "hanging":
@@ -240,6 +249,9 @@ def main() -> None:
     for kind in KINDS[1:]:
         parser.add_argument(f"--{kind}", type=float, default=0.0, help=f"share of {kind} spokes")
     parser.add_argument("--slow-seconds", type=float, default=2.0)
+    parser.add_argument(
+        "--port", type=int, default=PORT, help="the spokes' port (another fleet may hold 6443)"
+    )
     parser.add_argument(
         "--extra-hanging", type=int, default=0, help="hanging spokes after the --spokes ones"
     )

@@ -41,6 +41,7 @@ class Probe(Protocol):
         *,
         timeout: float,  # noqa: ASYNC109
         egress: EgressPolicy | None = None,
+        cluster_wide: bool = True,
     ) -> Outcome: ...
 
 

@@ -88,9 +88,8 @@ class ClusterActor:
         # set for ``_alarm_at`` (None once it rang).
         self._serial = 0
         self._alarm_at: float | None = None
-        # Its own place in the check interval (kokumi.core.cluster.schedule), so the fleet's checks
-        # spread evenly over the minute from the first one; the same second of the minute in
-        # every process, so a restart keeps it.
+        # Its own place in the check period (kokumi.core.cluster.schedule): the fleet's checks
+        # spread evenly from the first one, at the same moment in every process across restarts.
         identity = cluster.metadata.uid or f"{self.ref.namespace}/{self.ref.name}"
         period = schedule.period_of(context.options.check_interval, context.options.check_jitter)
         self._offset = (schedule.offset_of(identity, period) + wall_shift()) % period
@@ -400,6 +399,7 @@ class ClusterActor:
                 read.connection,
                 timeout=self._context.options.probe_timeout,
                 egress=self._context.options.probe_egress,
+                cluster_wide=findings.lists_cluster_wide(cluster),
             )
         finally:
             limiter.release()

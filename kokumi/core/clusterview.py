@@ -143,10 +143,10 @@ READIES: Final = ("True", "False", "Unknown")
 
 READY_REASONS: Final = (
     Reason.READY, Reason.UNREACHABLE, Reason.TLS_ERROR, Reason.UNAUTHORIZED, Reason.FORBIDDEN,
-    Reason.SERVER_ERROR, Reason.EGRESS_DENIED, Reason.INVALID_KUBECONFIG,
-    Reason.SECRET_NOT_FOUND, Reason.SECRET_KEY_NOT_FOUND, Reason.SECRET_NOT_READABLE,
-    Reason.CLUSTER_CONFLICT, Reason.REGISTRATION_FAILED, Reason.REGISTRATION_PENDING,
-    Reason.INVALID_SPEC, Reason.OBJECT_TOO_LARGE,
+    Reason.SERVER_ERROR, Reason.EGRESS_DENIED, Reason.NAMESPACES_REQUIRED,
+    Reason.INVALID_KUBECONFIG, Reason.SECRET_NOT_FOUND, Reason.SECRET_KEY_NOT_FOUND,
+    Reason.SECRET_NOT_READABLE, Reason.CLUSTER_CONFLICT, Reason.REGISTRATION_FAILED,
+    Reason.REGISTRATION_PENDING, Reason.INVALID_SPEC, Reason.OBJECT_TOO_LARGE,
 )  # fmt: skip
 """Every reason a Cluster's Ready condition can have: the filter offers them all, whichever the
 Clusters of one page happen to have."""

@@ -32,6 +32,9 @@ class Reason(enum.StrEnum):
     """Something answered, but not as a healthy Kubernetes API server does."""
     EGRESS_DENIED = "EgressDenied"
     """The server (or its proxy) is, or resolves to, an address the manager does not connect to."""
+    NAMESPACES_REQUIRED = "NamespacesRequired"
+    """The credential may not list cluster-wide, and no spec.scope.namespaces tells Argo CD where
+    to work instead: Argo CD's cluster cache, which lists every kind cluster-wide, would fail."""
 
     # The Cluster's Ready condition, before any check: its spec, its Secret, its registration.
     INVALID_KUBECONFIG = "InvalidKubeconfig"
@@ -92,6 +95,7 @@ PROBE_REASONS: Final = frozenset(
         Reason.FORBIDDEN,
         Reason.SERVER_ERROR,
         Reason.EGRESS_DENIED,
+        Reason.NAMESPACES_REQUIRED,
     }
 )
 """The reasons a check of a server can find; a status holding one of them was written by a check."""

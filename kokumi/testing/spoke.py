@@ -93,21 +93,38 @@ def register(
     service_account: str = "kokumi",
     server: str | None = None,
     timeout: float = 30.0,
+    namespace: str | None = None,
 ) -> Registration:
     """Run the spec's steps; again for the same ``service_account`` it returns the same token.
 
     ``server`` is the URL written into the kubeconfig, the spoke's own by default.
+    ``namespace``: grant less than cluster-admin, as the spec advises where you can: the
+    ServiceAccount gets the ClusterRole ``admin`` in that namespace only (created if missing),
+    by a RoleBinding, and nothing cluster-wide.
     """
     secret = f"{service_account}-token"
     _create(kubectl, spoke, "serviceaccount", service_account, "-n", "kube-system")
-    _create(
-        kubectl,
-        spoke,
-        "clusterrolebinding",
-        service_account,
-        "--clusterrole=cluster-admin",
-        f"--serviceaccount=kube-system:{service_account}",
-    )
+    if namespace is None:
+        _create(
+            kubectl,
+            spoke,
+            "clusterrolebinding",
+            service_account,
+            "--clusterrole=cluster-admin",
+            f"--serviceaccount=kube-system:{service_account}",
+        )
+    else:
+        _create(kubectl, spoke, "namespace", namespace)
+        _create(
+            kubectl,
+            spoke,
+            "rolebinding",
+            service_account,
+            "-n",
+            namespace,
+            "--clusterrole=admin",
+            f"--serviceaccount=kube-system:{service_account}",
+        )
     kubectl(
         spoke,
         "apply",

@@ -43,7 +43,9 @@ class _Steps(trio.abc.Instrument):
             self.counts.append(len(_fleet(self.manager)))
 
 
-async def _unreachable(connection: Connection, *, timeout: float, egress: object = None) -> Outcome:
+async def _unreachable(
+    connection: Connection, *, timeout: float, egress: object = None, cluster_wide: bool = True
+) -> Outcome:
     return Outcome(False, Reason.UNREACHABLE, "connection refused", connection.server)
 
 

@@ -33,7 +33,9 @@ NS = "fleet"
 MARK = {"kokumi.dev/kubeconfig": "true"}
 
 
-async def _unreachable(connection: Connection, *, timeout: float, egress: object = None) -> Outcome:
+async def _unreachable(
+    connection: Connection, *, timeout: float, egress: object = None, cluster_wide: bool = True
+) -> Outcome:
     return Outcome(False, Reason.UNREACHABLE, "connection refused", connection.server)
 
 

@@ -745,7 +745,9 @@ async def test_chaos_converges_with_nothing_lost_and_nothing_leaked(
 ) -> None:
     seed = SEED
     print(replay_hint(seed))
-    identity = spoke.identity(f"kokumi-chaos-{uuid.uuid4().hex[:6]}")
+    # In system:masters, as the spoke's ServiceAccount is cluster-admin: a user bound nothing
+    # may not list cluster-wide, and its Clusters would be NamespacesRequired, not Ready.
+    identity = spoke.identity(f"kokumi-chaos-{uuid.uuid4().hex[:6]}", ["system:masters"])
     canaries = [canary.CANARY, *canary.key_fragments(identity[1])]
     started = time.monotonic()
     async with hub_client(hub) as client, trio.open_nursery() as nursery:

@@ -16,3 +16,19 @@ from kokumi.testing.spoke import Registration, register
 @pytest.fixture(scope="session")
 def spoke_kubeconfig(control_plane: ControlPlane) -> Registration:
     return register(control_plane.spoke, run_kubectl)
+
+
+NARROW_NAMESPACE = "team-a"
+"""The one namespace the narrow spoke credential may use."""
+
+
+@pytest.fixture(scope="session")
+def narrow_spoke_kubeconfig(control_plane: ControlPlane) -> Registration:
+    """A spoke ServiceAccount granted less than cluster-admin, as the spec advises: the
+    ClusterRole admin in :data:`NARROW_NAMESPACE` only."""
+    return register(
+        control_plane.spoke,
+        run_kubectl,
+        service_account="kokumi-narrow",
+        namespace=NARROW_NAMESPACE,
+    )

@@ -1,7 +1,7 @@
 """A healthy API server as far as Kokumi's check asks it, for tests that need one on a socket of
-their own (a certificate or a header line of theirs): ``GET /version`` and the ``POST`` of a
-SelfSubjectReview, on one kept-alive TLS connection; and a check made on both of the probe's
-paths, which must find the same."""
+their own (a certificate or a header line of theirs): ``GET /version``, the ``POST`` of a
+SelfSubjectReview and of a SelfSubjectAccessReview (allowed), on one kept-alive TLS connection;
+and a check made on both of the probe's paths, which must find the same."""
 
 from __future__ import annotations
 
@@ -14,6 +14,19 @@ from kokumi.core.kubeconfig.connection import Connection
 from kokumi.runtime.probe import checks
 from kokumi.runtime.probe.checks import check
 from kokumi.testing import canary
+
+ACCESS_REVIEW_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+
+
+def access_review(allowed: bool) -> bytes:
+    """The SelfSubjectAccessReview an API server answers, ``allowed`` or not."""
+    return json.dumps(
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "status": {"allowed": allowed},
+        }
+    ).encode()
 
 
 def review(username: str) -> bytes:
@@ -36,8 +49,9 @@ async def answer_checks(
     extra: str | None = None,
 ) -> None:
     """Answer every request on ``stream`` until the client goes: ``version`` for ``/version``,
-    the review of ``username`` for anything else. ``token``: the bearer token every request must
-    carry; ``extra``: one more header line in every answer."""
+    an allowed access review for a SelfSubjectAccessReview, the review of ``username`` for
+    anything else. ``token``: the bearer token every request must carry; ``extra``: one more
+    header line in every answer."""
     buffer = b""
     head_extra = f"{extra}\r\n" if extra else ""
     try:
@@ -58,8 +72,14 @@ async def answer_checks(
             buffer = buffer[length:]
             if token is not None:
                 assert headers["authorization"] == f"Bearer {token}"
-            asked_version = first.split(" ")[1] == "/version"
-            body = version if asked_version else review(username)
+            target = first.split(" ")[1]
+            asked_version = target == "/version"
+            if asked_version:
+                body = version
+            elif target == ACCESS_REVIEW_PATH:
+                body = access_review(allowed=True)
+            else:
+                body = review(username)
             status = "200 OK" if asked_version else "201 Created"
             await stream.send_all(
                 f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{head_extra}"
@@ -74,7 +94,9 @@ async def answer_checks(
 
 async def both(target: Connection) -> Outcome:
     """Check on the lean path and through httpx: the Outcomes must be equal."""
+    checks._answers_of_run().clear()  # each path asks every question
     lean = await check(target, timeout=5)
+    checks._answers_of_run().clear()
     checks._LEAN = False
     try:
         through_httpx = await check(target, timeout=5)

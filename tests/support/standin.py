@@ -29,7 +29,12 @@ class StandInSpokes:
         self.asked: dict[str, list[float]] = defaultdict(list)
 
     async def check(
-        self, connection: Connection, *, timeout: float, egress: object = None
+        self,
+        connection: Connection,
+        *,
+        timeout: float,
+        egress: object = None,
+        cluster_wide: bool = True,
     ) -> Outcome:
         self.asked[connection.server].append(trio.current_time())
         if connection.server in self.hanging:

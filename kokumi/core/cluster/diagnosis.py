@@ -3,9 +3,10 @@
 :mod:`kokumi.runtime.probe` asks the API server and catches what goes wrong; this module decides
 which Reason that is and what the message says, from plain values: the exception chain (with the
 HTTP client's and Trio's own exceptions turned into the small markers below), host and port
-strings, HTTP status codes and bodies, and what the two answers say (:func:`version_answer`,
-:func:`review_answer`). Keeping it free of Trio and httpx lets every message be tested
-without a socket, and keeps a library upgrade from changing a message unnoticed.
+strings, HTTP status codes and bodies, and what the answers say (:func:`version_answer`,
+:func:`review_answer`, :func:`cluster_wide_answer`). Keeping it free of Trio and httpx lets
+every message be tested without a socket, and keeps a library upgrade from changing a message
+unnoticed.
 
 Messages name hosts, ports and reasons only: a server URL may carry user info and a proxy URL a
 password, so callers pass ``host:port`` strings, never URLs.
@@ -31,12 +32,14 @@ __all__ = [
     "answered",
     "bad_token",
     "chain",
+    "cluster_wide_answer",
     "credential_refused",
     "forbidden",
     "from_failure",
     "invalid_tls_material",
     "invalid_url",
     "json_object",
+    "namespaces_required",
     "no_socks_support",
     "not_http_url",
     "not_kubernetes",
@@ -253,6 +256,41 @@ def review_answer(
     return ready(username)
 
 
+def cluster_wide_answer(
+    status: int, phrase: str, body: bytes, *, ready: Verdict, has_credential: bool, own: bool
+) -> Verdict:
+    """The check's Verdict once the review found the credential good (``ready``), from the
+    answer to the SelfSubjectAccessReview of listing every resource cluster-wide.
+
+    Asked only for a Cluster without ``spec.scope.namespaces``, whose Argo CD Secret then names
+    no namespaces: Argo CD's cluster cache lists and watches every kind cluster-wide, and fails
+    with a credential that may not. Every user may create the review (``system:basic-user``),
+    so a 403 is :func:`forbidden`, as for the SelfSubjectReview; an answer that is not a
+    review (no boolean ``status.allowed``) is no Kubernetes answer, and never taken for a yes.
+    """
+    what = "POST selfsubjectaccessreviews"
+    if status == 401:
+        return unauthorized(has_credential, own=own)
+    if status == 403:
+        return forbidden(own=own, review="SelfSubjectAccessReview")
+    if not 200 <= status < 300:
+        return answered(what, status, phrase, body)
+    review_status = json_object(body).get("status")
+    allowed = review_status.get("allowed") if isinstance(review_status, Mapping) else None
+    if not isinstance(allowed, bool):
+        return not_kubernetes(f"{what} answered without status.allowed")
+    return ready if allowed else namespaces_required()
+
+
+def namespaces_required() -> Verdict:
+    """The credential may not list cluster-wide, and the Cluster names no namespaces."""
+    return Reason.NAMESPACES_REQUIRED, (
+        "the credential may not list every resource cluster-wide, which Argo CD does unless"
+        " told which namespaces to use: set spec.scope.namespaces to the namespaces Argo CD"
+        " may use there, or grant the credential list and watch on all resources cluster-wide"
+    )
+
+
 def timed_out(timeout: float, where: str) -> Verdict:
     return Reason.UNREACHABLE, (
         f"timed out after {timeout:g} s: {where} did not answer in time; check"
@@ -286,14 +324,15 @@ def anonymous() -> Verdict:
     )
 
 
-def forbidden(*, own: bool) -> Verdict:
+def forbidden(*, own: bool, review: str = "SelfSubjectReview") -> Verdict:
+    """A 403 on ``review``, which every authenticated user may create."""
     fix = (
         "restore the system:basic-user binding"
         if own
         else "bind it the roles Argo CD needs there (cluster-admin, or less)"
     )
     return Reason.FORBIDDEN, (
-        "the credential authenticates, but its user may not create a SelfSubjectReview (403),"
+        f"the credential authenticates, but its user may not create a {review} (403),"
         f" which every user may: {fix}"
     )
 

@@ -11,7 +11,16 @@ from kokumi.core import api
 from kokumi.core.cluster.status import Outcome
 from kokumi.core.kubeconfig.connection import Connection
 
-__all__ = ["SECRET_REREAD", "Check", "Read", "secret_key", "secret_version", "version_of"]
+__all__ = [
+    "CLUSTER_WIDE_KEPT",
+    "SECRET_REREAD",
+    "Check",
+    "Read",
+    "lists_cluster_wide",
+    "secret_key",
+    "secret_version",
+    "version_of",
+]
 
 SECRET_REREAD = 600.0
 """Seconds a kubeconfig read is reused at least while the Secret watch reports the same version.
@@ -20,6 +29,18 @@ Past this (and a random share of it again, so that Clusters created together do 
 once ten minutes later), the next check reads the Secret again, so a RoleBinding removed
 meanwhile shows as SecretNotReadable within twenty minutes (the metadata watch keeps its last
 versions when it is refused).
+"""
+
+
+CLUSTER_WIDE_KEPT = 600.0
+"""Seconds a yes to "may this credential list cluster-wide?" is kept for its connection (the
+same server, credential and TLS settings), so that a steady Ready fleet does not ask it at every
+check: it is a third request on every check's connection, 15-35 % of a check's CPU
+(benchmarks/README.md). Only a yes is kept: a Cluster that is ``NamespacesRequired`` asks at
+every check, so a binding granted on the spoke shows within a minute; a binding taken away shows
+within ten minutes, as a RoleBinding taken from the manager shows as SecretNotReadable within
+:data:`SECRET_REREAD` and twice that. A new credential, or a kubeconfig Secret read anew into
+another connection, asks at once.
 """
 
 
@@ -76,3 +97,19 @@ def secret_version(cluster: api.Cluster | api.Invalid, watched: str | None) -> s
     if not isinstance(cluster, api.Cluster) or cluster.secret_ref is None:
         return None
     return version_of(cluster, watched)
+
+
+def lists_cluster_wide(cluster: api.Cluster) -> bool:
+    """Whether Argo CD would list and watch cluster-wide with ``cluster``'s credential, so that
+    its check asks whether the credential may (``NamespacesRequired`` if not).
+
+    A Kubeconfig Cluster without ``spec.scope.namespaces``: its Argo CD Secret names no
+    namespaces, and Argo CD's cluster cache then lists every kind cluster-wide. With namespaces
+    it lists in those only, and a credential granted less than that is the user's choice, not
+    asked. An InCluster Cluster registers nothing: Argo CD uses its own ServiceAccount there.
+    A change of the scope is a change of the spec, which the lifecycle checks afresh.
+    """
+    if cluster.spec.connection != "Kubeconfig":
+        return False
+    scope = cluster.spec.scope
+    return scope is None or not scope.namespaces

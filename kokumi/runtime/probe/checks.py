@@ -19,7 +19,7 @@ from collections.abc import Callable
 import httpx
 import trio
 
-from kokumi.core.cluster import diagnosis
+from kokumi.core.cluster import diagnosis, findings
 from kokumi.core.cluster.egress import EgressPolicy, judge
 from kokumi.core.cluster.schedule import CHECK_TIMEOUT
 from kokumi.core.cluster.status import Outcome
@@ -51,8 +51,9 @@ async def check(
     *,
     timeout: float = CHECK_TIMEOUT,  # noqa: ASYNC109
     egress: EgressPolicy | None = None,
+    cluster_wide: bool = True,
 ) -> Outcome:
-    """Check ``connection`` within ``timeout`` seconds, all included: DNS, TLS, both requests.
+    """Check ``connection`` within ``timeout`` seconds, all included: DNS, TLS, every request.
 
     The budget is a parameter, not the caller's cancel scope, because it is part of the answer:
     running out of it is an Outcome ("timed out after 10 s"), never a cancellation.
@@ -69,9 +70,18 @@ async def check(
     and to every address a host name resolves to, before a socket is opened to it. A proxy's own
     address is judged the same way; a host name behind a proxy is resolved by the proxy, out of
     the probe's sight, which is what the example NetworkPolicy in deploy/optional is for.
+
+    ``cluster_wide``: Argo CD would list and watch cluster-wide with this credential (its Cluster
+    has no ``spec.scope.namespaces``: :func:`kokumi.core.cluster.findings.lists_cluster_wide`),
+    so a good credential is also asked whether it may (``NamespacesRequired`` if not). A yes is
+    kept for the connection for :data:`~kokumi.core.cluster.findings.CLUSTER_WIDE_KEPT`, and the
+    question not asked again meanwhile; a no is never kept.
     """
-    return await _check(
+    answers = _answers_of_run()
+    ask = cluster_wide and not answers.holds(connection, trio.current_time())
+    outcome = await _check(
         Outcomes(connection.server, timeout, own=False),
+        cluster_wide=ask,
         egress=egress or _DEFAULT_EGRESS,
         token=connection.token,
         client_certificate=connection.client_certificate,
@@ -81,6 +91,11 @@ async def check(
         insecure_skip_tls_verify=connection.insecure_skip_tls_verify,
         proxy_url=connection.proxy_url,
     )
+    if ask:
+        # Ready after asking is a yes (the diagnosis takes nothing else for one); anything else
+        # is a no, or no answer: asked again at the next check.
+        answers.note(connection, trio.current_time(), yes=outcome.ok)
+    return outcome
 
 
 async def check_client(
@@ -103,10 +118,13 @@ async def check_config(
     """Check the manager's own connection (the cluster Kokumi runs in) as :func:`check` does.
 
     Same two questions and reasons, so an InCluster Cluster reads like any other; the messages
-    point at the manager's credential instead of a kubeconfig Secret. Pass ``client.config`` of
-    the shared :class:`kokumi.kube.Client`. The check opens a connection of its own rather than
-    borrowing the client's pool: it must prove that a new connection works, not that an old one
-    still does. A rotating token that the server refuses is re-read once, as the client does.
+    point at the manager's credential instead of a kubeconfig Secret. It is not asked whether
+    it may list cluster-wide: Kokumi registers nothing for its own cluster, where Argo CD uses
+    its own ServiceAccount, so the manager's rights say nothing of Argo CD's. Pass
+    ``client.config`` of the shared :class:`kokumi.kube.Client`. The check opens a connection
+    of its own rather than borrowing the client's pool: it must prove that a new connection
+    works, not that an old one still does. A rotating token that the server refuses is re-read
+    once, as the client does.
     """
     outcomes = Outcomes(config.server, timeout, own=True)
     with trio.move_on_after(timeout):
@@ -118,6 +136,7 @@ async def check_config(
         while True:
             outcome = await _check(
                 outcomes,
+                cluster_wide=False,
                 token=token,
                 client_certificate=config.client_certificate,
                 client_key=config.client_key,
@@ -138,6 +157,7 @@ async def check_config(
 async def _check(
     outcomes: Outcomes,
     *,
+    cluster_wide: bool,
     token: str | None,
     client_certificate: bytes | None,
     client_key: bytes | None,
@@ -174,7 +194,11 @@ async def _check(
         headers["Authorization"] = f"Bearer {token}"
     extensions = {"sni_hostname": tls_server_name} if tls_server_name else {}
     question = Question(
-        base, headers, extensions, has_credential=bool(token) or bool(client_certificate)
+        base,
+        headers,
+        extensions,
+        has_credential=bool(token) or bool(client_certificate),
+        cluster_wide=cluster_wide,
     )
     started = trio.current_time()
     with trio.move_on_after(outcomes.timeout):
@@ -289,6 +313,57 @@ class _ContextCache:
 
 
 _contexts = _ContextCache(4096)
+
+
+class _Answers:
+    """The connections whose credential said yes to the cluster-wide question, and when: the
+    last :data:`_ANSWERS` of them, least recently asked first out.
+
+    Keyed by the connection itself (server, credential and TLS settings, compared by value): a
+    changed kubeconfig is a new key, asked at once. An entry holds a reference to the connection,
+    which its Cluster holds too while its kubeconfig stands.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._at: collections.OrderedDict[Connection, float] = collections.OrderedDict()
+
+    def holds(self, connection: Connection, now: float) -> bool:
+        at = self._at.get(connection)
+        if at is None:
+            return False
+        if now - at < findings.CLUSTER_WIDE_KEPT:
+            return True
+        del self._at[connection]
+        return False
+
+    def note(self, connection: Connection, now: float, *, yes: bool) -> None:
+        if not yes:
+            self._at.pop(connection, None)
+            return
+        self._at[connection] = now
+        self._at.move_to_end(connection)
+        if len(self._at) > self._size:
+            self._at.popitem(last=False)
+
+    def clear(self) -> None:
+        self._at.clear()
+
+
+_ANSWERS = 16384
+"""Connections whose yes is kept: a fleet of 10,000 and some changed kubeconfigs; about 100
+bytes each beyond the connections themselves."""
+_ANSWERS_OF_RUN: trio.lowlevel.RunVar[_Answers] = trio.lowlevel.RunVar("kokumi_probe_answers")
+
+
+def _answers_of_run() -> _Answers:
+    """The yes answers kept in this Trio run (whose clock their times are on)."""
+    try:
+        return _ANSWERS_OF_RUN.get()
+    except LookupError:
+        answers = _Answers(_ANSWERS)
+        _ANSWERS_OF_RUN.set(answers)
+        return answers
 
 
 def _header_safe(token: str) -> bool:

@@ -1,4 +1,4 @@
-"""The lean path: a check's two HTTP/1.1 requests on a blocking socket, in a worker thread.
+"""The lean path: a check's HTTP/1.1 requests on a blocking socket, in a worker thread.
 
 Without a proxy (nearly every check) this is how the probe asks: Python's ``ssl`` and a plain
 socket, the answers read by h11 as they arrive, so that a check costs about what its handshake
@@ -28,9 +28,11 @@ from kokumi.core.cluster import diagnosis
 from kokumi.core.cluster.egress import EgressPolicy, judge, parse_address
 from kokumi.core.cluster.schedule import CHECK_SLOTS
 from kokumi.core.cluster.status import Outcome
+from kokumi.core.reasons import Reason
 from kokumi.runtime.probe.questions import (
     ACCESS_REVIEW,
     ACCESS_REVIEW_PATH,
+    CLUSTER_WIDE,
     MAX_ANSWER,
     MAX_HEAD,
     REVIEW,
@@ -54,6 +56,7 @@ down). A limiter of their own, so that checks never wait for other users of Trio
 
 _REVIEW_BODY = json.dumps(REVIEW, separators=(",", ":")).encode()
 _ACCESS_REVIEW_BODY = json.dumps(ACCESS_REVIEW, separators=(",", ":")).encode()
+_CLUSTER_WIDE_BODY = json.dumps(CLUSTER_WIDE, separators=(",", ":")).encode()
 
 
 def _threads() -> trio.CapacityLimiter:
@@ -477,7 +480,15 @@ def _lean_ask(wire: _Wire, question: Question, outcomes: Outcomes) -> Outcome:
         if status == 404:  # before Kubernetes 1.28
             what = "POST selfsubjectaccessreviews"
             status, body = wire.send(b"POST", ACCESS_REVIEW_PATH.encode(), _ACCESS_REVIEW_BODY)
-        return outcomes.of(diagnosis.review_answer(status, phrase(status), body, **said))
+        verdict = diagnosis.review_answer(status, phrase(status), body, **said)
+        if verdict[0] is not Reason.READY or not question.cluster_wide:
+            return outcomes.of(verdict)
+
+        what = "POST selfsubjectaccessreviews"
+        status, body = wire.send(b"POST", ACCESS_REVIEW_PATH.encode(), _CLUSTER_WIDE_BODY)
+        return outcomes.of(
+            diagnosis.cluster_wide_answer(status, phrase(status), body, ready=verdict, **said)
+        )
     except Overlong as overlong:
         return outcomes.of(overlong.verdict(what))
     finally:

@@ -1,4 +1,4 @@
-"""The probe's two questions, and the one Outcome their answers or failures become.
+"""The probe's questions, and the one Outcome their answers or failures become.
 
 Both ways of asking (the lean reader and httpx) ask these same questions, and hand what they get
 back, an answer or an exception, to the same functions here, which ask
@@ -23,6 +23,7 @@ from kokumi.core.reasons import Reason
 __all__ = [
     "ACCESS_REVIEW",
     "ACCESS_REVIEW_PATH",
+    "CLUSTER_WIDE",
     "MAX_ANSWER",
     "MAX_HEAD",
     "REVIEW",
@@ -66,6 +67,17 @@ ACCESS_REVIEW = {
 }
 """The second question and, before Kubernetes 1.28, its older form: written once here, sent as
 they are by httpx and as bytes by the lean path."""
+CLUSTER_WIDE = {
+    "apiVersion": "authorization.k8s.io/v1",
+    "kind": "SelfSubjectAccessReview",
+    "spec": {"resourceAttributes": {"verb": "list", "group": "*", "resource": "*"}},
+}
+"""The third question, for a Cluster without ``spec.scope.namespaces``: may the credential list
+every resource of every group, in no namespace (cluster-wide), as Argo CD's cluster cache does?
+RBAC grants it only by a ClusterRoleBinding to a rule of ``*`` groups and resources (as
+cluster-admin's), never by rules that name kinds or by RoleBindings. ``list`` stands for
+``list`` and ``watch``, which roles grant together: a fourth request for every Ready Cluster
+would tell apart only a role that grants one without the other."""
 
 
 @attrs.frozen
@@ -76,6 +88,8 @@ class Question:
     headers: Mapping[str, str]
     extensions: Mapping[str, Any]
     has_credential: bool
+    #: Ask the third question (:data:`CLUSTER_WIDE`) once the review found the credential good.
+    cluster_wide: bool = False
 
 
 @attrs.define
@@ -158,7 +172,7 @@ class Budget:
 async def ask(
     client: httpx.AsyncClient, question: Question, outcomes: Outcomes, budget: Budget
 ) -> Outcome:
-    """Ask both questions; what each answer means is the diagnosis's. ``budget`` is the one the
+    """Ask the questions; what each answer means is the diagnosis's. ``budget`` is the one the
     client's network backend counts its reads in."""
     said = {"has_credential": question.has_credential, "own": outcomes.own}
     what = "GET /version"
@@ -176,9 +190,19 @@ async def ask(
             status, body = await _send(
                 client, "POST", ACCESS_REVIEW_PATH, question, budget, ACCESS_REVIEW
             )
+        verdict = diagnosis.review_answer(status, phrase(status), body, **said)
+        if verdict[0] is not Reason.READY or not question.cluster_wide:
+            return outcomes.of(verdict)
+
+        what = "POST selfsubjectaccessreviews"
+        status, body = await _send(
+            client, "POST", ACCESS_REVIEW_PATH, question, budget, CLUSTER_WIDE
+        )
     except Overlong as overlong:
         return outcomes.of(overlong.verdict(what))
-    return outcomes.of(diagnosis.review_answer(status, phrase(status), body, **said))
+    return outcomes.of(
+        diagnosis.cluster_wide_answer(status, phrase(status), body, ready=verdict, **said)
+    )
 
 
 async def _send(

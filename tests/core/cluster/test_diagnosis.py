@@ -14,9 +14,11 @@ import ssl
 from collections.abc import Sequence
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kokumi.core.cluster import diagnosis, egress
-from kokumi.core.reasons import Reason
+from kokumi.core.reasons import PROBE_REASONS, Reason
 
 
 def diagnose(causes: Sequence[BaseException], proxy: str = "") -> diagnosis.Verdict:
@@ -170,6 +172,70 @@ def test_review_answer_tells_a_credential_from_none(own: bool) -> None:
     assert answer(201, anonymous) == diagnosis.anonymous()
     assert answer(201, anonymous, has_credential=False) == diagnosis.unauthorized(False, own=own)
     assert answer(500)[0] == Reason.SERVER_ERROR
+
+
+READY = diagnosis.ready("u")
+
+
+@pytest.mark.parametrize("own", [False, True])
+def test_cluster_wide_answer_needs_namespaces_only_on_a_clear_no(own: bool) -> None:
+    def answer(status: int, body: bytes = b"") -> diagnosis.Verdict:
+        return diagnosis.cluster_wide_answer(
+            status, "", body, ready=READY, has_credential=True, own=own
+        )
+
+    assert answer(201, b'{"status": {"allowed": true}}') == READY
+    assert answer(201, b'{"status": {"allowed": false, "reason": "no"}}') == (
+        diagnosis.namespaces_required()
+    )
+    assert answer(401) == diagnosis.unauthorized(True, own=own)
+    assert answer(403) == diagnosis.forbidden(own=own, review="SelfSubjectAccessReview")
+    assert answer(500)[0] == Reason.SERVER_ERROR
+    assert answer(429)[0] == Reason.SERVER_ERROR
+    assert answer(404) == diagnosis.not_kubernetes("POST selfsubjectaccessreviews answered 404")
+    no_answer = diagnosis.not_kubernetes(
+        "POST selfsubjectaccessreviews answered without status.allowed"
+    )
+    for body in (b"", b"null", b"[]", b'{"status": null}', b'{"status": {"allowed": "false"}}'):
+        assert answer(201, body) == no_answer
+
+
+def test_namespaces_required_says_what_is_wrong_and_both_fixes_on_one_line() -> None:
+    reason, message = diagnosis.namespaces_required()
+    assert reason is Reason.NAMESPACES_REQUIRED
+    assert "\n" not in message
+    assert "may not list every resource cluster-wide" in message
+    assert "set spec.scope.namespaces" in message
+    assert "grant the credential list and watch on all resources cluster-wide" in message
+
+
+@given(
+    status=st.integers(100, 599),
+    body=st.binary(max_size=256)
+    | st.builds(
+        lambda value: json.dumps({"status": {"allowed": value}}).encode(),
+        st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    ),
+    own=st.booleans(),
+)
+def test_cluster_wide_answer_is_ready_only_for_a_true_allowed(
+    status: int, body: bytes, own: bool
+) -> None:
+    """Whatever a server answers, a Verdict of the probe's own, on one line; Ready (the review's
+    verdict, unchanged) only for a 2xx whose ``status.allowed`` is the boolean true."""
+    reason, message = diagnosis.cluster_wide_answer(
+        status, "", body, ready=READY, has_credential=True, own=own
+    )
+    assert reason in PROBE_REASONS
+    assert "\n" not in message
+    try:
+        allowed = json.loads(body)["status"]["allowed"]
+    except (ValueError, TypeError, KeyError):
+        allowed = None
+    said_yes = 200 <= status < 300 and allowed is True
+    assert ((reason, message) == READY) == said_yes
+    if reason is Reason.NAMESPACES_REQUIRED:
+        assert 200 <= status < 300 and allowed is False
 
 
 def test_the_probes_own_refusals_keep_their_words() -> None:

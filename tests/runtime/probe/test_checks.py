@@ -116,7 +116,7 @@ async def test_registered_kubeconfig_is_ready(
 async def test_client_certificate_identity_is_ready(
     spoke: APIServer, spoke_kubeconfig: Registration
 ) -> None:
-    cert, key = spoke.identity("kokumi-probe-user", ["kokumi-probe-group"])
+    cert, key = spoke.identity("kokumi-probe-user", ["kokumi-probe-group", "system:masters"])
     connection = Connection(
         server=spoke.url,
         client_certificate=cert,
@@ -127,6 +127,66 @@ async def test_client_certificate_identity_is_ready(
     assert finding.ok, finding
     assert finding.message.endswith("as kokumi-probe-user")
     assert finding.kubernetes_version == spoke.version
+
+
+# --- a credential granted less than cluster-admin ---------------------------------------------
+
+NAMESPACES_REQUIRED = (
+    "the credential may not list every resource cluster-wide, which Argo CD does unless told"
+    " which namespaces to use: set spec.scope.namespaces to the namespaces Argo CD may use there,"
+    " or grant the credential list and watch on all resources cluster-wide"
+)
+
+
+async def test_a_credential_bound_to_one_namespace_needs_namespaces(
+    spoke: APIServer, narrow_spoke_kubeconfig: Registration
+) -> None:
+    """The spec's advice followed: admin in one namespace only. Argo CD would list cluster-wide
+    with it and fail, so the check says so rather than Ready."""
+    finding = await check(connection_of(narrow_spoke_kubeconfig.kubeconfig))
+    assert finding == Outcome(
+        ok=False,
+        reason=Reason.NAMESPACES_REQUIRED,
+        message=NAMESPACES_REQUIRED,
+        server=spoke.url,
+        kubernetes_version=spoke.version,
+    )
+    assert_no_secret(finding, narrow_spoke_kubeconfig)
+
+
+async def test_the_same_credential_with_namespaces_is_ready(
+    spoke: APIServer, narrow_spoke_kubeconfig: Registration
+) -> None:
+    finding = await check(connection_of(narrow_spoke_kubeconfig.kubeconfig), cluster_wide=False)
+    assert finding.ok, finding
+    assert finding.message.endswith("as system:serviceaccount:kube-system:kokumi-narrow")
+
+
+async def test_cluster_admin_may_list_cluster_wide(spoke_kubeconfig: Registration) -> None:
+    finding = await check(connection_of(spoke_kubeconfig.kubeconfig), cluster_wide=True)
+    assert finding.ok, finding
+
+
+async def test_a_user_bound_nothing_needs_namespaces(spoke: APIServer) -> None:
+    """A client certificate of a user no binding names: it may create reviews, and no more."""
+    cert, key = spoke.identity("kokumi-unbound-user", ["kokumi-probe-group"])
+    connection = Connection(
+        server=spoke.url,
+        client_certificate=cert,
+        client_key=key,
+        certificate_authority=spoke.ca_pem,
+    )
+    finding = await check(connection)
+    assert finding.reason is Reason.NAMESPACES_REQUIRED
+    assert (await check(connection, cluster_wide=False)).ok
+
+
+async def test_own_connection_is_not_asked_to_list_cluster_wide(
+    spoke: APIServer, narrow_spoke_kubeconfig: Registration
+) -> None:
+    """InCluster registers nothing: the manager's own rights say nothing of Argo CD's."""
+    finding = await check_config(Config.from_kubeconfig(narrow_spoke_kubeconfig.path))
+    assert finding.ok, finding
 
 
 async def test_insecure_skip_tls_verify_without_ca_is_ready(

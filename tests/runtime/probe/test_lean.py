@@ -32,6 +32,7 @@ import trio
 from httpcore._backends.trio import TrioStream
 from hypothesis import given
 
+from kokumi.core.cluster import findings
 from kokumi.core.cluster.egress import parse_address
 from kokumi.core.cluster.status import Outcome
 from kokumi.core.kubeconfig.connection import Connection
@@ -41,7 +42,7 @@ from kokumi.runtime.probe.checks import check
 from kokumi.testing import canary
 from kokumi.testing.controlplane import CertificateAuthority
 from tests.runtime.probe.test_checks import connect_proxy
-from tests.support.spoke_answers import both
+from tests.support.spoke_answers import ACCESS_REVIEW_PATH, access_review, both
 
 TOKEN = canary.token("lean")
 VERSION = b'{"major":"1","minor":"36","gitVersion":"v1.36.0-lean"}'
@@ -52,6 +53,24 @@ REVIEW = json.dumps(
         "status": {"userInfo": {"username": "lean-user"}},
     }
 ).encode()
+
+
+ALLOWED = access_review(allowed=True)
+
+
+def answer_of(path: str) -> tuple[bytes, str]:
+    """What a healthy API server answers at ``path`` of the check's: body and status."""
+    if path == "/version":
+        return VERSION, "200 OK"
+    if path == ACCESS_REVIEW_PATH:
+        return ALLOWED, "201 Created"
+    return REVIEW, "201 Created"
+
+
+def healthy(path: str) -> bytes:
+    """A healthy API server's whole answer at ``path``."""
+    body, status = answer_of(path)
+    return response(status, body)
 
 
 @attrs.define
@@ -72,6 +91,7 @@ class Peer:
         self.stream = stream
         self.seen = seen
         self.buffer = b""
+        self.last_body = b""
 
     async def request(self) -> tuple[str, str, dict[str, str]] | None:
         while b"\r\n\r\n" not in self.buffer:
@@ -89,7 +109,7 @@ class Peer:
         length = int(headers.get("content-length", "0"))
         while len(self.buffer) < length:
             self.buffer += await self.stream.receive_some(65536)
-        self.buffer = self.buffer[length:]
+        self.last_body, self.buffer = self.buffer[:length], self.buffer[length:]
         self.seen.requests.append(f"{method} {path}")
         return method, path, headers
 
@@ -184,8 +204,7 @@ async def kubernetes(
     while (asked := await peer.request()) is not None:
         _, path, headers = asked
         assert headers["authorization"] == f"Bearer {TOKEN}"
-        body = VERSION if path == "/version" else REVIEW
-        status = "200 OK" if path == "/version" else "201 Created"
+        body, status = answer_of(path)
         if chunked:
             pieces = [body[:7], body[7:]]
             chunks = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(p), p) for p in pieces)
@@ -236,8 +255,9 @@ async def test_a_healthy_server_is_ready(pki: Pki, serve: Serve, path: str) -> N
     assert seen.requests == [
         "GET /version",
         "POST /apis/authentication.k8s.io/v1/selfsubjectreviews",
+        f"POST {ACCESS_REVIEW_PATH}",
     ]
-    assert seen.accepted == 1  # both questions on one connection
+    assert seen.accepted == 1  # every question on one connection
     with trio.fail_after(5):
         await seen.all_closed.wait()
 
@@ -254,7 +274,7 @@ async def test_a_server_that_closes_after_each_answer_gets_a_new_connection(
 ) -> None:
     server, seen = await serve(functools.partial(kubernetes, close=True))
     assert await checked(pki, server) == ready(server)
-    assert seen.accepted == 2
+    assert seen.accepted == 3
     with trio.fail_after(5):
         await seen.all_closed.wait()
 
@@ -262,7 +282,7 @@ async def test_a_server_that_closes_after_each_answer_gets_a_new_connection(
 async def test_interim_answers_are_skipped(pki: Pki, serve: Serve, path: str) -> None:
     async def handler(peer: Peer) -> None:
         while (asked := await peer.request()) is not None:
-            body, status = (VERSION, "200 OK") if asked[1] == "/version" else (REVIEW, "201 X")
+            body, status = answer_of(asked[1])
             await peer.send(b"HTTP/1.1 100 Continue\r\n\r\n" + response(status, body))
 
     server, _ = await serve(handler)
@@ -275,13 +295,13 @@ async def test_an_http_1_0_answer_without_a_length_ends_with_the_connection(
     async def handler(peer: Peer) -> None:
         asked = await peer.request()
         assert asked is not None
-        body = VERSION if asked[1] == "/version" else REVIEW
+        body, _ = answer_of(asked[1])
         await peer.send(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n" + body)
         await peer.stream.aclose()
 
     server, seen = await serve(handler)
     assert await checked(pki, server) == ready(server)
-    assert seen.accepted == 2
+    assert seen.accepted == 3
 
 
 async def test_a_server_without_selfsubjectreviews_gets_the_access_review(
@@ -317,6 +337,231 @@ async def test_a_server_error_says_the_servers_own_sentence(
         "the API server failed GET /version with 503 Service Unavailable (etcd is down); look at"
         " the API server's health and load"
     )
+
+
+# --- the third question: may the credential list cluster-wide? --------------------------------
+
+
+def answering_access(status: str, body: bytes, *extra: str) -> Handler:
+    """A healthy API server but for its answer to the SelfSubjectAccessReview."""
+
+    async def handler(peer: Peer) -> None:
+        while (asked := await peer.request()) is not None:
+            if asked[1] == ACCESS_REVIEW_PATH:
+                await peer.send(response(status, body, *extra))
+            else:
+                await peer.send(healthy(asked[1]))
+
+    return handler
+
+
+NAMESPACES_REQUIRED = (
+    "the credential may not list every resource cluster-wide, which Argo CD does unless told"
+    " which namespaces to use: set spec.scope.namespaces to the namespaces Argo CD may use there,"
+    " or grant the credential list and watch on all resources cluster-wide"
+)
+
+
+async def test_a_credential_that_may_not_list_cluster_wide_needs_namespaces(
+    pki: Pki, serve: Serve, path: str
+) -> None:
+    server, seen = await serve(answering_access("201 Created", access_review(allowed=False)))
+    finding = await checked(pki, server)
+    assert finding == Outcome(
+        False, Reason.NAMESPACES_REQUIRED, NAMESPACES_REQUIRED, server, "v1.36.0-lean"
+    )
+    assert seen.requests[-1] == f"POST {ACCESS_REVIEW_PATH}"
+    assert seen.accepted == 1
+
+
+async def test_the_question_is_exactly_list_of_everything_in_no_namespace(
+    pki: Pki, serve: Serve, path: str
+) -> None:
+    bodies: list[Any] = []
+
+    async def handler(peer: Peer) -> None:
+        while (asked := await peer.request()) is not None:
+            if asked[1] == ACCESS_REVIEW_PATH:
+                bodies.append(json.loads(peer.last_body))
+            await peer.send(healthy(asked[1]))
+
+    server, _ = await serve(handler)
+    assert await checked(pki, server) == ready(server)
+    assert bodies == [
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"verb": "list", "group": "*", "resource": "*"}},
+        }
+    ]
+
+
+async def test_a_cluster_with_namespaces_is_not_asked(pki: Pki, serve: Serve, path: str) -> None:
+    server, seen = await serve(answering_access("201 Created", access_review(allowed=False)))
+    finding = await check(connection(pki, server), cluster_wide=False)
+    assert finding == ready(server)
+    assert seen.requests == [
+        "GET /version",
+        "POST /apis/authentication.k8s.io/v1/selfsubjectreviews",
+    ]
+
+
+async def test_a_refused_credential_is_not_asked_further(pki: Pki, serve: Serve, path: str) -> None:
+    async def handler(peer: Peer) -> None:
+        while (asked := await peer.request()) is not None:
+            if asked[1] == "/version":
+                await peer.send(response("200 OK", VERSION))
+            else:
+                await peer.send(response("403 Forbidden", b'{"kind":"Status"}'))
+
+    server, seen = await serve(handler)
+    finding = await checked(pki, server)
+    assert finding.reason is Reason.FORBIDDEN
+    assert f"POST {ACCESS_REVIEW_PATH}" not in seen.requests
+
+
+WHAT = "POST selfsubjectaccessreviews"
+NOT_KUBERNETES = "this is not a Kubernetes API server; check the server URL and its path"
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "reason", "message"),
+    [
+        ("201 Created", b"<html>not json</html>", Reason.SERVER_ERROR,
+         f"{WHAT} answered without status.allowed: {NOT_KUBERNETES}"),
+        ("201 Created", b'[{"status":{"allowed":true}}]', Reason.SERVER_ERROR,
+         f"{WHAT} answered without status.allowed: {NOT_KUBERNETES}"),
+        ("201 Created", b'{"status":{"allowed":"true"}}', Reason.SERVER_ERROR,
+         f"{WHAT} answered without status.allowed: {NOT_KUBERNETES}"),
+        ("201 Created", b'{"status":{"allowed":1}}', Reason.SERVER_ERROR,
+         f"{WHAT} answered without status.allowed: {NOT_KUBERNETES}"),
+        ("201 Created", b'{"status":{"denied":true}}', Reason.SERVER_ERROR,
+         f"{WHAT} answered without status.allowed: {NOT_KUBERNETES}"),
+        ("201 Created", b"", Reason.SERVER_ERROR,
+         f"{WHAT} answered without status.allowed: {NOT_KUBERNETES}"),
+        ("403 Forbidden", b'{"kind":"Status","code":403}', Reason.FORBIDDEN,
+         "the credential authenticates, but its user may not create a SelfSubjectAccessReview"
+         " (403), which every user may: bind it the roles Argo CD needs there (cluster-admin,"
+         " or less)"),
+        ("401 Unauthorized", b"{}", Reason.UNAUTHORIZED,
+         "the API server refuses the credential (401): the token is invalid or expired, or the"
+         " client certificate is not signed by a CA it trusts; write a current credential into"
+         " the kubeconfig Secret"),
+        ("500 Internal Server Error", b'{"kind":"Status","message":"webhook\\n down"}',
+         Reason.SERVER_ERROR,
+         f"the API server failed {WHAT} with 500 Internal Server Error (webhook down); look at"
+         " the API server's health and load"),
+        ("404 Not Found", b"{}", Reason.SERVER_ERROR,
+         f"{WHAT} answered 404 Not Found: {NOT_KUBERNETES}"),
+        ("299 Odd", b'{"status":{"allowed":true}}', Reason.READY,
+         "the API server answers and accepts the credential as lean-user"),
+    ],
+    ids=[
+        "not-json", "a-list", "allowed-a-string", "allowed-a-number", "no-allowed", "empty",
+        "forbidden", "unauthorized", "server-error", "not-found", "odd-2xx",
+    ],
+)  # fmt: skip
+async def test_an_odd_answer_to_the_access_review_is_a_clear_outcome(
+    pki: Pki, serve: Serve, path: str, status: str, body: bytes, reason: Reason, message: str
+) -> None:
+    """Whatever the server says to the third question, the check ends in one Outcome, the same
+    on both paths; nothing but a boolean ``status.allowed`` is taken for an answer, and never
+    anything for a yes that is not ``true``."""
+    server, _ = await serve(answering_access(status, body))
+    finding = await checked(pki, server)
+    assert (finding.reason, finding.message) == (reason, message)
+    assert finding.kubernetes_version == "v1.36.0-lean"
+
+
+async def test_a_huge_access_review_is_cut_off(pki: Pki, serve: Serve, path: str) -> None:
+    async def handler(peer: Peer) -> None:
+        while (asked := await peer.request()) is not None:
+            if asked[1] != ACCESS_REVIEW_PATH:
+                await peer.send(healthy(asked[1]))
+                continue
+            await peer.send(b"HTTP/1.1 201 Created\r\nContent-Length: 100000000\r\n\r\n")
+            while True:
+                await peer.send(b'{"status":{"allowed":true}}' * 100)
+
+    server, seen = await serve(handler)
+    finding = await checked(pki, server)
+    assert finding.reason is Reason.SERVER_ERROR
+    assert finding.message == f"{WHAT} answered with more than 64 KiB: {NOT_KUBERNETES}"
+    with trio.fail_after(5):
+        await seen.all_closed.wait()
+    assert seen.sent < 16 << 20
+
+
+async def test_an_access_review_in_tiny_pieces_ends_the_check(
+    pki: Pki, serve: Serve, path: str, wire: Wire
+) -> None:
+    async def handler(peer: Peer) -> None:
+        for _ in range(2):
+            asked = await peer.request()
+            assert asked is not None
+            await peer.send(healthy(asked[1]))
+        await trickle(
+            peer,
+            b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n",
+            forever(b"1\r\n \r\n"),
+        )
+
+    server, _ = await serve(handler)
+    finding = await check(connection(pki, server))
+    assert finding.message == f"{WHAT} answered in more than 64 reads: {NOT_KUBERNETES}"
+    assert finding.kubernetes_version == "v1.36.0-lean"
+
+
+async def test_a_server_that_closes_before_the_access_review_is_asked_again(
+    pki: Pki, serve: Serve, path: str
+) -> None:
+    """Closed after the review's answer: the third question goes on a new connection."""
+
+    async def handler(peer: Peer) -> None:
+        while (asked := await peer.request()) is not None:
+            body, status = answer_of(asked[1])
+            last = asked[1] != "/version" and asked[1] != ACCESS_REVIEW_PATH
+            await peer.send(response(status, body, *(["Connection: close"] if last else [])))
+            if last:
+                return
+
+    server, seen = await serve(handler)
+    assert await checked(pki, server) == ready(server)
+    assert seen.accepted == 2
+
+
+async def test_a_yes_is_kept_for_the_connection_and_a_no_never(
+    pki: Pki, serve: Serve, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A steady Ready Cluster does not ask at every check; one that is not allowed does, so a
+    binding granted on the spoke shows at the next check; a binding taken away shows once the
+    yes is older than findings.CLUSTER_WIDE_KEPT."""
+    allowed = [True]
+
+    async def handler(peer: Peer) -> None:
+        while (asked := await peer.request()) is not None:
+            if asked[1] == ACCESS_REVIEW_PATH:
+                await peer.send(response("201 Created", access_review(allowed=allowed[0])))
+            else:
+                await peer.send(healthy(asked[1]))
+
+    server, seen = await serve(handler)
+    asked = f"POST {ACCESS_REVIEW_PATH}"
+    assert await checked(pki, server) == ready(server)
+    assert seen.requests.count(asked) == 1
+    allowed[0] = False  # the ClusterRoleBinding taken away on the spoke
+    assert await checked(pki, server) == ready(server)  # the yes is kept
+    assert seen.requests.count(asked) == 1
+    other = attrs.evolve(connection(pki, server), token=canary.token("another-credential"))
+    assert (await check(other)).reason is Reason.NAMESPACES_REQUIRED  # another credential asks
+    monkeypatch.setattr(findings, "CLUSTER_WIDE_KEPT", 0.0)
+    assert (await checked(pki, server)).reason is Reason.NAMESPACES_REQUIRED
+    monkeypatch.undo()
+    assert (await checked(pki, server)).reason is Reason.NAMESPACES_REQUIRED  # a no is not kept
+    assert seen.requests.count(asked) == 4
+    allowed[0] = True  # granted again: Ready at the next check
+    assert await checked(pki, server) == ready(server)
+    assert seen.requests.count(asked) == 5
 
 
 # --- hostile servers -------------------------------------------------------------------------
