@@ -305,6 +305,7 @@ class Manager:
             for actor in self.dispatcher.actors
             if actor.uid and (due := actor.next_due) is not None
         ]
+        self.context.probe_limiter.close()  # the record has the next checks: none starts here
         body = stoprecord.config_map(
             dues, trio.current_time() - shift, namespace=self.options.namespace
         )

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import resource
 import ssl
 import sys
@@ -46,9 +47,15 @@ TOKEN = "fleet-token-not-a-secret"  # noqa: S105 - the fake fleet's own, shared 
 KINDS = ("ok", "slow", "refusing", "hanging", "unauthorized")
 
 
+NET = int(os.environ.get("KOKUMI_FLEET_NET", "20"))
+"""The second octet of the first spoke's address (``KOKUMI_FLEET_NET``, default 20): two runs on
+one machine, each with its own, do not take each other's addresses."""
+
+
 def address(index: int) -> str:
-    """Spoke ``index``'s loopback address: 250 to a /24, 62,500 to a /16, from 127.20.1.1."""
-    return f"127.{20 + index // 62_500}.{(index // 250) % 250 + 1}.{index % 250 + 1}"
+    """Spoke ``index``'s loopback address: 250 to a /24, 62,500 to a /16, from 127.20.1.1
+    (127.NET.1.1)."""
+    return f"127.{NET + index // 62_500}.{(index // 250) % 250 + 1}.{index % 250 + 1}"
 
 
 def make_pki(directory: Path) -> tuple[Path, Path]:

@@ -302,6 +302,20 @@ def gaps_by_place(
     ]
 
 
+def checks_per_second(asked: dict[int, list[float]], start: float, end: float) -> list[int]:
+    """How many checks (of every spoke, answering or not) began in each whole second of
+    ``[start, end)``, as the spokes saw them: the fleet's spread. Flat counts near N / 60 are
+    checks spread over the minute; a second far above the others is a burst."""
+    seconds = int(end - start)
+    counts = [0] * seconds
+    for times in asked.values():
+        for t in times:
+            k = math.floor(t - start)
+            if 0 <= k < seconds:
+                counts[k] += 1
+    return counts
+
+
 def loop_steps(workdir: Path, start: float, end: float) -> dict[str, float]:
     """The event loops' longest steps in [start, end] (every replica's): wall time, and the
     step's own CPU time."""
@@ -798,6 +812,7 @@ async def steady(
     checked = sum(
         1 for i, k in enumerate(kinds) if k == "ok" and any(t >= start for t in asked.get(i, ()))
     )
+    per_second = checks_per_second(asked, start, end)
     w = writes(m0, m1)
     checks = checks1 - checks0
     return {
@@ -807,6 +822,12 @@ async def steady(
         "gap_p50": pct(gaps, 0.5),
         "gap_p99": pct(gaps, 0.99),
         "gap_max": max(gaps, default=math.nan),
+        "gap_min": min(gaps, default=math.nan),
+        "gaps_under_60s": sum(g < 60 for g in gaps),
+        "gaps": len(gaps),
+        "most_checks_in_a_second": max(per_second, default=0),
+        "checks_in_a_second_p99": pct([float(c) for c in per_second], 0.99),
+        "checks_in_a_second_mean": statistics.fmean(per_second) if per_second else math.nan,
         "ok_spokes_checked": f"{checked}/{kinds.count('ok')}",
         "silent_gap_p50": pct(silent_gaps, 0.5),
         "silent_gap_p99": pct(silent_gaps, 0.99),
@@ -1219,6 +1240,17 @@ def report(r: dict[str, Any]) -> str:
                 f"check gap p50 / p99 / max, {label} ({p['window_s']} s window)",
                 f"{p['gap_p50']:.1f} / {p['gap_p99']:.1f} / {p['gap_max']:.1f} s",
                 f"healthy spokes checked {p['ok_spokes_checked']}; load {p['load']}",
+            ),
+            (
+                f"check gap min / gaps under 60 s, {label}",
+                f"{p['gap_min']:.1f} s / {p['gaps_under_60s']} of {p['gaps']}",
+                "a gap counts from the start of one check to the start of the next",
+            ),
+            (
+                f"checks in a second: most / p99 / mean, {label}",
+                f"{p['most_checks_in_a_second']} / {p['checks_in_a_second_p99']:.0f}"
+                f" / {p['checks_in_a_second_mean']:.1f}",
+                "every spoke's checks, by the second they began in",
             ),
             (
                 f"silent spokes' check gap p50 / p99 / max, {label}",

@@ -10,7 +10,7 @@ task sleeps until the next tick that has a timer due and sets the events of ever
 then: the timers of a tick cost one wake-up between them, and none raises anything.
 
 The price is a lateness of at most a tick on each timer, far inside the spec's own random
-lateness of up to 6 s a check (:data:`kokumi.core.cluster.schedule.TIMER_GRAIN`).
+lateness, a gap of a minute plus up to 6 s (:data:`kokumi.core.cluster.schedule.TIMER_GRAIN`).
 """
 
 from __future__ import annotations

@@ -88,12 +88,11 @@ class ClusterActor:
         # set for ``_alarm_at`` (None once it rang).
         self._serial = 0
         self._alarm_at: float | None = None
-        # Its own place in the check interval (kokumi.core.cluster.schedule), so the fleet's checks
-        # spread evenly over the minute from the first one; the same second of the minute in
-        # every process, so a restart keeps it.
+        # Its own place in the check period (kokumi.core.cluster.schedule): the fleet's checks
+        # spread evenly from the first one, at the same moment in every process across restarts.
         identity = cluster.metadata.uid or f"{self.ref.namespace}/{self.ref.name}"
-        interval = context.options.check_interval
-        self._offset = (schedule.offset_of(identity, interval) + wall_shift()) % interval
+        period = schedule.period_of(context.options.check_interval, context.options.check_jitter)
+        self._offset = (schedule.offset_of(identity, period) + wall_shift()) % period
         # When this manager began serving the Cluster: a place that came since (or a little
         # before, while the last manager may have been stopping) may have gone unchecked.
         self._since = trio.current_time() - schedule.RESTART_ALLOWANCE
@@ -155,9 +154,9 @@ class ClusterActor:
     def check_before_stop(self, until: float) -> bool:
         """The manager is stopping: check now if the next check falls due by ``until``
         (lifecycle.ask_before_stop); whether a check was asked for."""
-        now = trio.current_time()
-        asked = None if self._stopping else lifecycle.ask_before_stop(self._state, until, now)
-        if asked is None:
+        now, interval = trio.current_time(), self._context.options.check_interval
+        asked = lifecycle.ask_before_stop(self._state, until, now, interval)
+        if asked is None or self._stopping:
             return False
         self._state = asked
         self._context.metrics.check_planned(self.ref, now)
@@ -337,7 +336,7 @@ class ClusterActor:
             trio.current_time(),
             recorded=recorded + wall_shift() if recorded is not None else None,
             offset=self._offset,
-            interval=options.check_interval,
+            period=schedule.period_of(options.check_interval, options.check_jitter),
             since=self._since,
             lateness=options.check_lateness(),
         )
@@ -358,6 +357,7 @@ class ClusterActor:
             offset=self._offset,
             interval=options.check_interval,
             lateness=options.check_lateness(),
+            jitter=options.check_jitter,
         )
         self._context.metrics.check_finished(self.ref, check.outcome.reason)
         self._context.metrics.check_planned(self.ref, self._state.next_check)

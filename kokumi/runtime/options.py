@@ -22,11 +22,13 @@ __all__ = ["Options"]
 class Options:
     """How the manager behaves; every default is what the spec asks for.
 
-    ``check_jitter``: each check comes up to 6 s (a tenth of the interval) later than its Cluster's
-    own place in the minute, at random. The place (a hash of the Cluster's identity,
-    :mod:`kokumi.core.cluster.schedule`) spreads the fleet's checks evenly over the minute from the
-    first one; the lateness keeps two Clusters whose places are close from meeting every minute, and
-    a tenth keeps "about once a minute" true.
+    ``check_jitter``: each check comes a minute to a minute and 6 s (a tenth of the interval)
+    after the last one began, never sooner: "a little later than the minute at random". Each
+    Cluster has its own place in the period (a minute plus half the jitter: a hash of its
+    identity, :mod:`kokumi.core.cluster.schedule`), which spreads the fleet's checks evenly from
+    the first one, and each check comes up to half the jitter after it, at random: that keeps two
+    Clusters whose places are close from meeting every time, and a tenth keeps "about once a
+    minute" true.
     """
 
     namespace: str = "kokumi"
@@ -65,8 +67,10 @@ class Options:
     source_bounds: Bounds = attrs.field(factory=Bounds)
 
     def check_lateness(self) -> float:
-        """How much later than its place a check comes this time: the spec's random lateness."""
-        return random.uniform(0.0, self.check_jitter)  # noqa: S311
+        """How much later than its place a check comes this time: the spec's random lateness,
+        up to half the jitter (the other half is how far the places are more than a minute
+        apart, :func:`kokumi.core.cluster.schedule.period_of`)."""
+        return random.uniform(0.0, self.check_jitter / 2)  # noqa: S311
 
     def backoff(self) -> Backoff:
         return Backoff(self.retry_initial, self.retry_max)

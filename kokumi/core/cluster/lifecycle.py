@@ -387,7 +387,7 @@ def first_due(
     *,
     recorded: float | None,
     offset: float,
-    interval: float,
+    period: float,
     since: float,
     lateness: float,
 ) -> tuple[float, float | None]:
@@ -398,14 +398,17 @@ def first_due(
     this process's clock): on its chain, wherever that is in the minute; if that time has gone
     by, now, in its turn. Without one: now if its place came while no manager may have checked
     it (and before the others of the restart that were checked more lately), else its own place
-    in the interval plus ``lateness``, so the restarted fleet's checks are as evenly spread as
-    they were before it.
+    in the period (:func:`kokumi.core.cluster.schedule.period_of`) plus ``lateness``, so the
+    restarted fleet's checks are as evenly spread as they were before it.
+
+    A recorded due is never moved earlier: it was drawn a minute or more after the check before
+    it began, so following it keeps that gap (a new manager can only be late for it).
     """
     if recorded is not None:
         return (recorded, None) if recorded > after else (after, recorded)
-    if schedule.missed_place(after, offset, interval, since):
-        return after, schedule.missed_due(after, offset, interval)
-    return schedule.first_place(after, offset, interval) + lateness, None
+    if schedule.missed_place(after, offset, period, since):
+        return after, schedule.missed_due(after, offset, period)
+    return schedule.first_place(after, offset, period) + lateness, None
 
 
 def after_seed(state: State, check: Check, generation: int | None) -> State:
@@ -435,16 +438,15 @@ def after_check(
     offset: float,
     interval: float,
     lateness: float,
+    jitter: float = schedule.CHECK_JITTER,
 ) -> State:
     """The state once ``check``, which fell due at ``fell_due``, ended at ``finished``: counted
-    for the class of the next check, which falls due an interval after this one began (the
-    spoke sees the gap between two probes, so a wait for a slot must not shorten it), moved
-    toward the Cluster's place (``offset``) plus the spec's random ``lateness``
+    for the class of the next check, which falls due an interval to an interval plus ``jitter``
+    after this one began (the spoke sees the gap between two probes, so a wait for a slot must
+    not shorten it), toward the Cluster's place (``offset``) plus the spec's random ``lateness``
     (:func:`kokumi.core.cluster.schedule.due_after`)."""
     began = check.began if check.began is not None else fell_due
-    due = schedule.due_after(
-        began, finished, offset, interval, lateness=lateness, drift=interval / 10
-    )
+    due = schedule.due_after(began, finished, offset, interval, lateness=lateness, jitter=jitter)
     reason = check.outcome.reason
     unanswered, answered = state.unanswered, state.answered
     if schedule.is_unanswered(reason):
@@ -473,16 +475,23 @@ def slot_request(state: State) -> tuple[str, float, float]:
     return kind, since, due if math.isfinite(due) else math.inf
 
 
-def ask_before_stop(state: State, until: float, now: float) -> State | None:
+def ask_before_stop(state: State, until: float, now: float, interval: float) -> State | None:
     """The state once a stopping manager asks for the check due by ``until`` now, so that it does
     not fall due while no manager checks; None: no check asked for.
 
     Only an answering Cluster, on its chain of checks: a silent one could hold a slot for its
-    whole timeout while the stop waits, and its gap is not what the stop protects. The check is
-    due when it was before the stop asked (soonest due first).
+    whole timeout while the stop waits, and its gap is not what the stop protects. And only one
+    whose last check began at least ``interval`` ago: no check comes before the minute after
+    the last one began, so the stop takes only what is left of a check's random lateness, and
+    the next manager makes the others when they fall due (a seeded check, whose beginning is
+    not known, waits for it too). The check is due when it was before the stop asked (soonest
+    due first).
     """
+    check = state.check
     if (
-        state.check is None
+        check is None
+        or check.began is None
+        or now < check.began + interval
         or not state.next_check <= until
         or schedule.check_class(state.unanswered, state.answered) != schedule.ANSWERING
     ):

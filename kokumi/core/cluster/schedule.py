@@ -2,13 +2,14 @@
 
 Two rules, both pure so that their properties are tested without a clock:
 
-**A place in the minute.** Each Cluster has its own offset within the check interval, a hash of
-its identity (as Prometheus offsets each scrape target within its scrape interval), and its
-checks fall due at that offset of every interval, plus the spec's random lateness on top (up to
-a tenth of the interval). Without the offset, Clusters created together (a ``kubectl apply`` of
-hundreds) were checked together: only the random lateness spread them, like a random walk, so
-for the first minutes the load came in bursts of the whole fleet, and it never became flat. With
-it the load is flat from the first minute, and after a restart too.
+**A place in the minute.** Each Cluster has its own offset within the check period (a minute
+plus half the jitter, :func:`period_of`), a hash of its identity (as Prometheus offsets each
+scrape target within its scrape interval), and its checks fall due at that offset of every
+period, plus the spec's random lateness on top (up to 3 s). Without the offset, Clusters
+created together (a ``kubectl apply`` of hundreds) were checked together: only the random
+lateness spread them, like a random walk, so for the first minutes the load came in bursts of
+the whole fleet, and it never became flat. With it the load is flat from the first minute, and
+after a restart too.
 
 **Answering first.** Eight checks run at a time and each has 10 s. A spoke that never answers
 holds its slot for all of them, so 48 silent spokes fill the minute, and in a first-come queue
@@ -36,11 +37,21 @@ no manager was checking is checked at once (:func:`missed_place`). That is the r
 crash: a manager that is stopped leaves a stop record of each Cluster's next due, which the next
 one follows instead (:mod:`kokumi.core.fleet.stoprecord`).
 
-**Every gap about a minute.** A Cluster's first check comes when it appears, anywhere in the
-minute; its next one is due an interval later, moved toward its place plus this check's random
-lateness by at most a tenth of the interval (:func:`due_after`), so that no gap is shorter than
-54 s or longer than 66 s, the first one included, and from its seventh check on the Cluster is
-at its place plus its lateness.
+**Never before the minute, a little later at random.** The spec asks for a check "about once
+a minute, each a little later than the minute at random": no check comes before a minute after
+the last one began, and none more than :data:`CHECK_JITTER` (6 s) after it (:func:`due_after`).
+Lateness that only ever adds moves every Cluster later in the minute, 3 s a minute on average,
+so the places move with it: they recur every :func:`period_of` the interval plus half the jitter
+(63 s), not every minute, and a check on its place comes up to half the jitter (3 s) after it,
+at random. The gap between two checks on their places is then 60 s plus 3 s plus the difference
+of two such latenesses: 60 to 66 s, 63 s on average. The fleet stays as evenly spread as the
+places are, since every place moves alike; what the random lateness adds is that two Clusters
+whose places are close do not meet every time.
+
+A Cluster's first check comes when it appears, anywhere in the period; each next check moves it
+toward its place by 1.5 to 3 s (a gap of 60 to 61.5 s, or 64.5 to 66 s, at random) until it is
+within 3 s of it, and from then on it is on its place. A check that ran past half an interval
+(which the 10 s timeout never allows) counts from its end instead.
 """
 
 from __future__ import annotations
@@ -70,6 +81,7 @@ __all__ = [
     "missed_due",
     "missed_place",
     "offset_of",
+    "period_of",
     "silent_slots",
 ]
 
@@ -79,7 +91,9 @@ CHECK_INTERVAL = 60.0
 """Seconds between two checks of one Cluster: "about once a minute"."""
 
 CHECK_JITTER = 6.0
-"""The most a check comes later than its Cluster's place, at random: a tenth of the interval."""
+"""The most a check comes later than a minute after the last one began, at random: a tenth of
+the interval. Half of it is each check's random lateness after its Cluster's place (see
+:func:`period_of`)."""
 
 CHECK_SLOTS = 8
 """Checks at a time ("eight at a time"), and kubeconfig Secret reads at a time."""
@@ -124,42 +138,55 @@ CLASSES = (ANSWERING, NEW, SILENT)
 """The classes of checks: the first two first come, first served, the silent after them."""
 
 
-def offset_of(identity: str, interval: float) -> float:
-    """The Cluster's own place within the interval, in ``[0, interval)``: a hash of ``identity``.
+def period_of(interval: float, jitter: float) -> float:
+    """How often a Cluster's place in the minute recurs: the interval plus half the jitter.
+
+    Every gap is the interval plus a lateness in ``[0, jitter]``; on its place a Cluster's gaps
+    average the interval plus half the jitter, so that is how far apart its places are. Counted
+    from the Unix epoch like the offsets, so every process agrees on them.
+    """
+    return interval + jitter / 2
+
+
+def offset_of(identity: str, period: float) -> float:
+    """The Cluster's own place within the period (:func:`period_of`), in ``[0, period)``: a hash
+    of ``identity``.
 
     ``identity`` is the object's uid (a Cluster deleted and created again gets a new place) or,
     without one, ``namespace/name``. A stable hash, not Python's ``hash()``, which changes with
     every process: a restarted manager keeps each Cluster's place.
     """
     digest = hashlib.blake2b(identity.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2**64 * interval
+    return int.from_bytes(digest, "big") / 2**64 * period
 
 
-def first_place(at: float, offset: float, interval: float) -> float:
-    """The first moment of the Cluster's place (``offset`` plus a whole number of intervals) at
+def first_place(at: float, offset: float, period: float) -> float:
+    """The first moment of the Cluster's place (``offset`` plus a whole number of periods) at
     or after ``at``."""
-    turns = math.ceil((at - offset) / interval)
-    due = offset + turns * interval
+    turns = math.ceil((at - offset) / period)
+    due = offset + turns * period
     if due < at:  # floating point
-        due += interval
+        due += period
     return due
 
 
-def missed_place(now: float, offset: float, interval: float, since: float) -> bool:
+def missed_place(now: float, offset: float, period: float, since: float) -> bool:
     """Whether the Cluster's place came after ``since`` and before ``now``.
 
     A restarted manager takes the status's finding as a Cluster's last check, and checks it
     next at its place; but a Cluster whose place came while no manager was checking has missed
-    that check, and its next place is a minute away: two minutes without a check (the p99 gap
+    that check, and its next place is a period away: two minutes without a check (the p99 gap
     across a restart of 10,000 Clusters was 119-136 s). Such a Cluster is checked at once. One
     whose place came just before the last manager stopped is checked again too, early: at most
-    one extra check, since ``since`` cannot tell the two apart.
+    one extra check, since ``since`` cannot tell the two apart. That is the one check that may
+    come before the minute after the last one began, and only after a crash or a shard's move:
+    a manager that is stopped leaves a record of each Cluster's next check instead.
     """
-    last = first_place(now, offset, interval) - interval
+    last = first_place(now, offset, period) - period
     return last >= since
 
 
-def missed_due(now: float, offset: float, interval: float) -> float:
+def missed_due(now: float, offset: float, period: float) -> float:
     """When the check of a Cluster whose place came while no manager may have checked it fell
     due: that place (the last at or before ``now``).
 
@@ -172,7 +199,7 @@ def missed_due(now: float, offset: float, interval: float) -> float:
     in the seconds before that manager stopped, which it most likely checked, go first too:
     when it stopped is not known here (a Lease expires, a pod takes seconds to start).
     """
-    return first_place(now, offset, interval) - interval
+    return first_place(now, offset, period) - period
 
 
 def due_after(
@@ -181,26 +208,36 @@ def due_after(
     offset: float,
     interval: float,
     lateness: float = 0.0,
-    drift: float = CHECK_JITTER,
+    jitter: float = CHECK_JITTER,
 ) -> float:
     """When the check after one that began at ``began`` and ended at ``finished`` falls due.
 
-    Its aim is the Cluster's place nearest to an interval after ``began``, plus ``lateness``
-    (the spec's random lateness, drawn by the caller for this check); it is due an interval
-    after ``began`` moved toward that aim by at most ``drift`` (a tenth of the interval). In
-    the steady state a check begins at its place plus its lateness, so the next one lands on
-    its aim: the gap is the interval plus the difference of the two latenesses, 54 to 66 s. A
-    first check, made whenever the Cluster appeared, is followed 54 to 66 s later too, and the
-    Cluster is on its aim from its seventh check at the latest. A check that ended more than half
-    an interval after it began (a probe timeout that long) counts from its end; nothing is due
-    before a check ends.
+    Never before an interval after ``began``, and never more than ``jitter`` after that: the
+    gap the spoke sees is a minute plus 0 to 6 s. Within that window it aims at the Cluster's
+    place nearest to a period (:func:`period_of`) after ``began``, plus ``lateness`` (the
+    check's random lateness, drawn by the caller in ``[0, jitter / 2)``). In the steady state a
+    check begins at its place plus its lateness, so the next lands on its aim: the gap is the
+    period plus the difference of the two latenesses, 60 to 66 s. A Cluster off its place (its
+    first check comes whenever it appeared) is due at the edge of the window toward its place,
+    less ``lateness / 2`` so that Clusters checked together do not stay together: it moves
+    toward its place by 1.5 to 3 s a check, and so reaches it within 22 checks (a new Cluster is
+    7 checks away on average). A check that ended more than half an interval after it began
+    (longer than a check's timeout allows) counts from its end.
     """
+    period = interval + jitter / 2
     anchor = finished if finished - began > interval / 2 else began
-    target = anchor + interval
-    # The nearest place; of two as near, the later (Python's round() halves to even, so a tie
-    # went one way or the other by the parity of the turn).
-    aim = offset + math.floor((target - offset) / interval + 0.5) * interval + lateness
-    due = target + min(drift, max(-drift, aim - target))
+    earliest = anchor + interval
+    latest = earliest + jitter
+    # The place nearest a period on; of two as near, the later (Python's round() halves to even,
+    # so a tie would go one way or the other by the parity of the turn).
+    natural = anchor + period
+    aim = offset + math.floor((natural - offset) / period + 0.5) * period + lateness
+    if aim < earliest:
+        due = earliest + lateness / 2
+    elif aim > latest:
+        due = latest - lateness / 2
+    else:
+        due = aim
     return max(due, finished)
 
 

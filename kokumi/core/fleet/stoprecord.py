@@ -5,13 +5,15 @@ Why it exists: a restarted manager cannot tell when each Cluster was last checke
 changes only when the finding does), so it checks each at its place in the minute
 (:mod:`kokumi.core.cluster.schedule`). That is right for a fleet whose checks are on their places,
 and wrong for two kinds of Cluster. One created in the last minutes is still moving toward its
-place, 6 s a check, so its place can be half a minute from its last check: a gap of 80-105 s
-across the restart. And every Cluster due in the seconds a new manager needs before its first
-check (its lists of Clusters and Secrets: 11-15 s at 10,000) waits that long past its minute.
+place, 1.5 to 3 s a check, so its place can be half a minute from its last check: a gap of
+80-105 s across the restart. And every Cluster due in the seconds a new manager needs before its
+first check (its lists of Clusters and Secrets: 11-15 s at 10,000) waits that long past its
+minute.
 
 So a manager that is asked to stop (SIGTERM) records its stop: it checks at once every answering
-Cluster due within :data:`HORIZON` (they would otherwise fall due while no manager checks), then
-writes one ConfigMap, :data:`NAME` in its own namespace, with every Cluster's next due; the next
+Cluster due within :data:`HORIZON` whose last check began a minute ago or more (no check comes
+before the minute, so this takes only what is left of a check's random lateness), then writes
+one ConfigMap, :data:`NAME` in its own namespace, with every Cluster's next due; the next
 manager reads it once and checks each Cluster when the last one would have. One write per stop,
 none while running and none after a restart. A manager that crashed leaves no fresh record, and
 the next falls back to the places.
@@ -60,8 +62,10 @@ HORIZON: Final = 25.0
 The gap a restart leaves: the old process's last checks and exit (up to :data:`BUDGET`), the
 pod's start (2 s in the fleet benchmark, more for an image pull), and the new manager's lists
 before its first check (11-15 s at 10,000 Clusters). A Cluster due beyond it is checked by the
-next manager on time; one due within it, already checked, loses at most this much of one
-minute (a gap of 35-60 s instead of 54-66 s)."""
+next manager on time. Of those due within it, the stop checks only the ones whose minute since
+their last check began is over, never early (the spec's "a little later than the minute"): the
+others are checked by the next manager as soon as it can, a little late, in the order they fell
+due."""
 
 BUDGET: Final = 15.0
 """Seconds a stopping manager spends on those checks before it writes the record regardless:

@@ -401,27 +401,30 @@ def test_a_secret_the_watch_has_not_listed_yet_is_not_a_change() -> None:
 @given(
     after=st.floats(0, 10_000),
     recorded=st.none() | st.floats(0, 10_000),
-    offset=st.floats(0, 60, exclude_max=True),
+    offset=st.floats(0, 63, exclude_max=True),
     since=st.floats(-100, 10_000),
-    lateness=st.floats(0, 6),
+    lateness=st.floats(0, 3, exclude_max=True),
 )
 def test_a_restart_checks_on_the_recorded_chain_or_at_its_place_or_at_once(
     after: float, recorded: float | None, offset: float, since: float, lateness: float
 ) -> None:
+    """The recorded due is kept, never moved earlier (it was drawn a minute or more after the
+    check before it began); else now for a missed place, else the place plus its lateness."""
+    period = 63.0
     due, missed = lifecycle.first_due(
-        after, recorded=recorded, offset=offset, interval=60.0, since=since, lateness=lateness
+        after, recorded=recorded, offset=offset, period=period, since=since, lateness=lateness
     )
     assert due >= after
     if recorded is not None:
+        assert due >= recorded
         assert (due, missed) == ((recorded, None) if recorded > after else (after, recorded))
     elif missed is not None:
         # Its place came while no manager may have checked it: now, ordered by that place.
         assert due == after and since <= missed <= after
     else:
-        assert due - lateness - after < 60.0 + 1e-6
-        assert (
-            abs((due - lateness - offset) / 60.0 - round((due - lateness - offset) / 60.0)) < 1e-6
-        )
+        assert due - lateness - after < period + 1e-6
+        turns = (due - lateness - offset) / period
+        assert abs(turns - round(turns)) < 1e-6
 
 
 def test_a_seed_is_taken_only_while_the_kubeconfig_leads_to_its_server() -> None:
@@ -450,3 +453,46 @@ def test_a_cluster_back_from_an_invalid_spell_of_the_same_spec_is_checked_again(
     back = attrs.evolve(state, cluster=live)
     step = lifecycle.next_step(back, Turn(path="live"), NOW + 2, watched="1", stamp=LATE)
     assert isinstance(step, lifecycle.RunCheck)
+
+
+# --- a stopping manager's early checks -----------------------------------------------------------
+
+
+@settings(max_examples=examples(200))
+@given(
+    cluster=clusters,
+    began=st.none() | st.floats(NOW - 120, NOW),
+    due_in=st.floats(-5, 40),
+    answered=st.booleans(),
+    unanswered=st.integers(0, 3),
+)
+def test_a_stop_asks_for_a_check_only_once_the_minute_since_the_last_one_began_is_over(
+    cluster: api.Cluster,
+    began: float | None,
+    due_in: float,
+    answered: bool,
+    unanswered: int,
+) -> None:
+    """A stopping manager checks at once the answering Clusters due within the horizon, but
+    never one whose last check began less than a minute ago: that check would come before the
+    minute. A seeded check's beginning is not known, so it waits for its due too."""
+    ready = Outcome(True, Reason.READY, "ok", "https://a.example:6443", "v1.36.3")
+    check = Check(ready, NOW - 1 if began is None else began, None, began=began)
+    state = State(
+        cluster,
+        check=check,
+        next_check=NOW + due_in,
+        answered=answered,
+        unanswered=unanswered,
+    )
+    asked = lifecycle.ask_before_stop(state, NOW + 25.0, NOW, 60.0)
+    expected = (
+        began is not None
+        and began + 60.0 <= NOW
+        and due_in <= 25.0
+        and schedule.check_class(unanswered, answered) == schedule.ANSWERING
+    )
+    assert (asked is not None) == expected
+    if asked is not None:
+        assert asked.next_check == NOW and asked.missed_due == NOW + due_in
+        assert lifecycle.next_due(asked) == NOW + due_in  # the record keeps the due it had
