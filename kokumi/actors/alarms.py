@@ -5,7 +5,7 @@ only it. It does not arm a Trio deadline of its own for it: a deadline that fire
 event loop a wake-up of its own (an ``epoll_wait`` that returns, a pass of the run loop over
 cold caches) and a ``Cancelled`` raised through the actor's stack and caught again. At the 166
 checks a second of 10,000 Clusters that was 110-160 µs of CPU a wake-up, against about 40 µs
-rung a tick at a time (``benchmarks/README.md``, "The actors' timers rung together"). Here one
+rung a tick at a time (``benchmarks/HISTORY.md``, "The actors' timers rung together"). Here one
 task sleeps until the next tick that has a timer due and sets the events of every actor due by
 then: the timers of a tick cost one wake-up between them, and none raises anything.
 

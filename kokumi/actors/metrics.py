@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from kokumi.core.registry.ownership import ClusterRef
 
 __all__ = ["Metrics", "clusters_log"]
+
+_NOT_A_LABEL_CHAR = re.compile(r"[^a-zA-Z0-9_]")
 
 #: Ready changes of Clusters, one line each, with the Cluster and reason as ``extra`` fields.
 clusters_log = logging.getLogger("kokumi.clusters")
@@ -388,6 +391,37 @@ def _per_cluster(fleet: Fleet) -> Iterable[Metric]:
     yield ready
     yield info
     yield registration
+    if fleet.carry:
+        yield _carried_labels(fleet)
+
+
+def _carried_labels(fleet: Fleet) -> Metric:
+    """``kokumi_cluster_labels``: the carried labels of each Cluster, as kube-state-metrics'
+    ``kube_pod_labels`` carries a pod's, so that a rule joins them to the per-Cluster alerts and
+    routes prod apart from the rest (``* on (namespace, name) group_left(label_env)``).
+
+    A key becomes ``label_`` and the key with every character Prometheus refuses as ``_``; two
+    keys that come out alike (``a.b`` and ``a_b``) are told apart by ``_conflict1``, ``_2``...
+    in the order of the keys, so one fleet always names them alike. Every series has every
+    name, empty where its Cluster lacks the label: Prometheus reads an empty label as none.
+    """
+    keys = sorted({key for state in fleet.clusters.values() for key, _ in state.labels})
+    names: dict[str, str] = {}
+    taken: dict[str, int] = {}
+    for key in keys:
+        name = "label_" + _NOT_A_LABEL_CHAR.sub("_", key)
+        seen = taken.get(name, 0)
+        taken[name] = seen + 1
+        names[key] = name if seen == 0 else f"{name}_conflict{seen}"
+    family = GaugeMetricFamily(
+        "kokumi_cluster_labels",
+        "Always 1: the Cluster's labels that --carry-labels names, as label_<key>, for joins",
+        labels=["namespace", "name", *(names[k] for k in keys)],
+    )
+    for (namespace, name), state in sorted(fleet.clusters.items()):
+        carried = dict(state.labels)
+        family.add_metric([namespace, name, *(carried.get(k, "") for k in keys)], 1.0)
+    return family
 
 
 def _log_change(change: Change) -> None:

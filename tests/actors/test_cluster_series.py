@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kokumi.actors.metrics import Metrics
 from kokumi.core import api
+from kokumi.core.registry.carry import Carry
 from kokumi.kube.watch import Resync, WatchEvent
 
 PER_CLUSTER = ("kokumi_cluster_ready", "kokumi_cluster_info", "kokumi_cluster_registration")
@@ -131,3 +132,56 @@ def test_every_shard_is_reported_held_or_not() -> None:
     assert gauge(metrics, "kokumi_leader") == {"": 1.0}
     metrics.held({0: False, 1: False, 2: False})
     assert gauge(metrics, "kokumi_leader") == {"": 0.0}
+
+
+def carried(metrics: Metrics) -> set[tuple[tuple[str, str], ...]]:
+    text = generate_latest(metrics.exposition()).decode()
+    return {
+        tuple(sorted(s.labels.items()))
+        for family in text_string_to_metric_families(text)
+        if family.name == "kokumi_cluster_labels"
+        for s in family.samples
+    }
+
+
+def labelled(name: str, **pairs: str) -> dict[str, Any]:
+    obj = cluster(name)
+    obj["metadata"]["labels"] = pairs
+    return obj
+
+
+def test_no_carried_labels_no_labels_series() -> None:
+    metrics = Metrics()
+    metrics.clusters_seen(WatchEvent("ADDED", labelled("edge", fleet="edge")))
+    assert carried(metrics) == set()
+
+
+def test_carried_labels_follow_the_cluster_and_nothing_else_goes() -> None:
+    metrics = Metrics()
+    metrics.fleet.carry = Carry.parse(["fleet", "example.com/*"])
+    metrics.clusters_seen(
+        WatchEvent("ADDED", labelled("a", fleet="edge", secret="x", **{"example.com/tier": "1"}))
+    )
+    metrics.clusters_seen(WatchEvent("ADDED", labelled("b")))
+    assert carried(metrics) == {
+        labels(name="a", label_fleet="edge", label_example_com_tier="1"),
+        labels(name="b", label_fleet="", label_example_com_tier=""),
+    }
+    metrics.clusters_seen(WatchEvent("MODIFIED", labelled("a", fleet="core")))
+    assert carried(metrics) == {
+        labels(name="a", label_fleet="core"),
+        labels(name="b", label_fleet=""),
+    }
+    metrics.clusters_seen(WatchEvent("DELETED", labelled("a")))
+    assert carried(metrics) == {labels(name="b")}
+
+
+def test_keys_that_read_alike_to_prometheus_are_told_apart_the_same_way_every_scrape() -> None:
+    metrics = Metrics()
+    metrics.fleet.carry = Carry.parse(["a.b", "a_b", "a-b"])
+    metrics.clusters_seen(
+        WatchEvent("ADDED", labelled("c", **{"a.b": "1", "a_b": "2", "a-b": "3"}))
+    )
+    assert carried(metrics) == {
+        labels(name="c", label_a_b="3", label_a_b_conflict1="1", label_a_b_conflict2="2")
+    }

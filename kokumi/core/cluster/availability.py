@@ -18,6 +18,8 @@ from typing import Any
 
 import attrs
 
+from kokumi.core.registry.carry import NOTHING, Carry
+
 __all__ = [
     "Change",
     "ClusterState",
@@ -123,6 +125,8 @@ class ClusterState:
     flips_total: int = 0
     server: str = ""
     version: str = ""
+    labels: tuple[tuple[str, str], ...] = ()
+    """The Cluster's labels the carry allow-list names, by key: what its metrics carry."""
 
 
 @attrs.frozen
@@ -146,6 +150,9 @@ class Fleet:
     finalizer: str
     window: float = WINDOW
     clusters: dict[tuple[str, str], ClusterState] = attrs.field(factory=dict)
+    carry: Carry = NOTHING
+    """The labels the platform team carries (``--carry-labels``) onto Argo CD's Secrets, and
+    onto the metrics for alert routing: prod and non-prod by the labels users select on."""
 
     def resync(self, objects: Iterable[Mapping[str, Any]], now: float) -> list[Change]:
         """Everything that exists now; any Cluster not among ``objects`` is gone."""
@@ -166,6 +173,10 @@ class Fleet:
         status = obj.get("status") or {}
         state.server = str(status.get("server") or "")
         state.version = str(status.get("kubernetesVersion") or "")
+        if self.carry:
+            labels = metadata.get("labels")
+            picked = self.carry.pick(labels) if isinstance(labels, Mapping) else {}
+            state.labels = tuple((k, str(v)) for k, v in picked.items())
         ready = ready_of(obj)
         before, state.ready = state.ready, ready
         if ready is None:
@@ -197,9 +208,11 @@ class Fleet:
                     s.flips_total,
                     s.server,
                     s.version,
+                    s.labels,
                 )
                 for key, s in self.clusters.items()
             ),
+            self.carry,
         )
 
     def by_reason(self) -> dict[str, int]:
@@ -222,17 +235,19 @@ _Row = tuple[
     int,
     str,
     str,
+    tuple[tuple[str, str], ...],
 ]
 
 
 @attrs.frozen
 class FleetSnapshot:
     """:meth:`Fleet.snapshot`: per Cluster, key, Ready, holds registration, changes, flips,
-    server and Kubernetes version."""
+    server, Kubernetes version and carried labels."""
 
     finalizer: str
     window: float
     rows: tuple[_Row, ...]
+    carry: Carry = NOTHING
 
     def fleet(self) -> Fleet:
         """The fleet as it was, rebuilt by whoever reads it (``/metrics``: a worker thread)."""
@@ -241,10 +256,17 @@ class FleetSnapshot:
             self.window,
             {
                 key: ClusterState(
-                    ready, holds, ReadyHistory(self.window, deque(changes)), flips, server, version
+                    ready,
+                    holds,
+                    ReadyHistory(self.window, deque(changes)),
+                    flips,
+                    server,
+                    version,
+                    labels,
                 )
-                for key, ready, holds, changes, flips, server, version in self.rows
+                for key, ready, holds, changes, flips, server, version, labels in self.rows
             },
+            self.carry,
         )
 
 
