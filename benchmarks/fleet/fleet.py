@@ -19,8 +19,9 @@ A spoke behaves as its kind says (chosen by the runner, by index):
 
 The process records when each spoke was asked ``/version`` (the first question of every check;
 for a hanging spoke, when it was connected to),
-and serves those times as JSON on a plain control port: ``GET /stats?since=<unix time>``. That is
-how the runner measures the gap between two checks of one Cluster, from outside the manager.
+and serves those times as JSON on a plain control port: ``GET /stats?since=<unix time>``, with
+the source address of each ask beside it (``by``). That is how the runner measures the gap
+between two checks of one Cluster, and which replica made each, from outside the manager.
 """
 
 from __future__ import annotations
@@ -88,11 +89,24 @@ class Fleet:
         self.kinds = kinds
         self.slow_seconds = slow_seconds
         self.asked: dict[int, list[float]] = defaultdict(list)
+        #: Who asked, beside each time in ``asked``: the client's source address (each replica
+        #: the runner starts binds its checks to its own, so the runner can tell them apart).
+        self.by: dict[int, list[str]] = defaultdict(list)
         self.requests = 0
+
+    def record(self, index: int, stream: trio.abc.Stream) -> None:
+        """One ask of spoke ``index``: when, and from which source address."""
+        raw = getattr(stream, "transport_stream", stream)
+        try:
+            source = raw.socket.getpeername()[0]
+        except (AttributeError, OSError):
+            source = "?"
+        self.asked[index].append(time.time())
+        self.by[index].append(source)
 
     async def hang(self, index: int, stream: trio.SocketStream) -> None:
         """Take the connection and whatever the client sends, answer nothing, until it gives up."""
-        self.asked[index].append(time.time())
+        self.record(index, stream)
         try:
             while await stream.receive_some(65536):
                 pass
@@ -127,7 +141,7 @@ class Fleet:
                 buffer = buffer[length:]
                 self.requests += 1
                 if path == "/version":
-                    self.asked[index].append(time.time())
+                    self.record(index, stream)
                 if kind == "slow":
                     await trio.sleep(self.slow_seconds)
                 status, body = self.answer(kind, method, path, headers)
@@ -177,21 +191,24 @@ class Fleet:
                 data += chunk
             target = data.split(b" ", 2)[1].decode()
             since = float(target.partition("since=")[2] or 0)
+            recent = {
+                i: [k for k, t in enumerate(times) if t >= since]
+                for i, times in self.asked.items()
+                if times and times[-1] >= since
+            }
             body = json.dumps(
                 {
                     "requests": self.requests,
-                    "asked": {
-                        str(i): [t for t in times if t >= since]
-                        for i, times in self.asked.items()
-                        if times and times[-1] >= since
-                    },
+                    "asked": {str(i): [self.asked[i][k] for k in ks] for i, ks in recent.items()},
+                    "by": {str(i): [self.by[i][k] for k in ks] for i, ks in recent.items()},
                 }
             ).encode()
             # Keep memory flat over long runs: times older than an hour are of no use.
             horizon = time.time() - 3600
-            for times in self.asked.values():
+            for i, times in self.asked.items():
                 while times and times[0] < horizon:
                     times.pop(0)
+                    self.by[i].pop(0)
             await stream.send_all(
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
                 + f"Content-Length: {len(body)}\r\n\r\n".encode()

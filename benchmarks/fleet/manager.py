@@ -13,6 +13,9 @@ seconds: the time from acquiring the slot to releasing it, which bounds the chec
 at 8 / (mean slot time). Wall time is what other tasks waited; on a machine shared by many
 processes it also holds the time the OS ran others, which the step's own CPU time (the
 thread's) leaves out.
+
+With ``KOKUMI_BENCH_SOURCE`` set to a loopback address, every check's connection to a spoke is
+bound to it (see ``_bind_checks``), so the fake fleet can say which replica asked.
 """
 
 from __future__ import annotations
@@ -278,7 +281,32 @@ def _census(path: str) -> None:
     signal.signal(signal.SIGUSR1, take)
 
 
+def _bind_checks(source: str) -> None:
+    """Bind every connection to a spoke (port 6443 on 127.20.0.0 and up) to ``source``: the fake
+    fleet records each ask's source address, so the runner tells which replica made each check.
+    The hub's connections are left as they are."""
+    import socket  # noqa: PLC0415
+
+    connect = socket.socket.connect
+
+    def bound_connect(self: socket.socket, address: Any) -> None:
+        if (
+            isinstance(address, tuple)
+            and len(address) >= 2
+            and address[1] == 6443
+            and str(address[0]).startswith("127.")
+            and not str(address[0]).startswith("127.0.")
+        ):
+            self.bind((source, 0))
+        connect(self, address)
+
+    socket.socket.connect = bound_connect  # type: ignore[method-assign]
+
+
 def main() -> None:
+    source = os.environ.get("KOKUMI_BENCH_SOURCE")
+    if source:
+        _bind_checks(source)
     timer = LoopTimer()
     _time_slots(timer)
     _time_reads(timer)

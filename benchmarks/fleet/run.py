@@ -58,6 +58,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fleet import PORT, SERVER_NAME, TOKEN, address  # noqa: E402
+from scale import (  # noqa: E402
+    HubCost,
+    by_replica,
+    scrape,
+    token_kubeconfig,
+    two_checkers,
+    two_writers,
+)
 
 from kokumi.core import api  # noqa: E402
 from kokumi.core.registry import argocd  # noqa: E402
@@ -242,6 +250,15 @@ def manager_checks(port: int) -> float:
     return math.nan
 
 
+def manager_shards(port: int) -> list[int]:
+    """The shards one replica holds (``kokumi_shard_held{shard="i"} 1``)."""
+    held = []
+    for line in manager_metrics(port):
+        if line.startswith('kokumi_shard_held{shard="') and float(line.rsplit(" ", 1)[1]) >= 1:
+            held.append(int(line.split('"')[1]))
+    return sorted(held)
+
+
 def manager_leading(port: int) -> bool:
     """Whether the manager serves: it leads its Lease, or runs without one (``kokumi_leader``
     is 1 then too), or holds a shard."""
@@ -274,8 +291,18 @@ def manager_reports(port: int) -> dict[str, float]:
 
 
 def fleet_asked(control: int, since: float) -> dict[int, list[float]]:
+    return fleet_asked_by(control, since)[0]
+
+
+def fleet_asked_by(
+    control: int, since: float
+) -> tuple[dict[int, list[float]], dict[int, list[str]]]:
+    """When each spoke was asked since ``since``, and by which source address (replica)."""
     body = httpx.get(f"http://127.0.0.1:{control}/stats", params={"since": str(since)}, timeout=60)
-    return {int(k): v for k, v in body.json()["asked"].items()}
+    data = body.json()
+    asked = {int(k): v for k, v in data["asked"].items()}
+    by = {int(k): v for k, v in data.get("by", {}).items()}
+    return asked, by
 
 
 def gaps_by_place(
@@ -394,6 +421,11 @@ class Clusters:
         self.registered: set[str] = set()
         #: name -> [uid, the Ready condition's lastTransitionTime]: what a restart resumes from.
         self.anchors: dict[str, list[str]] = {}
+        #: Argo CD Secret name -> every field manager its managedFields named (who wrote it).
+        self.secret_managers: dict[str, set[str]] = defaultdict(set)
+        #: Argo CD Secret name -> its uid; and each time one was deleted or made anew.
+        self.secret_uid: dict[str, str] = {}
+        self.secret_replaced: list[tuple[float, str, str]] = []
 
     def see_cluster(self, obj: dict[str, Any]) -> None:
         name = obj["metadata"]["name"]
@@ -430,6 +462,7 @@ class Clusters:
                     send,
                     namespace=ARGO_NS,
                     metadata_only=True,
+                    managed_fields=True,
                     task_status=task_status,
                 )
             )
@@ -440,12 +473,22 @@ class Clusters:
                     if obj.get("kind") == "Cluster" or "spec" in obj:
                         self.see_cluster(obj)
                     else:
-                        labels = obj["metadata"].get("labels") or {}
-                        name = labels.get(argocd.LABEL_CLUSTER) or obj["metadata"]["name"]
-                        if isinstance(event, WatchEvent) and event.type == "DELETED":
+                        meta = obj["metadata"]
+                        labels = meta.get("labels") or {}
+                        name = labels.get(argocd.LABEL_CLUSTER) or meta["name"]
+                        secret, uid = meta["name"], meta.get("uid", "")
+                        for entry in meta.get("managedFields") or ():
+                            self.secret_managers[secret].add(entry.get("manager", ""))
+                        deleted = isinstance(event, WatchEvent) and event.type == "DELETED"
+                        if deleted:
                             self.registered.discard(name)
+                            self.secret_replaced.append((time.time(), "deleted", secret))
                         else:
                             self.registered.add(name)
+                            known = self.secret_uid.get(secret)
+                            if known is not None and known != uid:
+                                self.secret_replaced.append((time.time(), "new uid", secret))
+                        self.secret_uid[secret] = uid
 
 
 # --- baselines ----------------------------------------------------------------------------------
@@ -641,45 +684,86 @@ class Managers:
 
     One replica runs as one leader with no Lease (``--no-leader-elect``), or with ``lease`` as
     ``kokumi manager`` runs by default, the leader on its Lease; K replicas run with
-    ``--shards K --max-shards 1``, so that each holds exactly one shard Lease and the fleet is
-    split by the shards' hash, as a Deployment of K replicas would run them.
+    ``--shards S --max-shards ceil(S/K)`` (S is K unless ``shards`` says otherwise), so that each
+    holds its share of the shard Leases and the fleet is split by the shards' hash, as a
+    Deployment of K replicas would run them. Each replica binds its checks to a loopback source
+    address of its own (``127.9.0.<n>``, its name in the figures) and writes with a field manager
+    of its own (``kokumi-<n>``), so the spokes and the objects' managedFields say which replica
+    checked and wrote what. ``kubeconfig`` is the hub identity they run as (the admin client
+    certificate's kubeconfig, or a ServiceAccount token's).
     """
 
+    started = 0  # replicas started in this run, for their source addresses
+
     def __init__(
-        self, plane: ControlPlane, workdir: Path, replicas: int, tag: str, *, lease: bool = False
+        self,
+        plane: ControlPlane,
+        workdir: Path,
+        replicas: int,
+        tag: str,
+        *,
+        lease: bool = False,
+        shards: int | None = None,
+        kubeconfig: Path | None = None,
     ) -> None:
-        self.ports = [free_port() for _ in range(replicas)]
-        if replicas > 1:
-            sharding = ["--shards", str(replicas), "--max-shards", "1"]
+        self.workdir, self.tag = workdir, tag
+        self.kubeconfig = kubeconfig or plane.hub.admin_kubeconfig
+        self.shards = shards or replicas
+        if self.shards > 1:
+            room = -(-self.shards // replicas)
+            self.sharding = ["--shards", str(self.shards), "--max-shards", str(room)]
         else:
-            sharding = [] if lease else ["--no-leader-elect"]
-        self.procs = [
-            Proc(
-                [
-                    sys.executable,
-                    str(Path(__file__).with_name("manager.py")),
-                    "manager",
-                    "--kubeconfig",
-                    str(plane.hub.admin_kubeconfig),
-                    "--namespace",
-                    OWN_NS,
-                    "--argocd-namespace",
-                    ARGO_NS,
-                    "--no-in-cluster",
-                    *sharding,
-                    "--health-port",
-                    str(port),
-                ],
-                workdir / f"manager-{tag}-{i}.log",
-                # This checkout's kokumi, also when the virtualenv's editable install points
-                # elsewhere.
-                env={
-                    "KOKUMI_BENCH_LOOP": str(workdir / f"loop-{i}.jsonl"),
-                    "PYTHONPATH": str(ROOT),
-                },
-            )
-            for i, port in enumerate(self.ports)
-        ]
+            self.sharding = [] if lease else ["--no-leader-elect"]
+        self.ports: list[int] = []
+        self.procs: list[Proc] = []
+        self.names: list[str] = []
+        for _ in range(replicas):
+            self.add()
+
+    def add(self) -> str:
+        """One more replica (as a rolling upgrade's new pod); its name, its source address."""
+        Managers.started += 1
+        number = Managers.started
+        name = f"127.9.0.{number}"
+        port = free_port()
+        proc = Proc(
+            [
+                sys.executable,
+                str(Path(__file__).with_name("manager.py")),
+                "manager",
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--namespace",
+                OWN_NS,
+                "--argocd-namespace",
+                ARGO_NS,
+                "--no-in-cluster",
+                *self.sharding,
+                "--field-manager",
+                f"kokumi-{number}",
+                "--health-port",
+                str(port),
+            ],
+            self.workdir / f"manager-{self.tag}-{number}.log",
+            # This checkout's kokumi, also when the virtualenv's editable install points
+            # elsewhere.
+            env={
+                "KOKUMI_BENCH_LOOP": str(self.workdir / f"loop-{number}.jsonl"),
+                "KOKUMI_BENCH_SOURCE": name,
+                "PYTHONPATH": str(ROOT),
+            },
+        )
+        self.ports.append(port)
+        self.procs.append(proc)
+        self.names.append(name)
+        return name
+
+    def remove(self, index: int) -> None:
+        """Stop replica ``index`` as Kubernetes stops a pod (SIGTERM, SIGKILL after 30 s)."""
+        proc = self.procs.pop(index)
+        self.ports.pop(index)
+        self.names.pop(index)
+        proc.stop()
 
     async def wait(self) -> None:
         for port in self.ports:
@@ -703,6 +787,9 @@ class Managers:
     def cpu(self) -> float:
         return sum(proc.cpu() for proc in self.procs)
 
+    def cpu_each(self) -> list[float]:
+        return [proc.cpu() for proc in self.procs]
+
     def loop_cpu(self) -> float:
         return sum(proc.loop_cpu() for proc in self.procs)
 
@@ -714,6 +801,13 @@ class Managers:
 
     def checks(self) -> float:
         return sum(manager_checks(port) for port in self.ports)
+
+    def checks_each(self) -> list[float]:
+        return [manager_checks(port) for port in self.ports]
+
+    def shards_held(self) -> list[list[int]]:
+        """The shards each replica holds now, from its ``kokumi_shard_held``."""
+        return [manager_shards(port) for port in self.ports]
 
     def reports(self) -> dict[str, float]:
         """:func:`manager_reports` over the replicas: the checks waiting summed (each replica
@@ -751,14 +845,18 @@ class Sampler:
         self.managers, self.hub = managers, hub
         self.rss: list[float] = []
         self.rss_each: list[float] = []
+        self.per: dict[str, list[float]] = defaultdict(list)  # replica -> its RSS samples
         self.conns: list[int] = []
 
     async def run(self) -> None:
         while True:
-            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError, ValueError):
+                names = list(self.managers.names)
                 each = self.managers.rss_each_mb()
                 self.rss.append(sum(each))
                 self.rss_each.append(max(each))
+                for name, rss in zip(names, each, strict=True):
+                    self.per[name].append(rss)
             self.conns.append(await trio.to_thread.run_sync(self.hub.connections))
             await trio.sleep(0.5)
 
@@ -772,11 +870,16 @@ async def steady(
     kinds: list[str],
     workdir: Path,
     window: float,
+    cost: HubCost | None = None,
 ) -> dict[str, Any]:
     """Figures over ``window`` seconds from now."""
     start, load0 = time.time(), load()
     m0, cpu0, checks0 = hub.metrics(), managers.cpu(), managers.checks()
     loop0 = managers.loop_cpu()
+    names = list(managers.names)
+    each0 = dict(zip(names, zip(managers.cpu_each(), managers.checks_each(), strict=True),
+                     strict=True))  # fmt: skip
+    h0 = cost.read() if cost else None
     sampler = Sampler(managers, hub)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(sampler.run)
@@ -786,10 +889,26 @@ async def steady(
     end = time.time()
     m1, cpu1, checks1 = hub.metrics(), managers.cpu(), managers.checks()
     loop1 = managers.loop_cpu()
+    each1 = dict(zip(managers.names, zip(managers.cpu_each(), managers.checks_each(), strict=True),
+                     strict=True))  # fmt: skip
+    h1 = cost.read() if cost else None
+    held = dict(zip(managers.names, managers.shards_held(), strict=True))
     reports = managers.reports()
     # A gap counts when its second check falls in the window; its first may come before (a
     # silent spoke's by several minutes).
-    asked = fleet_asked(control, start - 900)
+    asked, by = fleet_asked_by(control, start - 900)
+    replicas = by_replica(asked, by, kinds, start, names)
+    for replica, figures in replicas.items():
+        if replica in each0 and replica in each1:
+            cpu = each1[replica][0] - each0[replica][0]
+            checked = each1[replica][1] - each0[replica][1]
+            figures["checks"] = checked
+            figures["cpu_ms_per_check"] = cpu / checked * 1000 if checked else math.nan
+            figures["cpu_cores"] = cpu / (end - start)
+        figures["shards"] = held.get(replica, [])
+        rss = sampler.per.get(replica, [])
+        figures["rss_mb_mean"] = statistics.fmean(rss) if rss else math.nan
+        figures["rss_mb_max"] = max(rss, default=math.nan)
     gaps = [
         b - a
         for i, times in asked.items()
@@ -851,6 +970,26 @@ async def steady(
             k: reports.pop(k) for k in list(reports) if k.startswith(("waiting:", "running:"))
         },
         "clusters_by_reason_end": reports,
+        "replicas": replicas,
+        "checked_by_two": two_checkers(asked, by, start),
+        **(hub_figures(HubCost.between(h0, h1), args.clusters) if h0 and h1 else {}),
+        # Last, as it costs the managers CPU: each replica's /metrics as Prometheus scrapes it.
+        "scrape": {
+            name: scrape(port) for name, port in zip(managers.names, managers.ports, strict=True)
+        },
+    }
+
+
+def hub_figures(spent: dict[str, float], clusters: int) -> dict[str, Any]:
+    """The hub's cost over a steady window: CPU a minute per 1,000 Clusters, watch bytes a
+    second."""
+    minutes = spent["seconds"] / 60
+    return {
+        "hub": spent,
+        "hub_cpu_s_per_min_per_1000": spent["hub_cpu_s"] / minutes / clusters * 1000,
+        "apiserver_cpu_s_per_min_per_1000": spent["apiserver_cpu_s"] / minutes / clusters * 1000,
+        "etcd_cpu_s_per_min_per_1000": spent["etcd_cpu_s"] / minutes / clusters * 1000,
+        "watch_bytes_per_s": spent["watch_bytes"] / spent["seconds"],
     }
 
 
@@ -889,9 +1028,17 @@ async def main_async(
         control: int = hello["control"]
         result["kinds"] = hello["counts"]
         ca_pem = Path(hello["ca"]).read_bytes()  # noqa: ASYNC240 - once, small
-        async with Client(Config.from_kubeconfig(plane.hub.admin_kubeconfig)) as client:
-            for ns in (FLEET_NS, OWN_NS, ARGO_NS):
-                await client.create(NAMESPACES, {"metadata": {"name": ns}})
+        for ns in (FLEET_NS, OWN_NS, ARGO_NS):
+            run_kubectl(plane.hub, "create", "namespace", ns)
+        # Who the manager and the runner's writes are at the hub: ServiceAccount tokens, as in a
+        # real hub (the default), or the admin client certificate (``--auth cert``).
+        runner_kc = manager_kc = plane.hub.admin_kubeconfig
+        if args.auth == "token":
+            manager_kc = token_kubeconfig(plane, workdir, OWN_NS, "kokumi")
+            runner_kc = token_kubeconfig(plane, workdir, OWN_NS, "bench-runner")
+        result["auth"] = args.auth
+        cost = HubCost(plane)
+        async with Client(Config.from_kubeconfig(runner_kc)) as client:
             # Baselines, with no manager.
             result["bare_checks"] = await bare_checks(kinds, ca_pem, min(n, 1000))
             print("bare checks:", result["bare_checks"], flush=True)
@@ -907,17 +1054,25 @@ async def main_async(
                     functools.partial(bare_openssl, kinds, ca_pem, min(n, 1000), **how)
                 )
                 print(f"{key}:", result[key], flush=True)
-            m0, t0 = hub.metrics(), time.time()
+            m0, t0, h0 = hub.metrics(), time.time(), cost.read()
             await trio.sleep(args.idle_window)
             idle = writes(m0, hub.metrics())
             result["bare_idle_writes_per_min"] = sum(idle.values()) / (time.time() - t0) * 60
+            result["hub_idle"] = HubCost.between(h0, cost.read())
+            h0 = cost.read()
             result["bare_writes_s"] = await bare_writes(client, n, ca_pem)
+            # The bare writes' hub cost, their namespace's deletion included (as onboarding's
+            # includes the manager's reads and watches).
+            result["hub_bare_writes"] = HubCost.between(h0, cost.read())
             result["bare_writes_load"] = load()
             print("bare writes:", result["bare_writes_s"], "s", flush=True)
 
             # Onboarding.
             clusters = Clusters()
-            manager = Managers(plane, workdir, args.replicas, "1", lease=args.lease)
+            manager = Managers(
+                plane, workdir, args.replicas, "1", lease=args.lease, shards=args.shards,
+                kubeconfig=manager_kc,
+            )  # fmt: skip
             procs.append(manager)
             await manager.wait()
             await manager.wait_leading()
@@ -1023,6 +1178,7 @@ async def main_async(
                 sampler = Sampler(manager, hub)
                 nursery.start_soon(sampler.run)
                 began, load0, cpu0, m0 = time.time(), load(), manager.cpu(), hub.metrics()
+                h0 = cost.read()
                 async with trio.open_nursery() as creators:
                     for index in range(n):
                         creators.start_soon(create, index)
@@ -1046,6 +1202,7 @@ async def main_async(
                             last = time.time()
                         await trio.sleep(0.5)
                 settled = time.time()
+                result["hub_onboarding"] = HubCost.between(h0, cost.read())
                 result["onboard_timed_out"] = waited.cancelled_caught
                 result["all_ready_s"] = settled - began
                 result["onboard_load"] = f"{load0} -> {load()}"
@@ -1062,6 +1219,7 @@ async def main_async(
                     for (verb, res, sub), value in m1.items()
                     if value - m0.get((verb, res, sub), 0.0) > 0
                 }
+                result["onboard_all_writes"] = all_writes(m0, m1)
                 result["onboard_writes_by"] = writes(m0, m1)
                 result["onboard_writes"] = sum(result["onboard_writes_by"].values())
                 result["onboard_secret_gets"] = secret_gets(m0, m1)
@@ -1070,6 +1228,7 @@ async def main_async(
                 result["onboard_rss_max"] = max(sampler.rss, default=math.nan)
                 result["onboard_rss_max_replica"] = max(sampler.rss_each, default=math.nan)
                 result["onboard_loop"] = loop_steps(workdir, began, settled)
+                result["argocd_writers"] = two_writers(clusters.secret_managers)
                 env = await client.get(api.ENVIRONMENTS, "all", namespace=FLEET_NS)
                 result["environment_status_bytes"] = len(json.dumps(env.get("status") or {}))
                 print(
@@ -1090,9 +1249,15 @@ async def main_async(
             # Steady state.
             await trio.sleep(args.settle)
             result["steady"] = await steady(
-                "steady", args, manager, hub, control, kinds, workdir, args.window
+                "steady", args, manager, hub, control, kinds, workdir, args.window, cost
             )
             print("steady:", result["steady"], flush=True)
+            result["objects"] = await object_bytes(client)
+            print("objects:", result["objects"], flush=True)
+
+            if args.rolling:
+                result["rolling"] = await rolling(args, manager, hub, control, kinds, client, cost)
+                print("rolling:", result["rolling"], flush=True)
 
             if args.silent_batch:
                 # Silent onboarding: a batch of new Clusters whose spokes never answer, created
@@ -1121,57 +1286,242 @@ async def main_async(
                 print("silent onboarding:", phase, flush=True)
 
             # A restart with nothing changed.
-            clusters2 = Clusters()
-            async with trio.open_nursery() as nursery:
-                await nursery.start(clusters2.follow, client)
-                before_restart = dict(clusters2.reason)
-                (workdir / "anchors-before-restart.json").write_text(json.dumps(clusters2.anchors))
-                stopping = time.time()
+            if args.restart_window > 0:
+                manager = await restart(
+                    args, plane, workdir, manager, procs, hub, control, kinds, client, result,
+                    manager_kc,
+                )  # fmt: skip
+
+            if args.compare_one and (args.replicas > 1 or manager.shards > 1):
+                # One replica on the same tree, in the same run, beside the sharded ones.
                 await trio.to_thread.run_sync(manager.stop)
-                restarted_at = time.time()
-                manager = Managers(plane, workdir, args.replicas, "2", lease=args.lease)
+                manager = Managers(plane, workdir, 1, "one", kubeconfig=manager_kc)
                 procs.append(manager)
                 await manager.wait()
-                result["restart"] = await steady(
-                    "restart",
-                    args,
-                    manager,
-                    hub,
-                    control,
-                    kinds,
-                    workdir,
-                    args.restart_window,
+                await manager.wait_leading()
+                await trio.sleep(args.compare_settle)
+                result["one_replica"] = await steady(
+                    "one replica", args, manager, hub, control, kinds, workdir, args.window, cost
                 )
-                # One read of the spokes' asks, from before the restart (the gaps' first checks)
-                asked_around = fleet_asked(control, restarted_at - 120)
-                firsts = [
-                    min(after) - restarted_at
-                    for i, t in asked_around.items()
-                    if kinds[i] == "ok" and (after := [x for x in t if x >= restarted_at])
-                ]
-                result["restart"]["first_check_p50_s"] = pct(firsts, 0.5)
-                result["restart"]["first_check_max_s"] = max(firsts, default=math.nan)
-                result["restart"]["rechecked"] = f"{len(firsts)}/{kinds.count('ok')}"
-                result["restart"]["gap_by_place"] = gaps_by_place(asked_around, kinds, restarted_at)
-                (workdir / "restart-asked.json").write_text(
-                    json.dumps({"restarted_at": restarted_at, "asked": asked_around})
-                )
-                not_ready = {
-                    name
-                    for at, name, reason in clusters2.changes
-                    if at >= restarted_at
-                    and reason != "Ready"
-                    and before_restart.get(name) == "Ready"
-                }
-                result["restart"]["not_ready_meanwhile"] = len(not_ready)
-                # From SIGTERM to the exit: the stop record's early checks and its one write.
-                result["restart"]["stop_s"] = restarted_at - stopping
-                nursery.cancel_scope.cancel()
-            print("restart:", result["restart"], flush=True)
+                print("one replica:", result["one_replica"], flush=True)
     finally:
         for proc in reversed(procs):
             proc.stop()
     return result
+
+
+def all_writes(
+    before: dict[tuple[str, str, str], float], after: dict[tuple[str, str, str], float]
+) -> dict[str, float]:
+    """Every write between two readings, by resource[/subresource], Leases included."""
+    out: dict[str, float] = defaultdict(float)
+    for (verb, res, sub), value in after.items():
+        delta = value - before.get((verb, res, sub), 0.0)
+        if verb in WRITES and delta:
+            out[f"{verb} {res}{'/' + sub if sub else ''}"] += delta
+    return dict(out)
+
+
+async def object_bytes(client: Client) -> dict[str, float]:
+    """What the fleet keeps in the hub, as the API lists it (JSON, managedFields included):
+    bytes and count by kind, and bytes per Cluster; etcd keeps Secrets as protobuf and custom
+    resources as JSON, so this is an upper bound of the Secrets' share."""
+    out: dict[str, float] = {}
+    for label, kind, namespace in (
+        ("clusters", api.CLUSTERS, FLEET_NS),
+        ("kubeconfig_secrets", SECRETS, FLEET_NS),
+        ("argocd_secrets", SECRETS, ARGO_NS),
+        ("environments", api.ENVIRONMENTS, FLEET_NS),
+    ):
+        listing = await client.list(kind, namespace=namespace)
+        items = listing.get("items", [])
+        out[f"{label}_count"] = len(items)
+        out[f"{label}_bytes"] = sum(len(json.dumps(item)) for item in items)
+    clusters = out["clusters_count"] or math.nan
+    out["bytes_per_cluster"] = sum(v for k, v in out.items() if k.endswith("_bytes")) / clusters
+    return out
+
+
+async def wait_ready(port: int, limit: float = 300.0) -> float:
+    """Until a replica's ``/readyz`` answers 200 (its watches have listed everything, as the
+    Deployment's readiness probe asks); the seconds it took."""
+    began = time.time()
+    with trio.fail_after(limit):
+        while True:
+            try:
+                answer = await trio.to_thread.run_sync(
+                    lambda: httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
+                )
+                if answer.status_code == 200:
+                    return time.time() - began
+            except httpx.HTTPError:
+                pass
+            await trio.sleep(0.5)
+
+
+async def rolling(
+    args: argparse.Namespace,
+    managers: Managers,
+    hub: Hub,
+    control: int,
+    kinds: list[str],
+    client: Client,
+    cost: HubCost,
+) -> dict[str, Any]:
+    """A rolling upgrade at full load, as a Deployment's RollingUpdate with maxSurge 1 and
+    maxUnavailable 0 does it: a new replica started, Ready, then the oldest stopped (SIGTERM),
+    one at a time, until every replica is new; then ``--rolling-tail`` seconds more. Measured
+    over it: every answering Cluster's check gaps, the writes beyond the Leases, Ready
+    changes, Argo CD Secrets deleted or made anew, Clusters checked by two replicas within a
+    minute, and the time each step took."""
+    follow = Clusters()
+    steps: list[dict[str, float]] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(follow.follow, client)
+        # The first list reaches ``follow`` after the watch started: until every Cluster is in.
+        with trio.move_on_after(120):
+            while len(follow.reason) < args.clusters:  # noqa: ASYNC110 - another task fills it
+                await trio.sleep(0.2)
+        before = dict(follow.reason)
+        seen_changes = len(follow.changes)
+        start, load0, m0, h0 = time.time(), load(), hub.metrics(), cost.read()
+        old = list(managers.names)
+        for _ in old:
+            step_began = time.time()
+            managers.add()
+            await wait_http(managers.ports[-1])
+            ready_s = await wait_ready(managers.ports[-1])
+            stop_began = time.time()
+            await trio.to_thread.run_sync(managers.remove, 0)
+            stopped_s = time.time() - stop_began
+            # Until every shard is held again (by the new replica, which has room for the old
+            # one's shards).
+            with trio.move_on_after(120) as waited:
+                while True:
+                    held = [s for each in managers.shards_held() for s in each]
+                    if managers.shards <= 1 or sorted(held) == list(range(managers.shards)):
+                        break
+                    await trio.sleep(0.25)
+            steps.append(
+                {
+                    "ready_s": ready_s,
+                    "stop_s": stopped_s,
+                    "all_shards_held_s": time.time() - stop_began,
+                    "shards_timed_out": waited.cancelled_caught,
+                    "step_s": time.time() - step_began,
+                }
+            )
+            managers.check_alive()
+        rolled = time.time()
+        await trio.sleep(args.rolling_tail)
+        end = time.time()
+        m1, h1 = hub.metrics(), cost.read()
+        nursery.cancel_scope.cancel()
+    asked, by = fleet_asked_by(control, start - 900)
+    gaps: list[float] = []
+    worst: dict[int, float] = {}
+    for i, times in asked.items():
+        if kinds[i] != "ok":
+            continue
+        for a, b in itertools.pairwise(times):
+            if b >= start:
+                gaps.append(b - a)
+                worst[i] = max(worst.get(i, 0.0), b - a)
+    # A Cluster not checked since the roll began has a gap still open: counted at the end.
+    for i, kind in enumerate(kinds[: args.clusters]):
+        if kind == "ok":
+            last = max(asked.get(i, [0.0]))
+            if last < start:
+                worst[i] = end - last
+    every = all_writes(m0, m1)
+    # A new replica's SelfSubjectReview is a POST that stores nothing: not a write.
+    beyond = {k: v for k, v in every.items() if "leases" not in k and "reviews" not in k}
+    flips = [c for c in follow.changes[seen_changes:] if c[0] >= start]
+    left_ready = {name for _, name, reason in flips if before.get(name) == "Ready"}
+    return {
+        "window_s": round(end - start),
+        "roll_s": round(rolled - start),
+        "load": f"{load0} -> {load()}",
+        "steps": steps,
+        "gap_p50": pct(gaps, 0.5),
+        "gap_p99": pct(gaps, 0.99),
+        "gap_max": max(gaps, default=math.nan),
+        "clusters_worst_gap_p99": pct(list(worst.values()), 0.99),
+        "clusters_gap_over_70": sum(1 for g in worst.values() if g > 70),
+        "writes_beyond_leases": beyond,
+        "lease_writes": sum(v for k, v in every.items() if "leases" in k),
+        "ready_changes": len(flips),
+        "left_ready": len(left_ready),
+        "registrations_replaced": [list(x) for x in follow.secret_replaced if x[0] >= start],
+        "checked_by_two": two_checkers(asked, by, start),
+        "argocd_writers": two_writers(follow.secret_managers),
+        "hub": HubCost.between(h0, h1),
+    }
+
+
+async def restart(
+    args: argparse.Namespace,
+    plane: ControlPlane,
+    workdir: Path,
+    manager: Managers,
+    procs: list[Proc | Managers],
+    hub: Hub,
+    control: int,
+    kinds: list[str],
+    client: Client,
+    result: dict[str, Any],
+    manager_kc: Path,
+) -> Managers:
+    """A restart of every replica with nothing changed; the new replicas."""
+    clusters2 = Clusters()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(clusters2.follow, client)
+        before_restart = dict(clusters2.reason)
+        (workdir / "anchors-before-restart.json").write_text(json.dumps(clusters2.anchors))
+        stopping = time.time()
+        await trio.to_thread.run_sync(manager.stop)
+        restarted_at = time.time()
+        manager = Managers(
+            plane, workdir, args.replicas, "2", lease=args.lease, shards=args.shards,
+            kubeconfig=manager_kc,
+        )  # fmt: skip
+        procs.append(manager)
+        await manager.wait()
+        result["restart"] = await steady(
+            "restart",
+            args,
+            manager,
+            hub,
+            control,
+            kinds,
+            workdir,
+            args.restart_window,
+        )
+        # One read of the spokes' asks, from before the restart (the gaps' first checks)
+        asked_around = fleet_asked(control, restarted_at - 120)
+        firsts = [
+            min(after) - restarted_at
+            for i, t in asked_around.items()
+            if kinds[i] == "ok" and (after := [x for x in t if x >= restarted_at])
+        ]
+        result["restart"]["first_check_p50_s"] = pct(firsts, 0.5)
+        result["restart"]["first_check_max_s"] = max(firsts, default=math.nan)
+        result["restart"]["rechecked"] = f"{len(firsts)}/{kinds.count('ok')}"
+        result["restart"]["gap_by_place"] = gaps_by_place(asked_around, kinds, restarted_at)
+        (workdir / "restart-asked.json").write_text(
+            json.dumps({"restarted_at": restarted_at, "asked": asked_around})
+        )
+        not_ready = {
+            name
+            for at, name, reason in clusters2.changes
+            if at >= restarted_at and reason != "Ready" and before_restart.get(name) == "Ready"
+        }
+        result["restart"]["not_ready_meanwhile"] = len(not_ready)
+        # From SIGTERM to the exit: the stop record's early checks and its one write.
+        result["restart"]["stop_s"] = restarted_at - stopping
+        nursery.cancel_scope.cancel()
+    print("restart:", result["restart"], flush=True)
+    return manager
 
 
 def _cpu_steps(loop: dict[str, float]) -> str:
@@ -1183,7 +1533,7 @@ def _cpu_steps(loop: dict[str, float]) -> str:
 
 
 def report(r: dict[str, Any]) -> str:
-    s, rs, bc = r["steady"], r["restart"], r["bare_checks"]
+    s, rs, bc = r["steady"], r.get("restart"), r["bare_checks"]
     floor = r.get("bare_openssl", {}).get("cpu_ms", math.nan)
     tight = r.get("bare_openssl_nodelay", {}).get("cpu_ms", math.nan)
     paced = r.get("bare_openssl_paced", {}).get("cpu_ms", math.nan)
@@ -1233,7 +1583,8 @@ def report(r: dict[str, Any]) -> str:
     phases = [("steady", s)]
     if "silent_onboarding" in r:
         phases.append(("silent onboarding", r["silent_onboarding"]))
-    phases.append(("after restart", rs))
+    if rs:
+        phases.append(("after restart", rs))
     for label, p in phases:
         rows += [
             (
@@ -1352,28 +1703,163 @@ def report(r: dict[str, Any]) -> str:
                 f"{b['batch_tried']} of the batch tried in the {b['window_s']} s window",
             )
         )
-    rows += [
-        (
-            "restart: first check after restart p50 / max",
-            f"{rs['first_check_p50_s']:.1f} / {rs['first_check_max_s']:.1f} s",
-            f"rechecked {rs['rechecked']}",
-        ),
-        (
-            "restart: Ready Clusters that were not Ready meanwhile",
-            f"{rs['not_ready_meanwhile']}",
-            "",
-        ),
-        (
-            "restart: from SIGTERM to the exit (the stop record)",
-            f"{rs.get('stop_s', math.nan):.1f} s",
-            "",
-        ),
-    ]
+    rows += (
+        []
+        if not rs
+        else [
+            (
+                "restart: first check after restart p50 / max",
+                f"{rs['first_check_p50_s']:.1f} / {rs['first_check_max_s']:.1f} s",
+                f"rechecked {rs['rechecked']}",
+            ),
+            (
+                "restart: Ready Clusters that were not Ready meanwhile",
+                f"{rs['not_ready_meanwhile']}",
+                "",
+            ),
+            (
+                "restart: from SIGTERM to the exit (the stop record)",
+                f"{rs.get('stop_s', math.nan):.1f} s",
+                "",
+            ),
+        ]
+    )
     replicas = r.get("replicas", 1)
     head = f"N = {r['clusters']}, {replicas} replica{'s' if replicas > 1 else ''}"
     lines = [f"| {head} | measured | beside |", "|---|---:|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
-    return "\n".join(lines)
+    return "\n".join(lines) + report_scale(r)
+
+
+def _f(value: Any, digits: int = 1) -> str:
+    return (
+        "-"
+        if value is None or (isinstance(value, float) and math.isnan(value))
+        else (f"{value:,.{digits}f}")
+    )
+
+
+def report_scale(r: dict[str, Any]) -> str:
+    """The figures beyond one process: each replica, the hub's cost, the scrape, the rolling
+    upgrade and one replica beside the sharded ones."""
+    out: list[str] = []
+    n, s = r["clusters"], r["steady"]
+    phases = [("steady", s)] + ([("one replica", r["one_replica"])] if "one_replica" in r else [])
+    out += ["", "| replica | shards | Clusters | gap p50 / p99 / max | CPU / check | cores |"
+            " RSS mean / max |", "|---|---|---:|---|---:|---:|---|"]  # fmt: skip
+    for label, p in phases:
+        for name, f in p.get("replicas", {}).items():
+            out.append(
+                f"| {label}: {name} | {','.join(map(str, f.get('shards', [])))} |"
+                f" {f['clusters']} | {_f(f['gap_p50'])} / {_f(f['gap_p99'])} /"
+                f" {_f(f['gap_max'])} s | {_f(f.get('cpu_ms_per_check'), 2)} ms |"
+                f" {_f(f.get('cpu_cores'), 2)} | {_f(f.get('rss_mb_mean'), 0)} /"
+                f" {_f(f.get('rss_mb_max'), 0)} MB |"
+            )
+        out.append(
+            f"| {label}: all | | {p['ok_spokes_checked']} | {_f(p['gap_p50'])} /"
+            f" {_f(p['gap_p99'])} / {_f(p['gap_max'])} s | {_f(p['cpu_ms_per_check'], 2)} ms |"
+            f" {_f(p['cpu_cores'], 2)} | {_f(p['rss_mb_mean'], 0)} / {_f(p['rss_mb_max'], 0)}"
+            f" MB (all) |"
+        )
+    if "one_replica" in r:
+        one = r["one_replica"]["cpu_ms_per_check"]
+        out.append(
+            f"\nCPU per check, all replicas over one replica (same run): "
+            f"{s['cpu_ms_per_check'] / one:.2f}x"
+        )
+    for label, p in phases:
+        two = p.get("checked_by_two", {})
+        out.append(
+            f"{label}: Clusters checked by two replicas within a minute"
+            f" {two.get('two_within_minute', '-')}, whose checker changed"
+            f" {two.get('checker_changed', '-')}"
+        )
+    if "argocd_writers" in r:
+        w = r["argocd_writers"]
+        out.append(
+            f"Argo CD Secrets written by two replicas (managedFields): {w['written_by_two']}"
+            f" of {w['secrets']}"
+        )
+    hub_rows = []
+    bare, onboard = r.get("hub_bare_writes"), r.get("hub_onboarding")
+    if bare and onboard:
+        hub_rows += [
+            ("onboarding, per Cluster", onboard, n),
+            ("bare 3N writes, per Cluster", bare, n),
+        ]
+    for label, p in phases:
+        if "hub" in p:
+            hub_rows.append((f"{label}, per minute per 1,000 Clusters", p["hub"], None))
+    if "hub_idle" in r:
+        hub_rows.append(("idle hub (no manager), per minute per 1,000", r["hub_idle"], None))
+    if hub_rows:
+        out += [
+            "",
+            f"| hub cost ({r.get('auth', 'cert')}) | kube-apiserver CPU | etcd CPU |"
+            " apiserver + etcd | watch bytes | seconds |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for label, h, per in hub_rows:
+            if per:
+                scale, unit = 1000 / per, " ms"
+            else:
+                scale, unit = 60 / h["seconds"] * 1000 / n * 1000, " ms"
+            out.append(
+                f"| {label} | {h['apiserver_cpu_s'] * scale:.2f}{unit} |"
+                f" {h['etcd_cpu_s'] * scale:.2f}{unit} | {h['hub_cpu_s'] * scale:.2f}{unit} |"
+                f" {h['watch_bytes'] * (scale / 1000):,.0f} B | {h['seconds']:.0f} |"
+            )
+        if bare and onboard:
+            out.append(
+                f"\nonboarding's hub CPU over the bare writes': "
+                f"{onboard['hub_cpu_s'] / bare['hub_cpu_s']:.2f}x"
+            )
+    if "objects" in r:
+        o = r["objects"]
+        out.append(
+            f"objects in the hub (JSON as listed): {o['bytes_per_cluster']:,.0f} bytes per"
+            f" Cluster (Clusters {o['clusters_bytes'] / 1e6:.1f} MB, kubeconfig Secrets"
+            f" {o['kubeconfig_secrets_bytes'] / 1e6:.1f} MB, Argo CD Secrets"
+            f" {o['argocd_secrets_bytes'] / 1e6:.1f} MB)"
+        )
+    for label, p in phases:
+        for name, sc in p.get("scrape", {}).items():
+            out.append(
+                f"/metrics, {label}, {name}: {sc['bytes'] / 1e6:.2f} MB, {sc['series']:,} series,"
+                f" on the wire {sc['wire_bytes'] / 1e6:.2f} MB (Content-Encoding"
+                f" {sc['content_encoding']}), gzipped {sc['gzip_bytes'] / 1e6:.3f} MB;"
+                f" {sc['time_ms']:.0f} ms (max {sc['time_max_ms']:.0f})"
+            )
+    if "rolling" in r:
+        g = r["rolling"]
+        out += [
+            "",
+            f"| rolling upgrade ({g['window_s']} s, roll {g['roll_s']} s, load {g['load']}) | |",
+            "|---|---|",
+            f"| check gap p50 / p99 / max, every answering Cluster | {_f(g['gap_p50'])} /"
+            f" {_f(g['gap_p99'])} / {_f(g['gap_max'])} s |",
+            f"| each Cluster's worst gap, p99; Clusters over 70 s |"
+            f" {_f(g['clusters_worst_gap_p99'])} s; {g['clusters_gap_over_70']} |",
+            f"| writes beyond the Leases | {g['writes_beyond_leases'] or 0} |",
+            f"| Lease writes | {g['lease_writes']:.0f} |",
+            f"| Ready changes / Ready Clusters that left Ready | {g['ready_changes']} /"
+            f" {g['left_ready']} |",
+            f"| registrations replaced (deleted or new uid) | {len(g['registrations_replaced'])} |",
+            f"| checked by two replicas within a minute / checker changed |"
+            f" {g['checked_by_two']['two_within_minute']} /"
+            f" {g['checked_by_two']['checker_changed']} (gap at the change min / p50 / max"
+            f" {_f(g['checked_by_two']['change_gap_min'])} /"
+            f" {_f(g['checked_by_two']['change_gap_p50'])} /"
+            f" {_f(g['checked_by_two']['change_gap_max'])} s) |",
+            "| steps: Ready after / stop / all shards held again |"
+            + "; ".join(
+                f" {x['ready_s']:.0f} / {x['stop_s']:.1f} / {x['all_shards_held_s']:.1f} s"
+                for x in g["steps"]
+            )
+            + " |",
+        ]
+    return "\n".join(out)
 
 
 def main() -> None:
@@ -1410,6 +1896,37 @@ def main() -> None:
         help="one replica leads on its Lease, as kokumi manager does by default (without it:"
         " --no-leader-elect, as every run in benchmarks/README.md)",
     )
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=None,
+        help="--shards of the replicas (default: --replicas); each holds at most"
+        " ceil(shards / replicas) (--max-shards)",
+    )
+    parser.add_argument(
+        "--auth",
+        choices=("token", "cert"),
+        default="token",
+        help="the managers and the runner's writes reach the hub with a ServiceAccount token"
+        " (token, the default, as in a real hub) or the admin client certificate (cert, as"
+        " every run before the hub's cost was measured)",
+    )
+    parser.add_argument(
+        "--rolling",
+        action="store_true",
+        help="after the steady window, a rolling upgrade: each replica replaced by a new one,"
+        " one at a time, the new one Ready before the old one goes",
+    )
+    parser.add_argument(
+        "--rolling-tail", type=float, default=90.0, help="seconds measured after the last step"
+    )
+    parser.add_argument(
+        "--compare-one",
+        action="store_true",
+        help="at the end, one replica on the same tree in the same run: the sharded replicas"
+        " stopped, one started, --compare-settle seconds, then a steady window",
+    )
+    parser.add_argument("--compare-settle", type=float, default=70.0)
     parser.add_argument("--output", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args()
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
