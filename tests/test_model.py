@@ -85,6 +85,7 @@ from kokumi.core.fleet import stoprecord
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.reasons import Reason
 from kokumi.core.registry import argocd
+from kokumi.core.registry.carry import Carry, Carrying
 from kokumi.core.registry.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
 from kokumi.core.sources import clusterapi
 from kokumi.core.sources.plan import kubeconfig_problem
@@ -115,6 +116,10 @@ NAMES = ("a", "b", "c")
 SERVERS = ("https://s0.example:6443", "https://s1.example:6443", "https://s2.example:6443/")
 TIERS = ("gold", "iron")
 TEAM_MARK = {"kokumi.dev/kubeconfig": "true"}
+# What the holders' Argo CD Secrets carry: a label and an annotation a user edits on a Cluster
+# (``label_cluster``), besides the Environments that select it.
+CARRY = Carrying(Carry.parse(["fleet"]), Carry.parse(["example.com/*"]))
+FLEETS = (None, "edge", "core")
 
 
 def cs_parse(obj: dict[str, Any]) -> Any:
@@ -313,7 +318,7 @@ class World:
         client = Client(Config(server=HUB), transport=transport, max_retries=0)
         # Two reads of a namespace waiting together make a list of its Secrets (32 in
         # production): the model's few Clusters a namespace take the list path under its faults.
-        options = Options(namespace=OWN, argocd_namespace=ARGOCD, secret_list_at=2)
+        options = Options(namespace=OWN, argocd_namespace=ARGOCD, secret_list_at=2, carry=CARRY)
         manager = Manager(client, options, check=self._check, check_own=self._check_own)
         scope = trio.CancelScope()
         stopped = trio.Event()
@@ -661,6 +666,29 @@ class ManagerMachine(RuleBasedStateMachine):
         if existing is not None and existing["metadata"].get("deletionTimestamp"):
             return  # terminating: an update could not change that
         self._put(body)
+
+    @rule(
+        ns=st.sampled_from(WORKSPACES),
+        name=st.sampled_from(NAMES),
+        fleet=st.sampled_from(FLEETS),
+        owner=st.sampled_from(FLEETS),
+    )
+    def label_cluster(self, ns: str, name: str, fleet: str | None, owner: str | None) -> None:
+        """A user edits only a Cluster's metadata: a carried label and a carried annotation,
+        which its Argo CD Secret follows in place while it holds (a write refused meanwhile
+        converges to what the holder carries then)."""
+        existing = self._object(api.CLUSTERS, name, ns)
+        if existing is not None and not existing["metadata"].get("deletionTimestamp"):
+            meta = existing["metadata"]
+            labels = {k: v for k, v in (meta.get("labels") or {}).items() if k != "fleet"}
+            meta["labels"] = labels if fleet is None else {**labels, "fleet": fleet}
+            found = meta.get("annotations") or {}
+            annotations = {k: v for k, v in found.items() if k != "example.com/owner"}
+            if owner is not None:
+                annotations["example.com/owner"] = owner
+            meta["annotations"] = annotations
+            self._put(existing)
+        self._step()
 
     @rule(
         ns=st.sampled_from(WORKSPACES),
@@ -1465,7 +1493,7 @@ class ManagerMachine(RuleBasedStateMachine):
     def check_converged(self) -> None:
         self.check_sources_converged()
         self.check_team_sources_converged()
-        counts = prediction.check_converged(self.objects(), SERVERS, self.probe)
+        counts = prediction.check_converged(self.objects(), SERVERS, self.probe, CARRY)
         SEEN["holders"] += counts.holders
         SEEN["waiters"] += counts.waiters
         SEEN["blocked"] += counts.blocked
@@ -1653,6 +1681,38 @@ def test_a_release_whose_delete_fails_keeps_the_finalizer_until_it_is_done() -> 
         assert machine.violations == [], machine.violations
         assert machine.ours() == {}
         assert machine._object(api.CLUSTERS, "a", "ws1") is None
+    finally:
+        machine.close()
+
+
+def test_a_label_write_refused_mid_change_converges_to_the_holders_labels() -> None:
+    """A holder's carried label changes twice while the hub refuses the Secret's updates: the
+    Secret is updated in place (the same uid) to what the holder carries at the end, never
+    deleted and made again, and a quiet minute after writes nothing."""
+    machine = ManagerMachine()
+    try:
+        machine.start(layout=[("ws1", "a", SERVERS[0])], before=True)
+        machine.world.arun(machine.world.advance, 5.0)
+        (secret,) = machine.ours().values()
+        fake = machine.world.fake
+        refused = machine.world.run(
+            lambda: fake.fail(403, verb="update", resource="secrets", namespace=ARGOCD, times=3)
+        )
+        machine.label_cluster("ws1", "a", "edge", "a")
+        machine.world.arun(machine.world.advance, 0.5)
+        machine.label_cluster("ws1", "a", "core", None)
+        machine.world.arun(machine.world.advance, 60.0)
+        assert machine.violations == [], machine.violations
+        (after,) = machine.ours().values()
+        assert refused.hits == 3, "the updates were refused"
+        assert after["metadata"]["uid"] == secret["metadata"]["uid"]
+        assert after["metadata"]["labels"]["fleet"] == "core"
+        assert "example.com/owner" not in (after["metadata"].get("annotations") or {})
+        machine.check_converged()
+        assert machine.world.manager is not None
+        writes = machine.world.manager.metrics.registry_writes
+        machine.world.arun(machine.world.advance, 60.0)
+        assert machine.world.manager.metrics.registry_writes == writes
     finally:
         machine.close()
 

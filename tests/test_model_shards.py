@@ -178,6 +178,7 @@ class ShardedWorld(World):
             field_manager=field_manager,
             sharding=sharding,
             secret_list_at=2,  # the list path under the model's faults (as in test_model.py)
+            carry=one.CARRY,
         )
         manager = Manager(client, options, check=self._check, check_own=self._check_own)
         scope = trio.CancelScope()

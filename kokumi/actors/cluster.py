@@ -76,7 +76,7 @@ class ClusterActor:
     def __init__(self, context: Context, cluster: api.Cluster | api.Invalid) -> None:
         self._context = context
         # What a status said when the actor started is its first check after a restart.
-        self._state = State(cluster, seed=seeded_outcome(cluster))
+        self._state = State(cluster, seed=seeded_outcome(cluster), carry=context.options.carry)
         self.ref = ClusterRef(cluster.metadata.namespace, cluster.metadata.name)
         #: The Cluster object this actor acts for: the registry ignores it once it is gone.
         self.uid = cluster.metadata.uid
@@ -141,9 +141,10 @@ class ClusterActor:
             self._alarm_at = None
             self._wake.set()
 
-    def set_selected(self, selected: bool) -> None:
-        if selected != self._state.selected:
-            self._evolve(selected=selected)
+    def set_environments(self, environments: tuple[str, ...]) -> None:
+        """Which Environments select it (none: not selected); its Secret carries their names."""
+        if (bool(environments), environments) != (self._state.selected, self._state.environments):
+            self._evolve(selected=bool(environments), environments=environments)
             self._interrupt()
 
     def registration(self, registration: Registration) -> None:
@@ -288,8 +289,8 @@ class ClusterActor:
         if isinstance(step, lifecycle.Want):
             self._evolve(may_hold=True)
             # The answer comes to self.registration, as every word of the registry does.
-            await self._context.registry.want(self.ref, self.uid, step.connection)
-            self._evolve(claimed=step.connection, claim_answer=self._state.registration)
+            await self._context.registry.want(self.ref, self.uid, step.connection, step.extras)
+            self._evolve(claimed=step, claim_answer=self._state.registration)
             return attrs.evolve(turn, registered=True)
         if isinstance(step, lifecycle.Release):
             return attrs.evolve(turn, registered=True, released=await self._release())
@@ -435,8 +436,8 @@ class ClusterActor:
         return done
 
     async def _set_finalizer(self, *, present: bool) -> None:
-        cluster = self._state.cluster
-        now = await set_finalizer(self._writer, self._context.client, cluster, present=present)
+        cluster, parse = self._state.cluster, self._context.options.parse_cluster
+        now = await set_finalizer(self._writer, self._context.client, cluster, present, parse)
         if now is not None:
             self._evolve(cluster=now)
 

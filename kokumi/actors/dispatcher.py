@@ -13,6 +13,7 @@ and the registry.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import defaultdict
 from collections.abc import Callable
@@ -140,6 +141,9 @@ class Dispatcher:
                 (api.ENVIRONMENTS, self.environments, self._follow_environments, False),
                 (api.CLUSTERS, self.clusters, self._follow_clusters, False),
             ]
+            # A Cluster keeps the annotations its registration may carry, and no other.
+            carried = self._context.options.carried_annotation()
+            cluster_form = functools.partial(limits.kept, annotations=carried)
             for resource, store, follow, metadata_only in watches:
                 # Kept as the limits say: an object over the bounds of tenant metadata is a
                 # stub its actor reports ObjectTooLarge on, never 90,000 labels in memory.
@@ -150,7 +154,7 @@ class Dispatcher:
                     buffer=256,
                     store=store,
                     metadata_only=metadata_only,
-                    form=limits.kept,
+                    form=cluster_form if resource == api.CLUSTERS else limits.kept,
                 )
                 nursery.start_soon(follow, receive)
             nursery.start_soon(self.environments_actor.run)
@@ -204,11 +208,11 @@ class Dispatcher:
             version = metadata_of(obj).get("resourceVersion")
             if version and known.metadata.resource_version == version:
                 return known
-        return api.parse_cluster(obj)
+        return self._context.options.parse_cluster(obj)
 
     def _upsert(self, obj: dict[str, Any]) -> None:
         uid = _uid(obj)
-        cluster = api.parse_cluster(obj)
+        cluster = self._context.options.parse_cluster(obj)
         running = self._actors.get(uid)
         if running is not None:
             self._index_secret(uid, running.cluster, cluster)
@@ -328,15 +332,15 @@ class Dispatcher:
         needs = new.metadata.namespace if isinstance(new, api.Cluster) and new.secret_ref else None
         self.secret_watches.hold(uid, needs)
 
-    def _select(self, namespace: str, name: str, selected: bool) -> None:
+    def _select(self, namespace: str, name: str, environments: tuple[str, ...]) -> None:
         ref = ClusterRef(namespace, name)
-        if selected:
+        if environments:
             self._selected.add(ref)
         else:
             self._selected.discard(ref)
         uid = self._by_ref.get(ref)
         if uid is not None and uid in self._actors:
-            self._actors[uid].set_selected(selected)
+            self._actors[uid].set_environments(environments)
 
     # --- Environments and Secrets -------------------------------------------------------------
 

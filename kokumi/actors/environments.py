@@ -48,10 +48,10 @@ itself (which drives the registry) is never held back.
 
 
 class EnvironmentsActor:
-    """Owns the selection per namespace; tells Cluster actors whether they are selected.
+    """Owns the selection per namespace; tells Cluster actors which Environments select them.
 
-    ``select`` is called with (namespace, name, selected) and must not block: it sets a flag in a
-    Cluster actor's mailbox.
+    ``select`` is called with (namespace, name, the names of the Environments that select it,
+    sorted; none: not selected) and must not block: it sets a slot in a Cluster actor's mailbox.
     """
 
     def __init__(
@@ -59,7 +59,7 @@ class EnvironmentsActor:
         client: Client,
         clusters: Store,
         environments: Store,
-        select: Callable[[str, str, bool], None],
+        select: Callable[[str, str, tuple[str, ...]], None],
         metrics: Metrics,
         parse: Callable[[dict[str, Any]], api.Cluster | api.Invalid] = api.parse_cluster,
     ) -> None:
@@ -240,7 +240,7 @@ class EnvironmentsActor:
         index.touched = set()
         for name in sorted(tell):
             if name in index.entries:
-                self._select(namespace, name, index.selected(name))
+                self._select(namespace, name, index.selecting(name))
                 await pace.tick()
 
         for environment in environments:

@@ -5,7 +5,7 @@ it changed and loses an Event without harm, whichever actor it is.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kokumi.core import api
@@ -83,7 +83,11 @@ async def replace_status(
 
 
 async def set_finalizer(
-    writer: Client, reader: Client, cluster: api.Cluster | api.Invalid, *, present: bool
+    writer: Client,
+    reader: Client,
+    cluster: api.Cluster | api.Invalid,
+    present: bool,
+    parse: Callable[[Mapping[str, Any]], api.Cluster | api.Invalid] = api.parse_cluster,
 ) -> api.Cluster | api.Invalid | None:
     """Add (``present``) or drop Kokumi's finalizer on the version of ``cluster`` known; the
     Cluster as the API server now has it, or None when it is gone or no longer the same object.
@@ -91,7 +95,7 @@ async def set_finalizer(
     The resourceVersion makes the patch safe against a concurrent edit of the list. A conflict
     is not retried at once with the same stale version (that is a request loop until the watch
     catches up): the object is read again with ``reader``, and a second conflict is raised, to
-    wait its backoff.
+    wait its backoff. ``parse`` types the answers as the watch does (the annotations it keeps).
     """
     meta, uid = cluster.metadata, cluster.metadata.uid
     current = cluster
@@ -116,14 +120,14 @@ async def set_finalizer(
                 fresh = await reader.get(api.CLUSTERS, meta.name, namespace=meta.namespace)
             except errors.NotFound:
                 return None
-            current = api.parse_cluster(fresh)
+            current = parse(fresh)
             if current.metadata.uid != uid:
                 return None  # another Cluster of the same name: not ours to change
             meta = current.metadata
             if (api.FINALIZER in meta.finalizers) == present:
                 return current  # already as it should be
             continue
-        return api.parse_cluster(updated)
+        return parse(updated)
     return current
 
 

@@ -13,6 +13,7 @@ from kokumi.cmd import DONE, FAILED, UsageError
 from kokumi.core.cluster.egress import DEFAULT_DENY, EgressPolicy
 from kokumi.core.fleet.leader import DEFAULT_LEASE_NAME, LeaderElection, Timing
 from kokumi.core.fleet.shards import Sharding
+from kokumi.core.registry.carry import Carry, Carrying
 from kokumi.core.secretaccess import SecretScope
 from kokumi.core.sources.bounds import MAX_CLUSTERS_PER_SOURCE, MAX_CONTEXTS_PER_SECRET, Bounds
 from kokumi.kube.config import SERVICE_ACCOUNT_ROOT, Config
@@ -79,6 +80,16 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="a ClusterSource keeps at most N Clusters, the first by Secret name, and says so"
         f" in its status past them; none is deleted for it (default {MAX_CLUSTERS_PER_SOURCE:,})",
     )
+    for kind in ("labels", "annotations"):
+        manager.add_argument(
+            f"--carry-{kind}",
+            action="append",
+            default=[],
+            metavar="KEYS",
+            help=f"copy the holding Cluster's {kind} with these keys or key prefixes (a"
+            " trailing *) onto its Argo CD cluster Secret, for ApplicationSets: comma-separated,"
+            " or repeat the flag; Kokumi's and Argo CD's own keys never (default: none)",
+        )
     manager.add_argument(
         "--service-account-dir",
         default=SERVICE_ACCOUNT_ROOT,
@@ -142,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         election = _leader_election(args)
         sharding = _sharding(args)
+        carry = _carrying(args)
         if sharding is not None:
             election = None  # the shard Leases replace the single leader Lease
         if args.kubeconfig or args.context:
@@ -166,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
         field_manager=args.field_manager,
         freeze_heap=True,
         source_bounds=Bounds(args.max_contexts_per_secret, args.max_clusters_per_source),
+        carry=carry,
     )
     lost: BaseException | None = None
     try:
@@ -190,6 +203,17 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is below 1")
     return value
+
+
+def _carrying(args: argparse.Namespace) -> Carrying:
+    """``--carry-labels``/``--carry-annotations``; ValueError names the flag and the pattern."""
+    parsed = []
+    for kind in ("labels", "annotations"):
+        try:
+            parsed.append(Carry.parse(getattr(args, f"carry_{kind}")))
+        except ValueError as exc:
+            raise ValueError(f"--carry-{kind}: {exc}") from None
+    return Carrying(*parsed)
 
 
 def _leader_election(args: argparse.Namespace) -> LeaderElection | None:

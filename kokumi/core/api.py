@@ -11,7 +11,8 @@ from __future__ import annotations
 import datetime
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import Any, Final, Literal, TypeVar
 
 import attrs
@@ -55,6 +56,7 @@ API_VERSION: Final = f"{GROUP}/{VERSION}"
 IN_CLUSTER_LABEL: Final = "delivery.kokumi.dev/in-cluster"
 FINALIZER: Final = "delivery.kokumi.dev/argocd-registration"
 
+_NO_ANNOTATIONS: Final[Mapping[str, str]] = MappingProxyType({})
 _DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 ConnectionKind = Literal["Kubeconfig", "InCluster"]
@@ -71,6 +73,9 @@ class Meta:
     labels: Mapping[str, str] = attrs.field(factory=dict)
     finalizers: tuple[str, ...] = ()
     deletion_timestamp: str | None = None
+    #: Only the annotations the parse was asked to keep (those a registration may carry): the
+    #: rest, kubectl's last-applied-configuration among them, would cost memory times the fleet.
+    annotations: Mapping[str, str] = attrs.field(default=_NO_ANNOTATIONS)
 
 
 @attrs.frozen
@@ -250,13 +255,26 @@ def _string_map(value: object) -> dict[str, str]:
     return dict(value)
 
 
-def _meta(obj: Mapping[str, Any], *, labels: bool = True) -> Meta:
+def _meta(
+    obj: Mapping[str, Any],
+    *,
+    labels: bool = True,
+    annotations: Callable[[str], bool] | None = None,
+) -> Meta:
     """The metadata, read leniently: whatever else is wrong, we need a name to report it on.
 
-    Without ``labels`` for an object over the bounds: its labels are never copied."""
+    Without ``labels`` for an object over the bounds: its labels are never copied. Only the
+    annotations whose key ``annotations`` accepts are kept (none without it)."""
     raw = metadata_of(obj)
     labels_of = raw.get("labels") if labels else None
     finalizers = raw.get("finalizers")
+    kept = _NO_ANNOTATIONS
+    annotations_of = raw.get("annotations") if labels and annotations is not None else None
+    if isinstance(annotations_of, Mapping) and annotations is not None:
+        picked = {
+            k: str(v) for k, v in annotations_of.items() if isinstance(k, str) and annotations(k)
+        }
+        kept = picked or _NO_ANNOTATIONS
     return Meta(
         name=str(raw.get("name", "")),
         namespace=str(raw.get("namespace", "")),
@@ -268,6 +286,7 @@ def _meta(obj: Mapping[str, Any], *, labels: bool = True) -> Meta:
         ),
         finalizers=tuple(str(f) for f in finalizers) if isinstance(finalizers, list) else (),
         deletion_timestamp=raw.get("deletionTimestamp") or None,
+        annotations=kept,
     )
 
 
@@ -303,15 +322,20 @@ def _too_large(obj: Mapping[str, Any]) -> Invalid | None:
     return Invalid(_meta(obj, labels=False), why, reason=Reason.OBJECT_TOO_LARGE)
 
 
-def parse_cluster(obj: Mapping[str, Any]) -> Cluster | Invalid:
-    parsed = _too_large(obj) or _parse_cluster(obj)
+def parse_cluster(
+    obj: Mapping[str, Any], *, annotations: Callable[[str], bool] | None = None
+) -> Cluster | Invalid:
+    """The Cluster typed, or why it is Invalid; ``annotations``: which annotation keys to keep."""
+    parsed = _too_large(obj) or _parse_cluster(obj, annotations)
     if isinstance(parsed, Invalid):
         return attrs.evolve(parsed, status=_lenient(obj.get("status"), ClusterStatus))
     return parsed
 
 
-def _parse_cluster(obj: Mapping[str, Any]) -> Cluster | Invalid:
-    meta = _meta(obj)
+def _parse_cluster(
+    obj: Mapping[str, Any], annotations: Callable[[str], bool] | None
+) -> Cluster | Invalid:
+    meta = _meta(obj, annotations=annotations)
     spec = obj.get("spec")
     if not isinstance(spec, Mapping):
         return Invalid(meta, "spec is missing: set spec.connection to Kubeconfig or InCluster")

@@ -13,7 +13,7 @@ with the same numbers, and this holds where the policy is off or the object pred
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from kokumi.objects import kept_form, metadata_of
@@ -96,9 +96,12 @@ def judge(metadata: Mapping[str, Any], kind: str = "object") -> str | None:
     )
 
 
-def kept(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """``obj`` as the manager keeps it while it follows it: its kept form without annotations,
-    or, over the bounds, a stub that says why (see :func:`over_bounds`).
+def kept(
+    obj: Mapping[str, Any], annotations: Callable[[str], bool] | None = None
+) -> dict[str, Any]:
+    """``obj`` as the manager keeps it while it follows it: its kept form without annotations
+    (but those whose key ``annotations`` accepts: what a registration may carry), or, over the
+    bounds, a stub that says why (see :func:`over_bounds`).
 
     Judged before anything is copied: the table of shared strings never sees a hostile label.
     """
@@ -126,7 +129,13 @@ def kept(obj: Mapping[str, Any]) -> dict[str, Any]:
         stub[OVER_BOUNDS] = why
         return kept_form(stub)
     if "annotations" in metadata:
-        obj = {**obj, "metadata": {k: v for k, v in metadata.items() if k != "annotations"}}
+        trimmed = {k: v for k, v in metadata.items() if k != "annotations"}
+        found = metadata["annotations"]
+        if annotations is not None and isinstance(found, Mapping):
+            carried = {k: v for k, v in found.items() if isinstance(k, str) and annotations(k)}
+            if carried:
+                trimmed["annotations"] = carried
+        obj = {**obj, "metadata": trimmed}
     return kept_form(obj)
 
 

@@ -4,13 +4,17 @@ that a program that embeds the manager, the CLI and the actors all name one home
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import attrs
 
+from kokumi.core import api
 from kokumi.core.cluster import schedule
 from kokumi.core.cluster.egress import EgressPolicy
 from kokumi.core.fleet.leader import LeaderElection
 from kokumi.core.fleet.shards import Sharding
+from kokumi.core.registry.carry import NOT_CARRYING, Carrying
 from kokumi.core.secretaccess import SecretScope
 from kokumi.core.sources.bounds import Bounds
 from kokumi.kube.backoff import Backoff
@@ -65,12 +69,23 @@ class Options:
     #: What one ClusterSource may make: contexts of a Secret, Clusters of a source
     #: (kokumi/core/sources/bounds.py, docs/clustersource.md).
     source_bounds: Bounds = attrs.field(factory=Bounds)
+    #: Which of a holding Cluster's labels and annotations its Argo CD Secret carries
+    #: (``--carry-labels``, ``--carry-annotations``; docs/argocd.md): nothing unless named.
+    carry: Carrying = NOT_CARRYING
 
     def check_lateness(self) -> float:
         """How much later than its place a check comes this time: the spec's random lateness,
         up to half the jitter (the other half is how far the places are more than a minute
         apart, :func:`kokumi.core.cluster.schedule.period_of`)."""
         return random.uniform(0.0, self.check_jitter / 2)  # noqa: S311
+
+    def parse_cluster(self, obj: Mapping[str, Any]) -> api.Cluster | api.Invalid:
+        """A Cluster typed with the annotations it may carry, and no other (memory, at scale)."""
+        return api.parse_cluster(obj, annotations=self.carried_annotation())
+
+    def carried_annotation(self) -> Callable[[str], bool] | None:
+        """Which annotation keys a Cluster's registration may carry (None: none)."""
+        return self.carry.annotations.matches if self.carry.annotations else None
 
     def backoff(self) -> Backoff:
         return Backoff(self.retry_initial, self.retry_max)

@@ -585,9 +585,9 @@ async def test_a_kubeconfig_read_again_at_the_same_version_is_not_parsed_or_clai
             reads.append(name)
             return await get(namespace, name)
 
-        async def counted_want(cluster: Any, uid: str, connection: Any) -> None:
+        async def counted_want(cluster: Any, uid: str, connection: Any, *more: Any) -> None:
             claims.append(connection.server)
-            await want(cluster, uid, connection)
+            await want(cluster, uid, connection, *more)
 
         monkeypatch.setattr(manager.context.secret_reads, "get", counted_get)
         monkeypatch.setattr(manager.context.registry, "want", counted_want)

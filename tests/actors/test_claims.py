@@ -54,11 +54,11 @@ async def test_a_steady_check_claims_its_server_only_when_something_changed(
         claims: list[str] = []
         want = manager.registry.want
 
-        async def counting(cluster: object, uid: str, connection: object) -> None:
+        async def counting(cluster: object, uid: str, connection: object, *more: object) -> None:
             claims.append(str(cluster))
-            await want(cluster, uid, connection)  # type: ignore[arg-type]
+            await want(cluster, uid, connection, *more)  # type: ignore[arg-type]
 
-        manager.registry.want = counting  # type: ignore[method-assign]
+        manager.registry.want = counting  # type: ignore[method-assign,assignment]
         async with trio.open_nursery() as nursery:
             nursery.start_soon(manager.run)
             await trio.sleep(60.0)

@@ -123,6 +123,30 @@ def test_manager_command_refuses_shard_flags_that_make_no_sense(
     assert result.stderr.strip().splitlines() == [message]
 
 
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--carry-labels", "fleet,argocd.argoproj.io/*"],
+            "kokumi: --carry-labels: 'argocd.argoproj.io/*' is Kokumi's or Argo CD's own: they"
+            " say what the Secret is and who holds it, and are never carried",
+        ),
+        (
+            ["--carry-annotations", "example.com/*", "--carry-annotations", "a*b"],
+            "kokumi: --carry-annotations: 'a*b' is not a label key or a prefix ending in *: name"
+            " keys such as fleet or prefixes such as example.com/*",
+        ),
+    ],
+)
+def test_manager_command_refuses_what_it_may_not_carry(flags: list[str], message: str) -> None:
+    command = [sys.executable, "-m", "kokumi", "manager", "--kubeconfig", "/nonexistent/kubeconfig"]
+    result = subprocess.run(
+        [*command, *flags], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [message]
+
+
 def test_manager_command_stops_at_once_while_its_start_waits_for_the_hub(tmp_path: Path) -> None:
     """A hub that does not answer holds the manager's start (it retries with backoff): SIGTERM
     must still stop the process then, with no stop record to write, not when Kubernetes kills it."""

@@ -166,3 +166,21 @@ def test_a_stub_keeps_its_controller_so_a_sources_cluster_stays_its_sources() ->
     assert stub["metadata"]["ownerReferences"] == [source]
     assert source_of(stub) == ("capi", "s-1")
     assert existing_of(stub).owner == ("capi", "s-1")
+
+
+def test_a_followed_object_keeps_only_the_annotations_it_may_carry() -> None:
+    obj = {
+        "metadata": {
+            "name": "a",
+            "namespace": "ws1",
+            "annotations": {
+                "example.com/owner": "team-a",
+                "kubectl.kubernetes.io/last-applied-configuration": "{" + "x" * 4000 + "}",
+            },
+        },
+        "spec": {"connection": "InCluster"},
+    }
+    assert "annotations" not in limits.kept(obj)["metadata"]
+    carried = limits.kept(obj, annotations=lambda key: key.startswith("example.com/"))
+    assert carried["metadata"]["annotations"] == {"example.com/owner": "team-a"}
+    assert "annotations" not in limits.kept(obj, annotations=lambda _key: False)["metadata"]

@@ -164,6 +164,17 @@ def test_the_values_change_what_they_say(helm: Path) -> None:
     ]
     assert not [a for a in manager_args(render(helm)) if a.startswith("--max-c")]
 
+    carried = render(
+        helm,
+        "argocd.carryLabels={fleet,example.com/*}",
+        "argocd.carryAnnotations={example.com/owner}",
+    )
+    assert manager_args(carried)[-2:] == [
+        "--carry-labels=fleet,example.com/*",
+        "--carry-annotations=example.com/owner",
+    ]
+    assert not [a for a in manager_args(render(helm)) if a.startswith("--carry")]
+
 
 def test_the_service_monitor_scrapes_the_managers_metrics(helm: Path) -> None:
     objects = render(helm, "serviceMonitor.enabled=true", "serviceMonitor.labels.release=prom")
@@ -261,6 +272,7 @@ def test_in_proxy_mode_only_the_ui_container_holds_the_token(helm: Path) -> None
         ("serviceMonitor.relabeling[0].action=drop", "relabeling"),
         ("imagePullSecret[0].name=x", "imagePullSecret"),
         ("namespace.name=Kokumi", "name"),
+        ("argocd.carryLabels={fleet*x}", "carryLabels"),
     ],
 )
 def test_a_wrong_value_fails_and_names_it(helm: Path, value: str, says: str) -> None:

@@ -25,6 +25,10 @@ from typing import Any
 import httpx
 import pytest
 
+from kokumi.core.kubeconfig.connection import Connection
+from kokumi.core.registry import argocd
+from kokumi.core.registry.carry import Extras
+from kokumi.core.registry.ownership import ClusterRef
 from kokumi.testing.controlplane import APIServer
 from tests.support.deploy import (
     DEPLOY,
@@ -564,6 +568,34 @@ def test_a_kokumi_shaped_secret_is_accepted(manager: httpx.Client) -> None:
     name = unique("kokumi")
     created = manager.post(SECRETS, json=kokumi_secret(name))
     assert created.status_code == 201, created.text
+    assert manager.delete(f"{SECRETS}/{name}").status_code == 200
+
+
+def test_a_secret_with_what_a_registration_carries_is_accepted_and_updated(
+    manager: httpx.Client,
+) -> None:
+    """Carried labels and annotations, Environment labels and Argo CD's namespaces and
+    clusterResources: the policy pins none of them, before or after an update in place."""
+    server = f"https://{unique('carried')}.example:6443"
+    holder = ClusterRef("ws1", "spoke")
+    carried = Extras(
+        labels=(("fleet", "edge"),),
+        annotations=(("example.com/owner", "team-a"),),
+        environments=("edge",),
+        namespaces=("apps",),
+        cluster_resources=True,
+    )
+    body = argocd.cluster_secret(Connection(server, token="t"), holder, "argocd", carried)
+    name = body["metadata"]["name"]
+    created = manager.post(SECRETS, json=body)
+    assert created.status_code == 201, created.text
+    changed = argocd.updated(
+        created.json(),
+        argocd.cluster_secret(Connection(server, token="t"), holder, "argocd", Extras()),
+    )
+    replaced = manager.put(f"{SECRETS}/{name}", json=changed)
+    assert replaced.status_code == 200, replaced.text
+    assert "fleet" not in replaced.json()["metadata"]["labels"]
     assert manager.delete(f"{SECRETS}/{name}").status_code == 200
 
 

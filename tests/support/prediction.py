@@ -22,6 +22,7 @@ from kokumi.core.environments.status import LISTED
 from kokumi.core.kubeconfig.connection import Connection, Refusal
 from kokumi.core.kubeconfig.reader import parse
 from kokumi.core.registry import argocd, handover
+from kokumi.core.registry.carry import NOT_CARRYING, Carrying, Extras
 from kokumi.core.registry.ownership import IN_CLUSTER_SERVER, ClusterRef, normalise_server
 
 __all__ = ["Counts", "Objects", "check_converged", "check_environments"]
@@ -117,11 +118,53 @@ def ours(objects: Objects) -> dict[str, dict[str, Any]]:
     }
 
 
-def check_converged(objects: Objects, servers: Iterable[str], probe: Probe) -> Counts:
+def selecting(objects: Objects, cluster: api.Cluster) -> tuple[str, ...]:
+    """The Environments of the Cluster's namespace that select it, by name."""
+    names = set()
+    for env in objects.environments:
+        parsed = api.parse_environment(env)
+        if not isinstance(parsed, api.Environment):
+            continue
+        if parsed.metadata.namespace != cluster.metadata.namespace:
+            continue
+        selector = selectors.parse(parsed.spec.cluster_selector)
+        if isinstance(selector, selectors.Selector) and selector.matches(cluster.metadata.labels):
+            names.add(parsed.metadata.name)
+    return tuple(sorted(names))
+
+
+def extras_of(objects: Objects, holder: ClusterRef, carry: Carrying) -> Extras:
+    """What the holder's registration carries, per its object, its Environments and ``carry``."""
+    for obj in objects.clusters:
+        meta = obj["metadata"]
+        if (meta["namespace"], meta["name"]) == (holder.namespace, holder.name):
+            cluster = api.parse_cluster(obj, annotations=carry.annotations.matches)
+            assert isinstance(cluster, api.Cluster), holder
+            return carry.extras(cluster, selecting(objects, cluster))
+    raise AssertionError(f"{holder} holds a server but has no object")
+
+
+def _check_carried(secret: Mapping[str, Any], desired: Mapping[str, Any], holder: object) -> None:
+    """The Secret carries exactly what the holder carries: each desired label and annotation,
+    and no extra of Kokumi's beside them (a label somebody else put there may stay)."""
+    labels = secret["metadata"].get("labels") or {}
+    wanted = desired["metadata"]["labels"]
+    for key in set(wanted) | argocd.carried_label_keys(secret):
+        assert labels.get(key) == wanted.get(key), f"{holder}'s Secret: label {key}"
+    annotations = secret["metadata"].get("annotations") or {}
+    wanted = desired["metadata"].get("annotations") or {}
+    for key in set(wanted) | argocd.carried_annotation_keys(secret):
+        assert annotations.get(key) == wanted.get(key), f"{holder}'s Secret: annotation {key}"
+
+
+def check_converged(
+    objects: Objects, servers: Iterable[str], probe: Probe, carry: Carrying = NOT_CARRYING
+) -> Counts:
     """Assert the settled state: exactly the servers wanted and not blocked have a Secret, held
-    by one of their wanters with its current connection and naming the others as waiting;
-    holders carry the finalizer, and no Cluster that wants no server; no Cluster is stuck
-    terminating; each Cluster's Ready reason is the one its objects and its spoke call for."""
+    by one of their wanters with its current connection and what it carries (per ``carry``,
+    the manager's allow-lists) and naming the others as waiting; holders carry the finalizer,
+    and no Cluster that wants no server; no Cluster is stuck terminating; each Cluster's Ready
+    reason is the one its objects and its spoke call for."""
     wanted = wants(objects)
     stopped = blocked(objects, servers)
     secrets = ours(objects)
@@ -139,8 +182,14 @@ def check_converged(objects: Objects, servers: Iterable[str], probe: Probe) -> C
         assert holder in by_server[server], f"{holder} holds {server} but does not want it"
         assert holder is not None
         holders[holder] = server
-        desired = argocd.cluster_secret(wanted[holder][1], holder, objects.argocd_namespace)
+        desired = argocd.cluster_secret(
+            wanted[holder][1],
+            holder,
+            objects.argocd_namespace,
+            extras_of(objects, holder, carry),
+        )
         assert secret["data"] == desired["data"], f"{holder}'s Secret has an old connection"
+        _check_carried(secret, desired, holder)
         waiting = set(handover.waiting_of(secret))
         assert waiting == set(by_server[server]) - {holder}, f"{server}: waiting {waiting}"
     for obj in objects.clusters:

@@ -23,6 +23,7 @@ from kokumi.actors.writes import EventRecorder
 from kokumi.core.api import CLUSTERS, Meta
 from kokumi.core.reasons import Reason
 from kokumi.core.registry import argocd, handover, lines, ownership, registrar
+from kokumi.core.registry.carry import NO_EXTRAS
 from kokumi.core.registry.ownership import ClusterRef
 from kokumi.core.registry.registration import NOT_REGISTERED, Registration
 from kokumi.kube import errors
@@ -88,6 +89,7 @@ class Facts:
             connection=self._m.connections.get(cluster),
             retry_error=retry.error if retry is not None else None,
             denied=self._m.denied.get(cluster),
+            extras=self._m.extras.get(cluster, NO_EXTRAS),
         )
 
     def released(self, cluster: ClusterRef) -> bool:
@@ -393,17 +395,7 @@ class Facts:
         self, name: str, existing: Mapping[str, Any], desired: Mapping[str, Any]
     ) -> None:
         """Update the Secret in place (a handover never deletes): Argo CD never sees it vanish."""
-        old_meta = metadata_of(existing)
-        new_meta = metadata_of(desired)
-        metadata = {
-            **old_meta,
-            "labels": {**(old_meta.get("labels") or {}), **(new_meta.get("labels") or {})},
-            "annotations": dict(new_meta.get("annotations") or {}),
-        }
-        if not metadata["annotations"]:
-            metadata.pop("annotations")
-        metadata.pop("managedFields", None)
-        body = {**desired, "metadata": metadata}
+        body = argocd.updated(existing, desired)
         try:
             replaced = await self._writer.replace(SECRETS, body, namespace=self._namespace)
         except errors.Conflict:

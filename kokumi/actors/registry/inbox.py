@@ -26,6 +26,7 @@ from kokumi.actors.writes import EventRecorder
 from kokumi.core.cluster.egress import EgressPolicy, judge
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.registry import argocd, lines, ownership
+from kokumi.core.registry.carry import NO_EXTRAS, Extras
 from kokumi.core.registry.ownership import ClusterRef
 from kokumi.core.registry.registration import Registration
 from kokumi.kube.client import Client
@@ -46,6 +47,7 @@ class _Want:
     uid: str
     connection: Connection = attrs.field(repr=False)
     reply: trio.MemorySendChannel[Any]
+    extras: Extras = NO_EXTRAS
 
 
 @attrs.frozen
@@ -163,14 +165,20 @@ class Registry:
         if current is not None and current[0] == uid:
             del self._memory.subscribers[cluster]
 
-    async def want(self, cluster: ClusterRef, uid: str, connection: Connection) -> None:
-        """Claim the connection's server for ``cluster``.
+    async def want(
+        self,
+        cluster: ClusterRef,
+        uid: str,
+        connection: Connection,
+        extras: Extras = NO_EXTRAS,
+    ) -> None:
+        """Claim the connection's server for ``cluster``, carrying ``extras`` on its Secret.
 
         Returns once the registry has served the claim; by then the answer (holding, waiting,
         or why not) has gone to the Cluster's listener, the same path as the news of a handover,
         so there is one place where a Cluster takes in its registration.
         """
-        await self._ask(lambda r: _Want(cluster, uid, connection, r))
+        await self._ask(lambda r: _Want(cluster, uid, connection, r, extras))
 
     async def release(self, cluster: ClusterRef, uid: str) -> bool:
         """Let go of whatever ``cluster`` holds or waits for; whether that is done.
@@ -187,12 +195,15 @@ class Registry:
         """Let go of claims whose Cluster no longer exists (deleted while we were down)."""
         await self._ask(lambda r: _Prune(frozenset(existing), r))
 
-    def _repeats(self, cluster: ClusterRef, uid: str, connection: Connection) -> bool:
+    def _repeats(
+        self, cluster: ClusterRef, uid: str, connection: Connection, extras: Extras
+    ) -> bool:
         """Whether this claim is the last one served for ``cluster`` again, its server in step."""
         server = ownership.normalise_server(connection.server)
         return (
             self._memory.claims.get(cluster) == uid
             and self._memory.connections.get(cluster) == connection
+            and self._memory.extras.get(cluster, NO_EXTRAS) == extras
             and self._memory.table.wanted_by(cluster) == server
             and server not in self._memory.retries
             and server not in self._memory.pending
@@ -300,16 +311,18 @@ class Registry:
         asked: list[ClusterRef] = []
         for want in wants:
             if self._memory.is_current(want.cluster, want.uid):  # else it wants nothing
-                touched |= self._want(want.cluster, want.uid, want.connection)
+                touched |= self._want(want.cluster, want.uid, want.connection, want.extras)
                 asked.append(want.cluster)
         if touched:
             await self._facts.settle(touched)
         for cluster in asked:
             self._facts.tell(cluster, asked=True)
 
-    def _want(self, cluster: ClusterRef, uid: str, connection: Connection) -> set[str | None]:
+    def _want(
+        self, cluster: ClusterRef, uid: str, connection: Connection, extras: Extras
+    ) -> set[str | None]:
         """Take a claim's step of the table; the servers whose Secrets it touched."""
-        if self._repeats(cluster, uid, connection):
+        if self._repeats(cluster, uid, connection, extras):
             # Every check claims again; the same claim on a server in step has nothing to
             # write. What changes a Secret or a line (a watch event, a release, a reshard)
             # writes it then, not at the holder's next claim.
@@ -327,6 +340,10 @@ class Registry:
         self._memory.denied.pop(cluster, None)
         self._memory.claims[cluster] = uid
         self._memory.connections[cluster] = connection
+        if extras:
+            self._memory.extras[cluster] = extras
+        else:
+            self._memory.extras.pop(cluster, None)
         self._memory.let_go.discard(cluster)
         before = self._memory.table.wanted_by(cluster)
         server = ownership.normalise_server(connection.server)

@@ -21,6 +21,7 @@ import trio
 
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.registry import argocd, handover, ownership
+from kokumi.core.registry.carry import Extras
 from kokumi.core.registry.ownership import ClusterRef
 from kokumi.core.registry.registration import Registration
 from kokumi.kube.backoff import Backoff, FailureLog
@@ -69,6 +70,8 @@ class Memory:
 
     table: ownership.Table = attrs.Factory(ownership.Table)
     connections: dict[ClusterRef, Connection] = attrs.Factory(dict)
+    # What each claim carries beside its connection; only claims that carry something.
+    extras: dict[ClusterRef, Extras] = attrs.Factory(dict)
     claims: dict[ClusterRef, str] = attrs.Factory(dict)  # the uid each claim was made for
     secrets: dict[str, dict[str, Any]] = attrs.Factory(dict)  # name -> as last seen or written
     named: dict[ClusterRef, set[str]] = attrs.Factory(dict)  # holder -> Secrets naming it
@@ -106,9 +109,10 @@ class Memory:
         return self.serves(cluster) is not None
 
     def forget_claim(self, cluster: ClusterRef) -> None:
-        """The claim of ``cluster`` is over: its uid and its connection go with it."""
+        """The claim of ``cluster`` is over: its uid, connection and extras go with it."""
         self.claims.pop(cluster, None)
         self.connections.pop(cluster, None)
+        self.extras.pop(cluster, None)
 
     def disown(self, cluster: ClusterRef) -> set[str | None]:
         """Forget ``cluster``, served elsewhere now (see :class:`ownership.Disown`)."""

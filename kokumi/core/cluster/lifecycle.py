@@ -38,6 +38,7 @@ from kokumi.core.cluster.status import (
 )
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.reasons import PROBE_REASONS, Reason
+from kokumi.core.registry.carry import NO_EXTRAS, NOT_CARRYING, Carrying, Extras
 from kokumi.core.registry.ownership import is_argocd_own
 from kokumi.core.registry.registration import NOT_REGISTERED, Registration
 
@@ -85,6 +86,10 @@ class State:
     #: Whether an Environment selects it; None until the Environments actor has said: after a
     #: restart, acting on a guess would release (and so delete) a registration still wanted.
     selected: bool | None = None
+    #: Which Environments select it, sorted: its Argo CD Secret carries their names.
+    environments: tuple[str, ...] = ()
+    #: The manager's allow-lists: what of the Cluster its Secret carries (one value for all).
+    carry: Carrying = attrs.field(default=NOT_CARRYING, repr=False)
     #: The registry's last word for this Cluster.
     registration: Registration = NOT_REGISTERED
     #: Whether the registry may count it as holding or waiting. True at start: after a restart
@@ -101,9 +106,9 @@ class State:
     #: Words of a changed Secret (the watch's), and how many of them the last check heard.
     secret_news: int = 0
     secret_heard: int = 0
-    #: The connection last claimed and the registry's answer to it: a check that finds both the
-    #: same claims nothing again.
-    claimed: Connection | None = attrs.field(default=None, repr=False)
+    #: The claim last made (connection and extras) and the registry's answer to it: a check
+    #: that finds all the same claims nothing again.
+    claimed: Want | None = attrs.field(default=None, repr=False)
     claim_answer: Registration | None = None
     #: What the status said when the actor started, if a check of this spec wrote it.
     #:
@@ -166,9 +171,11 @@ class RunCheck:
 
 @attrs.frozen
 class Want:
-    """Claim the server of ``connection``; the registry answers with a new registration."""
+    """Claim the server of ``connection``, carrying ``extras`` on its Secret; the registry
+    answers with a new registration."""
 
     connection: Connection = attrs.field(repr=False)
+    extras: Extras = attrs.field(default=NO_EXTRAS, repr=False)
 
 
 @attrs.frozen
@@ -532,12 +539,20 @@ def claim_step(state: State, check: Check) -> Want | Release | None:
         and check.outcome.reason != Reason.EGRESS_DENIED
     )
     if state.selected and usable and connection is not None:
-        if connection is state.claimed and state.registration == state.claim_answer:
-            # The same connection claimed, and the registry has said nothing new since its
-            # answer: it has the claim. Any change of the table reaches the actor as a new
-            # registration, and the next check claims again.
+        extras = state.carry.extras(cluster, state.environments)
+        claimed = state.claimed
+        if (
+            claimed is not None
+            and connection is claimed.connection
+            and extras == claimed.extras
+            and state.registration == state.claim_answer
+        ):
+            # The same connection and extras claimed, and the registry has said nothing new
+            # since its answer: it has the claim. Any change of the table reaches the actor as
+            # a new registration, and the next check claims again; a label, Environment or
+            # scope changed claims at once (one in-place update of the Secret).
             return None
-        return Want(connection)
+        return Want(connection, extras)
     return Release()
 
 

@@ -112,6 +112,12 @@ class NamespaceIndex:
         """Whether at least one Environment with a valid selector selects Cluster ``name``."""
         return self._chosen.get(name, 0) > 0
 
+    def selecting(self, name: str) -> tuple[str, ...]:
+        """The Environments (with a valid selector) that select Cluster ``name``, sorted."""
+        if not self.selected(name):
+            return ()
+        return tuple(sorted(e for e, tally in self._tallies.items() if name in tally.members))
+
     def selected_names(self) -> set[str]:
         return {name for name, count in self._chosen.items() if count > 0}
 

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from kokumi.core.kubeconfig.connection import Connection
+from kokumi.core.registry.carry import ENVIRONMENT_LABEL_PREFIX, NO_EXTRAS, Extras
 from kokumi.core.registry.ownership import (
     IN_CLUSTER_SERVER,
     ClusterRef,
@@ -32,6 +33,8 @@ from kokumi.core.text import b64
 from kokumi.objects import secret_data
 
 __all__ = [
+    "ANNOTATION_CARRIED_ANNOTATIONS",
+    "ANNOTATION_CARRIED_LABELS",
     "ARGOCD_NAMESPACE",
     "IN_CLUSTER_SERVER",
     "LABEL_CLUSTER",
@@ -43,12 +46,15 @@ __all__ = [
     "cluster_name",
     "cluster_secret",
     "config_from_secret",
+    "carried_annotation_keys",
+    "carried_label_keys",
     "holder_of",
     "is_ours",
     "normalise_server",
     "secret_name",
     "server_hash",
     "server_of",
+    "updated",
 ]
 
 ARGOCD_NAMESPACE = "argocd"
@@ -57,6 +63,11 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_CLUSTER = "delivery.kokumi.dev/cluster"
 LABEL_CLUSTER_NAMESPACE = "delivery.kokumi.dev/cluster-namespace"
 MANAGED_BY = "kokumi"
+ANNOTATION_CARRIED_LABELS = "delivery.kokumi.dev/carried-labels"
+"""The keys of the labels Kokumi carried onto the Secret, comma-separated: the labels it removes
+when the holder stops carrying them (any other label somebody put there stays)."""
+ANNOTATION_CARRIED_ANNOTATIONS = "delivery.kokumi.dev/carried-annotations"
+"""The keys of the annotations Kokumi carried onto the Secret, likewise."""
 _SECRET_TYPE_CLUSTER = "cluster"  # noqa: S105 - a label value, no password
 
 
@@ -114,8 +125,15 @@ def cluster_secret(
     connection: Connection,
     cluster: ClusterRef,
     namespace: str = ARGOCD_NAMESPACE,
+    extras: Extras = NO_EXTRAS,
 ) -> dict[str, Any]:
     """The complete Secret registering ``cluster`` under its connection's server.
+
+    ``extras`` adds what the holder carries: its carried labels and one label per Environment
+    that selects it, its carried annotations (each kind's keys recorded in an annotation of
+    Kokumi's, so a later write knows which to remove), and ``spec.scope`` as Argo CD's
+    ``namespaces`` and ``clusterResources``. Without extras the Secret is the one Kokumi always
+    wrote, so a fleet that carries nothing writes nothing new.
 
     ``data`` rather than ``stringData``, because the API server only ever returns ``data``: the
     registry can then compare what it would write with what it reads, field for field.
@@ -135,26 +153,38 @@ def cluster_secret(
     config = json.dumps(
         cluster_config(connection), sort_keys=True, separators=(",", ":"), ensure_ascii=True
     )
-    metadata: dict[str, Any] = {
-        "name": secret_name(server),
-        "namespace": namespace,
-        "labels": {
-            LABEL_SECRET_TYPE: _SECRET_TYPE_CLUSTER,
-            LABEL_MANAGED_BY: MANAGED_BY,
-            LABEL_CLUSTER: cluster.name,
-            LABEL_CLUSTER_NAMESPACE: cluster.namespace,
-        },
+    labels = {
+        LABEL_SECRET_TYPE: _SECRET_TYPE_CLUSTER,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_CLUSTER: cluster.name,
+        LABEL_CLUSTER_NAMESPACE: cluster.namespace,
     }
+    # Never over Kokumi's four: the allow-list refuses reserved keys, this makes sure.
+    labels |= {k: v for k, v in sorted(extras.secret_labels().items()) if k not in labels}
+    metadata: dict[str, Any] = {"name": secret_name(server), "namespace": namespace}
+    metadata["labels"] = labels
+    annotations = dict(extras.annotations)
+    if extras.labels:
+        annotations[ANNOTATION_CARRIED_LABELS] = ",".join(k for k, _ in extras.labels)
+    if extras.annotations:
+        annotations[ANNOTATION_CARRIED_ANNOTATIONS] = ",".join(k for k, _ in extras.annotations)
+    if annotations:
+        metadata["annotations"] = dict(sorted(annotations.items()))
+    data = {
+        "config": b64(config.encode()),
+        "name": b64(cluster_name(cluster, server).encode()),
+        "server": b64(server.encode()),
+    }
+    if extras.namespaces:
+        data["namespaces"] = b64(",".join(extras.namespaces).encode())
+        if extras.cluster_resources:
+            data["clusterResources"] = b64(b"true")
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": metadata,
         "type": "Opaque",
-        "data": {
-            "config": b64(config.encode()),
-            "name": b64(cluster_name(cluster, server).encode()),
-            "server": b64(server.encode()),
-        },
+        "data": dict(sorted(data.items())),
     }
 
 
@@ -164,6 +194,57 @@ def _labels(secret: Mapping[str, Any]) -> Mapping[str, Any]:
         return {}
     labels = metadata.get("labels")
     return labels if isinstance(labels, Mapping) else {}
+
+
+def _annotations(secret: Mapping[str, Any]) -> Mapping[str, Any]:
+    metadata = secret.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return {}
+    annotations = metadata.get("annotations")
+    return annotations if isinstance(annotations, Mapping) else {}
+
+
+def _recorded(secret: Mapping[str, Any], record: str) -> set[str]:
+    value = _annotations(secret).get(record)
+    if not isinstance(value, str):
+        return set()
+    return {key for key in (k.strip() for k in value.split(",")) if key}
+
+
+def carried_label_keys(secret: Mapping[str, Any]) -> set[str]:
+    """The labels of the Secret that are Kokumi's extras: those its record names, and every
+    Environment label. Any other label beside Kokumi's four is somebody else's, and stays."""
+    keys = _recorded(secret, ANNOTATION_CARRIED_LABELS)
+    keys |= {k for k in _labels(secret) if k.startswith(ENVIRONMENT_LABEL_PREFIX)}
+    return keys
+
+
+def carried_annotation_keys(secret: Mapping[str, Any]) -> set[str]:
+    """The annotations of the Secret that are Kokumi's extras, with the two records."""
+    keys = _recorded(secret, ANNOTATION_CARRIED_ANNOTATIONS)
+    return keys | {ANNOTATION_CARRIED_LABELS, ANNOTATION_CARRIED_ANNOTATIONS}
+
+
+def updated(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
+    """``desired`` as an in-place update of ``existing``: the metadata the API server keeps
+    (uid, resourceVersion...), the labels somebody else put there, and ``desired``'s own.
+
+    The extras ``existing`` carried and ``desired`` does not go: a label removed from the
+    Cluster, an Environment that stopped selecting it, the previous holder's at a handover.
+    The annotations are ``desired``'s alone, as they always were.
+    """
+    old = dict(existing.get("metadata") or {})
+    new = desired.get("metadata") or {}
+    dropped = carried_label_keys(existing)
+    labels = {k: v for k, v in (old.get("labels") or {}).items() if k not in dropped}
+    old["labels"] = labels | dict(new.get("labels") or {})
+    annotations = dict(new.get("annotations") or {})
+    if annotations:
+        old["annotations"] = annotations
+    else:
+        old.pop("annotations", None)
+    old.pop("managedFields", None)
+    return {**desired, "metadata": old}
 
 
 def is_ours(secret: Mapping[str, Any]) -> bool:

@@ -18,11 +18,18 @@ from typing import Final
 
 import attrs
 
+from kokumi.core import api
+
 __all__ = [
     "ENVIRONMENT_LABEL_PREFIX",
     "NOTHING",
+    "NOT_CARRYING",
+    "NO_EXTRAS",
     "Carry",
+    "Carrying",
+    "Extras",
     "environment_label",
+    "extras_of",
     "is_reserved",
 ]
 
@@ -128,3 +135,94 @@ def environment_label(environment: str) -> str:
         return ENVIRONMENT_LABEL_PREFIX + environment
     digest = hashlib.sha256(environment.encode()).hexdigest()[:16]
     return f"{ENVIRONMENT_LABEL_PREFIX}{environment[:_HASHED_KEEP]}-{digest}"
+
+
+def _pairs(found: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(found.items()))
+
+
+@attrs.frozen
+class Extras:
+    """What a holder's registration carries beside its connection, as its Cluster actor claims it.
+
+    The carried labels and annotations (already picked by the allow-lists), the Environments of
+    the Cluster's namespace that select it, and its ``spec.scope``. Sorted tuples, so that two
+    claims of the same Cluster compare equal and its Secret is written byte for byte the same:
+    a claim whose extras did not change writes nothing.
+    """
+
+    labels: tuple[tuple[str, str], ...] = ()
+    annotations: tuple[tuple[str, str], ...] = ()
+    environments: tuple[str, ...] = ()
+    namespaces: tuple[str, ...] = ()
+    cluster_resources: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.labels
+            or self.annotations
+            or self.environments
+            or self.namespaces
+            or self.cluster_resources
+        )
+
+    def secret_labels(self) -> dict[str, str]:
+        """The Secret's labels beside Kokumi's four: the carried ones and one per Environment."""
+        labels = dict(self.labels)
+        for environment in self.environments:
+            labels[environment_label(environment)] = "true"
+        return labels
+
+
+NO_EXTRAS: Final = Extras()
+"""Nothing carried: one shared value, so that 10,000 Clusters that carry nothing cost nothing."""
+
+
+def extras_of(
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    environments: Iterable[str],
+    *,
+    namespaces: Iterable[str] = (),
+    cluster_resources: bool = False,
+    carry_labels: Carry = NOTHING,
+    carry_annotations: Carry = NOTHING,
+) -> Extras:
+    """The extras of a Cluster with these labels, annotations, selecting Environments and scope.
+
+    Only what the allow-lists name is carried; ``clusterResources`` only with ``namespaces``,
+    since Argo CD reads it only for a cluster limited to namespaces.
+    """
+    spaces = tuple(sorted(set(namespaces)))
+    extras = Extras(
+        labels=_pairs(carry_labels.pick(labels)),
+        annotations=_pairs(carry_annotations.pick(annotations)),
+        environments=tuple(sorted(set(environments))),
+        namespaces=spaces,
+        cluster_resources=bool(spaces) and cluster_resources,
+    )
+    return extras if extras else NO_EXTRAS
+
+
+@attrs.frozen
+class Carrying:
+    """The manager's two allow-lists (``--carry-labels``, ``--carry-annotations``)."""
+
+    labels: Carry = NOTHING
+    annotations: Carry = NOTHING
+
+    def extras(self, cluster: api.Cluster | api.Invalid, environments: Iterable[str]) -> Extras:
+        """What ``cluster``'s registration carries, selected by ``environments``."""
+        scope = cluster.spec.scope if isinstance(cluster, api.Cluster) else None
+        return extras_of(
+            cluster.metadata.labels,
+            cluster.metadata.annotations,
+            environments,
+            namespaces=scope.namespaces if scope is not None else (),
+            cluster_resources=scope.cluster_resources if scope is not None else False,
+            carry_labels=self.labels,
+            carry_annotations=self.annotations,
+        )
+
+
+NOT_CARRYING: Final = Carrying()

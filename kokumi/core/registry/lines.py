@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.registry import argocd, handover, ownership, registrar
+from kokumi.core.registry.carry import NO_EXTRAS, Extras
 from kokumi.core.registry.ownership import ClusterRef
 from kokumi.objects import name_of, resource_version
 
@@ -37,6 +38,8 @@ class Record(Protocol):
     def secrets(self) -> Mapping[str, Mapping[str, Any]]: ...
     @property
     def connections(self) -> Mapping[ClusterRef, Connection]: ...
+    @property
+    def extras(self) -> Mapping[ClusterRef, Extras]: ...
     @property
     def claims(self) -> Mapping[ClusterRef, str]: ...
     @property
@@ -184,4 +187,5 @@ def view(m: Record, namespace: str, server: str) -> registrar.View:
         knows=functools.partial(knows, m),
         exists=m.exists,
         last_line=m.last_line.get(server, ()),
+        extras=m.extras.get(holder, NO_EXTRAS) if holder is not None else NO_EXTRAS,
     )

@@ -23,6 +23,7 @@ import attrs
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.reasons import Reason
 from kokumi.core.registry import argocd, handover, ownership
+from kokumi.core.registry.carry import NO_EXTRAS, Extras
 from kokumi.core.registry.ownership import ClusterRef, is_argocd_own
 from kokumi.core.registry.registration import Registration
 from kokumi.objects import secret_data
@@ -58,6 +59,8 @@ class View:
     ``knows`` which of those have said what they want (or no longer exist); ``exists`` whether
     a Cluster of that name exists at all (a deleted one is never handed a Secret).
     ``last_line``: the line the server's last Secret recorded, for the Secret created next.
+    ``extras``: what the holder's claim carries beside its connection (labels, Environments,
+    scope): written with it, in the same write.
     """
 
     server: str
@@ -71,6 +74,7 @@ class View:
     knows: Served = lambda _cluster: True
     exists: Served = lambda _cluster: True
     last_line: tuple[ClusterRef, ...] = ()
+    extras: Extras = attrs.field(default=NO_EXTRAS, repr=False)
 
     @property
     def holder(self) -> ClusterRef | None:
@@ -168,7 +172,7 @@ def plan(view: View) -> Plan:
             return _keep_waiting(existing, waiting)
         return Keep()
     desired = handover.with_waiting(
-        argocd.cluster_secret(view.connection, holder, view.namespace), waiting
+        argocd.cluster_secret(view.connection, holder, view.namespace, view.extras), waiting
     )
     if existing is None:
         return Create(desired)
@@ -274,12 +278,14 @@ def told(
     connection: Connection | None,
     retry_error: str | None = None,
     denied: tuple[str, str] | None = None,
+    extras: Extras = NO_EXTRAS,
 ) -> Registration:
     """What ``cluster`` is told, from the table and the Secrets as the API server has them.
 
     ``named``: some Secret of Kokumi's names it (what its finalizer guards); ``secret_of`` the
     Secret under a server's name as last seen; ``retry_error`` why its server's last write
-    failed; ``denied`` the server and message of an egress refusal.
+    failed; ``denied`` the server and message of an egress refusal; ``extras`` what its claim
+    carries (a scope Argo CD does not have yet is a registration not in step either).
     """
     server = table.wanted_by(cluster)
     if server is None:
@@ -293,7 +299,7 @@ def told(
     if (
         registers
         and secret is not None
-        and (connection is None or same_data(secret, connection, cluster))
+        and (connection is None or same_data(secret, connection, cluster, extras))
     ):
         # What Argo CD has is this Cluster's current connection; a pending change of the
         # waiting order alone is no concern of its status.
@@ -314,20 +320,36 @@ def told(
 # --- comparing Secrets -------------------------------------------------------------------------
 
 
-def same_data(secret: Mapping[str, Any], connection: Connection, holder: ClusterRef) -> bool:
-    """Whether the Secret carries ``holder``'s ``connection`` as Argo CD reads it."""
-    desired = argocd.cluster_secret(connection, holder)
+def same_data(
+    secret: Mapping[str, Any],
+    connection: Connection,
+    holder: ClusterRef,
+    extras: Extras = NO_EXTRAS,
+) -> bool:
+    """Whether the Secret carries ``holder``'s ``connection`` (and scope) as Argo CD reads it."""
+    desired = argocd.cluster_secret(connection, holder, extras=extras)
     found: bool = (secret.get("data") or {}) == desired["data"]
     return found
 
 
+def _in_step(found: Mapping[str, Any], wanted: Mapping[str, Any], keys: set[str]) -> bool:
+    return all(found.get(k) == wanted.get(k) for k in keys)
+
+
 def same(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
-    """Whether writing ``desired`` would change nothing Kokumi owns of ``existing``."""
+    """Whether writing ``desired`` would change nothing Kokumi owns of ``existing``: its four
+    labels, its line, its data, and the extras either carries (what ``existing`` carried and
+    ``desired`` does not is a change: :func:`argocd.updated` removes it)."""
     metadata = existing.get("metadata")
     labels = (metadata.get("labels") if isinstance(metadata, Mapping) else None) or {}
+    annotations = (metadata.get("annotations") if isinstance(metadata, Mapping) else None) or {}
     wanted = desired["metadata"]["labels"]
+    wanted_annotations = desired["metadata"].get("annotations") or {}
+    annotation_keys = set(wanted_annotations) | argocd.carried_annotation_keys(existing)
+    annotation_keys.discard(handover.ANNOTATION_WAITING)  # compared as a line, below
     return (
-        all(labels.get(k) == v for k, v in wanted.items())
+        _in_step(labels, wanted, set(wanted) | argocd.carried_label_keys(existing))
+        and _in_step(annotations, wanted_annotations, annotation_keys)
         and handover.waiting_of(existing) == handover.waiting_of(desired)
         and (existing.get("data") or {}) == desired["data"]
         and existing.get("type", "Opaque") == desired["type"]

@@ -101,7 +101,7 @@ def states(draw: st.DrawFn) -> State:
         checked_generation=draw(st.none() | st.integers(1, 5)),
         secret_news=draw(st.integers(0, 2)),
         secret_heard=draw(st.integers(0, 2)),
-        claimed=draw(st.none() | connections),
+        claimed=draw(st.none() | connections.map(lifecycle.Want)),
         claim_answer=draw(st.none() | registrations),
         seed=draw(st.none() | outcomes),
         next_check=draw(st.sampled_from([-math.inf, math.inf]) | st.floats(NOW - 60, NOW + 60)),
@@ -145,9 +145,7 @@ def _carry_out(draw: Draw, state: State, turn: Turn, step: Step) -> tuple[State,
         )
         return state, attrs.evolve(turn, checked=True)
     if isinstance(step, lifecycle.Want):
-        state = attrs.evolve(
-            state, may_hold=True, claimed=step.connection, claim_answer=state.registration
-        )
+        state = attrs.evolve(state, may_hold=True, claimed=step, claim_answer=state.registration)
         # The registry's answer, which comes to the mailbox (a new registration, or none yet).
         state = attrs.evolve(state, registration=draw(st.just(state.registration) | registrations))
         return state, attrs.evolve(turn, registered=True)

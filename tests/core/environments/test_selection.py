@@ -142,7 +142,23 @@ def test_the_index_agrees_with_a_pass_from_scratch(
             assert got == expected
         assert index.selected_names() == chosen
         assert {name for name in present if index.selected(name)} == chosen
+        # Which Environments select each Cluster: what its Argo CD Secret carries as labels.
+        for cluster in by_name:
+            selecting = tuple(
+                sorted(
+                    name
+                    for name, selector in environments.items()
+                    if _matches(selector, cluster.metadata.labels)
+                )
+            )
+            assert index.selecting(cluster.metadata.name) == selecting
         assert set(index.environments()) == set(environments)
+
+
+def _matches(selector: str, labels: Any) -> bool:
+    parsed = selectors.parse(SELECTORS[selector])
+    assert isinstance(parsed, selectors.Selector)
+    return parsed.matches(labels)
 
 
 def test_a_changed_cluster_is_touched_and_a_rebuild_touches_what_it_selects() -> None:

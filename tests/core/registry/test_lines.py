@@ -15,6 +15,7 @@ import attrs
 
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.registry import argocd, handover, lines, ownership
+from kokumi.core.registry.carry import Extras
 from kokumi.core.registry.ownership import ClusterRef
 
 SERVER = "https://s1.example:6443"
@@ -30,6 +31,7 @@ class Record:
     table: ownership.Table = attrs.Factory(ownership.Table)
     secrets: dict[str, dict[str, Any]] = attrs.Factory(dict)
     connections: dict[ClusterRef, Connection] = attrs.Factory(dict)
+    extras: dict[ClusterRef, Extras] = attrs.Factory(dict)
     claims: dict[ClusterRef, str] = attrs.Factory(dict)
     recorded: dict[ClusterRef, set[str]] = attrs.Factory(dict)
     let_go: set[ClusterRef] = attrs.Factory(set)

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from kokumi.core.kubeconfig.connection import Connection
 from kokumi.core.registry import argocd, handover, ownership, registrar
+from kokumi.core.registry.carry import NO_EXTRAS, Extras
 from kokumi.core.registry.ownership import ClusterRef
 
 SERVER = "https://s0.example:6443"
@@ -34,6 +35,17 @@ CLUSTERS = tuple(ClusterRef(ns, name) for ns in ("ws1", "ws2") for name in "abc"
 
 def _connection(token: str) -> Connection:
     return Connection(SERVER, token=token)
+
+
+# What a holder carries beside its connection: a label, an Environment, a scope, or nothing.
+_extras = st.sampled_from(
+    [
+        NO_EXTRAS,
+        Extras(labels=(("fleet", "edge"),)),
+        Extras(labels=(("fleet", "core"),), environments=("prod",)),
+        Extras(annotations=(("example.com/owner", "a"),), namespaces=("apps",)),
+    ]
+)
 
 
 @st.composite
@@ -69,7 +81,7 @@ def _views(draw: st.DrawFn) -> registrar.View:
         holder = draw(st.sampled_from(CLUSTERS))
         line = draw(st.lists(st.sampled_from(CLUSTERS), unique=True, max_size=4))
         token = draw(st.sampled_from(("t1", "t2")))
-        built = argocd.cluster_secret(_connection(token), holder, "argocd")
+        built = argocd.cluster_secret(_connection(token), holder, "argocd", draw(_extras))
         secret = handover.with_waiting(built, [c for c in line if c != holder])
         secret["metadata"]["resourceVersion"] = "7"
     served = frozenset(draw(st.sets(st.sampled_from(CLUSTERS)))) if sharded else None
@@ -110,17 +122,20 @@ def _views(draw: st.DrawFn) -> registrar.View:
         knows=knows,
         exists=lambda c: c not in gone,
         last_line=tuple(draw(st.lists(st.sampled_from(CLUSTERS), unique=True, max_size=3))),
+        extras=draw(_extras),
     )
 
 
 def _applied(view: registrar.View, plan: registrar.Plan) -> registrar.View:
     """The view after the API server took the plan's write, and the table its step."""
     match plan:
-        case registrar.Create(body=body) | registrar.Replace(body=body):
+        case registrar.Create(body=body):
             return _with_secret(view, body)
-        case registrar.HandOver(body=body, to=to):
+        case registrar.Replace(existing=existing, body=body):
+            return _with_secret(view, argocd.updated(existing, body))
+        case registrar.HandOver(existing=existing, body=body, to=to):
             table, _ = ownership.step(view.table, ownership.Remote(SERVER, to))
-            return _with_secret(_with_table(view, table), body)
+            return _with_secret(_with_table(view, table), argocd.updated(existing, body))
         case registrar.Delete():
             return _with_secret(view, None)
         case registrar.Step(event=event):
@@ -158,11 +173,11 @@ def test_a_write_registers_the_holder_or_hands_over_to_the_first_elsewhere(
         case registrar.Create(body=body):
             assert view.secret is None and holder is not None and view.connection is not None
             assert argocd.holder_of(body) == holder
-            assert registrar.same_data(body, view.connection, holder)
+            assert registrar.same_data(body, view.connection, holder, view.extras)
         case registrar.Replace(body=body, holder=named) if named is not None:
             assert named == holder and view.connection is not None
             assert argocd.holder_of(body) == holder
-            assert registrar.same_data(body, view.connection, holder)
+            assert registrar.same_data(body, view.connection, holder, view.extras)
         case registrar.Replace(body=body):
             # A line kept: the holder and the connection stay as they are.
             assert view.secret is not None

@@ -43,4 +43,10 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- if ne (int $m.maxClustersPerSource) 1000 }}
 - --max-clusters-per-source={{ $m.maxClustersPerSource }}
 {{- end }}
+{{- with .Values.argocd.carryLabels }}
+- --carry-labels={{ join "," . }}
+{{- end }}
+{{- with .Values.argocd.carryAnnotations }}
+- --carry-annotations={{ join "," . }}
+{{- end }}
 {{- end -}}
