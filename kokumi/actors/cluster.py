@@ -153,8 +153,7 @@ class ClusterActor:
             self._interrupt()
 
     def check_before_stop(self, until: float) -> bool:
-        """The manager is stopping: check now if the next check falls due by ``until``
-        (lifecycle.ask_before_stop); whether a check was asked for."""
+        """The manager stops: check now if lifecycle.ask_before_stop says; whether it did."""
         now, interval = trio.current_time(), self._context.options.check_interval
         asked = lifecycle.ask_before_stop(self._state, until, now, interval)
         if asked is None or self._stopping:
