@@ -52,6 +52,10 @@ __all__ = ["Manager", "run_manager", "run_manager_until_signalled"]
 
 log = logging.getLogger(__name__)
 
+#: Requests in flight of the Leases' own lane: a renewal and a count at once per Lease held,
+#: a few Leases at most (--max-shards), each request a small one.
+LEASE_REQUESTS = 4
+
 
 class Manager:
     """A running manager, as handed back by :func:`run_manager` through ``nursery.start``.
@@ -72,6 +76,8 @@ class Manager:
         manager's own cluster's); a model test puts stand-ins there, nothing else does."""
         self.options = options
         self.metrics = Metrics()
+        # The labels carried onto Argo CD's Secrets are the ones alerts may route by.
+        self.metrics.fleet.carry = options.carry.labels
         self.client = client
         client.observer = self.metrics
         limiter = CountingLimiter(
@@ -101,11 +107,13 @@ class Manager:
         self.elector: LeaseElector | None = None
         #: The Leases of other shard counts, as this replica last listed them.
         self.gate: CountGate | None = None
+        # The Leases' requests never wait behind the actors' (onboarding's thousands).
+        leases = client.lane(LEASE_REQUESTS)
         if options.leader_election is not None:
             # The single leader is one shard: it waits for the replicas of any --shards N too.
-            self.gate = CountGate(client, options.namespace, 1, options.leader_election.lease_name)
+            self.gate = CountGate(leases, options.namespace, 1, options.leader_election.lease_name)
             self.elector = LeaseElector(
-                client,
+                leases,
                 options.namespace,
                 options.leader_election,
                 on_change=lambda leading: self.metrics.held({0: leading}),
@@ -119,10 +127,10 @@ class Manager:
         sharding = options.sharding
         if sharding is not None:
             admission = Admission(sharding.limit)
-            self.gate = CountGate(client, options.namespace, sharding.shards, sharding.leader_lease)
+            self.gate = CountGate(leases, options.namespace, sharding.shards, sharding.leader_lease)
             for shard in preference(sharding.identity, sharding.shards):
                 self.shard_electors[shard] = LeaseElector(
-                    client,
+                    leases,
                     options.namespace,
                     LeaderElection(
                         sharding.identity,

@@ -159,6 +159,19 @@ class Client:
         clone._shared = True
         return clone
 
+    def lane(self, max_requests: int) -> Client:
+        """This connection with request slots of its own, for what must not queue behind the rest.
+
+        A Lease's renewal has its renew deadline, seconds, to go out; onboarding thousands of
+        Clusters keeps every shared slot taken for longer, and a Lease lost to that queue stops
+        every actor of its shard. The lane's requests wait only for each other. Shares the pool
+        and the observer; closing it closes nothing.
+        """
+        clone = copy.copy(self)
+        clone._requests = trio.CapacityLimiter(max_requests)
+        clone._shared = True
+        return clone
+
     def fenced(self, may_write: Callable[[], bool]) -> Client:
         """This connection, each write sent only while ``may_write()`` says so.
 

@@ -704,3 +704,31 @@ async def test_a_fenced_client_sends_no_write_once_its_fence_says_no() -> None:
             limiter.release()
         assert outcome == ["fenced"]
         assert seen.count("PATCH") == 1
+
+
+async def test_a_lane_has_request_slots_of_its_own(autojump_clock: object) -> None:
+    """A Lease's renewal must not wait behind the fleet's requests: with every shared slot
+    taken, a request of the lane still goes; the shared client's waits until a slot frees."""
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        return httpx.Response(200, json={"kind": "ConfigMap", "metadata": {"name": "x"}})
+
+    config = Config(server="https://hub.example")
+    async with Client(config, transport=httpx.MockTransport(answer), max_requests=1) as client:
+        lane = client.lane(1)
+        fleet = object()  # the fleet's requests, holding the one shared slot
+        await client._requests.acquire_on_behalf_of(fleet)
+        try:
+            assert (await lane.get(CONFIG_MAPS, "lease", namespace="ns"))["kind"] == "ConfigMap"
+            with trio.move_on_after(30) as waited:
+                await client.get(CONFIG_MAPS, "queued", namespace="ns")
+            assert waited.cancelled_caught
+        finally:
+            client._requests.release_on_behalf_of(fleet)
+        await client.get(CONFIG_MAPS, "queued", namespace="ns")
+        assert seen == [
+            "/api/v1/namespaces/ns/configmaps/lease",
+            "/api/v1/namespaces/ns/configmaps/queued",
+        ]

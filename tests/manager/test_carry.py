@@ -9,6 +9,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from kokumi.core import api
 from kokumi.core.registry import argocd
@@ -134,6 +136,26 @@ async def test_labels_and_annotations_follow_the_cluster_in_place(
             ENV + "edge": "true",
         }
         assert _labels(secret)[argocd.LABEL_MANAGED_BY] == "kokumi"
+
+        # /metrics carries the same labels, for alerts routed by them.
+        async def series() -> list[dict[str, str]]:
+            text = generate_latest(running.metrics.exposition()).decode()
+            return [
+                s.labels
+                for f in text_string_to_metric_families(text)
+                if f.name == "kokumi_cluster_labels"
+                for s in f.samples
+                if s.labels.get("label_fleet") == "edge"
+            ]
+
+        (row,) = await wait_for(series, bool, "kokumi_cluster_labels of the Cluster")
+        assert row == {
+            "namespace": ns,
+            "name": "spoke",
+            "label_fleet": "edge",
+            "label_region": "eu",
+            "label_app_kubernetes_io_part_of": "shop",
+        }
         assert _annotations(secret) == {
             "example.com/owner": "team-a",
             argocd.ANNOTATION_CARRIED_ANNOTATIONS: "example.com/owner",
