@@ -21,13 +21,14 @@ steady state (checks in flight time out falsely while the loop stands still).
 from __future__ import annotations
 
 import contextlib
+import gzip
 import logging
 from collections.abc import Callable
 
 import h11
 import trio
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 __all__ = ["serve"]
 
@@ -126,12 +127,14 @@ async def _one_request(
             break
     if request is None:
         return
-    status, content_type, body = await _answer(request, exposition, readiness, rendering)
+    status, content_type, body, zipped = await _answer(request, exposition, readiness, rendering)
     headers = [
         ("Content-Type", content_type),
         ("Content-Length", str(len(body))),
         ("Connection", "close"),
     ]
+    if zipped:
+        headers.append(("Content-Encoding", "gzip"))
     await stream.send_all(conn.send(h11.Response(status_code=status, headers=headers)))
     if request.method != b"HEAD":
         await stream.send_all(conn.send(h11.Data(data=body)))
@@ -143,26 +146,31 @@ async def _answer(
     exposition: Exposition,
     readiness: Readiness,
     rendering: trio.CapacityLimiter,
-) -> tuple[int, str, bytes]:
+) -> tuple[int, str, bytes, bool]:
+    """Status, content type, body, and whether the body is gzipped."""
     text = "text/plain; charset=utf-8"
     if request.method not in (b"GET", b"HEAD"):
-        return 405, text, b"only GET and HEAD\n"
+        return 405, text, b"only GET and HEAD\n", False
     path = request.target.split(b"?", 1)[0]
     if path == b"/healthz":
-        return 200, text, b"ok\n"
+        return 200, text, b"ok\n", False
     if path == b"/readyz":
         ready, why = readiness()
-        return (200 if ready else 503), text, f"{why}\n".encode()
+        return (200 if ready else 503), text, f"{why}\n".encode(), False
     if path == b"/metrics":
-        accept = ""
-        for name, value in request.headers:
-            if name == b"accept":
-                accept = value.decode("latin-1")
-        encoder, content_type = choose_encoder(accept)
+        said = {name: value.decode("latin-1") for name, value in request.headers}
+        encoder, content_type = choose_encoder(said.get(b"accept", ""))
+        # Prometheus asks for gzip: at 10,000 Clusters the page is 5 MB, gzipped 0.2 MB.
+        zipped = gzip_accepted(said.get(b"accept-encoding", ""))
+
+        def render(registry: CollectorRegistry) -> bytes:
+            page = encoder(registry)
+            return gzip.compress(page, compresslevel=6) if zipped else page
+
         # A scrape given up (the client gone, the deadline passed) leaves its thread to finish
         # alone; the limiter stays held until it does.
         body = await trio.to_thread.run_sync(
-            encoder, exposition(), abandon_on_cancel=True, limiter=rendering
+            render, exposition(), abandon_on_cancel=True, limiter=rendering
         )
-        return 200, content_type, body
-    return 404, text, b"not found: try /healthz, /readyz or /metrics\n"
+        return 200, content_type, body, zipped
+    return 404, text, b"not found: try /healthz, /readyz or /metrics\n", False

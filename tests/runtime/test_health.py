@@ -68,10 +68,16 @@ async def test_healthz_readyz_and_metrics() -> None:
             assert (await http.get("/nope")).status_code == 404
             assert (await http.post("/metrics")).status_code == 405
 
-            scraped = await http.get("/metrics")
+            scraped = await http.get("/metrics")  # httpx asks for gzip, as Prometheus does
             assert scraped.status_code == 200
             assert scraped.headers["content-type"].startswith("text/plain")
+            assert scraped.headers["content-encoding"] == "gzip"
+            assert int(scraped.headers["content-length"]) < len(scraped.content)
             found = families(scraped.text)
+            plain = await http.get("/metrics", headers={"Accept-Encoding": "identity"})
+            assert "content-encoding" not in plain.headers
+            assert int(plain.headers["content-length"]) == len(plain.content)
+            assert families(plain.text).keys() == found.keys()
             assert found["kokumi_clusters"] == [({"reason": "X"}, 1.0)]
             ((labels, ratio),) = found["kokumi_cluster_availability_ratio"]
             assert labels == {"namespace": "team", "name": "edge"}
