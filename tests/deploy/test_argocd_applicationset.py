@@ -17,8 +17,9 @@ import pytest
 
 from kokumi.core import api
 from kokumi.core.registry import argocd
-from kokumi.core.registry.carry import Carry, environment_label, is_reserved
+from kokumi.core.registry.carry import Carry, Carrying, environment_label, is_reserved
 from kokumi.core.registry.ownership import ClusterRef
+from kokumi.runtime.options import Options
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
 from tests.support.appset import (
@@ -231,11 +232,8 @@ async def test_the_harness_refuses_a_generator_it_does_not_run(
 # --- What the manager carries onto the Secret: Cluster labels and annotations, Environments ----
 
 
-def carrying(ws: Workspace, labels: str = "fleet", annotations: str = "") -> Any:
+def carrying(ws: Workspace, labels: str = "fleet", annotations: str = "") -> Options:
     """The manager's options with ``--carry-labels=labels --carry-annotations=annotations``."""
-    # Imported here so that the tests that carry nothing run on a tree without the option.
-    from kokumi.core.registry.carry import Carrying  # type: ignore[attr-defined, unused-ignore]
-
     carry = Carrying(labels=Carry.parse([labels]), annotations=Carry.parse([annotations]))
     return ws.options(keep_in_cluster=False, carry=carry)
 
