@@ -40,6 +40,7 @@ import os
 import re
 import resource
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -725,34 +726,42 @@ class Managers:
         Managers.started += 1
         number = Managers.started
         name = f"127.9.0.{number}"
-        port = free_port()
-        proc = Proc(
-            [
-                sys.executable,
-                str(Path(__file__).with_name("manager.py")),
-                "manager",
-                "--kubeconfig",
-                str(self.kubeconfig),
-                "--namespace",
-                OWN_NS,
-                "--argocd-namespace",
-                ARGO_NS,
-                "--no-in-cluster",
-                *self.sharding,
-                "--field-manager",
-                f"kokumi-{number}",
-                "--health-port",
-                str(port),
-            ],
-            self.workdir / f"manager-{self.tag}-{number}.log",
-            # This checkout's kokumi, also when the virtualenv's editable install points
-            # elsewhere.
-            env={
-                "KOKUMI_BENCH_LOOP": str(self.workdir / f"loop-{number}.jsonl"),
-                "KOKUMI_BENCH_SOURCE": name,
-                "PYTHONPATH": str(ROOT),
-            },
-        )
+        # A free port chosen here may be taken by another process before the replica binds it
+        # (a rolling upgrade's new replica died so on a shared machine): then another port.
+        for attempt in range(5):
+            port = free_port()
+            suffix = f"-retry{attempt}" if attempt else ""
+            proc = Proc(
+                [
+                    sys.executable,
+                    str(Path(__file__).with_name("manager.py")),
+                    "manager",
+                    "--kubeconfig",
+                    str(self.kubeconfig),
+                    "--namespace",
+                    OWN_NS,
+                    "--argocd-namespace",
+                    ARGO_NS,
+                    "--no-in-cluster",
+                    *self.sharding,
+                    "--field-manager",
+                    f"kokumi-{number}",
+                    "--health-port",
+                    str(port),
+                ],
+                self.workdir / f"manager-{self.tag}-{number}{suffix}.log",
+                # This checkout's kokumi, also when the virtualenv's editable install points
+                # elsewhere.
+                env={
+                    "KOKUMI_BENCH_LOOP": str(self.workdir / f"loop-{number}.jsonl"),
+                    "KOKUMI_BENCH_SOURCE": name,
+                    "PYTHONPATH": str(ROOT),
+                },
+            )
+            if listening(proc, port):
+                break
+        else:
+            raise SystemExit(f"no health port stayed free for manager {number} in five tries")
         self.ports.append(port)
         self.procs.append(proc)
         self.names.append(name)
@@ -824,6 +833,22 @@ class Managers:
     def stop(self) -> None:
         for proc in self.procs:
             proc.stop()
+
+
+def listening(proc: Proc, port: int, within: float = 120.0) -> bool:
+    """Whether the manager bound its health port; False when another process had taken it."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if proc.popen.poll() is not None:
+            if b"Address already in use" in proc.log.read_bytes():
+                return False
+            raise SystemExit(f"a manager exited ({proc.popen.returncode}): see {proc.log}")
+        with socket.socket() as probe:
+            probe.settimeout(0.5)
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.05)
+    raise SystemExit(f"a manager bound no health port in {within:.0f} s: see {proc.log}")
 
 
 async def wait_http(port: int) -> None:
