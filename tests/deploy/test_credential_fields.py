@@ -45,6 +45,7 @@ BASES: dict[str, list[dict[str, Any]]] = {
                 "secretRef": {"name": "spoke-kubeconfig", "key": "admin.conf"},
                 "context": "dev",
             },
+            "scope": {"namespaces": ["team-a", "team-a-jobs"], "clusterResources": True},
         },
         {"connection": "InCluster", "description": "Here"},
     ],
@@ -59,6 +60,7 @@ BASES: dict[str, list[dict[str, Any]]] = {
             "contexts": "Current",
             "naming": {"trimPrefix": "kubeconfig-", "trimSuffix": "-admin"},
             "labels": {"fleet": "edge"},
+            "scope": {"namespaces": ["team-a", "team-a-jobs"], "clusterResources": True},
         },
         {
             "from": "Secrets",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kokumi.core import api
+from kokumi.core.registry.carry import environment_label
 from kokumi.testing import Kubectl
 from kokumi.testing.controlplane import APIServer
 from kokumi.testing.spoke import Registration
@@ -73,7 +74,8 @@ async def test_selection_drives_registration(
         ]
         assert table[1].split()[:6] == ["edge", "ArgoCD", "1", "1", "True", "Ready"]
 
-        # A second Environment selecting it by an expression; the first lets go: Secret untouched.
+        # A second Environment selecting it by an expression; the first lets go: the same
+        # Secret, its Environment labels updated in place.
         await ws.client.create(
             api.ENVIRONMENTS,
             {
@@ -102,9 +104,14 @@ async def test_selection_drives_registration(
             lambda e: e.get("status", {}).get("selected") == 0,
             "edge to let go",
         )
-        still = await _secrets_for(ws, ns)
+        edge, eu = environment_label("edge"), environment_label("eu")
+        still = await wait_for(
+            lambda: _secrets_for(ws, ns),
+            lambda found: [set(s["metadata"]["labels"]) & {edge, eu} for s in found] == [{eu}],
+            "the Secret to name eu, not edge",
+        )
         assert [s["metadata"]["uid"] for s in still] == [first[0]["metadata"]["uid"]]
-        assert still[0]["metadata"]["resourceVersion"] == first[0]["metadata"]["resourceVersion"]
+        assert still[0]["data"] == first[0]["data"]
 
         # Editing eu's selector away from it: no Environment selects it, the Secret goes.
         await ws.client.patch_merge(
