@@ -70,6 +70,7 @@ from scale import (  # noqa: E402
 
 from kokumi.core import api  # noqa: E402
 from kokumi.core.registry import argocd  # noqa: E402
+from kokumi.core.registry.carry import environment_label  # noqa: E402
 from kokumi.core.sources.clusterapi import CAPI_CLUSTER_NAME, CAPI_CLUSTERS  # noqa: E402
 from kokumi.core.sources.spec import CLUSTER_SOURCES  # noqa: E402
 from kokumi.kube import errors  # noqa: E402
@@ -87,6 +88,8 @@ FLEET_NS = "fleet"
 TEAM_MARK = {"kokumi.dev/kubeconfig": "true"}
 """The label a from: Secrets run's Secrets carry, which its ClusterSource selects."""
 OWN_NS = "kokumi-bench"
+ENVIRONMENT_LABEL = environment_label("all")
+"""The label the one Environment (``all``, selecting every Cluster) puts on each Argo CD Secret."""
 ARGO_NS = "argocd"
 WRITES = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
 EXPECTED = {
@@ -427,6 +430,9 @@ class Clusters:
         #: Argo CD Secret name -> its uid; and each time one was deleted or made anew.
         self.secret_uid: dict[str, str] = {}
         self.secret_replaced: list[tuple[float, str, str]] = []
+        #: Argo CD Secret name -> (carries the Cluster's ``fleet`` label, carries its
+        #: Environment's label): what an ApplicationSet could select it by.
+        self.secret_selectable: dict[str, tuple[bool, bool]] = {}
 
     def see_cluster(self, obj: dict[str, Any]) -> None:
         name = obj["metadata"]["name"]
@@ -486,6 +492,10 @@ class Clusters:
                             self.secret_replaced.append((time.time(), "deleted", secret))
                         else:
                             self.registered.add(name)
+                            self.secret_selectable[secret] = (
+                                labels.get("fleet") == "bench",
+                                labels.get(ENVIRONMENT_LABEL) == "true",
+                            )
                             known = self.secret_uid.get(secret)
                             if known is not None and known != uid:
                                 self.secret_replaced.append((time.time(), "new uid", secret))
@@ -695,6 +705,7 @@ class Managers:
     """
 
     started = 0  # replicas started in this run, for their source addresses
+    extra: tuple[str, ...] = ()  # the run's own manager flags (--carry-labels), every replica
 
     def __init__(
         self,
@@ -744,6 +755,7 @@ class Managers:
                     ARGO_NS,
                     "--no-in-cluster",
                     *self.sharding,
+                    *Managers.extra,
                     "--field-manager",
                     f"kokumi-{number}",
                     "--health-port",
@@ -1254,6 +1266,12 @@ async def main_async(
                 result["onboard_rss_max_replica"] = max(sampler.rss_each, default=math.nan)
                 result["onboard_loop"] = loop_steps(workdir, began, settled)
                 result["argocd_writers"] = two_writers(clusters.secret_managers)
+                selectable = clusters.secret_selectable.values()
+                result["argocd_selectable"] = [
+                    sum(1 for fleet, _ in selectable if fleet),
+                    sum(1 for _, environment in selectable if environment),
+                    len(selectable),
+                ]
                 env = await client.get(api.ENVIRONMENTS, "all", namespace=FLEET_NS)
                 result["environment_status_bytes"] = len(json.dumps(env.get("status") or {}))
                 print(
@@ -1582,6 +1600,11 @@ def report(r: dict[str, Any]) -> str:
                 for key, value in sorted(r.get("onboard_writes_by", {}).items())
             ),
             "at the hub, the runner's creates of Secrets and Clusters included",
+        ),
+        (
+            "Argo CD Secrets with the fleet label / the Environment's label",
+            "{} / {} of {}".format(*r.get("argocd_selectable", ["?"] * 3)),
+            "fleet carried only with --carry-labels fleet",
         ),
         (
             "onboarding: requests reading / listing Secrets",
@@ -1952,8 +1975,16 @@ def main() -> None:
         " stopped, one started, --compare-settle seconds, then a steady window",
     )
     parser.add_argument("--compare-settle", type=float, default=70.0)
+    parser.add_argument(
+        "--carry-labels",
+        metavar="PATTERNS",
+        help="the managers' --carry-labels (e.g. fleet: every Cluster here has fleet: bench), so"
+        " that every Argo CD Secret carries a label of its Cluster's besides its Environment's",
+    )
     parser.add_argument("--output", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args()
+    if args.carry_labels:
+        Managers.extra = ("--carry-labels", args.carry_labels)
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     workdir = Path(tempfile.mkdtemp(prefix="kokumi-bench-"))

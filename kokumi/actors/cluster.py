@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 
 import attrs
 import trio
@@ -166,7 +165,8 @@ class ClusterActor:
     @property
     def next_due(self) -> float | None:
         """When the next check falls due (Trio time), for the stop record; None without one."""
-        return None if self._stopping else lifecycle.next_due(self._state)
+        interval = self._context.options.check_interval
+        return None if self._stopping else lifecycle.next_due(self._state, interval)
 
     def stop(self) -> None:
         """The Cluster is gone from the API: let go of its server and end."""
@@ -392,8 +392,8 @@ class ClusterActor:
                 self._slot_wait = None
         if waiting.cancelled_caught:
             return None
-        self._evolve(missed_due=None)
         began = trio.current_time()
+        self._evolve(missed_due=None, running_since=began)
         try:
             found = await self._context.check(
                 read.connection,
@@ -416,9 +416,6 @@ class ClusterActor:
             last=last,
             news=self._state.secret_news,
             now=now,
-            # Renewed every 10-20 minutes at random, so Clusters made together do not all read
-            # again at once (findings.SECRET_REREAD).
-            keep=findings.SECRET_REREAD * random.uniform(1.0, 2.0),  # noqa: S311
             username=self._context.username,
             own_namespace=self._context.options.namespace,
         )

@@ -8,10 +8,12 @@ reuses.
 from __future__ import annotations
 
 import functools
+import random
 
 from kokumi.actors.parsing import off_loop
 from kokumi.actors.secretreads import SecretReads
 from kokumi.core import api
+from kokumi.core.cluster import findings
 from kokumi.core.cluster.findings import Read, version_of
 from kokumi.core.cluster.status import Outcome, SecretRead, cluster_outcome
 from kokumi.core.kubeconfig.connection import Connection, Refusal
@@ -30,7 +32,6 @@ async def read_kubeconfig(
     last: Read | None,
     news: int,
     now: float,
-    keep: float,
     username: str | None,
     own_namespace: str,
 ) -> Read:
@@ -42,6 +43,9 @@ async def read_kubeconfig(
     """
     ref = cluster.secret_ref
     assert ref is not None  # parse_cluster guarantees it for Kubeconfig
+    # Renewed every 10-20 minutes at random, so Clusters made together do not all read again
+    # at once (findings.SECRET_REREAD).
+    keep = findings.SECRET_REREAD * random.uniform(1.0, 2.0)  # noqa: S311
     namespace = cluster.metadata.namespace
 
     def judged(read: SecretRead) -> Outcome | None:

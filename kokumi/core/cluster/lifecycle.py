@@ -137,6 +137,8 @@ class State:
     #: fell due before the stop asked for it (see :func:`ask_before_stop`).
     stop_check: int = 0
     stop_check_due: float = math.nan
+    #: When the check under way began (None: none is), for a stop record written meanwhile.
+    running_since: float | None = None
 
 
 @attrs.frozen
@@ -467,6 +469,7 @@ def after_check(
         secret_heard=check.heard,
         unanswered=unanswered,
         answered=answered,
+        running_since=None,
         next_check=due,
         stop_check=2 if state.stop_check else 0,
     )
@@ -507,15 +510,19 @@ def ask_before_stop(state: State, until: float, now: float, interval: float) -> 
     return attrs.evolve(state, missed_due=due, stop_check_due=due, next_check=now, stop_check=1)
 
 
-def next_due(state: State) -> float | None:
+def next_due(state: State, interval: float) -> float | None:
     """When the next check falls due, for the stop record; None without one.
 
     A check the stop asked for that has not ended yet is due when it was before the stop
-    asked: the next manager orders the checks it makes at once by when they fell due.
+    asked: the next manager orders the checks it makes at once by when they fell due. One under
+    way has no next due yet, and none may come before the minute after it began.
     """
     if state.check is None or not math.isfinite(state.next_check):
         return None
-    return state.stop_check_due if state.stop_check == 1 else state.next_check
+    due = state.stop_check_due if state.stop_check == 1 else state.next_check
+    if state.running_since is not None:
+        return max(due, state.running_since + interval)
+    return due
 
 
 def claim_step(state: State, check: Check) -> Want | Release | None:
