@@ -122,8 +122,9 @@ class Manager:
         #: shard -> this replica's candidate for its Lease (empty without sharding).
         self.shard_electors: dict[int, LeaseElector] = {}
         self._shard_zero_writer = client
-        # The stop's record is written with the Lease's fence, like every other write.
-        self._record_writer = client
+        # The stop's record is written with the Lease's fence, like every other write (with
+        # shards, each shard's record with that shard's).
+        self._record_writers: dict[int | None, Client] = {None: client}
         sharding = options.sharding
         if sharding is not None:
             admission = Admission(sharding.limit)
@@ -159,10 +160,11 @@ class Manager:
             self.dispatcher.environments_actor.writer = writers[0]
             self.dispatcher.sources_actor.writer = writers[0]
             self._shard_zero_writer = writers[0]
+            self._record_writers = {shard: writer for shard, writer in writers.items()}
         elif self.elector is not None:
             elector = self.elector
             fenced = client.fenced(lambda: elector.serving_until() is not None)
-            self._record_writer = fenced
+            self._record_writers = {None: fenced}
             self.registry.fence_writes(lambda: elector.serving_until() is not None)
             self.context.writers = lambda ref: fenced
             self.dispatcher.environments_actor.writer = fenced
@@ -248,26 +250,36 @@ class Manager:
             self.started.set()
             task_status.started(self)
 
-    def _may_record_stop(self) -> bool:
-        """Whether this process serves every Cluster now (no shards; the leader, or no Lease)."""
-        if self.shard_electors or not self.started.is_set():
-            return False
-        return self.elector is None or self.elector.serving_until() is not None
+    def _recording(self) -> list[int | None]:
+        """What a stop now records: each shard this replica holds, or the whole fleet (None)
+        when it serves every Cluster (no shards; the leader, or no Lease)."""
+        if not self.started.is_set():
+            return []
+        if self.shard_electors:
+            return [*sorted(self.held_shards())]
+        return [None] if self.elector is None or self.elector.serving_until() is not None else []
 
-    async def _read_stop_record(self) -> None:
-        """Read the stop record of the manager that stopped before this one, if it left a fresh one.
+    def _where(self, shard: int | None) -> str:
+        where = f"ConfigMap {self.options.namespace}/{stoprecord.NAME}"
+        return where if shard is None else f"{where} (shard {shard})"
+
+    async def _read_stop_record(self, shard: int | None = None) -> None:
+        """Read the stop record of the manager that stopped before this one, if it left a fresh one
+        (with shards, of the replica that held ``shard`` before this one took it).
 
         One GET. Whatever goes wrong, each Cluster is checked at its place, as without a record:
         the record only makes the checks across a restart come on time.
         """
-        where = f"ConfigMap {self.options.namespace}/{stoprecord.NAME}"
+        where = self._where(shard)
         try:
             with trio.fail_after(self.options.probe_timeout):
                 obj = await self.client.get(
                     CONFIG_MAPS, stoprecord.NAME, namespace=self.options.namespace
                 )
             now = trio.current_time() - wall_shift()
-            recorded = stoprecord.read_config_map(obj, now, 2 * self.options.check_interval)
+            recorded = stoprecord.read_config_map(
+                obj, now, 2 * self.options.check_interval, shard=shard
+            )
         except errors.NotFound:
             return
         except (errors.KubeError, trio.TooSlowError) as exc:
@@ -286,20 +298,23 @@ class Manager:
                 exc,
             )
             return
-        self.context.stop_record.recorded = recorded
-        log.info("read %s: the next checks of %d Clusters", where, len(recorded))
+        self.context.stop_record.recorded.update(recorded)
+        if recorded or shard is None:
+            log.info("read %s: the next checks of %d Clusters", where, len(recorded))
 
     async def record_stop(self) -> None:
         """Stop gracefully: check every answering Cluster due within
         :data:`~kokumi.core.fleet.stoprecord.HORIZON` now, then write the stop record, every
-        Cluster's next due, for the next manager (:mod:`kokumi.core.fleet.stoprecord`).
+        Cluster's next due, for the next manager (:mod:`kokumi.core.fleet.stoprecord`); with
+        shards, one record per shard this replica holds, for the replica that takes it.
 
-        Waits for those checks at most :data:`~kokumi.core.fleet.stoprecord.BUDGET`; the write
-        has its own timeout. A refused or failed write is logged once: the next manager then
-        checks each Cluster at its place, as after a crash. Does nothing in a replica that does
-        not serve every Cluster (a standby, or with shards).
+        Waits for those checks at most :data:`~kokumi.core.fleet.stoprecord.BUDGET`; the writes
+        have their own timeout. A refused or failed write is logged once: the next manager then
+        checks each Cluster at its place, as after a crash. Does nothing in a replica that
+        serves no Cluster (a standby, or one that holds no shard).
         """
-        if not self._may_record_stop():
+        recording = self._recording()
+        if not recording:
             return
         state = self.context.stop_record
         now = trio.current_time()
@@ -308,36 +323,67 @@ class Manager:
         with trio.move_on_after(stoprecord.BUDGET):
             await state.done.wait()
         shift = wall_shift()
-        dues = [
-            (actor.uid, due - shift)
-            for actor in self.dispatcher.actors
-            if actor.uid and (due := actor.next_due) is not None
-        ]
+        dues: dict[int | None, list[tuple[str, float]]] = {part: [] for part in recording}
+        sharding = self.options.sharding
+        for actor in self.dispatcher.actors:
+            if actor.uid and (due := actor.next_due) is not None:
+                ref = actor.ref
+                part = sharding.shard_of(ref.namespace, ref.name) if sharding else None
+                if part in dues:
+                    dues[part].append((actor.uid, due - shift))
         self.context.probe_limiter.close()  # the record has the next checks: none starts here
+        written_at = trio.current_time() - shift
+        written: list[int | None] = []
+        async with trio.open_nursery() as nursery:
+            for part, entries in dues.items():
+                nursery.start_soon(self._write_record, part, entries, written_at, written)
+        if written:
+            log.info(
+                "stopping: checked %d of %d Clusters due in the next %g s early; recorded the"
+                " next checks of %d in %s",
+                asked - max(state.pending, 0),
+                asked,
+                stoprecord.HORIZON,
+                sum(len(dues[part]) for part in written),
+                self._where(None)
+                + ("" if written == [None] else f" (shards {', '.join(map(str, written))})"),
+            )
+
+    async def _write_record(
+        self,
+        shard: int | None,
+        dues: list[tuple[str, float]],
+        written_at: float,
+        written: list[int | None],
+    ) -> None:
+        """One shard's record (or the fleet's), by a field manager of that shard's own: records
+        of shards written by other replicas stay beside it (server-side apply keeps what other
+        managers own), and each write is fenced by its own shard's Lease."""
+        sharding = self.options.sharding
         body = stoprecord.config_map(
-            dues, trio.current_time() - shift, namespace=self.options.namespace
+            dues,
+            written_at,
+            namespace=self.options.namespace,
+            shard=shard,
+            limit=stoprecord.MAX_ENTRIES // (sharding.shards if sharding else 1),
         )
-        where = f"ConfigMap {self.options.namespace}/{stoprecord.NAME}"
+        manager = self.options.field_manager
         try:
             with trio.fail_after(self.options.probe_timeout):
-                await self._record_writer.apply(CONFIG_MAPS, body)
+                await self._record_writers[shard].apply(
+                    CONFIG_MAPS,
+                    body,
+                    field_manager=manager if shard is None else f"{manager}-shard-{shard}",
+                )
         except (errors.KubeError, trio.TooSlowError) as exc:
             log.warning(
                 "stopping: could not write %s (%s): the next manager checks each Cluster at its"
                 " place in the minute",
-                where,
+                self._where(shard),
                 _why(exc),
             )
             return
-        log.info(
-            "stopping: checked %d of %d Clusters due in the next %g s early; recorded the next"
-            " checks of %d in %s",
-            asked - max(state.pending, 0),
-            asked,
-            stoprecord.HORIZON,
-            len(dues),
-            where,
-        )
+        written.append(shard)
 
     #: The first name of :meth:`record_stop` (docs/embedding.md), kept so that embedding
     #: programs that call it keep working.
@@ -361,6 +407,8 @@ class Manager:
                 log.warning("shard %d: %s; standing for it again", shard, lost)
 
     async def _serve_shard(self, shard: int) -> None:
+        # The record of the replica that held it before, if it stopped and left one.
+        await self._read_stop_record(shard)
         async with trio.open_nursery() as nursery:
             if shard == 0:
                 if self.options.keep_in_cluster:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import functools
 import operator
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,6 +20,7 @@ import trio
 
 from kokumi.actors.registry import HANDOVER_REASON
 from kokumi.core import api
+from kokumi.core.fleet import stoprecord
 from kokumi.core.fleet.leader import LeaderElection, Timing
 from kokumi.core.fleet.shards import Sharding, lease_name, preference, shard_of
 from kokumi.core.registry import argocd
@@ -27,7 +29,7 @@ from kokumi.core.registry.ownership import ClusterRef
 from kokumi.kube import LEASES, Conflict
 from kokumi.kube.client import Client
 from kokumi.kube.config import Config
-from kokumi.kube.resources import EVENTS, NAMESPACES, SECRETS
+from kokumi.kube.resources import CONFIG_MAPS, EVENTS, NAMESPACES, SECRETS
 from kokumi.kube.watch import Resync, WatchEvent, watch
 from kokumi.manager import Manager, run_manager
 from kokumi.objects import Resource
@@ -717,3 +719,39 @@ async def test_a_change_of_the_shard_count_never_serves_a_cluster_twice(
                         )
                         await drain(ws)
             nursery.cancel_scope.cancel()
+
+
+async def test_each_replica_records_its_own_shards_beside_the_others(
+    hub: APIServer, crds: object, spoke_kubeconfig: Registration
+) -> None:
+    """Stopping, each replica writes the records of the shards it holds into the one ConfigMap
+    the Role names, by a server-side apply of a field manager of each shard's: the API server
+    keeps every shard's keys, whichever replica wrote them (one field manager for all would
+    drop a shard's keys at the next write of another), and each shard's record names its
+    Clusters, read back as the replica that takes the shard reads it."""
+    async with workspace(hub) as ws:
+        ns = await ws.namespace()
+        refs = [ClusterRef(ns, named_in_shard(ns, "edge", shard)) for shard in range(SHARDS)]
+        async with replicas(hub, ws, {"a": 1, "b": 1}) as running:
+            for ref, server in zip(refs, closed_port_servers(len(refs)), strict=True):
+                await kubeconfig_cluster(ws, spoke_kubeconfig, ns, ref.name, server)
+            for ref in refs:
+                serving = next(r for r in running.values() if r.serves(ref))
+                await wait_for(
+                    functools.partial(_checks, serving.manager, ref),
+                    lambda n: n > 0,
+                    f"{ref} to be checked by replica {serving.name}",
+                )
+            for replica in running.values():
+                await replica.manager.record_stop()
+            record = await ws.client.get(CONFIG_MAPS, stoprecord.NAME, namespace=ws.own)
+            now = time.time()
+            for ref in refs:
+                shard = shard_of(ref.namespace, ref.name, SHARDS)
+                uid = (await ws.get_cluster(ref.namespace, ref.name))["metadata"]["uid"]
+                recorded = stoprecord.read_config_map(record, now, 60.0, shard=shard)
+                assert set(recorded) == {stoprecord.uid_key(uid)}, (shard, record["data"])
+            managers = {entry["manager"] for entry in record["metadata"]["managedFields"]}
+            assert managers == {f"kokumi-{r}-shard-{s}" for r, s in (("a", 0), ("b", 1))} or (
+                managers == {f"kokumi-{r}-shard-{s}" for r, s in (("a", 1), ("b", 0))}
+            ), managers

@@ -23,6 +23,14 @@ hash of its uid and its due in milliseconds from the record's ``written-at`` (a 
 count, so a due may lie before the record was written: a check the stop could not make). Ten
 thousand Clusters take 120 KB, well within a ConfigMap's 1 MiB; past :data:`MAX_ENTRIES` the
 Clusters due soonest are kept.
+
+With ``--shards`` a replica serves only its shards, and a shard moves when its holder stops (a
+rolling upgrade moves every one): the stopping replica records each shard it holds under keys of
+that shard's own (:func:`keys`) in the same ConfigMap, each written by a server-side apply of a
+field manager of that shard's, so that records of shards written by different replicas stand
+side by side; the replica that takes a shard reads that shard's record as it starts serving it.
+Without one, a shard's Clusters whose place came in the last seconds would be checked at once,
+before their minute, and the others at their places with a new lateness.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ __all__ = [
     "NAME",
     "RecordError",
     "config_map",
+    "keys",
     "read_config_map",
     "uid_key",
 ]
@@ -75,6 +84,16 @@ MAX_ENTRIES: Final = 50_000
 """Clusters in one record: 600 KB, 800 KB as base64 in the ConfigMap's JSON (limit 1 MiB)."""
 
 _ENTRY = struct.Struct(">8si")
+
+
+def keys(shard: int | None = None) -> tuple[str, str]:
+    """The record's two keys, ``data``'s written-at and ``binaryData``'s dues: the whole
+    fleet's (None), or one shard's (``written-at.shard-3``, ``next-checks.shard-3``)."""
+    if shard is None:
+        return WRITTEN_AT, KEY
+    return f"{WRITTEN_AT}.shard-{shard}", f"{KEY}.shard-{shard}"
+
+
 _INT32 = 2**31 - 1
 
 
@@ -88,17 +107,26 @@ def uid_key(uid: str) -> bytes:
     return hashlib.blake2b(uid.encode(), digest_size=8).digest()
 
 
-def config_map(dues: Iterable[tuple[str, float]], written_at: float, namespace: str) -> Any:
+def config_map(
+    dues: Iterable[tuple[str, float]],
+    written_at: float,
+    namespace: str,
+    *,
+    shard: int | None = None,
+    limit: int = MAX_ENTRIES,
+) -> Any:
     """The ConfigMap that records ``dues`` (uid, Unix time of the next check), written at
-    ``written_at`` (Unix time). Dues not finite, or beyond a signed 32-bit count of
-    milliseconds from ``written_at`` (24 days), are left out: the next manager places those."""
+    ``written_at`` (Unix time), under ``shard``'s keys (:func:`keys`), at most ``limit`` of
+    them. Dues not finite, or beyond a signed 32-bit count of milliseconds from ``written_at``
+    (24 days), are left out: the next manager places those."""
+    written_key, dues_key = keys(shard)
     kept = [
         (due, uid)
         for uid, due in dues
         if math.isfinite(due) and abs(round((due - written_at) * 1000)) <= _INT32
     ]
-    if len(kept) > MAX_ENTRIES:
-        kept = heapq.nsmallest(MAX_ENTRIES, kept)
+    if len(kept) > limit:
+        kept = heapq.nsmallest(limit, kept)
     blob = b"".join(
         _ENTRY.pack(uid_key(uid), round((due - written_at) * 1000)) for due, uid in kept
     )
@@ -114,37 +142,44 @@ def config_map(dues: Iterable[tuple[str, float]], written_at: float, namespace: 
                 "app.kubernetes.io/managed-by": "kokumi",
             },
         },
-        "data": {WRITTEN_AT: f"{written_at:.3f}"},
-        "binaryData": {KEY: base64.b64encode(blob).decode()},
+        "data": {written_key: f"{written_at:.3f}"},
+        "binaryData": {dues_key: base64.b64encode(blob).decode()},
     }
 
 
-def read_config_map(obj: Mapping[str, Any], now: float, max_age: float) -> dict[bytes, float]:
+def read_config_map(
+    obj: Mapping[str, Any], now: float, max_age: float, *, shard: int | None = None
+) -> dict[bytes, float]:
     """Each recorded Cluster's next due (Unix time), by :func:`uid_key`; empty when the record
     was written more than ``max_age`` seconds before ``now``: a manager that stopped that long
     ago missed every due it holds, and checking the whole fleet at once would be a herd where
-    the places spread it. Raises :class:`RecordError` for a ConfigMap that is not a record."""
+    the places spread it. ``shard``: that shard's record, empty when the ConfigMap has none (a
+    shard that never moved on a stop). Raises :class:`RecordError` for a ConfigMap that is not
+    a record."""
+    written_key, dues_key = keys(shard)
     data = obj.get("data")
     binary = obj.get("binaryData")
+    if shard is not None and not (isinstance(data, Mapping) and written_key in data):
+        return {}
     if not isinstance(data, Mapping) or not isinstance(binary, Mapping):
-        raise RecordError(f"it has no data.{WRITTEN_AT} and binaryData.{KEY}")
+        raise RecordError(f"it has no data.{written_key} and binaryData.{dues_key}")
     try:
-        written_at = float(data[WRITTEN_AT])
+        written_at = float(data[written_key])
     except (KeyError, TypeError, ValueError):
-        raise RecordError(f"data.{WRITTEN_AT} is not a Unix time in seconds") from None
+        raise RecordError(f"data.{written_key} is not a Unix time in seconds") from None
     if not math.isfinite(written_at):
-        raise RecordError(f"data.{WRITTEN_AT} is not a Unix time in seconds")
-    encoded = binary.get(KEY)
+        raise RecordError(f"data.{written_key} is not a Unix time in seconds")
+    encoded = binary.get(dues_key)
     if not isinstance(encoded, str):
-        raise RecordError(f"binaryData.{KEY} is missing")
+        raise RecordError(f"binaryData.{dues_key} is missing")
     try:
         blob = base64.b64decode(encoded, validate=True)
     except (binascii.Error, ValueError):
-        raise RecordError(f"binaryData.{KEY} is not base64") from None
+        raise RecordError(f"binaryData.{dues_key} is not base64") from None
     if len(blob) % _ENTRY.size or len(blob) > MAX_ENTRIES * _ENTRY.size:
         raise RecordError(
-            f"binaryData.{KEY} is {len(blob)} bytes: not a whole number of {_ENTRY.size}-byte"
-            f" entries, at most {MAX_ENTRIES}"
+            f"binaryData.{dues_key} is {len(blob)} bytes: not a whole number of"
+            f" {_ENTRY.size}-byte entries, at most {MAX_ENTRIES}"
         )
     if abs(now - written_at) > max_age:  # a node's clock a little ahead is no reason
         return {}

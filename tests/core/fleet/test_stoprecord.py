@@ -113,3 +113,47 @@ def test_a_uid_key_is_the_same_in_every_process() -> None:
     assert key.hex() == "27653cbf106bd80a"
     assert len(stoprecord.uid_key("x")) == 8
     assert stoprecord.uid_key("a") != stoprecord.uid_key("b")
+
+
+@given(
+    st.dictionaries(st.integers(0, 63), st.dictionaries(uids, dues, max_size=20), max_size=6),
+    st.integers(0, 63),
+)
+def test_each_shard_reads_its_own_record_from_one_config_map(
+    records: dict[int, dict[str, float]], asked: int
+) -> None:
+    """With ``--shards`` each stopping replica writes its shards' records under keys of their
+    own into one ConfigMap (the API server merges the applies of different field managers, as
+    merging the bodies does here); each shard reads back its own, and a shard with no record
+    reads nothing, which is no error: its Clusters are checked at their places."""
+    merged: dict[str, dict[str, str]] = {"data": {}, "binaryData": {}}
+    for shard, entries in records.items():
+        body = stoprecord.config_map(
+            ((uid, WRITTEN + d) for uid, d in entries.items()), WRITTEN, "kokumi", shard=shard
+        )
+        merged["data"].update(body["data"])
+        merged["binaryData"].update(body["binaryData"])
+    read = stoprecord.read_config_map(merged, WRITTEN + 5.0, 60.0, shard=asked)
+    assert set(read) == {stoprecord.uid_key(uid) for uid in records.get(asked, {})}
+    # The whole fleet's keys are not a shard's, nor the other way round.
+    assert set(merged["data"]).isdisjoint({stoprecord.keys(None)[0]})
+    assert len({stoprecord.keys(s) for s in range(64)} | {stoprecord.keys(None)}) == 65
+
+
+def test_a_shards_record_that_is_not_one_is_named_with_its_keys() -> None:
+    written, key = stoprecord.keys(3)
+    assert (written, key) == ("written-at.shard-3", "next-checks.shard-3")
+    said = r"binaryData\.next-checks\.shard-3 is"
+    broken = {"data": {written: "1"}, "binaryData": {key: "AAAA"}}
+    with pytest.raises(stoprecord.RecordError, match=f"{said} 3 bytes"):
+        stoprecord.read_config_map(broken, 1.0, 60.0, shard=3)
+    without = {"data": {written: "1"}, "binaryData": {}}
+    with pytest.raises(stoprecord.RecordError, match=f"{said} missing"):
+        stoprecord.read_config_map(without, 1.0, 60.0, shard=3)
+
+
+def test_a_shards_record_keeps_at_most_its_limit_those_due_soonest() -> None:
+    entries = [(f"uid-{i}", WRITTEN + (100 - i)) for i in range(100)]
+    body = stoprecord.config_map(entries, WRITTEN, "kokumi", shard=1, limit=10)
+    read = stoprecord.read_config_map(body, WRITTEN, 60.0, shard=1)
+    assert set(read) == {stoprecord.uid_key(f"uid-{i}") for i in range(90, 100)}

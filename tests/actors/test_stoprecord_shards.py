@@ -1,0 +1,148 @@
+"""With ``--shards`` a stopping replica records each shard it holds, and the replica that takes
+the shard follows that record: a rolling upgrade moves every shard, and without it the taker
+checks at once each Cluster whose place came in the seconds before (before its minute, since the
+old holder may have checked it) and the others at their places with a new lateness.
+
+Three real Managers on the in-process API fake under Trio's autojump clock, with a stand-in for
+the spoke check, as a Deployment's rolling upgrade has them: two replicas hold one shard each of
+two, a new one (room for two) starts and holds nothing, then the oldest stops and the new one
+takes its shard. The fleet is young when the roll comes (created over 100 s, the last a minute
+before), as in tests/actors/test_stoprecord.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+
+import pytest
+import trio
+import trio.testing
+
+from kokumi.core.fleet import stoprecord
+from kokumi.core.fleet.leader import Timing
+from kokumi.core.fleet.shards import Sharding, shard_of
+from kokumi.kube.client import Client
+from kokumi.kube.config import Config
+from kokumi.kube.resources import CONFIG_MAPS
+from kokumi.manager import Manager
+from kokumi.runtime.options import Options
+from tests.support.fakeapi import FakeApi
+from tests.support.standin import StandInSpokes, put_cluster
+
+NS = "fleet"
+COUNT = 120
+SHARDS = 2
+TIMING = Timing(lease_duration=6.0, renew_deadline=4.0, retry_period=1.0)
+MINUTE = 60.0 - 1e-6  # the shortest gap between two checks, but for floating point
+LOGGER = "kokumi.manager"
+
+
+def server(index: int) -> str:
+    return f"https://spoke-{index}.example:6443"
+
+
+def _replica(fake: FakeApi, fleet: StandInSpokes, name: str, room: int) -> Manager:
+    options = Options(
+        namespace="kokumi",
+        argocd_namespace="argocd",
+        keep_in_cluster=False,
+        field_manager=f"kokumi-{name}",
+        sharding=Sharding(f"replica-{name}", SHARDS, room, TIMING),
+    )
+    client = Client(
+        Config(server="https://hub.example:6443"), transport=fake, field_manager=f"kokumi-{name}"
+    )
+    return Manager(client, options, check=fleet.check, check_own=fleet.check_own)
+
+
+async def _roll(fake: FakeApi, fleet: StandInSpokes, *, record: bool) -> tuple[float, int]:
+    """Replicas a and b, a young fleet, then c; a stops (recording its shard or not) and c takes
+    its shard; run on 130 s. When a stopped, and the shard that moved."""
+    first = _replica(fake, fleet, "a", 1)
+    second = _replica(fake, fleet, "b", 1)
+    third = _replica(fake, fleet, "c", 2)
+    a_scope = trio.CancelScope()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(_run_in, first, a_scope)
+        await trio.sleep(3.0)  # a takes a shard first, then b the other
+        await nursery.start(second.run)
+        await trio.sleep(10.0)
+        assert len(first.held_shards()) == 1 and len(second.held_shards()) == 1
+        (moved,) = first.held_shards()
+        for index in range(COUNT):
+            put_cluster(fake, NS, f"c{index:03d}", server(index))
+            await trio.sleep(100.0 / COUNT)
+        await trio.sleep(60.0)
+        await nursery.start(third.run)
+        await trio.sleep(10.0)
+        assert third.held_shards() == set()  # every shard is held: the new one waits
+        if record:
+            await first.record_stop()
+        stopped = trio.current_time()
+        a_scope.cancel()
+        await trio.sleep(130.0)
+        assert third.held_shards() == {moved}
+        nursery.cancel_scope.cancel()
+    return stopped, moved
+
+
+async def _run_in(
+    manager: Manager,
+    scope: trio.CancelScope,
+    *,
+    task_status: trio.TaskStatus[Manager] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    with scope:
+        await manager.run(task_status=task_status)
+
+
+def _moved(moved: int) -> list[int]:
+    return [i for i in range(COUNT) if shard_of(NS, f"c{i:03d}", SHARDS) == moved]
+
+
+async def test_a_shard_taken_over_on_a_stop_keeps_every_cluster_on_its_minute(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=51)
+    fleet = StandInSpokes()
+    stopped, moved = await _roll(fake, fleet, record=True)
+
+    record = fake.object(CONFIG_MAPS, stoprecord.NAME, "kokumi")
+    assert record is not None
+    assert set(record["data"]) == {stoprecord.keys(moved)[0]}  # the stopping replica's shard only
+    indexes = _moved(moved)
+    assert len(indexes) > COUNT // 4
+    for index in indexes:
+        times = fleet.asked[server(index)]
+        before = [t for t in times if t <= stopped]
+        after = [t for t in times if t > stopped]
+        assert before and after, index
+        # No check before the minute since the last one began, across the handover too, and
+        # each gap one of the Cluster's chain: the taker knew when each was due.
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        assert min(gaps) >= MINUTE, (index, times)
+        assert after[0] - before[-1] <= 66.1, (index, before[-1] - stopped, after[0] - stopped)
+    said = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert any(f"(shard {moved}): the next checks of" in m for m in said), said
+
+
+async def test_without_the_shards_record_the_same_handover_checks_before_the_minute(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The roll above with the old replica killed, not stopped: the taker checks at once the
+    Clusters whose place came in the seconds before, whatever the old holder did, and the young
+    ones at their places. This is what the record is for; if this test fails, the one above
+    proves nothing."""
+    fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=51)
+    fleet = StandInSpokes()
+    stopped, moved = await _roll(fake, fleet, record=False)
+    assert fake.object(CONFIG_MAPS, stoprecord.NAME, "kokumi") is None
+    gaps = []
+    for index in _moved(moved):
+        times = fleet.asked[server(index)]
+        before = [t for t in times if t <= stopped]
+        after = [t for t in times if t > stopped]
+        gaps.append(after[0] - before[-1])
+    assert min(gaps) < MINUTE or max(gaps) > 70.0, sorted(gaps)
