@@ -203,6 +203,7 @@ async def one(n: int, replicas: int, shards: int, minutes: float) -> dict[str, A
             *,
             timeout: float,  # noqa: ASYNC109 - the probe's signature
             egress: object = None,
+            cluster_wide: bool = True,
         ) -> Outcome:
             checks[name] += 1
             await trio.sleep(CHECK_SECONDS)
