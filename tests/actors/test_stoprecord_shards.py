@@ -146,3 +146,26 @@ async def test_without_the_shards_record_the_same_handover_checks_before_the_min
         after = [t for t in times if t > stopped]
         gaps.append(after[0] - before[-1])
     assert min(gaps) < MINUTE or max(gaps) > 70.0, sorted(gaps)
+
+
+async def test_a_refused_shard_record_is_logged_once_and_the_taker_checks_at_the_places(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The hub refuses the record's write: the stop goes on (the Lease is handed back at once),
+    the refusal is one warning naming the shard, and the taker serves the shard as after a
+    crash, every Cluster checked again."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=52)
+    fake.fail(403, times=None, verb="patch", resource="configmaps")
+    fleet = StandInSpokes()
+    stopped, moved = await _roll(fake, fleet, record=True)
+    assert fake.object(CONFIG_MAPS, stoprecord.NAME, "kokumi") is None
+    warnings = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == LOGGER and r.levelno == logging.WARNING and "could not write" in r.getMessage()
+    ]
+    assert len(warnings) == 1, warnings
+    assert f"(shard {moved})" in warnings[0] and "at its place in the minute" in warnings[0]
+    for index in _moved(moved):
+        assert any(t > stopped for t in fleet.asked[server(index)]), index
