@@ -97,6 +97,12 @@ async def _run_in(
         await manager.run(task_status=task_status)
 
 
+def _split(fleet: StandInSpokes, index: int, stopped: float) -> tuple[list[float], list[float]]:
+    """A Cluster's checks before the stop and after it."""
+    times = fleet.asked[server(index)]
+    return [t for t in times if t <= stopped], [t for t in times if t > stopped]
+
+
 def _moved(moved: int) -> list[int]:
     return [i for i in range(COUNT) if shard_of(NS, f"c{i:03d}", SHARDS) == moved]
 
@@ -116,8 +122,7 @@ async def test_a_shard_taken_over_on_a_stop_keeps_every_cluster_on_its_minute(
     assert len(indexes) > COUNT // 4
     for index in indexes:
         times = fleet.asked[server(index)]
-        before = [t for t in times if t <= stopped]
-        after = [t for t in times if t > stopped]
+        before, after = _split(fleet, index, stopped)
         assert before and after, index
         # No check before the minute since the last one began, across the handover too, and
         # each gap one of the Cluster's chain: the taker knew when each was due.
@@ -141,9 +146,7 @@ async def test_without_the_shards_record_the_same_handover_checks_before_the_min
     assert fake.object(CONFIG_MAPS, stoprecord.NAME, "kokumi") is None
     gaps = []
     for index in _moved(moved):
-        times = fleet.asked[server(index)]
-        before = [t for t in times if t <= stopped]
-        after = [t for t in times if t > stopped]
+        before, after = _split(fleet, index, stopped)
         gaps.append(after[0] - before[-1])
     assert min(gaps) < MINUTE or max(gaps) > 70.0, sorted(gaps)
 
