@@ -83,6 +83,12 @@ class StopRecord:
             return None
         return self.recorded.pop(stoprecord.uid_key(uid), None)
 
+    def due(self, uid: str) -> float | None:
+        """The recorded next due of the Cluster ``uid``, left for its actor to take."""
+        if not uid or not self.recorded:
+            return None
+        return self.recorded.get(stoprecord.uid_key(uid))
+
     def begin(self, pending: int) -> None:
         self.pending = pending
         self.done = trio.Event()

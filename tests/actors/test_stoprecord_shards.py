@@ -19,6 +19,7 @@ import pytest
 import trio
 import trio.testing
 
+from kokumi.core.api import CLUSTERS
 from kokumi.core.fleet import stoprecord
 from kokumi.core.fleet.leader import Timing
 from kokumi.core.fleet.shards import Sharding, shard_of
@@ -56,9 +57,12 @@ def _replica(fake: FakeApi, fleet: StandInSpokes, name: str, room: int) -> Manag
     return Manager(client, options, check=fleet.check, check_own=fleet.check_own)
 
 
-async def _roll(fake: FakeApi, fleet: StandInSpokes, *, record: bool) -> tuple[float, int]:
+async def _roll(
+    fake: FakeApi, fleet: StandInSpokes, *, record: bool
+) -> tuple[float, int, list[str]]:
     """Replicas a and b, a young fleet, then c; a stops (recording its shard or not) and c takes
-    its shard; run on 130 s. When a stopped, and the shard that moved."""
+    its shard; run on 130 s. When a stopped, the shard that moved, and the uids of the Clusters
+    whose actors c started, in the order it started them."""
     first = _replica(fake, fleet, "a", 1)
     second = _replica(fake, fleet, "b", 1)
     third = _replica(fake, fleet, "c", 2)
@@ -83,8 +87,9 @@ async def _roll(fake: FakeApi, fleet: StandInSpokes, *, record: bool) -> tuple[f
         a_scope.cancel()
         await trio.sleep(130.0)
         assert third.held_shards() == {moved}
+        started = [actor.uid for actor in third.dispatcher.actors]
         nursery.cancel_scope.cancel()
-    return stopped, moved
+    return stopped, moved, started
 
 
 async def _run_in(
@@ -103,6 +108,12 @@ def _split(fleet: StandInSpokes, index: int, stopped: float) -> tuple[list[float
     return [t for t in times if t <= stopped], [t for t in times if t > stopped]
 
 
+def _uid(fake: FakeApi, index: int) -> str:
+    obj = fake.object(CLUSTERS, f"c{index:03d}", NS)
+    assert obj is not None
+    return str(obj["metadata"]["uid"])
+
+
 def _moved(moved: int) -> list[int]:
     return [i for i in range(COUNT) if shard_of(NS, f"c{i:03d}", SHARDS) == moved]
 
@@ -113,7 +124,7 @@ async def test_a_shard_taken_over_on_a_stop_keeps_every_cluster_on_its_minute(
     caplog.set_level(logging.INFO, logger=LOGGER)
     fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=51)
     fleet = StandInSpokes()
-    stopped, moved = await _roll(fake, fleet, record=True)
+    stopped, moved, started = await _roll(fake, fleet, record=True)
 
     record = fake.object(CONFIG_MAPS, stoprecord.NAME, "kokumi")
     assert record is not None
@@ -131,6 +142,14 @@ async def test_a_shard_taken_over_on_a_stop_keeps_every_cluster_on_its_minute(
         assert after[0] - before[-1] <= 66.1, (index, before[-1] - stopped, after[0] - stopped)
     said = [r.getMessage() for r in caplog.records if r.name == LOGGER]
     assert any(f"(shard {moved}): the next checks of" in m for m in said), said
+    # The taker started the shard's actors soonest recorded due first, not in the store's
+    # order (the Clusters' creation, whose places wrap around the minute).
+    written_key = stoprecord.keys(moved)[0]
+    dues = stoprecord.read_config_map(record, float(record["data"][written_key]), 1.0, shard=moved)
+    in_start = [dues[stoprecord.uid_key(uid)] for uid in started]
+    assert len(in_start) == len(indexes) and in_start == sorted(in_start)
+    in_store = [dues[stoprecord.uid_key(_uid(fake, index))] for index in indexes]
+    assert in_store != sorted(in_store)  # else the order above proves nothing
 
 
 async def test_without_the_shards_record_the_same_handover_checks_before_the_minute(
@@ -142,7 +161,7 @@ async def test_without_the_shards_record_the_same_handover_checks_before_the_min
     proves nothing."""
     fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=51)
     fleet = StandInSpokes()
-    stopped, moved = await _roll(fake, fleet, record=False)
+    stopped, moved, _ = await _roll(fake, fleet, record=False)
     assert fake.object(CONFIG_MAPS, stoprecord.NAME, "kokumi") is None
     gaps = []
     for index in _moved(moved):
@@ -161,7 +180,7 @@ async def test_a_refused_shard_record_is_logged_once_and_the_taker_checks_at_the
     fake = FakeApi(namespaces=("default", "kokumi", "argocd", NS), seed=52)
     fake.fail(403, times=None, verb="patch", resource="configmaps")
     fleet = StandInSpokes()
-    stopped, moved = await _roll(fake, fleet, record=True)
+    stopped, moved, _ = await _roll(fake, fleet, record=True)
     assert fake.object(CONFIG_MAPS, stoprecord.NAME, "kokumi") is None
     warnings = [
         r.getMessage()
