@@ -4,7 +4,8 @@
 real Managers (``r1`` and ``r2``) sharing the fake hub instead of one. Each replica has a
 transport, field manager and Lease identity of its own, short Lease timings, and stands for every
 shard's Lease as ``kokumi manager --shards N`` does. Rules added here: a replica killed (its
-requests stop at once, so it never hands its Leases back; a SIGKILL) or stopped cleanly, and
+requests stop at once, so it never hands its Leases back; a SIGKILL) or stopped cleanly (as on
+SIGTERM: the stop record of each shard it holds first, its write perhaps refused or cut), and
 started again, perhaps with another ``--shards`` (a rolling change of the count); a shard Lease
 deleted, stolen by a candidate that then goes silent, or its renewals refused or slowed until the
 renew deadline passes. The one-replica model's rules (Clusters, Secrets, Environments,
@@ -18,6 +19,7 @@ Invariants, besides the one-replica model's (which every replica is held to):
   replica holds that Cluster's shard Lease, and no other replica serves that Cluster at that
   moment; the same for the writes that are shard 0's duty (Environments' and ClusterSources'
   status, the Clusters a ClusterSource makes, the in-cluster Cluster's spec);
+- a shard's stop record is written only while the writer holds that shard's Lease;
 - after every step no Cluster is served by two replicas.
 
 At convergence (faults off, every replica running, the clock run for minutes): every Cluster is
@@ -42,6 +44,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
 
 from kokumi.core import api
+from kokumi.core.fleet import stoprecord
 from kokumi.core.fleet.leader import Timing
 from kokumi.core.fleet.shards import Sharding, count_of, shard_of
 from kokumi.core.registry import argocd, handover
@@ -70,6 +73,7 @@ EXAMPLES = model.examples(80, "MODEL_SHARDS_EXAMPLES")
 SHARDED = {
     "kills": 0,
     "clean_stops": 0,
+    "records_checked": 0,
     "count_changes": 0,
     "lease_deletes": 0,
     "lease_steals": 0,
@@ -198,10 +202,33 @@ class ShardedWorld(World):
         self._nursery.start_soon(run)
         await self.settle()
 
+    async def record_replica_stop(self, name: str) -> None:
+        """What SIGTERM does first: the replica's stop record of each shard it holds, while time
+        passes. It ends within its budget and its writes' timeout, whatever the hub does."""
+        manager = self.replicas[name].manager
+        assert self._nursery is not None
+        done = trio.Event()
+
+        async def record_stop() -> None:
+            try:
+                await manager.record_stop()
+            finally:
+                done.set()
+
+        self._nursery.start_soon(record_stop)
+        limit = stoprecord.BUDGET + manager.options.probe_timeout + 1.0
+        began = trio.current_time()
+        while not done.is_set():
+            assert trio.current_time() - began <= limit, "the stop record was not written in time"
+            await self.advance(0.5)
+
     async def stop_replica(self, name: str, *, kill: bool) -> None:
         """``kill``: a SIGKILL, nothing more is sent (its Leases run out by themselves); else a
-        clean stop, which hands its Leases back."""
+        clean stop as on SIGTERM: the stop record of each shard it holds, then its Leases
+        handed back."""
         replica = self.replicas[name]
+        if not kill:
+            await self.record_replica_stop(name)
         replica.transport.dead = kill
         replica.scope.cancel()
         await self.settle()
@@ -340,7 +367,28 @@ class ShardedMachine(ManagerMachine):
             return None
         return holder
 
+    def _record_of(self, request: httpx.Request) -> int | None:
+        """The shard whose stop record ``request`` writes, or None for any other request."""
+        path = request.url.path.rstrip("/")
+        if (
+            request.method != "PATCH"
+            or path != f"/api/v1/namespaces/{OWN}/configmaps/{stoprecord.NAME}"
+        ):
+            return None
+        _, shard = request.url.params.get("fieldManager", "").rsplit("-shard-", 1)
+        return int(shard)
+
     def _check_one_writer(self, writer: str, request: httpx.Request) -> None:
+        shard = self._record_of(request)
+        if shard is not None:
+            # Each shard's record is fenced by its own Lease, as the shard's Clusters' writes.
+            SHARDED["records_checked"] += 1
+            replica = self.world.replicas[writer]
+            if not replica.manager.shard_electors[shard].state.leading:
+                self.violations.append(
+                    f"{writer} wrote the stop record of shard {shard}, which it does not hold"
+                )
+            return
         ref = self._acts_for(request)
         if ref is None:
             return
@@ -383,6 +431,7 @@ class ShardedMachine(ManagerMachine):
         shards=st.sampled_from((None, None, *COUNTS)),
         refused=st.sampled_from((None, None, 403, 0)),
         stay_down=st.sampled_from((False, False, True)),
+        record=st.sampled_from((None, None, 403, 0)),
     )
     def restart_manager(
         self,
@@ -391,14 +440,20 @@ class ShardedMachine(ManagerMachine):
         shards: int | None,
         refused: int | None,
         stay_down: bool = False,
+        record: int | None = None,
     ) -> None:
-        """A replica killed (SIGKILL) or stopped cleanly, and started again, perhaps with
-        another ``--shards``; perhaps left down a while (the other one must take its shards)."""
+        """A replica killed (SIGKILL) or stopped cleanly (its shards' stop records first, their
+        writes perhaps refused or cut), and started again, perhaps with another ``--shards``;
+        perhaps left down a while (the other one must take its shards)."""
         world = self.world
         fake = world.fake
         if replica in world.replicas:
             SEEN["restarts"] += 1
             SHARDED["kills" if kill else "clean_stops"] += 1
+            if not kill and record == 0:
+                world.run(lambda: fake.reset(resource="configmaps", times=1))
+            elif not kill and record is not None:
+                world.run(lambda: fake.fail(record, resource="configmaps", times=1))
             world.arun(lambda: world.stop_replica(replica, kill=kill))
         if not stay_down:
             if refused == 0:
@@ -483,7 +538,8 @@ def _quiet_logs(caplog: pytest.LogCaptureFixture) -> None:
 
 def _tour() -> None:
     """Each kind of step the run's coverage check asks for, once, in a fixed order: a kill and a
-    clean stop of each replica, a change of --shards, a Lease stolen, each replica serving.
+    clean stop of each replica (one of a holder, which writes its shards' records), a change of
+    --shards, a Lease stolen, each replica serving.
 
     The random run alone cannot promise them: under seed 302 of a flake run its 18 restarts
     were all kills (Hypothesis's choices are not independent coin flips), and the check failed
@@ -495,9 +551,12 @@ def _tour() -> None:
         machine.start(
             layout=[("ws1", "a", S0), ("ws2", "b", S1), ("ws1", "c", S2)], sourced=[], before=True
         )
+        machine.time_passes(seconds=5.0)
+        machine.restart_manager(kill=False, refused=None, replica="r1", shards=None)
         machine.restart_manager(kill=True, refused=None, replica="r1", shards=1)
         machine.restart_manager(kill=False, refused=None, replica="r2", shards=None)
-        machine.restart_manager(kill=False, refused=None, replica="r1", shards=3)
+        machine.time_passes(seconds=31.0)
+        machine.restart_manager(kill=False, refused=None, replica="r1", shards=3, record=403)
         machine.lease_fault(how="steal", pick=0, seconds=3.0)
         machine.restart_manager(kill=True, refused=None, replica="r2", shards=None)
         machine.converges_cleanly()
@@ -510,7 +569,9 @@ def test_two_replicas_never_serve_one_cluster_and_converge() -> None:
     model.reset(SEEN, SHARDED)
     _tour()
     toured = dict(SHARDED)
-    assert all(toured[k] > 0 for k in ("kills", "clean_stops", "count_changes")), toured
+    assert all(
+        toured[k] > 0 for k in ("kills", "clean_stops", "count_changes", "records_checked")
+    ), toured
     elapsed = model.run(ShardedMachine, EXAMPLES)
     print(f"two-replica model: {SEEN['steps']} steps in {elapsed:.0f} s; {SEEN}; {SHARDED}")
     assert model.enough_steps(EXAMPLES) <= SEEN["steps"], f"only {SEEN['steps']} steps ran"
@@ -521,6 +582,7 @@ def test_two_replicas_never_serve_one_cluster_and_converge() -> None:
                 "kills",
                 "clean_stops",
                 "count_changes",
+                "records_checked",
                 "writes_checked",
                 "served_by_r1",
                 "served_by_r2",
