@@ -336,11 +336,12 @@ class World:
         self._nursery.start_soon(run)
         await self.settle()
 
-    async def record_stop(self) -> None:
+    async def record_stop(self, manager: Manager | None = None) -> None:
         """A stop as on SIGTERM: the manager's stop record (its early checks and its record of next
         checks), while time passes, before :meth:`stop_manager`. It ends within its budget and
-        its write's timeout, whatever the hub does."""
-        manager = self.manager
+        its write's timeout, whatever the hub does. ``manager``: another than this world's own
+        (a replica of the two-replica model)."""
+        manager = manager or self.manager
         assert manager is not None and self._nursery is not None
         done = trio.Event()
 
