@@ -37,6 +37,7 @@ import itertools
 import json
 import math
 import os
+import random
 import re
 import resource
 import signal
@@ -80,7 +81,7 @@ from kokumi.kube.resources import NAMESPACES, SECRETS  # noqa: E402
 from kokumi.kube.watch import Resync, WatchEvent, watch  # noqa: E402
 from kokumi.objects import Resource  # noqa: E402
 from kokumi.testing import run_kubectl  # noqa: E402
-from kokumi.testing.controlplane import ControlPlane, free_port  # noqa: E402
+from kokumi.testing.controlplane import ControlPlane  # noqa: E402
 from tests.support.deploy import CAPI_CRD  # noqa: E402
 
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
@@ -740,7 +741,7 @@ class Managers:
         # A free port chosen here may be taken by another process before the replica binds it
         # (a rolling upgrade's new replica died so on a shared machine): then another port.
         for attempt in range(5):
-            port = free_port()
+            port = health_port()
             suffix = f"-retry{attempt}" if attempt else ""
             proc = Proc(
                 [
@@ -845,6 +846,28 @@ class Managers:
     def stop(self) -> None:
         for proc in self.procs:
             proc.stop()
+
+
+def health_port() -> int:
+    """A port for a replica's health server, which binds every address: one outside the
+    kernel's ephemeral range, free on every address now. ``free_port`` asks 127.0.0.1 alone, and
+    with three replicas checking 10,000 spokes from addresses of their own (``127.9.0.N``) nearly
+    every ephemeral port is some check connection's on one of them: a rolling upgrade's new
+    replica found its port taken five times in five."""
+    low, _ = (int(p) for p in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    families = [socket.AF_INET, socket.AF_INET6] if socket.has_ipv6 else [socket.AF_INET]
+    for port in random.sample(range(10000, low), 200):
+        with contextlib.ExitStack() as stack:
+            try:
+                for family in families:
+                    sock = stack.enter_context(socket.socket(family))
+                    if family == socket.AF_INET6:  # as the manager's listeners (Trio's) are
+                        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                    sock.bind(("" if family == socket.AF_INET else "::", port))
+            except OSError:
+                continue
+            return port
+    raise SystemExit("no free port under the ephemeral range for a health server")
 
 
 def listening(proc: Proc, port: int, within: float = 120.0) -> bool:
