@@ -358,6 +358,13 @@ class World:
             assert trio.current_time() - began <= limit, "the stop record was not written in time"
             await self.advance(0.5)
 
+    def refuse_record(self, how: int | None) -> None:
+        """The next stop record's write cut (0), refused with status ``how``, or left (None)."""
+        if how == 0:
+            self.run(lambda: self.fake.reset(resource="configmaps", times=1))
+        elif how is not None:
+            self.run(lambda: self.fake.fail(how, resource="configmaps", times=1))
+
     async def stop_manager(self) -> None:
         """A crash: the manager's tasks are cancelled wherever they are, and its memory is gone."""
         assert self._scope is not None and self._stopped is not None
@@ -1053,10 +1060,7 @@ class ManagerMachine(RuleBasedStateMachine):
         fake = self.world.fake
         if graceful:
             SEEN["stop_records"] += 1
-            if refused == 0:
-                self.world.run(lambda: fake.reset(resource="configmaps", times=1))
-            elif refused is not None:
-                self.world.run(lambda: fake.fail(refused, resource="configmaps", times=1))
+            self.world.refuse_record(refused)
             self.world.arun(self.world.record_stop)
         self.world.arun(self.world.stop_manager)
         if refused == 0:

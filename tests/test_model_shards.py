@@ -202,17 +202,13 @@ class ShardedWorld(World):
         self._nursery.start_soon(run)
         await self.settle()
 
-    async def record_replica_stop(self, name: str) -> None:
-        """What SIGTERM does first: the replica's stop record of each shard it holds."""
-        await self.record_stop(self.replicas[name].manager)
-
     async def stop_replica(self, name: str, *, kill: bool) -> None:
         """``kill``: a SIGKILL, nothing more is sent (its Leases run out by themselves); else a
         clean stop as on SIGTERM: the stop record of each shard it holds, then its Leases
         handed back."""
         replica = self.replicas[name]
         if not kill:
-            await self.record_replica_stop(name)
+            await self.record_stop(replica.manager)
         replica.transport.dead = kill
         replica.scope.cancel()
         await self.settle()
@@ -359,8 +355,8 @@ class ShardedMachine(ManagerMachine):
             or path != f"/api/v1/namespaces/{OWN}/configmaps/{stoprecord.NAME}"
         ):
             return None
-        _, shard = request.url.params.get("fieldManager", "").rsplit("-shard-", 1)
-        return int(shard)
+        _, sharded, shard = request.url.params.get("fieldManager", "").rpartition("-shard-")
+        return int(shard) if sharded else None
 
     def _check_one_writer(self, writer: str, request: httpx.Request) -> None:
         shard = self._record_of(request)
@@ -434,10 +430,8 @@ class ShardedMachine(ManagerMachine):
         if replica in world.replicas:
             SEEN["restarts"] += 1
             SHARDED["kills" if kill else "clean_stops"] += 1
-            if not kill and record == 0:
-                world.run(lambda: fake.reset(resource="configmaps", times=1))
-            elif not kill and record is not None:
-                world.run(lambda: fake.fail(record, resource="configmaps", times=1))
+            if not kill:
+                world.refuse_record(record)
             world.arun(lambda: world.stop_replica(replica, kill=kill))
         if not stay_down:
             if refused == 0:
